@@ -1,0 +1,27 @@
+//! The quickstart: the built-in demo tools (`echo`, `add`, `weather`) plus
+//! `calculator`, `process_file` and `create_user`, on `HAIP_ADDR` or
+//! `127.0.0.1:8080`.
+//!
+//! ```text
+//! cargo run --example quickstart
+//! ```
+//!
+//! Then connect any WebSocket client to `ws://127.0.0.1:8080/haip` and send
+//! `{"type":"TOOL_LIST","payload":{}}`.
+
+#[tokio::main]
+async fn main() -> Result<(), haip::Error> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HAIP_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    haip::Server::builder()
+        .from_env()
+        .builtin_tools()
+        .tools(haip_examples::demo::tools())
+        .build()?
+        .run()
+        .await
+}

@@ -1,0 +1,1 @@
+//! Procedural macros for `haip`. Use them through the `haip` crate.

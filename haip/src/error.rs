@@ -1,0 +1,50 @@
+use std::io;
+
+/// Errors from building or running a haip server.
+///
+/// Tool failures are not this type: tools return [`ToolError`](crate::ToolError).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A tool name outside `^[A-Za-z0-9_.-]{1,64}$`.
+    #[error(
+        "invalid tool name `{name}`: expected 1 to 64 characters from A-Z, a-z, 0-9, `_`, `.` and `-`"
+    )]
+    InvalidToolName {
+        /// The rejected name.
+        name: String,
+    },
+    /// A tool definition that cannot be served (bad schema, no handler, ...).
+    #[error("invalid tool `{tool}`: {reason}")]
+    InvalidTool {
+        /// The tool's name.
+        tool: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Two tools with the same name were given to one server.
+    #[error("two tools are named `{name}`; tool names must be unique")]
+    DuplicateTool {
+        /// The shared name.
+        name: String,
+    },
+    /// A nonsensical setting.
+    #[error("invalid setting `{setting}`: {reason}")]
+    InvalidConfig {
+        /// The setting's name.
+        setting: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The listen address could not be bound.
+    #[error("cannot listen on `{addr}`: {source}")]
+    Bind {
+        /// The address as configured.
+        addr: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// Another I/O failure.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}

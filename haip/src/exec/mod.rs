@@ -1,0 +1,117 @@
+//! Running one call: the handler in its own task, with timeout, panic capture
+//! and cancellation (grace period, then abort). Every spawned call reports
+//! exactly one [`CallEvent::Finished`].
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::Context;
+use crate::tool::{Tool, ToolError};
+
+/// Identifies one accepted call inside a session (call ids may be reused once a
+/// call is done, these never are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct CallKey(pub(crate) u64);
+
+/// What a running call tells its session.
+#[derive(Debug)]
+pub(crate) enum CallEvent {
+    /// A progress report is waiting in the call's slot.
+    Progress(CallKey),
+    /// The timeout elapsed: the call's `TOOL_DONE TIMEOUT` is due now; the task
+    /// is being stopped and will still report `Finished`.
+    TimedOut(CallKey),
+    /// The task ended and released its concurrency slot.
+    Finished(CallKey, Outcome),
+}
+
+/// How a call's task ended.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// The handler returned.
+    Returned(Result<Value, ToolError>),
+    /// The handler panicked; the panic text (never sent unless `debug_errors`).
+    Panicked(String),
+    /// The call was cancelled (or timed out) and has stopped, by itself or aborted.
+    Stopped,
+}
+
+/// The time limits of one call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The tool's timeout, if any.
+    pub(crate) timeout: Option<Duration>,
+    /// How long a cancelled or timed-out tool may take to stop before it is aborted.
+    pub(crate) grace: Duration,
+}
+
+/// Spawns the call's task.
+pub(crate) fn spawn(
+    key: CallKey,
+    tool: Tool,
+    params: Value,
+    ctx: Context,
+    cancel: CancellationToken,
+    limits: Limits,
+    events: mpsc::UnboundedSender<CallEvent>,
+) {
+    tokio::spawn(async move {
+        let outcome = run(key, tool, params, ctx, cancel, limits, &events).await;
+        // The session may be gone (connection closed); then nobody is waiting.
+        let _ = events.send(CallEvent::Finished(key, outcome));
+    });
+}
+
+async fn run(
+    key: CallKey,
+    tool: Tool,
+    params: Value,
+    ctx: Context,
+    cancel: CancellationToken,
+    Limits { timeout, grace }: Limits,
+    events: &mpsc::UnboundedSender<CallEvent>,
+) -> Outcome {
+    let mut call = AssertUnwindSafe(tool.call(params, ctx)).catch_unwind();
+    let deadline = async {
+        match timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        result = &mut call => return finished(result),
+        () = cancel.cancelled() => {}
+        () = deadline => {
+            let _ = events.send(CallEvent::TimedOut(key));
+            cancel.cancel();
+        }
+    }
+    // Cancelled or timed out: give the tool `grace` to stop, then drop (abort) it.
+    // Whatever it returns now is discarded.
+    let _ = tokio::time::timeout(grace, &mut call).await;
+    Outcome::Stopped
+}
+
+fn finished(result: Result<Result<Value, ToolError>, Box<dyn Any + Send>>) -> Outcome {
+    match result {
+        Ok(returned) => Outcome::Returned(returned),
+        Err(panic) => Outcome::Panicked(panic_text(panic.as_ref())),
+    }
+}
+
+fn panic_text(panic: &(dyn Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}

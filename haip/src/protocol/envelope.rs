@@ -1,0 +1,150 @@
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::Value;
+
+use super::{Channel, EventType};
+
+/// An outbound envelope before it is committed: it has no `id`, `seq` or `ts` yet.
+///
+/// The session keeps uncommitted envelopes in its outbox so that progress updates
+/// can still be merged under back-pressure (HAIP.md §6.5) without leaving gaps in
+/// the sequence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    /// The channel it goes out on.
+    pub channel: Channel,
+    /// Its event type.
+    pub event: EventType,
+    /// Its payload (always a JSON object).
+    pub payload: Value,
+    /// The run id of the request it is about, copied unchanged.
+    pub run_id: Option<String>,
+    /// The thread id of the request it is about, copied unchanged.
+    pub thread_id: Option<String>,
+}
+
+impl Outgoing {
+    /// An envelope with no run or thread id.
+    pub fn new(channel: Channel, event: EventType, payload: Value) -> Outgoing {
+        Outgoing {
+            channel,
+            event,
+            payload,
+            run_id: None,
+            thread_id: None,
+        }
+    }
+
+    /// Commits it: gives it its identity, sequence number and timestamp.
+    pub fn commit(self, session: &str, seq: u64, ts: u64) -> Envelope {
+        Envelope {
+            id: uuid::Uuid::new_v4().hyphenated().to_string(),
+            session: session.to_owned(),
+            seq,
+            ts,
+            channel: self.channel,
+            event: self.event,
+            payload: self.payload,
+            run_id: self.run_id,
+            thread_id: self.thread_id,
+        }
+    }
+}
+
+/// A committed outbound envelope, encoded strictly (HAIP.md §2.4): all seven
+/// required fields, `seq` and `ts` as decimal strings, never `ack`, `pv` or `crit`.
+///
+/// ```
+/// use haip::protocol::{Channel, EventType, Outgoing};
+/// use serde_json::json;
+///
+/// let env = Outgoing::new(Channel::System, EventType::Pong, json!({"nonce": "n-1"}))
+///     .commit("5f0c9d2e-8a41-4c3b-9e57-1d2f3a4b5c6d", 12, 1767225600000);
+/// let text = env.to_json();
+/// let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+/// assert_eq!(v["seq"], "12");
+/// assert_eq!(v["ts"], "1767225600000");
+/// assert_eq!(v["type"], "PONG");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    /// Lower-case UUID v4, new for each envelope.
+    pub id: String,
+    /// The session's UUID.
+    pub session: String,
+    /// Per-session sequence number from 1.
+    pub seq: u64,
+    /// Milliseconds since the Unix epoch.
+    pub ts: u64,
+    /// Channel.
+    pub channel: Channel,
+    /// Event type.
+    pub event: EventType,
+    /// Payload object.
+    pub payload: Value,
+    /// Run id, when the envelope is about a request that carried one.
+    pub run_id: Option<String>,
+    /// Thread id, when the envelope is about a request that carried one.
+    pub thread_id: Option<String>,
+}
+
+impl Envelope {
+    /// The envelope as JSON text (non-ASCII stays raw UTF-8).
+    pub fn to_json(&self) -> String {
+        // Serialising a map of strings and a `Value` cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+impl Serialize for Envelope {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let extra = usize::from(self.run_id.is_some()) + usize::from(self.thread_id.is_some());
+        let mut map = serializer.serialize_map(Some(7 + extra))?;
+        map.serialize_entry("id", &self.id)?;
+        map.serialize_entry("session", &self.session)?;
+        map.serialize_entry("seq", &itoa(self.seq))?;
+        map.serialize_entry("ts", &itoa(self.ts))?;
+        map.serialize_entry("channel", self.channel.as_str())?;
+        map.serialize_entry("type", self.event.as_str())?;
+        map.serialize_entry("payload", &self.payload)?;
+        if let Some(run_id) = &self.run_id {
+            map.serialize_entry("run_id", run_id)?;
+        }
+        if let Some(thread_id) = &self.thread_id {
+            map.serialize_entry("thread_id", thread_id)?;
+        }
+        map.end()
+    }
+}
+
+fn itoa(n: u64) -> String {
+    n.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn committed_envelope_has_all_seven_fields_and_raw_utf8() {
+        let env = Outgoing {
+            channel: Channel::Agent,
+            event: EventType::ToolDone,
+            payload: json!({"call_id": "c-1", "status": "OK", "result": {"temperature": "22°C"}}),
+            run_id: Some("r-1".into()),
+            thread_id: None,
+        }
+        .commit("s", 3, 42);
+        let text = env.to_json();
+        assert!(text.contains("22°C"), "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let obj = v.as_object().unwrap();
+        for key in ["id", "session", "seq", "ts", "channel", "type", "payload"] {
+            assert!(obj.contains_key(key), "missing {key}");
+        }
+        assert_eq!(v["run_id"], "r-1");
+        assert!(!obj.contains_key("thread_id"));
+        assert!(uuid::Uuid::parse_str(v["id"].as_str().unwrap()).is_ok());
+        assert_eq!(v["seq"], "3");
+    }
+}

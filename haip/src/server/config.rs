@@ -1,0 +1,92 @@
+use std::time::Duration;
+
+use crate::Error;
+
+/// Every setting of HAIP.md §18 this server implements, with its default.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) addr: String,
+    pub(crate) max_message_bytes: usize,
+    pub(crate) max_sessions: usize,
+    pub(crate) max_inflight_calls: usize,
+    pub(crate) max_queued_calls: usize,
+    pub(crate) tool_timeout: Option<Duration>,
+    pub(crate) cancel_grace: Duration,
+    pub(crate) heartbeat_interval: Option<Duration>,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) max_concurrent_runs: usize,
+    pub(crate) initial_credit_messages: u64,
+    pub(crate) initial_credit_bytes: u64,
+    pub(crate) max_outbound_queue: usize,
+    pub(crate) announce_running: bool,
+    pub(crate) tool_schema_legacy_field: bool,
+    pub(crate) strict_output_validation: bool,
+    pub(crate) debug_errors: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            addr: "127.0.0.1:8080".to_owned(),
+            max_message_bytes: 1024 * 1024,
+            max_sessions: 10_000,
+            max_inflight_calls: 64,
+            max_queued_calls: 256,
+            tool_timeout: None,
+            cancel_grace: Duration::from_secs(5),
+            heartbeat_interval: Some(Duration::from_secs(30)),
+            idle_timeout: None,
+            max_concurrent_runs: 10,
+            initial_credit_messages: 1000,
+            initial_credit_bytes: 1024 * 1024,
+            max_outbound_queue: 4096,
+            announce_running: false,
+            tool_schema_legacy_field: false,
+            strict_output_validation: false,
+            debug_errors: false,
+        }
+    }
+}
+
+impl Config {
+    /// Rejects nonsensical settings, naming the first bad one (HAIP.md §18).
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        let bad = |setting: &'static str, reason: &str| {
+            Err(Error::InvalidConfig {
+                setting,
+                reason: reason.to_owned(),
+            })
+        };
+        let positive: [(&'static str, u64); 8] = [
+            ("max_message_bytes", self.max_message_bytes as u64),
+            ("max_sessions", self.max_sessions as u64),
+            ("max_inflight_calls", self.max_inflight_calls as u64),
+            ("max_outbound_queue", self.max_outbound_queue as u64),
+            ("max_concurrent_runs", self.max_concurrent_runs as u64),
+            ("initial_credit_messages", self.initial_credit_messages),
+            ("initial_credit_bytes", self.initial_credit_bytes),
+            ("cancel_grace", self.cancel_grace.as_millis() as u64),
+        ];
+        for (setting, value) in positive {
+            if value == 0 {
+                return bad(setting, "must be greater than zero");
+            }
+        }
+        if self.tool_timeout == Some(Duration::ZERO) {
+            return bad(
+                "tool_timeout",
+                "must be greater than zero (leave it unset for none)",
+            );
+        }
+        if self.idle_timeout == Some(Duration::ZERO) {
+            return bad(
+                "idle_timeout",
+                "must be greater than zero (leave it unset for none)",
+            );
+        }
+        if self.max_outbound_queue < 16 {
+            return bad("max_outbound_queue", "must be at least 16");
+        }
+        Ok(())
+    }
+}

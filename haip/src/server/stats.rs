@@ -1,0 +1,125 @@
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use crate::protocol::{HAIP_VERSION, iso8601_millis, now_millis};
+
+/// Server-wide counters behind `/health` and `/stats` (HAIP.md §16).
+#[derive(Debug)]
+pub(crate) struct Stats {
+    started: Instant,
+    pub(crate) active_connections: AtomicU64,
+    pub(crate) total_connections: AtomicU64,
+    pub(crate) errors: AtomicU64,
+    pub(crate) warnings: AtomicU64,
+    pub(crate) total_messages: AtomicU64,
+    pub(crate) calls_total: AtomicU64,
+    pub(crate) calls_ok: AtomicU64,
+    pub(crate) calls_failed: AtomicU64,
+    pub(crate) calls_cancelled: AtomicU64,
+    latency_micros_sum: AtomicU64,
+    latency_count: AtomicU64,
+}
+
+/// How a call ended, for the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    Ok,
+    Failed,
+    Cancelled,
+}
+
+impl Stats {
+    pub(crate) fn new() -> Stats {
+        Stats {
+            started: Instant::now(),
+            active_connections: AtomicU64::new(0),
+            total_connections: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            warnings: AtomicU64::new(0),
+            total_messages: AtomicU64::new(0),
+            calls_total: AtomicU64::new(0),
+            calls_ok: AtomicU64::new(0),
+            calls_failed: AtomicU64::new(0),
+            calls_cancelled: AtomicU64::new(0),
+            latency_micros_sum: AtomicU64::new(0),
+            latency_count: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn call_ended(&self, ended: Ended, latency: Option<std::time::Duration>) {
+        match ended {
+            Ended::Ok => &self.calls_ok,
+            Ended::Failed => &self.calls_failed,
+            Ended::Cancelled => &self.calls_cancelled,
+        }
+        .fetch_add(1, Relaxed);
+        if let Some(latency) = latency {
+            self.latency_micros_sum
+                .fetch_add(latency.as_micros() as u64, Relaxed);
+            self.latency_count.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn uptime_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    pub(crate) fn health(&self) -> Value {
+        json!({
+            "status": "ok",
+            "uptime": self.uptime_ms(),
+            "activeConnections": self.active_connections.load(Relaxed),
+            "totalConnections": self.total_connections.load(Relaxed),
+            "errors": self.errors.load(Relaxed),
+            "warnings": self.warnings.load(Relaxed),
+            "version": HAIP_VERSION,
+            "timestamp": iso8601_millis(now_millis()),
+        })
+    }
+
+    pub(crate) fn stats(&self) -> Value {
+        let uptime = self.uptime_ms();
+        let messages = self.total_messages.load(Relaxed);
+        let errors = self.errors.load(Relaxed);
+        // Read the end counters before the total, so `active` never underflows.
+        let ok = self.calls_ok.load(Relaxed);
+        let failed = self.calls_failed.load(Relaxed);
+        let cancelled = self.calls_cancelled.load(Relaxed);
+        let total = self.calls_total.load(Relaxed).max(ok + failed + cancelled);
+        let latency_count = self.latency_count.load(Relaxed);
+        let average_latency = if latency_count == 0 {
+            0.0
+        } else {
+            self.latency_micros_sum.load(Relaxed) as f64 / latency_count as f64 / 1000.0
+        };
+        let mut stats = json!({
+            "totalConnections": self.total_connections.load(Relaxed),
+            "activeConnections": self.active_connections.load(Relaxed),
+            "totalMessages": messages,
+            "messagesPerSecond": if uptime < 1000 { 0.0 } else { messages as f64 / (uptime as f64 / 1000.0) },
+            "averageLatency": average_latency,
+            "errorRate": if messages == 0 { 0.0 } else { errors as f64 / messages as f64 },
+            "uptime": uptime,
+            "toolExecutions": {
+                "total": total,
+                "successful": ok,
+                "failed": failed,
+                "cancelled": cancelled,
+                "active": total - ok - failed - cancelled,
+            },
+        });
+        if let Some(rss) = resident_set_bytes() {
+            stats["memoryUsage"] = json!({ "rss": rss });
+        }
+        stats
+    }
+}
+
+/// Resident set size of this process, where the platform tells it.
+fn resident_set_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}

@@ -1,0 +1,522 @@
+//! The per-session state machine, independent of any transport.
+//!
+//! A transport feeds it inbound text ([`Session::handle_text`]) and call events
+//! ([`Session::handle_event`]), and drains committed envelopes
+//! ([`Session::commit_next`]) when it can write. Nothing here touches a socket.
+
+mod calls;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::exec::{CallEvent, CallKey};
+use crate::protocol::{
+    ACCEPT_MAJOR, Channel, DecodeError, ErrorCode, EventType, HAIP_VERSION, Inbound, Outgoing,
+    decode, now_millis,
+};
+use crate::server::{Config, Stats};
+use crate::tool::Registry;
+
+pub(crate) use calls::Call;
+
+/// What a session shares with the rest of the server.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) registry: Registry,
+    pub(crate) stats: Stats,
+    /// Cancelled when the server shuts down.
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// Which kind of transport carries the session (it changes what `HAI` advertises).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TransportKind {
+    WebSocket,
+    #[allow(dead_code)] // used by the SSE / HTTP streaming transports
+    Stream,
+}
+
+/// What the transport must do after handling an input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Control {
+    Continue,
+    /// Write what is committed, then close with this code and reason.
+    Close {
+        code: u16,
+        reason: &'static str,
+    },
+}
+
+/// An uncommitted outbound envelope; progress updates remember their call so a
+/// newer report can replace them while they wait (HAIP.md §6.5).
+struct Pending {
+    out: Outgoing,
+    progress_of: Option<CallKey>,
+}
+
+pub(crate) struct Session {
+    shared: Arc<Shared>,
+    id: Arc<str>,
+    transport: TransportKind,
+    next_seq: u64,
+    outbox: VecDeque<Pending>,
+    events: mpsc::UnboundedSender<CallEvent>,
+    calls: HashMap<CallKey, Call>,
+    /// call_id → key, for calls whose `TOOL_DONE` is not yet issued.
+    active_ids: HashMap<String, CallKey>,
+    /// Calls waiting for a slot, first in first out.
+    waiting: VecDeque<CallKey>,
+    /// Tasks holding a concurrency slot (a timed-out task keeps it until it stops).
+    running: usize,
+    next_key: u64,
+    /// The client's `accept_events`, when it sent one.
+    accept_events: Option<HashSet<String>>,
+    /// Runs the client declared and has not finished (HAIP.md §8).
+    runs: HashSet<String>,
+    /// Highest inbound `seq` seen.
+    last_rx_seq: u64,
+    received_any: bool,
+}
+
+impl Session {
+    /// A fresh session; its `HAI` is already in the outbox.
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        transport: TransportKind,
+        events: mpsc::UnboundedSender<CallEvent>,
+    ) -> Session {
+        let mut session = Session {
+            shared,
+            id: Arc::from(uuid::Uuid::new_v4().hyphenated().to_string()),
+            transport,
+            next_seq: 1,
+            outbox: VecDeque::new(),
+            events,
+            calls: HashMap::new(),
+            active_ids: HashMap::new(),
+            waiting: VecDeque::new(),
+            running: 0,
+            next_key: 0,
+            accept_events: None,
+            runs: HashSet::new(),
+            last_rx_seq: 0,
+            received_any: false,
+        };
+        let hai = session.hai_payload();
+        session.push(Outgoing::new(Channel::System, EventType::Hai, hai));
+        session
+    }
+
+    /// The session's UUID.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    fn hai_payload(&self) -> Value {
+        let c = self.config();
+        json!({
+            "haip_version": HAIP_VERSION,
+            "accept_major": ACCEPT_MAJOR,
+            "accept_events": EventType::ALL.iter().map(|e| e.as_str()).collect::<Vec<_>>(),
+            "capabilities": {
+                "binary_frames": self.transport == TransportKind::WebSocket,
+                "flow_control": {
+                    "initial_credit_messages": c.initial_credit_messages,
+                    "initial_credit_bytes": c.initial_credit_bytes,
+                },
+                "max_concurrent_runs": c.max_concurrent_runs,
+                "signed_envelopes": false,
+            },
+        })
+    }
+
+    // ----- outbox -------------------------------------------------------------
+
+    fn push(&mut self, out: Outgoing) {
+        self.outbox.push_back(Pending {
+            out,
+            progress_of: None,
+        });
+    }
+
+    /// Whether something is waiting to be committed and written.
+    pub(crate) fn has_outbound(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
+    /// Envelopes waiting to be written (after progress merging).
+    pub(crate) fn outbound_len(&self) -> usize {
+        self.outbox.len()
+    }
+
+    /// Whether the outbox has outgrown `max_outbound_queue`: the client is not
+    /// reading, and the connection must be dropped (HAIP.md §12.2).
+    pub(crate) fn overflowed(&self) -> bool {
+        self.outbox.len() > self.config().max_outbound_queue
+    }
+
+    /// Commits the next envelope (assigns its `seq`) and returns its JSON text.
+    pub(crate) fn commit_next(&mut self) -> Option<String> {
+        let Pending { out, progress_of } = self.outbox.pop_front()?;
+        if let Some(key) = progress_of
+            && let Some(call) = self.calls.get_mut(&key)
+        {
+            call.progress_pending = false;
+        }
+        if out.event == EventType::Error {
+            self.shared.stats.errors.fetch_add(1, Relaxed);
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Some(out.commit(&self.id, seq, now_millis()).to_json())
+    }
+
+    fn error(
+        &mut self,
+        code: ErrorCode,
+        message: impl Into<String>,
+        related_id: Option<&str>,
+        detail: Option<Value>,
+    ) {
+        self.error_about(code, message, related_id, detail, None, None);
+    }
+
+    fn error_about(
+        &mut self,
+        code: ErrorCode,
+        message: impl Into<String>,
+        related_id: Option<&str>,
+        detail: Option<Value>,
+        run_id: Option<&str>,
+        thread_id: Option<&str>,
+    ) {
+        let mut payload = Map::new();
+        payload.insert("code".into(), code.as_str().into());
+        payload.insert("message".into(), message.into().into());
+        if let Some(id) = related_id {
+            payload.insert("related_id".into(), id.into());
+        }
+        if let Some(detail) = detail {
+            payload.insert("detail".into(), detail);
+        }
+        self.push(Outgoing {
+            channel: Channel::System,
+            event: EventType::Error,
+            payload: Value::Object(payload),
+            run_id: run_id.map(str::to_owned),
+            thread_id: thread_id.map(str::to_owned),
+        });
+    }
+
+    /// Whether the client's `accept_events` lets unsolicited traffic of this type through.
+    fn accepts(&self, event: EventType) -> bool {
+        self.accept_events
+            .as_ref()
+            .is_none_or(|set| set.contains(event.as_str()))
+    }
+
+    // ----- inbound ------------------------------------------------------------
+
+    /// Handles one inbound unit (HAIP.md §2.2 steps 2–7). Oversized units are
+    /// the transport's to reject (step 1), see [`Session::message_too_large`].
+    pub(crate) fn handle_text(&mut self, text: &str) -> Control {
+        match decode(text) {
+            Ok(inbound) => {
+                self.shared.stats.total_messages.fetch_add(1, Relaxed);
+                let first = !self.received_any;
+                self.received_any = true;
+                self.dispatch(inbound, first)
+            }
+            Err(err) => {
+                if err.code == ErrorCode::UNSUPPORTED_TYPE {
+                    // Passed step 3: it counts as a message.
+                    self.shared.stats.total_messages.fetch_add(1, Relaxed);
+                }
+                self.received_any = true;
+                self.decode_error(err);
+                Control::Continue
+            }
+        }
+    }
+
+    fn decode_error(&mut self, err: DecodeError) {
+        let DecodeError {
+            code,
+            message,
+            related_id,
+            detail,
+        } = err;
+        self.error(code, message, related_id.as_deref(), Some(detail));
+    }
+
+    /// Reports an inbound unit over `max_message_bytes`; the transport closes after it.
+    pub(crate) fn message_too_large(&mut self) -> Control {
+        let limit = self.config().max_message_bytes;
+        self.error(
+            ErrorCode::MESSAGE_TOO_LARGE,
+            format!("Message exceeds {limit} bytes"),
+            None,
+            Some(json!({ "limit": limit })),
+        );
+        Control::Close {
+            code: 1009,
+            reason: "message too large",
+        }
+    }
+
+    fn dispatch(&mut self, msg: Inbound, first: bool) -> Control {
+        if let Some(seq) = msg.seq {
+            self.last_rx_seq = self.last_rx_seq.max(seq);
+        }
+        match msg.event {
+            EventType::Hai => return self.handle_hai(&msg, first),
+            EventType::Ping => {
+                let payload = match msg.payload.get("nonce") {
+                    Some(nonce) => json!({ "nonce": nonce }),
+                    None => json!({}),
+                };
+                self.push(Outgoing::new(Channel::System, EventType::Pong, payload));
+            }
+            // A `tools` array is a client advertising its own tools: no reply.
+            EventType::ToolList if !msg.payload.get("tools").is_some_and(Value::is_array) => {
+                let payload = self.tool_list();
+                self.push(Outgoing::new(Channel::Agent, EventType::ToolList, payload));
+            }
+            EventType::ToolSchema => self.handle_tool_schema(&msg),
+            EventType::ToolCall => self.handle_tool_call(msg),
+            EventType::ToolCancel => {
+                if let Some(Value::String(call_id)) = msg.payload.get("call_id") {
+                    let reason = msg.payload.get("reason").and_then(Value::as_str);
+                    self.cancel_call(call_id, reason.map(str::to_owned));
+                }
+            }
+            EventType::RunStarted => self.run_started(&msg),
+            EventType::RunFinished | EventType::RunCancel => self.run_finished(&msg),
+            EventType::RunError => {
+                if let Some(run_id) = run_id_of(&msg) {
+                    self.runs.remove(&run_id);
+                }
+            }
+            EventType::ReplayRequest => self.handle_replay_request(&msg),
+            // Accepted and handed to no hook yet: text, audio, inbound tool
+            // traffic the server does not act on (§6.8), PONG, ERROR, flow control.
+            _ => {}
+        }
+        Control::Continue
+    }
+
+    fn handle_hai(&mut self, msg: &Inbound, first: bool) -> Control {
+        let p = &msg.payload;
+        if let Some(Value::Array(majors)) = p.get("accept_major") {
+            let compatible = majors
+                .iter()
+                .any(|m| m.as_u64() == Some(1) || m.as_str() == Some("1"));
+            if !compatible {
+                self.error(
+                    ErrorCode::VERSION_INCOMPATIBLE,
+                    "No common protocol major version",
+                    msg.id.as_deref(),
+                    Some(json!({ "supported_major": ACCEPT_MAJOR })),
+                );
+                return Control::Close {
+                    code: 1002,
+                    reason: "version incompatible",
+                };
+            }
+        }
+        if let Some(Value::Array(events)) = p.get("accept_events") {
+            self.accept_events = Some(
+                events
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+            );
+        }
+        let resuming =
+            p.contains_key("last_rx_seq") && msg.session.as_deref().is_some_and(|s| s != &*self.id);
+        if resuming {
+            // This server keeps no session beyond its connection, so the named
+            // session cannot be found; the connection stays on its fresh session.
+            let reason = if first {
+                "unknown session"
+            } else {
+                "not first message"
+            };
+            self.error(
+                ErrorCode::RESUME_FAILED,
+                "Session cannot be resumed",
+                msg.id.as_deref(),
+                Some(json!({ "reason": reason })),
+            );
+        }
+        Control::Continue
+    }
+
+    fn tool_list(&self) -> Value {
+        let snapshot = self.shared.registry.snapshot();
+        let tools: Vec<Value> = snapshot
+            .tools()
+            .iter()
+            .map(|t| {
+                if t.description().is_empty() {
+                    json!({ "name": t.name() })
+                } else {
+                    json!({ "name": t.name(), "description": t.description() })
+                }
+            })
+            .collect();
+        json!({ "tools": tools })
+    }
+
+    fn handle_tool_schema(&mut self, msg: &Inbound) {
+        let p = &msg.payload;
+        if p.contains_key("schema") || p.contains_key("inputSchema") {
+            return; // a client advertising its own tool
+        }
+        let Some(Value::String(name)) = p.get("tool") else {
+            self.error(
+                ErrorCode::INVALID_MESSAGE,
+                "Invalid message format",
+                msg.id.as_deref(),
+                Some(json!({ "reason": "missing tool" })),
+            );
+            return;
+        };
+        let Some(tool) = self.shared.registry.get(name) else {
+            self.error(
+                ErrorCode::TOOL_NOT_FOUND,
+                format!("Tool {name} not found"),
+                msg.id.as_deref(),
+                Some(json!({ "tool": name })),
+            );
+            return;
+        };
+        let mut payload = json!({ "tool": tool.name(), "inputSchema": tool.input_schema() });
+        if let Some(output) = tool.output_schema() {
+            payload["outputSchema"] = output.clone();
+        }
+        if self.config().tool_schema_legacy_field {
+            payload["schema"] = tool.input_schema().clone();
+        }
+        self.push(Outgoing::new(
+            Channel::Agent,
+            EventType::ToolSchema,
+            payload,
+        ));
+    }
+
+    fn handle_replay_request(&mut self, msg: &Inbound) {
+        let from = msg
+            .payload
+            .get("from_seq")
+            .and_then(crate::protocol::u64_loose);
+        let to = msg.payload.get("to_seq");
+        let reason = if from.is_none() {
+            Some("invalid from_seq")
+        } else if to.is_some_and(|v| crate::protocol::u64_loose(v).is_none()) {
+            Some("invalid to_seq")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            self.error(
+                ErrorCode::INVALID_MESSAGE,
+                "Invalid message format",
+                msg.id.as_deref(),
+                Some(json!({ "reason": reason })),
+            );
+            return;
+        }
+        // No replay window is kept yet: every committed envelope is gone, so any
+        // range that names one is too old.
+        let newest = self.next_seq - 1;
+        let from = from.unwrap_or(0).max(1);
+        let to = to
+            .and_then(crate::protocol::u64_loose)
+            .unwrap_or(newest)
+            .min(newest);
+        if from <= to {
+            self.error(
+                ErrorCode::REPLAY_TOO_OLD,
+                "Requested envelopes are no longer kept",
+                msg.id.as_deref(),
+                Some(json!({ "oldest_seq": self.next_seq.to_string() })),
+            );
+        }
+    }
+
+    fn run_started(&mut self, msg: &Inbound) {
+        let run_id = run_id_of(msg).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        if self.runs.contains(&run_id) {
+            return;
+        }
+        let limit = self.config().max_concurrent_runs;
+        if self.runs.len() >= limit {
+            self.error(
+                ErrorCode::RUN_LIMIT_EXCEEDED,
+                "Too many concurrent runs",
+                msg.id.as_deref(),
+                Some(json!({ "max_concurrent_runs": limit })),
+            );
+            return;
+        }
+        self.runs.insert(run_id);
+    }
+
+    /// `RUN_FINISHED` closes a run; `RUN_CANCEL` also cancels every active call
+    /// that carried its id (HAIP.md §8).
+    fn run_finished(&mut self, msg: &Inbound) {
+        let Some(run_id) = run_id_of(msg) else {
+            self.error(
+                ErrorCode::MISSING_RUN_ID,
+                "Run ID is required",
+                msg.id.as_deref(),
+                None,
+            );
+            return;
+        };
+        let was_active = self.runs.remove(&run_id);
+        let cancelled = msg.event == EventType::RunCancel
+            && self.cancel_run_calls(&run_id, "run cancelled") > 0;
+        if !was_active && !cancelled {
+            self.error(
+                ErrorCode::RUN_NOT_FOUND,
+                "Run not found",
+                msg.id.as_deref(),
+                Some(json!({ "run_id": run_id })),
+            );
+        }
+    }
+
+    /// Sends an unsolicited heartbeat `PING`, unless the client filtered them out.
+    pub(crate) fn heartbeat(&mut self) {
+        if self.accepts(EventType::Ping) {
+            let nonce = uuid::Uuid::new_v4().hyphenated().to_string();
+            self.push(Outgoing::new(
+                Channel::System,
+                EventType::Ping,
+                json!({ "nonce": nonce }),
+            ));
+        }
+    }
+}
+
+/// `payload.run_id`, else the envelope `run_id` (HAIP.md §8).
+fn run_id_of(msg: &Inbound) -> Option<String> {
+    match msg.payload.get("run_id") {
+        Some(Value::String(id)) => Some(id.clone()),
+        _ => msg.run_id.clone(),
+    }
+}

@@ -1,0 +1,322 @@
+//! Tools: the [`Tool`] value, its handler, errors and the ordered registry.
+
+pub(crate) mod builtin;
+mod error;
+mod registry;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::Context;
+use crate::schema::{CompiledSchema, Violation};
+
+pub use error::ToolError;
+pub(crate) use registry::Registry;
+
+/// The future a tool handler returns.
+pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'static>>;
+
+/// What runs when a tool is called: JSON params and a [`Context`] in, a JSON
+/// result or a [`ToolError`] out.
+///
+/// Implemented for every `Fn(Value, Context) -> impl Future<Output = Result<Value, ToolError>>`,
+/// so a closure is usually all a hand-written tool needs. `#[haip_tool]` implements
+/// it for annotated functions.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be used as a tool handler",
+    note = "a handler is `Fn(serde_json::Value, haip::Context) -> impl Future<Output = Result<serde_json::Value, haip::ToolError>>`, or annotate an async fn with `#[haip_tool]`"
+)]
+pub trait ToolHandler: Send + Sync + 'static {
+    /// Runs the tool once. `params` has already passed the input schema.
+    fn call(&self, params: Value, ctx: Context) -> ToolFuture;
+}
+
+impl<F, Fut> ToolHandler for F
+where
+    F: Fn(Value, Context) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+{
+    fn call(&self, params: Value, ctx: Context) -> ToolFuture {
+        Box::pin(self(params, ctx))
+    }
+}
+
+/// A blocking handler, run on tokio's blocking thread pool.
+struct Blocking<F>(Arc<F>);
+
+impl<F> ToolHandler for Blocking<F>
+where
+    F: Fn(Value, Context) -> Result<Value, ToolError> + Send + Sync + 'static,
+{
+    fn call(&self, params: Value, ctx: Context) -> ToolFuture {
+        let f = Arc::clone(&self.0);
+        Box::pin(async move {
+            match tokio::task::spawn_blocking(move || f(params, ctx)).await {
+                Ok(result) => result,
+                // Re-raise so the executor reports it like any other panic.
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => Err(ToolError::cancelled()),
+            }
+        })
+    }
+}
+
+/// A tool: a name, a description, JSON Schemas and a handler. Cheap to clone.
+///
+/// ```
+/// use haip::{Tool, ToolError};
+/// use serde_json::json;
+///
+/// let shout = Tool::builder("shout")
+///     .description("Upper-case the input")
+///     .input_schema(json!({
+///         "type": "object",
+///         "properties": {"text": {"type": "string"}},
+///         "required": ["text"]
+///     }))
+///     .handler(|params: serde_json::Value, _ctx| async move {
+///         let text = params["text"].as_str().unwrap_or_default();
+///         Ok::<_, ToolError>(json!({ "text": text.to_uppercase() }))
+///     })
+///     .build()
+///     .unwrap();
+/// assert_eq!(shout.name(), "shout");
+/// ```
+#[derive(Clone)]
+pub struct Tool {
+    inner: Arc<ToolInner>,
+}
+
+struct ToolInner {
+    name: String,
+    description: String,
+    input_schema: Value,
+    output_schema: Option<Value>,
+    input: CompiledSchema,
+    output: Option<CompiledSchema>,
+    timeout: Option<Duration>,
+    handler: Box<dyn ToolHandler>,
+}
+
+impl fmt::Debug for Tool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tool")
+            .field("name", &self.inner.name)
+            .field("description", &self.inner.description)
+            .field("timeout", &self.inner.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tool {
+    /// Starts building a tool with this name (`^[A-Za-z0-9_.-]{1,64}$`, checked by
+    /// [`ToolBuilder::build`]).
+    pub fn builder(name: impl Into<String>) -> ToolBuilder {
+        ToolBuilder {
+            name: name.into(),
+            description: String::new(),
+            input_schema: json!({ "type": "object" }),
+            output_schema: None,
+            timeout: None,
+            handler: None,
+        }
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The description shown in `TOOL_LIST` (may be empty).
+    pub fn description(&self) -> &str {
+        &self.inner.description
+    }
+
+    /// The JSON Schema its params are validated against.
+    pub fn input_schema(&self) -> &Value {
+        &self.inner.input_schema
+    }
+
+    /// The JSON Schema of its result, if it declares one.
+    pub fn output_schema(&self) -> Option<&Value> {
+        self.inner.output_schema.as_ref()
+    }
+
+    /// Its own timeout, if any (else the server's `tool_timeout`).
+    pub fn timeout(&self) -> Option<Duration> {
+        self.inner.timeout
+    }
+
+    /// Every violation of the input schema by `params` (empty when valid).
+    pub fn validate_params(&self, params: &Value) -> Vec<Violation> {
+        self.inner.input.violations(params)
+    }
+
+    /// Every violation of the output schema by `result` (empty when valid or undeclared).
+    pub(crate) fn validate_result(&self, result: &Value) -> Vec<Violation> {
+        self.inner
+            .output
+            .as_ref()
+            .map(|s| s.violations(result))
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn call(&self, params: Value, ctx: Context) -> ToolFuture {
+        self.inner.handler.call(params, ctx)
+    }
+}
+
+/// Builds a [`Tool`]; see [`Tool::builder`].
+#[must_use = "a ToolBuilder does nothing until .build() is called"]
+pub struct ToolBuilder {
+    name: String,
+    description: String,
+    input_schema: Value,
+    output_schema: Option<Value>,
+    timeout: Option<Duration>,
+    handler: Option<Box<dyn ToolHandler>>,
+}
+
+impl fmt::Debug for ToolBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolBuilder")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolBuilder {
+    /// The description shown in `TOOL_LIST`.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// The input JSON Schema (default `{"type":"object"}`). Compiled once, by `build`.
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = schema;
+        self
+    }
+
+    /// The output JSON Schema, advertised in `TOOL_SCHEMA`.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// A timeout for each call of this tool; expiry ends the call with `TIMEOUT`.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The async handler.
+    pub fn handler(mut self, handler: impl ToolHandler) -> Self {
+        self.handler = Some(Box::new(handler));
+        self
+    }
+
+    /// A synchronous handler, run on the blocking thread pool so it never stalls
+    /// the runtime. Cancellation cannot interrupt it; check
+    /// [`Context::is_cancelled`] in long loops.
+    pub fn blocking_handler<F>(mut self, handler: F) -> Self
+    where
+        F: Fn(Value, Context) -> Result<Value, ToolError> + Send + Sync + 'static,
+    {
+        self.handler = Some(Box::new(Blocking(Arc::new(handler))));
+        self
+    }
+
+    /// Validates the name, compiles the schemas and returns the tool.
+    pub fn build(self) -> Result<Tool, crate::Error> {
+        validate_name(&self.name)?;
+        let invalid = |reason: String| crate::Error::InvalidTool {
+            tool: self.name.clone(),
+            reason,
+        };
+        let input = CompiledSchema::compile(&self.input_schema)
+            .map_err(|e| invalid(format!("input schema: {e}")))?;
+        let output = match &self.output_schema {
+            Some(schema) => Some(
+                CompiledSchema::compile(schema)
+                    .map_err(|e| invalid(format!("output schema: {e}")))?,
+            ),
+            None => None,
+        };
+        if self.timeout == Some(Duration::ZERO) {
+            return Err(invalid("timeout must be greater than zero".to_owned()));
+        }
+        let Some(handler) = self.handler else {
+            return Err(invalid(
+                "no handler: call .handler(...) before .build()".to_owned(),
+            ));
+        };
+        Ok(Tool {
+            inner: Arc::new(ToolInner {
+                name: self.name,
+                description: self.description,
+                input_schema: self.input_schema,
+                output_schema: self.output_schema,
+                input,
+                output,
+                timeout: self.timeout,
+                handler,
+            }),
+        })
+    }
+}
+
+/// Checks a tool name against `^[A-Za-z0-9_.-]{1,64}$`.
+pub(crate) fn validate_name(name: &str) -> Result<(), crate::Error> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(crate::Error::InvalidToolName {
+            name: name.to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noop() -> impl ToolHandler {
+        |_: Value, _: Context| async { Ok(Value::Null) }
+    }
+
+    #[test]
+    fn names_are_validated() {
+        for good in ["echo", "a.b-c_d", "X9", &"n".repeat(64)] {
+            assert!(
+                Tool::builder(good).handler(noop()).build().is_ok(),
+                "{good}"
+            );
+        }
+        for bad in ["", "has space", "slash/name", "ünicode", &"n".repeat(65)] {
+            let err = Tool::builder(bad).handler(noop()).build().unwrap_err();
+            assert!(err.to_string().contains("invalid tool name"), "{err}");
+        }
+    }
+
+    #[test]
+    fn build_reports_missing_handler_and_bad_schema() {
+        let err = Tool::builder("t").build().unwrap_err();
+        assert!(err.to_string().contains("no handler"), "{err}");
+        let err = Tool::builder("t")
+            .input_schema(json!({"type": 5}))
+            .handler(noop())
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("input schema"), "{err}");
+    }
+}

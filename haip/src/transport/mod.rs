@@ -1,0 +1,3 @@
+//! Transports: thin adapters between a connection and a session.
+
+pub(crate) mod ws;
