@@ -1,6 +1,6 @@
-//! The quickstart: the built-in demo tools (`echo`, `add`, `weather`) plus
-//! `calculator`, `process_file` and `create_user`, on `HAIP_ADDR` or
-//! `127.0.0.1:8080`.
+//! The quickstart: the built-in demo tools (`echo`, `add`, `weather`) plus the
+//! `#[haip_tool]` functions `calculator`, `process_file` and `create_user`
+//! (in `src/demo.rs`), on `HAIP_ADDR` or `127.0.0.1:8080`.
 //!
 //! ```text
 //! cargo run --example quickstart
@@ -8,6 +8,9 @@
 //!
 //! Then connect any WebSocket client to `ws://127.0.0.1:8080/haip` and send
 //! `{"type":"TOOL_LIST","payload":{}}`.
+
+// Links the annotated tools into this binary.
+use haip_examples as _;
 
 #[tokio::main]
 async fn main() -> Result<(), haip::Error> {
@@ -20,7 +23,7 @@ async fn main() -> Result<(), haip::Error> {
     haip::Server::builder()
         .from_env()
         .builtin_tools()
-        .tools(haip_examples::demo::tools())
+        .annotated_tools()
         .build()?
         .run()
         .await

@@ -1,132 +1,149 @@
 //! The quickstart's application tools: `calculator`, `process_file`, `create_user`.
+//!
+//! Each is an ordinary function; `#[haip_tool]` derives its schemas from the
+//! signature and registers it for `haip::serve()`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use haip::{Context, Tool, ToolError};
-use serde_json::{Value, json};
+use haip::{Context, ToolError, haip_tool};
+
+/// An arithmetic operation.
+#[haip::data]
+#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Subtract,
+    /// `a * b`
+    Multiply,
+    /// `a / b`
+    Divide,
+}
+
+/// The result of a calculation.
+#[haip::data]
+#[derive(Debug, Clone, PartialEq)]
+pub struct Calculation {
+    /// The computed value.
+    pub result: f64,
+}
+
+/// Perform a basic arithmetic operation on two numbers.
+#[haip_tool]
+pub async fn calculator(
+    /// The operation to perform.
+    operation: Operation,
+    /// First operand.
+    a: f64,
+    /// Second operand.
+    b: f64,
+) -> Result<Calculation, ToolError> {
+    let result = match operation {
+        Operation::Add => a + b,
+        Operation::Subtract => a - b,
+        Operation::Multiply => a * b,
+        Operation::Divide if b == 0.0 => return Err(ToolError::execution("Division by zero")),
+        Operation::Divide => a / b,
+    };
+    if !result.is_finite() {
+        return Err(ToolError::execution("The result is not a finite number"));
+    }
+    Ok(Calculation { result })
+}
+
+/// What to do with a file.
+#[haip::data]
+#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileOperation {
+    /// Read it.
+    Read,
+    /// Analyse it.
+    Analyze,
+    /// Convert it.
+    Convert,
+}
+
+/// What processing a file produced.
+#[haip::data]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Processed {
+    /// Always true once processing completes.
+    pub processed: bool,
+    /// Lines processed.
+    pub lines: u64,
+}
+
+/// Process a file, reporting progress as it goes.
+///
+/// Works in five 200 ms steps, reporting 0, 20, ..., 100 percent, and stops
+/// promptly when cancelled.
+#[haip_tool(timeout = "60s")]
+pub async fn process_file(
+    /// The file to process.
+    #[schemars(length(min = 1))]
+    filename: String,
+    /// What to do with it.
+    operation: FileOperation,
+    ctx: Context,
+) -> Result<Processed, ToolError> {
+    let _ = (filename, operation);
+    for step in 0..=5u32 {
+        ctx.progress(f64::from(step) * 20.0);
+        if step == 5 {
+            break;
+        }
+        tokio::select! {
+            () = ctx.cancelled() => return Err(ToolError::cancelled()),
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+    Ok(Processed {
+        processed: true,
+        lines: 150,
+    })
+}
+
+/// A newly created user.
+#[haip::data]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedUser {
+    /// The new user's id.
+    pub user_id: String,
+    /// Always true.
+    pub created: bool,
+}
+
+/// Create a user account.
+#[haip_tool]
+pub async fn create_user(
+    /// 3 to 20 letters, digits or underscores.
+    #[schemars(length(min = 3, max = 20), regex(pattern = r"^[a-zA-Z0-9_]+$"))]
+    username: String,
+    /// Contact address.
+    #[schemars(email)]
+    email: String,
+    /// Age in years.
+    #[schemars(range(min = 13, max = 120))]
+    age: u32,
+) -> CreatedUser {
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+    let _ = (username, email, age);
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    CreatedUser {
+        user_id: format!("user_{id}"),
+        created: true,
+    }
+}
 
 /// The three quickstart tools, in the order they are served (after the built-ins).
-pub fn tools() -> Vec<Tool> {
-    vec![calculator(), process_file(), create_user()]
-}
-
-/// `calculator`: add, subtract, multiply or divide two numbers. Division by zero
-/// is a tool error.
-pub fn calculator() -> Tool {
-    Tool::builder("calculator")
-        .description("Perform a basic arithmetic operation on two numbers")
-        .input_schema(json!({
-            "type": "object",
-            "properties": {
-                "operation": {
-                    "type": "string",
-                    "enum": ["add", "subtract", "multiply", "divide"],
-                    "description": "The operation to perform"
-                },
-                "a": {"type": "number", "description": "First operand"},
-                "b": {"type": "number", "description": "Second operand"}
-            },
-            "required": ["operation", "a", "b"],
-            "additionalProperties": false
-        }))
-        .output_schema(json!({
-            "type": "object",
-            "properties": {"result": {"type": "number"}},
-            "required": ["result"]
-        }))
-        .handler(|params: Value, _ctx: Context| async move {
-            // The schema guarantees the shape; these defaults are never used.
-            let a = params["a"].as_f64().unwrap_or_default();
-            let b = params["b"].as_f64().unwrap_or_default();
-            let result = match params["operation"].as_str().unwrap_or_default() {
-                "add" => a + b,
-                "subtract" => a - b,
-                "multiply" => a * b,
-                _ if b == 0.0 => return Err(ToolError::execution("Division by zero")),
-                _ => a / b,
-            };
-            if !result.is_finite() {
-                return Err(ToolError::execution("The result is not a finite number"));
-            }
-            Ok(json!({ "result": result }))
-        })
-        .build()
-        .expect("calculator is a valid tool")
-}
-
-/// `process_file`: pretends to process a file in five 200 ms steps, reporting
-/// progress 0, 20, ..., 100, and stops promptly when cancelled.
-pub fn process_file() -> Tool {
-    Tool::builder("process_file")
-        .description("Process a file, reporting progress as it goes")
-        .input_schema(json!({
-            "type": "object",
-            "properties": {
-                "filename": {"type": "string", "minLength": 1, "description": "The file to process"},
-                "operation": {
-                    "type": "string",
-                    "enum": ["read", "analyze", "convert"],
-                    "description": "What to do with it"
-                }
-            },
-            "required": ["filename", "operation"],
-            "additionalProperties": false
-        }))
-        .output_schema(json!({
-            "type": "object",
-            "properties": {"processed": {"type": "boolean"}, "lines": {"type": "integer"}},
-            "required": ["processed", "lines"]
-        }))
-        .timeout(Duration::from_secs(60))
-        .handler(|_params: Value, ctx: Context| async move {
-            for step in 0..=5u32 {
-                ctx.progress(f64::from(step) * 20.0);
-                if step == 5 {
-                    break;
-                }
-                tokio::select! {
-                    () = ctx.cancelled() => return Err(ToolError::cancelled()),
-                    () = tokio::time::sleep(Duration::from_millis(200)) => {}
-                }
-            }
-            Ok(json!({ "processed": true, "lines": 150 }))
-        })
-        .build()
-        .expect("process_file is a valid tool")
-}
-
-/// `create_user`: validates a new user (the schema does all the checking) and
-/// assigns it an id.
-pub fn create_user() -> Tool {
-    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    Tool::builder("create_user")
-        .description("Create a user account")
-        .input_schema(json!({
-            "type": "object",
-            "properties": {
-                "username": {
-                    "type": "string",
-                    "minLength": 3,
-                    "maxLength": 20,
-                    "pattern": "^[a-zA-Z0-9_]+$",
-                    "description": "3 to 20 letters, digits or underscores"
-                },
-                "email": {"type": "string", "format": "email", "description": "Contact address"},
-                "age": {"type": "integer", "minimum": 13, "maximum": 120, "description": "Age in years"}
-            },
-            "required": ["username", "email", "age"],
-            "additionalProperties": false
-        }))
-        .output_schema(json!({
-            "type": "object",
-            "properties": {"user_id": {"type": "string"}, "created": {"type": "boolean"}},
-            "required": ["user_id", "created"]
-        }))
-        .handler(|_params: Value, _ctx: Context| async move {
-            let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-            Ok(json!({ "user_id": format!("user_{id}"), "created": true }))
-        })
-        .build()
-        .expect("create_user is a valid tool")
+pub fn tools() -> Vec<haip::Tool> {
+    vec![
+        calculator::tool(),
+        process_file::tool(),
+        create_user::tool(),
+    ]
 }

@@ -7,6 +7,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::exec::{CallEvent, CallKey};
+use crate::tool::{State, StateMap};
 
 /// The handle a tool gets for one call: ids, progress reporting and cancellation.
 ///
@@ -39,6 +40,7 @@ struct Inner {
     session_id: Arc<str>,
     cancel: CancellationToken,
     progress: Option<ProgressSink>,
+    state: Option<Arc<StateMap>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -57,6 +59,7 @@ impl Context {
         session_id: Arc<str>,
         cancel: CancellationToken,
         progress: Option<ProgressSink>,
+        state: Option<Arc<StateMap>>,
     ) -> Context {
         Context {
             inner: Arc::new(Inner {
@@ -64,6 +67,7 @@ impl Context {
                 session_id,
                 cancel,
                 progress,
+                state,
             }),
         }
     }
@@ -80,7 +84,7 @@ impl Context {
     /// ```
     pub fn detached(call_id: impl Into<String>) -> (Context, CancellationHandle) {
         let cancel = CancellationToken::new();
-        let ctx = Context::new(call_id.into(), Arc::from(""), cancel.clone(), None);
+        let ctx = Context::new(call_id.into(), Arc::from(""), cancel.clone(), None, None);
         (ctx, CancellationHandle(cancel))
     }
 
@@ -92,6 +96,12 @@ impl Context {
     /// The id of the session that made the call.
     pub fn session_id(&self) -> &str {
         &self.inner.session_id
+    }
+
+    /// The application state of type `T` registered with
+    /// [`ServerBuilder::state`](crate::ServerBuilder::state), if any.
+    pub fn state<T: Send + Sync + 'static>(&self) -> Option<State<T>> {
+        self.inner.state.as_ref()?.get::<T>()
     }
 
     /// Reports progress in percent (clamped to 0–100; NaN is ignored).
@@ -247,6 +257,7 @@ mod tests {
             Arc::from("s"),
             CancellationToken::new(),
             Some(sink),
+            None,
         );
         ctx.progress(10.0);
         ctx.progress(20.0);

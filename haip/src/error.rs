@@ -23,10 +23,24 @@ pub enum Error {
         reason: String,
     },
     /// Two tools with the same name were given to one server.
-    #[error("two tools are named `{name}`; tool names must be unique")]
+    #[error("two tools are named `{name}` ({first}; {second}); tool names must be unique")]
     DuplicateTool {
         /// The shared name.
         name: String,
+        /// Where the first one came from.
+        first: String,
+        /// Where the second one came from.
+        second: String,
+    },
+    /// A tool takes `State<T>` but the server was given no `T`.
+    #[error(
+        "tool `{tool}` needs state `{state}`, but the server has none: add it with `Server::builder().state(...)`"
+    )]
+    MissingState {
+        /// The tool's name.
+        tool: String,
+        /// The state's type name.
+        state: &'static str,
     },
     /// A nonsensical setting.
     #[error("invalid setting `{setting}`: {reason}")]

@@ -31,6 +31,9 @@
 //! runs, runs in its own task, and ends with exactly one `TOOL_DONE`, whether
 //! it succeeds, fails, panics, times out or is cancelled.
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 mod context;
 mod error;
 mod exec;
@@ -45,4 +48,6 @@ pub use context::{CancellationHandle, Context};
 pub use error::Error;
 pub use schema::Violation;
 pub use server::{Server, ServerBuilder, ServerHandle, serve};
-pub use tool::{Tool, ToolBuilder, ToolError, ToolFuture, ToolHandler};
+pub use tool::{Injected, Params, State, Tool, ToolBuilder, ToolError, ToolFuture, ToolHandler};
+
+pub use haip_macros::{data, haip_tool};

@@ -1,6 +1,10 @@
 //! The schema pipeline: compiled validators and the violation list of
 //! `INVALID_PARAMS` (HAIP.md §6.4 step 4, §6.6).
 
+mod generate;
+
+pub use generate::{input_schema_for, output_schema_for};
+
 use serde_json::{Value, json};
 
 /// One schema violation: an RFC 6901 pointer into the validated value and a message.

@@ -20,13 +20,14 @@ pub(crate) use stats::{Ended, Stats};
 
 use crate::Error;
 use crate::session::Shared;
-use crate::tool::{Registry, Tool, builtin};
+use crate::tool::{Registry, StateMap, Tool, builtin};
 
-/// Serves every tool registered for auto-discovery on `HAIP_ADDR` (default
-/// `127.0.0.1:8080`) until Ctrl-C or SIGTERM, then shuts down gracefully.
+/// Serves every `#[haip_tool]` function linked into the binary on `HAIP_ADDR`
+/// (default `127.0.0.1:8080`) until Ctrl-C or SIGTERM, then shuts down gracefully.
 ///
 /// This is [`Server::builder`] with the environment applied
-/// ([`ServerBuilder::from_env`]), built and [`run`](Server::run).
+/// ([`ServerBuilder::from_env`]) and the annotated tools
+/// ([`ServerBuilder::annotated_tools`]), built and [`run`](Server::run).
 ///
 /// ```no_run
 /// #[tokio::main]
@@ -35,7 +36,12 @@ use crate::tool::{Registry, Tool, builtin};
 /// }
 /// ```
 pub async fn serve() -> Result<(), Error> {
-    Server::builder().from_env().build()?.run().await
+    Server::builder()
+        .from_env()
+        .annotated_tools()
+        .build()?
+        .run()
+        .await
 }
 
 /// A configured HAIP server, ready to [`start`](Server::start) or [`run`](Server::run).
@@ -67,12 +73,29 @@ impl std::fmt::Debug for Server {
 /// Configures a [`Server`]. Every limit of the protocol's settings table has a
 /// setter; unset ones keep their defaults. [`build`](ServerBuilder::build)
 /// rejects nonsensical values, naming the setting.
-#[derive(Debug, Default)]
+#[derive(Default)]
 #[must_use = "a ServerBuilder does nothing until .build() is called"]
 pub struct ServerBuilder {
     config: Config,
     builtins: bool,
-    tools: Vec<Tool>,
+    annotated: bool,
+    /// Tools with where they came from, for duplicate-name errors.
+    tools: Vec<(Tool, String)>,
+    state: StateMap,
+}
+
+impl std::fmt::Debug for ServerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerBuilder")
+            .field("config", &self.config)
+            .field("builtins", &self.builtins)
+            .field("annotated", &self.annotated)
+            .field(
+                "tools",
+                &self.tools.iter().map(|(t, _)| t.name()).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
 }
 
 macro_rules! setters {
@@ -111,14 +134,35 @@ impl ServerBuilder {
     }
 
     /// Adds a tool. Two tools with the same name make [`build`](Self::build) fail.
+    ///
+    /// For a `#[haip_tool]` function `add`, pass `add::tool()`.
     pub fn tool(mut self, tool: Tool) -> Self {
-        self.tools.push(tool);
+        let origin = format!("`{}` added with .tool()", tool.name());
+        self.tools.push((tool, origin));
         self
     }
 
     /// Adds several tools.
     pub fn tools(mut self, tools: impl IntoIterator<Item = Tool>) -> Self {
-        self.tools.extend(tools);
+        for tool in tools {
+            self = self.tool(tool);
+        }
+        self
+    }
+
+    /// Serves every `#[haip_tool]` function linked into the binary, ordered by
+    /// source file and line. [`serve`] does this; use it with a builder to add
+    /// settings or state.
+    pub fn annotated_tools(mut self) -> Self {
+        self.annotated = true;
+        self
+    }
+
+    /// Registers application state, handed to tools that take a
+    /// [`State<T>`](crate::State) parameter (or call [`Context::state`](crate::Context::state)).
+    /// One value per type; a later one replaces an earlier one.
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.state.insert(value);
         self
     }
 
@@ -175,28 +219,50 @@ impl ServerBuilder {
     pub fn build(self) -> Result<Server, Error> {
         self.config.validate()?;
         let registry = Registry::default();
-        let builtins = if self.builtins {
-            builtin::tools()
-        } else {
-            Vec::new()
-        };
-        let mut seen = std::collections::HashSet::new();
-        for tool in builtins.into_iter().chain(self.tools) {
-            if !seen.insert(tool.name().to_owned()) {
+        let mut tools: Vec<(Tool, String)> = Vec::new();
+        if self.builtins {
+            tools.extend(builtin::tools().into_iter().map(|t| {
+                let origin = format!("built-in `{}`", t.name());
+                (t, origin)
+            }));
+        }
+        if self.annotated {
+            tools.extend(crate::__private::annotated_tools()?);
+        }
+        tools.extend(self.tools);
+        let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+        for (tool, origin) in tools {
+            if let Some(first) = seen.get(tool.name()) {
                 return Err(Error::DuplicateTool {
                     name: tool.name().to_owned(),
+                    first: first.clone(),
+                    second: origin,
                 });
             }
+            check_state(&tool, &self.state)?;
+            seen.insert(tool.name().to_owned(), origin);
             registry.register(tool);
         }
         Ok(Server {
             shared: Arc::new(Shared {
                 config: self.config,
                 registry,
+                state: Arc::new(self.state),
                 stats: Stats::new(),
                 shutdown: CancellationToken::new(),
             }),
         })
+    }
+}
+
+/// A tool that needs state the server lacks is refused.
+fn check_state(tool: &Tool, state: &StateMap) -> Result<(), Error> {
+    match tool.required_state().iter().find(|r| !state.contains(r.id)) {
+        Some(missing) => Err(Error::MissingState {
+            tool: tool.name().to_owned(),
+            state: missing.name,
+        }),
+        None => Ok(()),
     }
 }
 
@@ -342,8 +408,11 @@ impl ServerHandle {
 
     /// Adds a tool, or replaces the tool of the same name in place; returns the
     /// replaced tool. Visible to the next `TOOL_LIST` of every session.
-    pub fn register_tool(&self, tool: Tool) -> Option<Tool> {
-        self.inner.shared.registry.register(tool)
+    ///
+    /// Fails (and changes nothing) when the tool needs state the server was not given.
+    pub fn register_tool(&self, tool: Tool) -> Result<Option<Tool>, Error> {
+        check_state(&tool, &self.inner.shared.state)?;
+        Ok(self.inner.shared.registry.register(tool))
     }
 
     /// Removes a tool; calls already running keep running. Returns the removed tool.

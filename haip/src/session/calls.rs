@@ -191,6 +191,7 @@ impl Session {
             Arc::clone(&self.id),
             call.cancel.clone(),
             Some(sink),
+            Some(Arc::clone(&self.shared.state)),
         );
         let timeout = call.tool.timeout().or(default_timeout);
         let limits = exec::Limits { timeout, grace };

@@ -22,7 +22,7 @@ use crate::protocol::{
     decode, now_millis,
 };
 use crate::server::{Config, Stats};
-use crate::tool::Registry;
+use crate::tool::{Registry, StateMap};
 
 pub(crate) use calls::Call;
 
@@ -30,6 +30,7 @@ pub(crate) use calls::Call;
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) registry: Registry,
+    pub(crate) state: Arc<StateMap>,
     pub(crate) stats: Stats,
     /// Cancelled when the server shuts down.
     pub(crate) shutdown: CancellationToken,

@@ -28,6 +28,7 @@ impl Harness {
         let shared = Arc::new(Shared {
             config,
             registry,
+            state: Default::default(),
             stats: Stats::new(),
             shutdown: CancellationToken::new(),
         });
@@ -101,6 +102,7 @@ async fn hai_is_first_and_matches_the_spec() {
     let shared = Arc::new(Shared {
         config: Config::default(),
         registry,
+        state: Default::default(),
         stats: Stats::new(),
         shutdown: CancellationToken::new(),
     });

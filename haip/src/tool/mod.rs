@@ -2,6 +2,7 @@
 
 pub(crate) mod builtin;
 mod error;
+mod extract;
 mod registry;
 
 use std::fmt;
@@ -16,6 +17,8 @@ use crate::Context;
 use crate::schema::{CompiledSchema, Violation};
 
 pub use error::ToolError;
+pub use extract::{Injected, Params, State};
+pub(crate) use extract::{StateMap, StateRequirement};
 pub(crate) use registry::Registry;
 
 /// The future a tool handler returns.
@@ -101,6 +104,7 @@ struct ToolInner {
     output: Option<CompiledSchema>,
     timeout: Option<Duration>,
     handler: Box<dyn ToolHandler>,
+    required_state: Vec<StateRequirement>,
 }
 
 impl fmt::Debug for Tool {
@@ -124,6 +128,7 @@ impl Tool {
             output_schema: None,
             timeout: None,
             handler: None,
+            required_state: Vec::new(),
         }
     }
 
@@ -166,6 +171,11 @@ impl Tool {
             .unwrap_or_default()
     }
 
+    /// The state types its handler needs.
+    pub(crate) fn required_state(&self) -> &[StateRequirement] {
+        &self.inner.required_state
+    }
+
     pub(crate) fn call(&self, params: Value, ctx: Context) -> ToolFuture {
         self.inner.handler.call(params, ctx)
     }
@@ -180,6 +190,7 @@ pub struct ToolBuilder {
     output_schema: Option<Value>,
     timeout: Option<Duration>,
     handler: Option<Box<dyn ToolHandler>>,
+    required_state: Vec<StateRequirement>,
 }
 
 impl fmt::Debug for ToolBuilder {
@@ -212,6 +223,30 @@ impl ToolBuilder {
     /// A timeout for each call of this tool; expiry ends the call with `TIMEOUT`.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Declares that the handler reads the application state `T` (through
+    /// [`Context::state`]); a server without that state refuses to start.
+    pub fn requires_state<T: Send + Sync + 'static>(mut self) -> Self {
+        self.required_state.push(StateRequirement {
+            id: std::any::TypeId::of::<T>(),
+            name: std::any::type_name::<T>(),
+        });
+        self
+    }
+
+    /// Records what an injected parameter needs (used by `#[haip_tool]`).
+    pub(crate) fn inject<I: Injected>(mut self) -> Self {
+        if let Some((id, name)) = I::requirement() {
+            self.required_state.push(StateRequirement { id, name });
+        }
+        self
+    }
+
+    /// Sets the output schema when there is one (used by `#[haip_tool]`).
+    pub(crate) fn maybe_output_schema(mut self, schema: Option<Value>) -> Self {
+        self.output_schema = schema;
         self
     }
 
@@ -266,6 +301,7 @@ impl ToolBuilder {
                 output,
                 timeout: self.timeout,
                 handler,
+                required_state: self.required_state,
             }),
         })
     }

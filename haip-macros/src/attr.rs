@@ -1,0 +1,203 @@
+//! Parsing `#[haip_tool(...)]` options.
+
+use syn::meta::ParseNestedMeta;
+use syn::{LitStr, Path};
+
+use crate::check::Errors;
+
+/// The options of one `#[haip_tool(...)]`.
+#[derive(Default)]
+pub(crate) struct Options {
+    pub(crate) name: Option<LitStr>,
+    pub(crate) description: Option<LitStr>,
+    /// The timeout in milliseconds, and the literal it came from.
+    pub(crate) timeout: Option<(u64, LitStr)>,
+    pub(crate) krate: Option<Path>,
+}
+
+const KNOWN: &str = "`name`, `description`, `timeout`, `crate`";
+
+impl Options {
+    /// Parses the attribute's arguments, recording every mistake in `errors`.
+    pub(crate) fn parse(args: proc_macro2::TokenStream, errors: &mut Errors) -> Options {
+        let mut options = Options::default();
+        let mut seen: Vec<String> = Vec::new();
+        let parser = syn::meta::parser(|meta| {
+            let key = meta
+                .path
+                .get_ident()
+                .map(ToString::to_string)
+                .unwrap_or_else(|| {
+                    quote::ToTokens::to_token_stream(&meta.path)
+                        .to_string()
+                        .replace(' ', "")
+                });
+            if seen.contains(&key) {
+                errors.push(syn::Error::new_spanned(
+                    &meta.path,
+                    format!("`{key}` set more than once"),
+                ));
+                skip_value(&meta)?;
+                return Ok(());
+            }
+            seen.push(key.clone());
+            match key.as_str() {
+                "name" => {
+                    let lit: LitStr = meta.value()?.parse()?;
+                    if let Err(message) = validate_name(&lit.value()) {
+                        errors.push(syn::Error::new(lit.span(), message));
+                    }
+                    options.name = Some(lit);
+                }
+                "description" => options.description = Some(meta.value()?.parse()?),
+                "timeout" => {
+                    let lit: LitStr = meta.value()?.parse()?;
+                    match parse_duration(&lit.value()) {
+                        Ok(ms) => options.timeout = Some((ms, lit)),
+                        Err(message) => errors.push(syn::Error::new(lit.span(), message)),
+                    }
+                }
+                "crate" => {
+                    let lit: LitStr = meta.value()?.parse()?;
+                    match lit.parse::<Path>() {
+                        Ok(path) => options.krate = Some(path),
+                        Err(_) => errors.push(syn::Error::new(
+                            lit.span(),
+                            format!(
+                                "`crate` must be a path, e.g. \"::haip\"; got \"{}\"",
+                                lit.value()
+                            ),
+                        )),
+                    }
+                }
+                _ => {
+                    errors.push(syn::Error::new_spanned(
+                        &meta.path,
+                        format!("unknown argument `{key}`; expected one of: {KNOWN}"),
+                    ));
+                    skip_value(&meta)?;
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = syn::parse::Parser::parse2(parser, args) {
+            errors.push(e);
+        }
+        options
+    }
+}
+
+/// Consumes `= value` after a rejected key so parsing can go on.
+fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
+    if meta.input.peek(syn::Token![=]) {
+        meta.value()?.parse::<syn::Expr>()?;
+    } else if meta.input.peek(syn::token::Paren) {
+        meta.parse_nested_meta(|inner| skip_value(&inner))?;
+    }
+    Ok(())
+}
+
+/// The runtime's rule for tool names: `^[A-Za-z0-9_.-]{1,64}$`.
+pub(crate) fn validate_name(name: &str) -> Result<(), String> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid tool name \"{name}\": expected 1 to 64 characters from A-Z, a-z, 0-9, `_`, `.` and `-`"
+        ))
+    }
+}
+
+/// Parses `"30s"`, `"500ms"`, `"2min"` (also `m`, `h`) into milliseconds.
+pub(crate) fn parse_duration(text: &str) -> Result<u64, String> {
+    let bad = || {
+        format!(
+            "invalid timeout \"{text}\": expected a whole number followed by `ms`, `s` or `min`, e.g. \"30s\""
+        )
+    };
+    let text_trim = text.trim();
+    let split = text_trim
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(bad)?;
+    let (digits, unit) = text_trim.split_at(split);
+    let value: u64 = digits.parse().map_err(|_| bad())?;
+    let factor = match unit.trim() {
+        "ms" => 1,
+        "s" => 1000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(bad()),
+    };
+    let ms = value.checked_mul(factor).ok_or_else(bad)?;
+    if ms == 0 {
+        return Err(format!(
+            "invalid timeout \"{text}\": must be greater than zero"
+        ));
+    }
+    Ok(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(30_000));
+        assert_eq!(parse_duration("250ms"), Ok(250));
+        assert_eq!(parse_duration("2min"), Ok(120_000));
+        assert_eq!(parse_duration("1h"), Ok(3_600_000));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("30").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("1.5s").is_err());
+        assert!(parse_duration("30x").is_err());
+    }
+
+    #[test]
+    fn names() {
+        assert!(validate_name("add").is_ok());
+        assert!(validate_name("ns.tool-v2_x").is_ok());
+        assert!(validate_name("").is_err());
+        assert!(validate_name("has space").is_err());
+        assert!(validate_name(&"x".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn options_collect_every_mistake() {
+        let mut errors = Errors::default();
+        let o = Options::parse(
+            quote!(
+                name = "ok_name",
+                nmae = "x",
+                timeout = "5s",
+                timeout = "6s",
+                description = "d"
+            ),
+            &mut errors,
+        );
+        assert_eq!(o.name.unwrap().value(), "ok_name");
+        assert_eq!(o.timeout.unwrap().0, 5000);
+        assert_eq!(o.description.unwrap().value(), "d");
+        let messages = errors.messages();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(messages[0].starts_with("unknown argument `nmae`"));
+        assert_eq!(messages[1], "`timeout` set more than once");
+    }
+
+    #[test]
+    fn bad_values_are_reported() {
+        let mut errors = Errors::default();
+        let o = Options::parse(
+            quote!(name = "bad name", timeout = "forever", crate = "1x"),
+            &mut errors,
+        );
+        assert!(o.timeout.is_none());
+        assert_eq!(errors.messages().len(), 3);
+    }
+}

@@ -1,0 +1,39 @@
+//! What `#[haip_tool]` emits when the function breaks its rules: the user's
+//! function unchanged (minus parameter attributes), every error, and a stand-in
+//! for the generated type so call sites such as `add::tool()` still compile
+//! and the only errors shown are the real ones.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use crate::attr::Options;
+use crate::check::Errors;
+use crate::expand::crate_path;
+use crate::model::ToolFn;
+
+pub(crate) fn fallback(model: &ToolFn, options: &Options, errors: &Errors) -> TokenStream {
+    let func = &model.func;
+    let vis = &func.vis;
+    let name = model.name();
+    let krate = crate_path(options);
+    let errors = errors.to_compile_errors();
+    quote! {
+        #errors
+        #func
+
+        #[allow(non_camel_case_types, dead_code)]
+        #vis struct #name {}
+
+        #[allow(dead_code)]
+        impl #name {
+            /// Stand-in while the function has errors.
+            pub fn tool() -> #krate::Tool {
+                ::core::unreachable!("#[haip_tool] reported errors at compile time")
+            }
+            /// Stand-in while the function has errors.
+            pub fn try_tool() -> ::core::result::Result<#krate::Tool, #krate::Error> {
+                ::core::unreachable!("#[haip_tool] reported errors at compile time")
+            }
+        }
+    }
+}
