@@ -9,7 +9,7 @@ use quote::quote;
 use crate::attr::Options;
 use crate::check::Errors;
 use crate::expand::crate_path;
-use crate::model::ToolFn;
+use crate::model::{ParamKind, ToolFn};
 
 pub(crate) fn fallback(model: &ToolFn, options: &Options, errors: &Errors) -> TokenStream {
     let func = &model.func;
@@ -17,6 +17,14 @@ pub(crate) fn fallback(model: &ToolFn, options: &Options, errors: &Errors) -> To
     let name = model.name();
     let krate = crate_path(options);
     let errors = errors.to_compile_errors();
+    if model
+        .params
+        .iter()
+        .any(|p| matches!(p.kind, ParamKind::Receiver(_)))
+    {
+        // A method lives in an `impl` block, where no stand-in type can go.
+        return quote! { #errors #func };
+    }
     quote! {
         #errors
         #func

@@ -6,30 +6,38 @@
 //! `TOOL_DONE`, `TOOL_CANCEL`), over WebSocket.
 //!
 //! ```no_run
-//! use haip::{Context, Server, Tool, ToolError};
-//! use serde_json::{json, Value};
+//! use haip::{haip_tool, Context, ToolError};
+//!
+//! /// The sum of two numbers.
+//! #[haip::data]
+//! struct Sum {
+//!     result: f64,
+//! }
+//!
+//! /// Add two numbers.
+//! #[haip_tool]
+//! async fn add(
+//!     /// First operand.
+//!     a: f64,
+//!     /// Second operand.
+//!     b: f64,
+//! ) -> Sum {
+//!     Sum { result: a + b }
+//! }
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), haip::Error> {
-//!     let greet = Tool::builder("greet")
-//!         .description("Say hello")
-//!         .input_schema(json!({
-//!             "type": "object",
-//!             "properties": {"name": {"type": "string"}},
-//!             "required": ["name"]
-//!         }))
-//!         .handler(|params: Value, ctx: Context| async move {
-//!             ctx.progress(50.0);
-//!             Ok::<_, ToolError>(json!({ "greeting": format!("Hello, {}!", params["name"].as_str().unwrap_or("")) }))
-//!         })
-//!         .build()?;
-//!     Server::builder().from_env().tool(greet).build()?.run().await
+//!     haip::serve().await // every #[haip_tool] in the binary
 //! }
 //! ```
 //!
-//! Every call is validated against the tool's input schema before the handler
-//! runs, runs in its own task, and ends with exactly one `TOOL_DONE`, whether
-//! it succeeds, fails, panics, times out or is cancelled.
+//! [`#[haip_tool]`](haip_tool) derives the tool's schemas from the signature at
+//! compile time; [`Tool::builder`] writes a tool by hand. Every call is
+//! validated against the tool's input schema before it runs, runs in its own
+//! task, and ends with exactly one `TOOL_DONE`, whether it succeeds, fails,
+//! panics, times out or is cancelled. [`Server::builder`] configures limits,
+//! state and the set of tools; [`ServerHandle`] changes the tools while the
+//! server runs.
 
 #[doc(hidden)]
 #[path = "private.rs"]

@@ -166,6 +166,16 @@ pub(crate) fn decode_object(obj: &mut Map<String, Value>) -> Result<Inbound, Dec
     })
 }
 
+/// Whether a binary WebSocket message with no envelope waiting for it is itself
+/// an envelope: a JSON object with a string `type` (HAIP.md §13). Anything else
+/// is binary data for the application, never an error.
+pub fn is_binary_envelope(bytes: &[u8]) -> bool {
+    matches!(
+        serde_json::from_slice::<Value>(bytes),
+        Ok(Value::Object(obj)) if obj.get("type").is_some_and(Value::is_string)
+    )
+}
+
 fn string_field(obj: &Map<String, Value>, key: &str) -> Option<String> {
     match obj.get(key) {
         Some(Value::String(s)) => Some(s.clone()),
@@ -234,6 +244,15 @@ mod tests {
         assert!(decode(r#"{"type":"PING","x":1,"payload":{"content":2}}"#).is_ok());
         // RUN_STARTED payloads are open.
         assert!(decode(r#"{"type":"RUN_STARTED","crit":true,"payload":{"anything":1}}"#).is_ok());
+    }
+
+    #[test]
+    fn binary_envelopes_need_an_object_with_a_string_type() {
+        assert!(is_binary_envelope(br#"{"type":"PING","payload":{}}"#));
+        assert!(!is_binary_envelope(br#"{"type":5,"payload":{}}"#));
+        assert!(!is_binary_envelope(br#"{"type":"PING","payload":{"#));
+        assert!(!is_binary_envelope(br#"{"no":"type"}"#));
+        assert!(!is_binary_envelope(&[0xff, 0x00, 0x12]));
     }
 
     #[test]

@@ -35,6 +35,19 @@ use crate::{Context, ToolError};
 /// ```
 pub struct State<T: ?Sized>(Arc<T>);
 
+impl<T> State<T> {
+    /// Wraps a value, e.g. to call a tool function directly in a test.
+    pub fn new(value: T) -> State<T> {
+        State(Arc::new(value))
+    }
+}
+
+impl<T: ?Sized> From<Arc<T>> for State<T> {
+    fn from(value: Arc<T>) -> Self {
+        State(value)
+    }
+}
+
 impl<T: ?Sized> State<T> {
     /// The shared value.
     pub fn into_inner(self) -> Arc<T> {

@@ -16,6 +16,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 
 use crate::exec::CallEvent;
+use crate::protocol::is_binary_envelope;
 use crate::session::{Control, Session, Shared};
 
 type Ws = WebSocketStream<TokioIo<Upgraded>>;
@@ -127,9 +128,10 @@ async fn run(
                 }
                 let control = match incoming {
                     Some(Ok(Message::Text(text))) => session.handle_text(text.as_str()),
+                    // A binary message holding a JSON envelope is handled like
+                    // text; other binary data has no consumer yet (§13).
                     Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
-                        // A binary message holding a JSON envelope is handled like text (§13).
-                        Ok(text) if looks_like_envelope(text) => session.handle_text(text),
+                        Ok(text) if is_binary_envelope(&bytes) => session.handle_text(text),
                         _ => Control::Continue,
                     },
                     Some(Ok(Message::Close(_))) | None => break false,
@@ -165,11 +167,6 @@ async fn run(
         writer.abort();
     }
     shared.stats.active_connections.fetch_sub(1, Relaxed);
-}
-
-/// A cheap pre-check before treating a binary message as an envelope.
-fn looks_like_envelope(text: &str) -> bool {
-    text.trim_start().starts_with('{') && text.contains("\"type\"")
 }
 
 async fn write_loop(

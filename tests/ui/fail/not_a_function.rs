@@ -1,0 +1,4 @@
+#[haip::haip_tool]
+struct NotAFunction;
+
+fn main() {}

@@ -1,0 +1,4 @@
+#[haip::haip_tool(nmae = "x")]
+async fn f() {}
+
+fn main() {}
