@@ -160,7 +160,7 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
             /// If the schema derived from the signature does not compile (a
             /// validation attribute with an invalid pattern, say);
             /// [`try_tool`](Self::try_tool) returns that error instead.
-            pub fn tool() -> #krate::Tool {
+            pub fn tool() -> #krate::__private::Tool {
                 match Self::try_tool() {
                     ::core::result::Result::Ok(tool) => tool,
                     ::core::result::Result::Err(e) => ::core::panic!("{}", e),
@@ -168,7 +168,7 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
             }
 
             /// Builds the tool, or says why its definition is invalid.
-            pub fn try_tool() -> ::core::result::Result<#krate::Tool, #krate::Error> {
+            pub fn try_tool() -> ::core::result::Result<#krate::__private::Tool, #krate::__private::Error> {
                 use #krate::__private as __haip;
 
                 #args_type

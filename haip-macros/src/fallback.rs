@@ -35,11 +35,11 @@ pub(crate) fn fallback(model: &ToolFn, options: &Options, errors: &Errors) -> To
         #[allow(dead_code)]
         impl #name {
             /// Stand-in while the function has errors.
-            pub fn tool() -> #krate::Tool {
+            pub fn tool() -> #krate::__private::Tool {
                 ::core::unreachable!("#[haip_tool] reported errors at compile time")
             }
             /// Stand-in while the function has errors.
-            pub fn try_tool() -> ::core::result::Result<#krate::Tool, #krate::Error> {
+            pub fn try_tool() -> ::core::result::Result<#krate::__private::Tool, #krate::__private::Error> {
                 ::core::unreachable!("#[haip_tool] reported errors at compile time")
             }
         }

@@ -550,6 +550,36 @@ pub(crate) async fn stats_until(addr: SocketAddr, what: &str, pred: impl Fn(&Val
     }
 }
 
+/// The sorted keys of a JSON object; panics if `v` is not an object.
+pub(crate) fn keys(v: &Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    k.sort_unstable();
+    k
+}
+
+/// The `toolExecutions` counters of a `/stats` body as `[total, successful,
+/// failed, cancelled, active]`, checking that the total adds up.
+pub(crate) fn executions(stats: &Value) -> [u64; 5] {
+    let t = &stats["toolExecutions"];
+    let get = |k: &str| {
+        t[k].as_u64()
+            .unwrap_or_else(|| panic!("toolExecutions.{k} is not an integer: {stats}"))
+    };
+    let [total, ok, failed, cancelled, active] =
+        ["total", "successful", "failed", "cancelled", "active"].map(get);
+    assert_eq!(
+        total,
+        ok + failed + cancelled + active,
+        "total = successful + failed + cancelled + active: {stats}"
+    );
+    [total, ok, failed, cancelled, active]
+}
+
 // ----- controllable tools -------------------------------------------------------
 
 /// Signals when dropped: a tool holding one proves its future was dropped (aborted).

@@ -1,0 +1,279 @@
+//! Tool discovery over a real WebSocket (HAIP.md §6.1–§6.3): `TOOL_LIST`,
+//! `TOOL_SCHEMA` (including the legacy `schema` field) and tools registered,
+//! replaced and unregistered while clients are connected.
+//!
+//! Every envelope a test receives is also checked by the support client
+//! against the outbound rules (seven fields, UUID v4 ids, `seq` +1 from `"1"`
+//! with no gaps, one session id).
+
+mod support;
+
+use haip::{Context, Tool, ToolError};
+use serde_json::{Value, json};
+use support::{Client, builder, demo_builder, gated_tool, keys, start};
+
+// ----- §6.2 TOOL_LIST, §6.3 TOOL_SCHEMA -----------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_list_has_builtins_then_demo_tools_and_adverts_get_no_reply() {
+    let (_handle, url) = start(demo_builder()).await;
+    let mut client = Client::connect(&url).await;
+    client.request("TOOL_LIST", json!({})).await;
+    let env = client.recv().await;
+    assert_eq!(
+        (env["type"].as_str(), env["channel"].as_str()),
+        (Some("TOOL_LIST"), Some("AGENT"))
+    );
+    // Built-ins first with §7's fixed descriptions, then the demo tools in
+    // registration order, each with its own (non-empty) description.
+    let mut expected = vec![
+        json!({"name": "echo", "description": "Echo back the input"}),
+        json!({"name": "add", "description": "Add two numbers"}),
+        json!({"name": "weather", "description": "Get weather information"}),
+    ];
+    for tool in haip_examples::demo::tools() {
+        assert!(!tool.description().is_empty(), "{tool:?}");
+        expected.push(json!({"name": tool.name(), "description": tool.description()}));
+    }
+    let names: Vec<&str> = expected
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "echo",
+            "add",
+            "weather",
+            "calculator",
+            "process_file",
+            "create_user"
+        ]
+    );
+    assert_eq!(env["payload"], json!({ "tools": expected }));
+
+    // A client advertising its own tools (upstream SDK listTools) gets nothing.
+    client
+        .request(
+            "TOOL_LIST",
+            json!({"tools": [{"name": "client_tool", "description": "mine"}]}),
+        )
+        .await;
+    client.ping_marker().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_list_omits_empty_descriptions() {
+    let bare = Tool::builder("bare")
+        .handler(|_: Value, _: Context| async { Ok::<_, ToolError>(Value::Null) })
+        .build()
+        .unwrap();
+    let (_handle, url) = start(builder().builtin_tools().tool(bare)).await;
+    let mut client = Client::connect(&url).await;
+    client.request("TOOL_LIST", json!({})).await;
+    let env = client.recv().await;
+    assert_eq!(env["payload"]["tools"][3], json!({"name": "bare"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_schema_replies_and_errors() {
+    let (gated, _gate) = gated_tool("gated");
+    let (_handle, url) = start(demo_builder().tool(gated)).await;
+    let mut client = Client::connect(&url).await;
+
+    client.request("TOOL_SCHEMA", json!({"tool": "echo"})).await;
+    let env = client.recv().await;
+    assert_eq!(
+        (env["type"].as_str(), env["channel"].as_str()),
+        (Some("TOOL_SCHEMA"), Some("AGENT"))
+    );
+    assert_eq!(
+        env["payload"],
+        json!({
+            "tool": "echo",
+            "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+            "outputSchema": {"type": "object", "properties": {"echoed": {"type": "string"}}}
+        })
+    );
+
+    // Built-in add and weather schemas are exactly §7's.
+    client.request("TOOL_SCHEMA", json!({"tool": "add"})).await;
+    assert_eq!(
+        client.recv().await["payload"],
+        json!({
+            "tool": "add",
+            "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]},
+            "outputSchema": {"type": "object", "properties": {"result": {"type": "number"}}}
+        })
+    );
+    client
+        .request("TOOL_SCHEMA", json!({"tool": "weather"}))
+        .await;
+    assert_eq!(
+        client.recv().await["payload"],
+        json!({
+            "tool": "weather",
+            "inputSchema": {"type": "object", "properties": {"location": {"type": "string"}}},
+            "outputSchema": {"type": "object", "properties": {"temperature": {"type": "string"}, "condition": {"type": "string"}, "location": {"type": "string"}}}
+        })
+    );
+
+    // A tool without an output schema: no outputSchema key; default input schema.
+    client
+        .request("TOOL_SCHEMA", json!({"tool": "gated"}))
+        .await;
+    assert_eq!(
+        client.recv().await["payload"],
+        json!({"tool": "gated", "inputSchema": {"type": "object"}})
+    );
+
+    // Unknown tool.
+    let id = client.request("TOOL_SCHEMA", json!({"tool": "nope"})).await;
+    let err = client.expect_error().await;
+    assert_eq!(
+        err["payload"],
+        json!({"code": "TOOL_NOT_FOUND", "message": "Tool nope not found", "related_id": id, "detail": {"tool": "nope"}})
+    );
+
+    // Missing or non-string tool.
+    for payload in [json!({}), json!({"tool": 5})] {
+        let id = client.request("TOOL_SCHEMA", payload).await;
+        let err = client.expect_error().await;
+        assert_eq!(
+            err["payload"],
+            json!({"code": "INVALID_MESSAGE", "message": "Invalid message format", "related_id": id, "detail": {"reason": "missing tool"}})
+        );
+    }
+
+    // A client advertising a schema gets nothing.
+    client
+        .request(
+            "TOOL_SCHEMA",
+            json!({"tool": "client_tool", "inputSchema": {"type": "object"}}),
+        )
+        .await;
+    client.ping_marker().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_schema_legacy_field_adds_schema() {
+    let (_handle, url) = start(builder().builtin_tools().tool_schema_legacy_field(true)).await;
+    let mut client = Client::connect(&url).await;
+    client.request("TOOL_SCHEMA", json!({"tool": "echo"})).await;
+    let payload = client.recv().await["payload"].clone();
+    assert_eq!(
+        keys(&payload),
+        ["inputSchema", "outputSchema", "schema", "tool"]
+    );
+    assert_eq!(payload["schema"], payload["inputSchema"]);
+}
+
+// ----- §6.1 live registry ------------------------------------------------------------------
+
+fn versioned_tool(description: &str, version: u32) -> Tool {
+    Tool::builder("dynamic")
+        .description(description)
+        .handler(move |_: Value, _: Context| async move {
+            Ok::<_, ToolError>(json!({ "version": version }))
+        })
+        .build()
+        .unwrap()
+}
+
+async fn listed(client: &mut Client) -> Vec<(String, String)> {
+    client.request("TOOL_LIST", json!({})).await;
+    let env = client.recv().await;
+    assert_eq!(env["type"], "TOOL_LIST", "{env}");
+    env["payload"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_owned(),
+                t["description"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_registered_replaced_and_unregistered_while_connected() {
+    let (handle, url) = start(demo_builder()).await;
+    let mut client = Client::connect(&url).await;
+    let before = listed(&mut client).await;
+    assert_eq!(before.len(), 6);
+
+    assert!(
+        handle
+            .register_tool(versioned_tool("First version", 1))
+            .expect("registering a stateless tool succeeds")
+            .is_none()
+    );
+    let names: Vec<String> = handle.tools().iter().map(|t| t.name().to_owned()).collect();
+    assert_eq!(
+        names,
+        [
+            "echo",
+            "add",
+            "weather",
+            "calculator",
+            "process_file",
+            "create_user",
+            "dynamic"
+        ]
+    );
+    let after = listed(&mut client).await;
+    assert_eq!(after[..6], before[..]);
+    assert_eq!(after[6], ("dynamic".to_owned(), "First version".to_owned()));
+    let done = client.call_done("d1", "dynamic", json!({})).await;
+    assert_eq!(done["result"], json!({"version": 1}));
+
+    // Replacing keeps the position.
+    let replaced = handle
+        .register_tool(versioned_tool("Second version", 2))
+        .expect("replacing a stateless tool succeeds");
+    assert_eq!(
+        replaced.map(|t| t.description().to_owned()),
+        Some("First version".to_owned())
+    );
+    let list = listed(&mut client).await;
+    assert_eq!(list.len(), 7);
+    assert_eq!(list[6], ("dynamic".to_owned(), "Second version".to_owned()));
+    let done = client.call_done("d2", "dynamic", json!({})).await;
+    assert_eq!(done["result"], json!({"version": 2}));
+
+    // A second connection sees the same registry.
+    let mut other = Client::connect(&url).await;
+    assert_eq!(listed(&mut other).await, list);
+
+    assert_eq!(
+        handle
+            .unregister_tool("dynamic")
+            .map(|t| t.name().to_owned()),
+        Some("dynamic".to_owned())
+    );
+    assert!(handle.unregister_tool("dynamic").is_none());
+    assert_eq!(listed(&mut client).await, before);
+    let id = client.call("d3", "dynamic", json!({})).await;
+    let err = client.expect_error().await;
+    assert_eq!(err["payload"]["code"], "TOOL_NOT_FOUND");
+    assert_eq!(err["payload"]["related_id"], id);
+    let done = client.expect_done("d3").await;
+    assert_eq!(done["result"]["code"], "TOOL_NOT_FOUND");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unregistering_a_tool_does_not_affect_its_running_call() {
+    let (gated, mut gate) = gated_tool("gated");
+    let (handle, url) = start(builder().tool(gated)).await;
+    let mut client = Client::connect(&url).await;
+    client.call("g1", "gated", json!({})).await;
+    gate.started().await;
+    assert!(handle.unregister_tool("gated").is_some());
+    gate.open(1);
+    assert_eq!(
+        client.expect_done("g1").await["result"],
+        json!({"released": "g1"})
+    );
+}
