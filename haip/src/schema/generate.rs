@@ -12,37 +12,31 @@ use serde_json::Value;
 
 /// The input schema for params deserialised into `T`.
 pub fn input_schema_for<T: JsonSchema>() -> Value {
-    let settings = SchemaSettings::draft2020_12()
-        .with(|s| {
-            s.inline_subschemas = true;
-            s.meta_schema = None;
-        })
-        .for_deserialize();
-    let mut schema = settings
-        .into_generator()
-        .into_root_schema_for::<T>()
-        .to_value();
-    strip_root(&mut schema);
+    let mut schema = generate::<T>(SchemaSettings::draft2020_12().for_deserialize());
     close_objects(&mut schema);
     schema
 }
 
 /// The output schema for results serialised from `T`; `None` for `()` (no result).
 pub fn output_schema_for<T: JsonSchema>() -> Option<Value> {
-    let settings = SchemaSettings::draft2020_12()
-        .with(|s| {
-            s.inline_subschemas = true;
-            s.meta_schema = None;
-        })
-        .for_serialize();
+    let schema = generate::<T>(SchemaSettings::draft2020_12().for_serialize());
+    let is_unit = schema.get("type") == Some(&Value::from("null"))
+        && schema.as_object().is_some_and(|o| o.len() == 1);
+    (!is_unit).then_some(schema)
+}
+
+/// A self-contained schema (sub-schemas inlined, no `$schema`, no root `title`).
+fn generate<T: JsonSchema>(settings: SchemaSettings) -> Value {
+    let settings = settings.with(|s| {
+        s.inline_subschemas = true;
+        s.meta_schema = None;
+    });
     let mut schema = settings
         .into_generator()
         .into_root_schema_for::<T>()
         .to_value();
     strip_root(&mut schema);
-    let is_unit = schema.get("type") == Some(&Value::from("null"))
-        && schema.as_object().is_some_and(|o| o.len() == 1);
-    (!is_unit).then_some(schema)
+    schema
 }
 
 /// Drops the root `title` (a generated Rust type name means nothing to a client).

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -338,6 +338,11 @@ async fn shutdown_signal() {
     }
 }
 
+/// How long a client may take to send its request headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Cap on hyper's per-connection read buffer (request line and headers).
+const MAX_HTTP_BUF: usize = 64 * 1024;
+
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, tracker: TaskTracker) {
     loop {
         let (stream, _peer) = tokio::select! {
@@ -360,7 +365,12 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, tracker: TaskTr
                 let shared = Arc::clone(&shared);
                 service_fn(move |req| http::route(req, Arc::clone(&shared), conn_tracker.clone()))
             };
+            // A client that never finishes its request headers is dropped
+            // instead of holding a connection open for ever.
             let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .max_buf_size(MAX_HTTP_BUF)
                 .serve_connection(TokioIo::new(stream), service)
                 .with_upgrades();
             tokio::pin!(conn);
