@@ -41,6 +41,7 @@ struct Inner {
     cancel: CancellationToken,
     progress: Option<ProgressSink>,
     state: Option<Arc<StateMap>>,
+    subject: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -60,6 +61,7 @@ impl Context {
         cancel: CancellationToken,
         progress: Option<ProgressSink>,
         state: Option<Arc<StateMap>>,
+        subject: Option<Arc<str>>,
     ) -> Context {
         Context {
             inner: Arc::new(Inner {
@@ -68,6 +70,7 @@ impl Context {
                 cancel,
                 progress,
                 state,
+                subject,
             }),
         }
     }
@@ -84,7 +87,14 @@ impl Context {
     /// ```
     pub fn detached(call_id: impl Into<String>) -> (Context, CancellationHandle) {
         let cancel = CancellationToken::new();
-        let ctx = Context::new(call_id.into(), Arc::from(""), cancel.clone(), None, None);
+        let ctx = Context::new(
+            call_id.into(),
+            Arc::from(""),
+            cancel.clone(),
+            None,
+            None,
+            None,
+        );
         (ctx, CancellationHandle(cancel))
     }
 
@@ -96,6 +106,13 @@ impl Context {
     /// The id of the session that made the call.
     pub fn session_id(&self) -> &str {
         &self.inner.session_id
+    }
+
+    /// The authenticated subject of the session that made the call (the
+    /// token's `sub`, or what a custom authenticator returned); `None` when
+    /// authentication is off.
+    pub fn subject(&self) -> Option<&str> {
+        self.inner.subject.as_deref()
     }
 
     /// The application state of type `T` registered with
@@ -257,6 +274,7 @@ mod tests {
             Arc::from("s"),
             CancellationToken::new(),
             Some(sink),
+            None,
             None,
         );
         ctx.progress(10.0);

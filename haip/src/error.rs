@@ -50,6 +50,16 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
+    /// A non-loopback address without authentication (HAIP.md §17).
+    #[error(
+        "refusing to serve `{addr}` without authentication: anyone who can reach it could call every tool. \
+         Configure authentication (e.g. `jwt_hs256`, or HAIP_JWT_SECRET), bind a loopback address, or allow it \
+         explicitly with `allow_unauthenticated(true)` / HAIP_ALLOW_UNAUTHENTICATED=1"
+    )]
+    UnauthenticatedBind {
+        /// The address as configured.
+        addr: String,
+    },
     /// The listen address could not be bound.
     #[error("cannot listen on `{addr}`: {source}")]
     Bind {

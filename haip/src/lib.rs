@@ -42,6 +42,7 @@
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+pub mod auth;
 mod context;
 mod error;
 mod exec;

@@ -22,6 +22,10 @@ pub(crate) struct Config {
     pub(crate) tool_schema_legacy_field: bool,
     pub(crate) strict_output_validation: bool,
     pub(crate) debug_errors: bool,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) allow_unauthenticated: bool,
+    pub(crate) jwt_issuer: Option<String>,
+    pub(crate) jwt_audience: Option<String>,
 }
 
 impl Default for Config {
@@ -44,6 +48,10 @@ impl Default for Config {
             tool_schema_legacy_field: false,
             strict_output_validation: false,
             debug_errors: false,
+            max_body_bytes: 10 * 1024 * 1024,
+            allow_unauthenticated: false,
+            jwt_issuer: None,
+            jwt_audience: None,
         }
     }
 }
@@ -57,8 +65,9 @@ impl Config {
                 reason: reason.to_owned(),
             })
         };
-        let positive: [(&'static str, u64); 8] = [
+        let positive: [(&'static str, u64); 9] = [
             ("max_message_bytes", self.max_message_bytes as u64),
+            ("max_body_bytes", self.max_body_bytes as u64),
             ("max_sessions", self.max_sessions as u64),
             ("max_inflight_calls", self.max_inflight_calls as u64),
             ("max_outbound_queue", self.max_outbound_queue as u64),

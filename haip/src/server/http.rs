@@ -1,48 +1,82 @@
-//! HTTP routing: WebSocket upgrades, `/health`, `/stats`, CORS pre-flight, 404s.
+//! HTTP routing: WebSocket upgrades, SSE and HTTP-streaming sessions, upstream
+//! POSTs, `/health`, `/stats`, CORS and authentication (HAIP.md §15–§17).
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_util::task::TaskTracker;
+use tokio::sync::{mpsc, oneshot};
 
-use crate::session::{Session, Shared, TransportKind};
+use super::hub::Hub;
+use crate::auth::{AuthError, AuthErrorKind, redact_uri, token_from_parts};
+use crate::protocol::{Channel, EventType, Outgoing, now_millis};
+use crate::session::{Session, TransportKind};
+use crate::transport::driver::{self, Unit};
+use crate::transport::stream::{self, Framing};
 use crate::transport::ws;
 
-pub(crate) type Body = Full<Bytes>;
+pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// Routes one request.
 pub(crate) async fn route(
     req: Request<Incoming>,
-    shared: Arc<Shared>,
-    tracker: TaskTracker,
+    hub: Arc<Hub>,
 ) -> Result<Response<Body>, Infallible> {
-    let response = match (req.method(), req.uri().path()) {
-        (&Method::OPTIONS, _) => preflight(),
-        (&Method::GET, "/health") => json_response(StatusCode::OK, &shared.stats.health()),
-        (&Method::GET, "/stats") => json_response(StatusCode::OK, &shared.stats.stats()),
-        (&Method::GET, "/" | "/haip" | "/haip/websocket") if is_websocket_upgrade(&req) => {
-            upgrade(req, shared, &tracker)
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let path = req.uri().path().to_owned();
+    tracing::debug!(method = %req.method(), uri = %redact_uri(req.uri()), "request");
+    let response = match (req.method().clone(), path.as_str()) {
+        (Method::OPTIONS, _) => preflight(),
+        (Method::GET, "/health") => json_response(StatusCode::OK, &hub.shared.stats.health()),
+        (Method::GET, "/stats") => match authenticate(&hub, &req).await {
+            Ok(_) => json_response(StatusCode::OK, &hub.shared.stats.stats()),
+            Err(e) => unauthorized(&e),
+        },
+        (Method::GET, "/" | "/haip" | "/haip/websocket") if is_websocket_upgrade(&req) => {
+            upgrade(req, &hub, origin.as_deref()).await
         }
-        (&Method::GET, "/" | "/haip" | "/haip/websocket") => json_response(
+        (Method::GET, "/" | "/haip" | "/haip/websocket") => json_response(
             StatusCode::UPGRADE_REQUIRED,
             &json!({"error": "This endpoint speaks HAIP over WebSocket; send a WebSocket upgrade", "code": "UPGRADE_REQUIRED"}),
         ),
+        (Method::GET, "/haip/sse") => {
+            open_stream(req, &hub, Framing::Sse { done_marker: false }).await
+        }
+        (Method::GET, "/haip/stream") => {
+            let framing = if accepts_event_stream(&req) {
+                Framing::Sse { done_marker: true }
+            } else {
+                Framing::Ndjson
+            };
+            open_stream(req, &hub, framing).await
+        }
+        (Method::POST, "/haip/stream") if !is_upstream_post(&req) => {
+            open_stream(req, &hub, Framing::Ndjson).await
+        }
+        (Method::POST, "/haip/sse" | "/haip/message" | "/haip/handshake" | "/haip/stream") => {
+            upstream(req, &hub).await
+        }
         _ => not_found(),
     };
-    Ok(with_cors(response))
+    Ok(with_cors(response, &hub, origin.as_deref()))
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed_unsync()
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    let mut response = Response::new(full(body.to_string()));
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -51,15 +85,16 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
     response
 }
 
+fn error_response(status: StatusCode, error: &str, code: &str) -> Response<Body> {
+    json_response(status, &json!({ "error": error, "code": code }))
+}
+
 fn not_found() -> Response<Body> {
-    json_response(
-        StatusCode::NOT_FOUND,
-        &json!({"error": "Not found", "code": "NOT_FOUND"}),
-    )
+    error_response(StatusCode::NOT_FOUND, "Not found", "NOT_FOUND")
 }
 
 fn preflight() -> Response<Body> {
-    let mut response = Response::new(Body::default());
+    let mut response = Response::new(full(Bytes::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
     let h = response.headers_mut();
     h.insert(
@@ -72,20 +107,67 @@ fn preflight() -> Response<Body> {
             "Authorization, Content-Type, Cache-Control, X-HAIP-Message, X-HAIP-Binary, X-HAIP-Session",
         ),
     );
+    h.insert("access-control-max-age", HeaderValue::from_static("600"));
     response
 }
 
-fn with_cors(mut response: Response<Body>) -> Response<Body> {
-    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+/// CORS headers for allowed origins only (none are allowed unless configured).
+fn with_cors(mut response: Response<Body>, hub: &Hub, origin: Option<&str>) -> Response<Body> {
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        return response;
+    }
+    if let Some(allowed) = hub
+        .cors
+        .allow(origin)
+        .and_then(|o| HeaderValue::from_str(&o).ok())
+    {
         let h = response.headers_mut();
-        h.insert("access-control-allow-origin", HeaderValue::from_static("*"));
+        h.insert("access-control-allow-origin", allowed);
         h.insert(
             "access-control-expose-headers",
             HeaderValue::from_static("X-HAIP-Session"),
         );
+        h.append(header::VARY, HeaderValue::from_static("Origin"));
     }
     response
 }
+
+// ----- authentication ---------------------------------------------------------
+
+/// The verified subject (`None` when authentication is off).
+async fn authenticate(hub: &Hub, req: &Request<Incoming>) -> Result<Option<String>, AuthError> {
+    let Some(auth) = &hub.auth else {
+        return Ok(None);
+    };
+    let token = token_from_parts(req.headers(), req.uri());
+    match auth.authenticate(token.as_deref()).await {
+        Ok(subject) => Ok(Some(subject)),
+        Err(e) => {
+            tracing::debug!(reason = e.reason(), code = %e.code(), "authentication failed");
+            Err(e)
+        }
+    }
+}
+
+/// `401` with `WWW-Authenticate: Bearer` (HAIP.md §17).
+fn unauthorized(error: &AuthError) -> Response<Body> {
+    let mut response = error_response(
+        StatusCode::UNAUTHORIZED,
+        error.message(),
+        error.code().as_str(),
+    );
+    let challenge = match error.kind() {
+        AuthErrorKind::MissingToken => "Bearer",
+        _ => "Bearer error=\"invalid_token\"",
+    };
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(challenge),
+    );
+    response
+}
+
+// ----- WebSocket ----------------------------------------------------------------
 
 fn header_has_token(req: &Request<Incoming>, name: header::HeaderName, token: &str) -> bool {
     req.headers()
@@ -121,11 +203,18 @@ fn select_subprotocol(req: &Request<Incoming>) -> Option<String> {
         .map(|p| (*p).to_owned())
 }
 
-fn upgrade(
+async fn upgrade(
     mut req: Request<Incoming>,
-    shared: Arc<Shared>,
-    tracker: &TaskTracker,
+    hub: &Arc<Hub>,
+    origin: Option<&str>,
 ) -> Response<Body> {
+    if !hub.cors.websocket_allowed(origin) {
+        return error_response(
+            StatusCode::FORBIDDEN,
+            "Origin not allowed",
+            "ORIGIN_NOT_ALLOWED",
+        );
+    }
     let version_ok = req
         .headers()
         .get(header::SEC_WEBSOCKET_VERSION)
@@ -135,44 +224,57 @@ fn upgrade(
         .get(header::SEC_WEBSOCKET_KEY)
         .filter(|_| version_ok)
     else {
-        return json_response(
+        return error_response(
             StatusCode::BAD_REQUEST,
-            &json!({"error": "WebSocket upgrade needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13", "code": "BAD_REQUEST"}),
+            "WebSocket upgrade needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13",
+            "BAD_REQUEST",
         );
     };
-    let accept = derive_accept_key(key.as_bytes());
+    let accept = ws::accept_key(key.as_bytes());
     let protocol = select_subprotocol(&req);
 
-    // Register the session before the response goes out, so `activeConnections`
-    // already counts it when the client sees `open` (HAIP.md §15.1).
-    let admitted =
-        shared.stats.active_connections.fetch_add(1, Relaxed) < shared.config.max_sessions as u64;
-    let session = if admitted {
-        shared.stats.total_connections.fetch_add(1, Relaxed);
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
-        Some((
-            Session::new(Arc::clone(&shared), TransportKind::WebSocket, events_tx),
-            events_rx,
-        ))
-    } else {
-        shared.stats.active_connections.fetch_sub(1, Relaxed);
-        None
+    // Authentication failures still complete the upgrade, then send one ERROR
+    // and close 1008 (HAIP.md §17); no session is created or counted.
+    let admission = match authenticate(hub, &req).await {
+        Err(e) => Some(ws::Admission::Refuse {
+            envelope: auth_error_envelope(&e),
+            code: 1008,
+            reason: e.message(),
+        }),
+        // Registered before the response goes out, so `activeConnections`
+        // already counts it when the client sees `open` (HAIP.md §15.1).
+        Ok(subject) => hub.admit().map(|guard| {
+            let (events_tx, events_rx) = mpsc::unbounded_channel();
+            let session = Session::new(
+                Arc::clone(&hub.shared),
+                TransportKind::WebSocket,
+                events_tx,
+                subject,
+            );
+            ws::Admission::Session(Box::new(session), events_rx, guard)
+        }),
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
-    tracker.spawn(async move {
+    let shared = Arc::clone(&hub.shared);
+    hub.tracker.spawn(async move {
         match on_upgrade.await {
-            Ok(upgraded) => ws::serve(upgraded, shared, session).await,
-            Err(e) => {
-                tracing::debug!(error = %e, "websocket upgrade failed");
-                if session.is_some() {
-                    drop(session);
-                    shared.stats.active_connections.fetch_sub(1, Relaxed);
+            Ok(upgraded) => match admission {
+                Some(admission) => ws::serve(upgraded, shared, admission).await,
+                None => {
+                    ws::refuse(
+                        upgraded,
+                        shared.config.max_message_bytes,
+                        1013,
+                        "too many sessions",
+                    )
+                    .await
                 }
-            }
+            },
+            Err(e) => tracing::debug!(error = %e, "websocket upgrade failed"),
         }
     });
 
-    let mut response = Response::new(Body::default());
+    let mut response = Response::new(full(Bytes::new()));
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = response.headers_mut();
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
@@ -184,4 +286,242 @@ fn upgrade(
         h.insert(header::SEC_WEBSOCKET_PROTOCOL, protocol);
     }
     response
+}
+
+/// The one envelope an unauthenticated WebSocket gets: an `ERROR` on a fresh
+/// session id, `seq` 1, no `HAI`.
+fn auth_error_envelope(error: &AuthError) -> String {
+    let session = uuid::Uuid::new_v4().hyphenated().to_string();
+    Outgoing::new(
+        Channel::System,
+        EventType::Error,
+        json!({ "code": error.code().as_str(), "message": error.message() }),
+    )
+    .commit(&session, 1, now_millis())
+    .to_json()
+}
+
+// ----- SSE and HTTP streaming ---------------------------------------------------
+
+fn accepts_event_stream(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/event-stream"))
+}
+
+fn is_true_header(req: &Request<Incoming>, name: &str) -> bool {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+fn is_upstream_post(req: &Request<Incoming>) -> bool {
+    is_true_header(req, "x-haip-message") || is_true_header(req, "x-haip-binary")
+}
+
+/// Opens an SSE or HTTP-streaming session; for `POST /haip/stream` the request
+/// body is read as NDJSON envelopes while the response streams.
+async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -> Response<Body> {
+    let subject = match authenticate(hub, &req).await {
+        Ok(subject) => subject,
+        Err(e) => return unauthorized(&e),
+    };
+    let Some(guard) = hub.admit() else {
+        return error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Too many sessions",
+            "TOO_MANY_SESSIONS",
+        );
+    };
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let session = Session::new(
+        Arc::clone(&hub.shared),
+        TransportKind::Stream,
+        events_tx,
+        subject.clone(),
+    );
+    let session_id = session.id().to_owned();
+    let (inbound_tx, inbound_rx) = mpsc::channel(stream::INBOUND_QUEUE);
+    let (out_tx, out_rx) = mpsc::channel(driver::WRITE_QUEUE);
+    let entry = hub
+        .sessions
+        .insert(&session_id, subject, inbound_tx.clone());
+
+    if req.method() == Method::POST {
+        let max_line = hub.shared.config.max_message_bytes;
+        let body = req.into_body();
+        hub.tracker
+            .spawn(stream::read_ndjson(body, max_line, inbound_tx));
+    } else {
+        drop(inbound_tx);
+    }
+    let shared = Arc::clone(&hub.shared);
+    hub.tracker.spawn(async move {
+        let _guards = (guard, entry);
+        stream::run(session, events_rx, inbound_rx, out_tx, &shared).await;
+    });
+
+    let body = StreamBody::new(stream::body(out_rx, framing));
+    let mut response = Response::new(BodyExt::boxed_unsync(body));
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(framing.content_type()),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    if let Ok(id) = HeaderValue::from_str(&session_id) {
+        h.insert("x-haip-session", id);
+    }
+    response
+}
+
+/// Upstream delivery (HAIP.md §15.4): the body's envelopes go to one open stream
+/// session of the caller's subject; `200 {"status":"ok"}` once handled.
+async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response<Body> {
+    let subject = match authenticate(hub, &req).await {
+        Ok(subject) => subject,
+        Err(e) => return unauthorized(&e),
+    };
+    let binary = is_true_header(&req, "x-haip-binary");
+    let header_session = req
+        .headers()
+        .get("x-haip-session")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let query_session = query_param(req.uri().query(), "session");
+    let limit = hub.shared.config.max_body_bytes;
+    let body = match Limited::new(req.into_body(), limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            let mut response = error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "Request body too large",
+                "MESSAGE_TOO_LARGE",
+            );
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
+        Err(_) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                "Request body could not be read",
+                "BAD_REQUEST",
+            );
+        }
+    };
+    let texts = if binary {
+        Vec::new()
+    } else {
+        stream::split_body(&body)
+    };
+    let envelope_session = texts.first().and_then(|t| envelope_session(t));
+    let candidates = [
+        envelope_session.as_deref(),
+        header_session.as_deref(),
+        query_session.as_deref(),
+    ];
+    let Some(target) = hub
+        .sessions
+        .target(subject.as_deref(), candidates.into_iter().flatten())
+    else {
+        return error_response(
+            StatusCode::NOT_FOUND,
+            "Session not found",
+            "SESSION_NOT_FOUND",
+        );
+    };
+    if !texts.is_empty() {
+        // Binary bodies have no consumer yet (no application hook): accepted, dropped.
+        let (done_tx, done_rx) = oneshot::channel();
+        if target.send(Unit::Batch(texts, done_tx)).await.is_err() || done_rx.await.is_err() {
+            return error_response(
+                StatusCode::NOT_FOUND,
+                "Session not found",
+                "SESSION_NOT_FOUND",
+            );
+        }
+    }
+    json_response(StatusCode::OK, &json!({ "status": "ok" }))
+}
+
+/// The envelope `session` of an upstream element, unless it is a resumption
+/// `HAI` (HAIP.md §15.4 rule 1).
+fn envelope_session(text: &str) -> Option<String> {
+    let value: Value = serde_json::from_str(text).ok()?;
+    let resumption = value["type"] == "HAI" && value["payload"].get("last_rx_seq").is_some();
+    (!resumption)
+        .then(|| value["session"].as_str().map(str::to_owned))
+        .flatten()
+}
+
+/// A query parameter's value (percent-decoded).
+pub(crate) fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+    query?
+        .split('&')
+        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| percent_decode(value))
+}
+
+fn percent_decode(value: &str) -> String {
+    fn hex(b: u8) -> Option<u8> {
+        (b as char).to_digit(16).map(|d| d as u8)
+    }
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 3 <= bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(high), Some(low)) => {
+                    out.push(high * 16 + low);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_params_are_found_and_decoded() {
+        assert_eq!(
+            query_param(Some("a=1&session=abc%2Dd"), "session").as_deref(),
+            Some("abc-d")
+        );
+        assert_eq!(query_param(Some("session"), "session").as_deref(), Some(""));
+        assert_eq!(query_param(Some("x=%zz"), "x").as_deref(), Some("%zz"));
+        assert_eq!(query_param(Some("x=%4"), "x").as_deref(), Some("%4"));
+        assert_eq!(query_param(None, "x"), None);
+    }
+
+    #[test]
+    fn resumption_hai_does_not_name_the_target() {
+        assert_eq!(
+            envelope_session(r#"{"type":"PING","session":"s","payload":{}}"#).as_deref(),
+            Some("s")
+        );
+        assert_eq!(
+            envelope_session(r#"{"type":"HAI","session":"s","payload":{"last_rx_seq":"3"}}"#),
+            None
+        );
+        assert_eq!(envelope_session("not json"), None);
+    }
 }

@@ -192,6 +192,7 @@ impl Session {
             call.cancel.clone(),
             Some(sink),
             Some(Arc::clone(&self.shared.state)),
+            self.subject.clone(),
         );
         let timeout = call.tool.timeout().or(default_timeout);
         let limits = exec::Limits { timeout, grace };

@@ -81,6 +81,8 @@ pub(crate) struct Session {
     accept_events: Option<HashSet<String>>,
     /// Runs the client declared and has not finished (HAIP.md §8).
     runs: HashSet<String>,
+    /// The authenticated subject that opened the session (`None`: auth off).
+    subject: Option<Arc<str>>,
     /// Highest inbound `seq` seen.
     last_rx_seq: u64,
     received_any: bool,
@@ -92,6 +94,7 @@ impl Session {
         shared: Arc<Shared>,
         transport: TransportKind,
         events: mpsc::UnboundedSender<CallEvent>,
+        subject: Option<String>,
     ) -> Session {
         let mut session = Session {
             shared,
@@ -107,6 +110,7 @@ impl Session {
             next_key: 0,
             accept_events: None,
             runs: HashSet::new(),
+            subject: subject.map(Arc::from),
             last_rx_seq: 0,
             received_any: false,
         };
@@ -501,16 +505,19 @@ impl Session {
         }
     }
 
-    /// Sends an unsolicited heartbeat `PING`, unless the client filtered them out.
-    pub(crate) fn heartbeat(&mut self) {
-        if self.accepts(EventType::Ping) {
-            let nonce = uuid::Uuid::new_v4().hyphenated().to_string();
-            self.push(Outgoing::new(
-                Channel::System,
-                EventType::Ping,
-                json!({ "nonce": nonce }),
-            ));
+    /// Sends an unsolicited heartbeat `PING`, unless the client filtered them
+    /// out; returns whether it did.
+    pub(crate) fn heartbeat(&mut self) -> bool {
+        if !self.accepts(EventType::Ping) {
+            return false;
         }
+        let nonce = uuid::Uuid::new_v4().hyphenated().to_string();
+        self.push(Outgoing::new(
+            Channel::System,
+            EventType::Ping,
+            json!({ "nonce": nonce }),
+        ));
+        true
     }
 }
 

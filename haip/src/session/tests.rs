@@ -34,7 +34,7 @@ impl Harness {
         });
         let (tx, events) = mpsc::unbounded_channel();
         let mut h = Harness {
-            session: Session::new(shared, TransportKind::WebSocket, tx),
+            session: Session::new(shared, TransportKind::WebSocket, tx, None),
             events,
             seq: 0,
         };
@@ -107,7 +107,7 @@ async fn hai_is_first_and_matches_the_spec() {
         shutdown: CancellationToken::new(),
     });
     let (tx, _rx) = mpsc::unbounded_channel();
-    let mut session = Session::new(shared, TransportKind::Stream, tx);
+    let mut session = Session::new(shared, TransportKind::Stream, tx, None);
     let hai: Value = serde_json::from_str(&session.commit_next().unwrap()).unwrap();
     assert_eq!(hai["seq"], "1");
     assert_eq!(hai["channel"], "SYSTEM");
@@ -358,10 +358,10 @@ async fn version_check_and_resumption_attempts() {
 #[tokio::test]
 async fn accept_events_filters_heartbeat_pings_only() {
     let mut h = Harness::new(Config::default(), vec![]);
-    h.session.heartbeat();
+    assert!(h.session.heartbeat());
     assert_eq!(h.out()[0]["type"], "PING");
     h.send(json!({"type": "HAI", "payload": {"accept_events": ["PONG"]}}));
-    h.session.heartbeat();
+    assert!(!h.session.heartbeat(), "filtered out");
     h.send(json!({"type": "PING", "payload": {}}));
     let out = h.out();
     assert_eq!(out.len(), 1);

@@ -1,29 +1,26 @@
-//! WebSocket: the glue between a tungstenite connection and a [`Session`].
+//! WebSocket: the glue between a tungstenite connection and a session.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
-use tokio::time::{Instant, MissedTickBehavior};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 
+use super::driver::{self, Ended, Frame, Unit};
 use crate::exec::CallEvent;
 use crate::protocol::is_binary_envelope;
-use crate::session::{Control, Session, Shared};
+use crate::server::ConnectionGuard;
+use crate::session::{Session, Shared};
 
 type Ws = WebSocketStream<TokioIo<Upgraded>>;
 
-/// Messages handed to the writer task at once; beyond this the session's own
-/// outbox holds envelopes uncommitted, where progress can still be merged.
-const WRITE_QUEUE: usize = 32;
 /// How long a closing connection may take to write its last frames.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -37,24 +34,65 @@ pub(crate) fn config(max_message_bytes: usize) -> WebSocketConfig {
         .max_frame_size(Some(max_message_bytes))
 }
 
-/// Accepts the upgraded connection and runs the session on it until it closes.
-pub(crate) async fn serve(
-    upgraded: Upgraded,
-    shared: Arc<Shared>,
-    session: Option<(Session, mpsc::UnboundedReceiver<CallEvent>)>,
-) {
+/// What an upgraded connection does.
+pub(crate) enum Admission {
+    /// Run this session; the guard keeps it counted while it runs.
+    Session(
+        Box<Session>,
+        mpsc::UnboundedReceiver<CallEvent>,
+        ConnectionGuard,
+    ),
+    /// Send one envelope (an auth failure's `ERROR`), then close.
+    Refuse {
+        envelope: String,
+        code: u16,
+        reason: &'static str,
+    },
+}
+
+/// Runs the upgraded connection until it closes.
+pub(crate) async fn serve(upgraded: Upgraded, shared: Arc<Shared>, admission: Admission) {
     let config = config(shared.config.max_message_bytes);
     let ws =
         WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
-    match session {
-        Some((session, events)) => run(ws, session, events, &shared).await,
-        None => {
-            // Over `max_sessions`: the upgrade completed, no HAI, close 1013.
+    match admission {
+        Admission::Session(mut session, mut events, _counted) => {
+            let span = tracing::debug_span!("session", id = %session.id());
+            let _enter = span.enter();
+            run(ws, &mut session, &mut events, &shared).await;
+        }
+        Admission::Refuse {
+            envelope,
+            code,
+            reason,
+        } => {
             let (mut sink, _) = ws.split();
-            let frame = close_frame(1013, "too many sessions");
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(frame)).await;
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+                sink.feed(Message::text(envelope)).await?;
+                sink.send(close_frame(code, reason)).await
+            })
+            .await;
         }
     }
+}
+
+/// The `Sec-WebSocket-Accept` value for a client's `Sec-WebSocket-Key`.
+pub(crate) fn accept_key(key: &[u8]) -> String {
+    tokio_tungstenite::tungstenite::handshake::derive_accept_key(key)
+}
+
+/// Closes at once with `code` (no session: `max_sessions` reached).
+pub(crate) async fn refuse(
+    upgraded: Upgraded,
+    max_message_bytes: usize,
+    code: u16,
+    reason: &'static str,
+) {
+    let config = config(max_message_bytes);
+    let ws =
+        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+    let (mut sink, _) = ws.split();
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close_frame(code, reason))).await;
 }
 
 fn close_frame(code: u16, reason: &'static str) -> Message {
@@ -66,94 +104,26 @@ fn close_frame(code: u16, reason: &'static str) -> Message {
 
 async fn run(
     ws: Ws,
-    mut session: Session,
-    mut events: mpsc::UnboundedReceiver<CallEvent>,
+    session: &mut Session,
+    events: &mut mpsc::UnboundedReceiver<CallEvent>,
     shared: &Shared,
 ) {
-    let span = tracing::debug_span!("session", id = %session.id());
-    let _enter = span.enter();
-    let (sink, mut stream) = ws.split();
-    let (out, out_rx) = mpsc::channel::<Message>(WRITE_QUEUE);
+    let (sink, stream) = ws.split();
+    let (out, out_rx) = mpsc::channel::<Frame>(driver::WRITE_QUEUE);
     let mut writer = tokio::spawn(write_loop(sink, out_rx));
-
-    let heartbeat_period = shared.config.heartbeat_interval;
-    let mut heartbeat = tokio::time::interval_at(
-        Instant::now() + heartbeat_period.unwrap_or(Duration::from_secs(3600)),
-        heartbeat_period.unwrap_or(Duration::from_secs(3600)),
-    );
-    heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let idle_timeout = shared.config.idle_timeout;
-    let idle = tokio::time::sleep(idle_timeout.unwrap_or(Duration::from_secs(86_400 * 365)));
-    tokio::pin!(idle);
-
-    let mut shutting_down = false;
-    let mut close: Option<(u16, &'static str)> = None;
-    let overflowed = loop {
-        if session.overflowed() {
-            break true;
-        }
-        if shutting_down && close.is_none() && session.is_idle() {
-            close = Some((1001, "server shutdown"));
-        }
-        if let Some((code, reason)) = close
-            && !session.has_outbound()
-        {
-            let _ = out.send(close_frame(code, reason)).await;
-            break false;
-        }
-        let reading = close.is_none() && !shutting_down;
-        tokio::select! {
-            biased;
-            () = shared.shutdown.cancelled(), if !shutting_down => {
-                shutting_down = true;
-                session.begin_shutdown();
-            }
-            Some(event) = events.recv() => session.handle_event(event),
-            permit = out.reserve(), if session.has_outbound() => {
-                let Ok(permit) = permit else { break false }; // writer gone
-                if let Some(text) = session.commit_next() {
-                    permit.send(Message::text(text));
-                }
-                // Hand over as much as fits without waiting.
-                while session.has_outbound() {
-                    let Ok(permit) = out.try_reserve() else { break };
-                    if let Some(text) = session.commit_next() {
-                        permit.send(Message::text(text));
-                    }
-                }
-            }
-            incoming = stream.next(), if reading => {
-                if let Some(limit) = idle_timeout {
-                    idle.as_mut().reset(Instant::now() + limit);
-                }
-                let control = match incoming {
-                    Some(Ok(Message::Text(text))) => session.handle_text(text.as_str()),
-                    // A binary message holding a JSON envelope is handled like
-                    // text; other binary data has no consumer yet (§13).
-                    Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
-                        Ok(text) if is_binary_envelope(&bytes) => session.handle_text(text),
-                        _ => Control::Continue,
-                    },
-                    Some(Ok(Message::Close(_))) | None => break false,
-                    Some(Ok(_)) => Control::Continue, // ping/pong frames: tungstenite answers pings
-                    Some(Err(WsError::Capacity(CapacityError::MessageTooLong { .. }))) => session.message_too_large(),
-                    Some(Err(e)) => {
-                        tracing::debug!(error = %e, "websocket read failed");
-                        break false;
-                    }
-                };
-                if let Control::Close { code, reason } = control {
-                    close = Some((code, reason));
-                }
-            }
-            _ = heartbeat.tick(), if heartbeat_period.is_some() => session.heartbeat(),
-            () = &mut idle, if idle_timeout.is_some() && close.is_none() => {
-                close = Some((1000, "idle timeout"));
-            }
-        }
+    let inbound = stream
+        .take_while(|msg| std::future::ready(!matches!(msg, Ok(Message::Close(_)))))
+        .filter_map(|msg| std::future::ready(unit_of(msg)))
+        // A read error other than an oversized message ends the connection.
+        .take_while(|unit| std::future::ready(unit.is_some()))
+        .filter_map(std::future::ready);
+    let options = driver::Options {
+        heartbeat: shared.config.heartbeat_interval,
+        keep_alive_frames: false,
     };
+    let ended = driver::drive(session, events, inbound, &out, shared, options).await;
     drop(out);
-    if overflowed {
+    if ended == Ended::Overflowed {
         // The client stopped reading: nothing more can reach it, not even a close frame.
         tracing::warn!(
             queued = session.outbound_len(),
@@ -166,23 +136,52 @@ async fn run(
     {
         writer.abort();
     }
-    shared.stats.active_connections.fetch_sub(1, Relaxed);
+}
+
+/// Maps one read result: `None` = skip it, `Some(None)` = the connection is broken.
+fn unit_of(msg: Result<Message, WsError>) -> Option<Option<Unit>> {
+    match msg {
+        Ok(Message::Text(text)) => Some(Some(Unit::Text(text.as_str().to_owned()))),
+        // A binary message holding a JSON envelope is handled like text; other
+        // binary data has no consumer yet (HAIP.md §13).
+        Ok(Message::Binary(bytes)) if is_binary_envelope(&bytes) => Some(Some(Unit::Text(
+            String::from_utf8_lossy(&bytes).into_owned(),
+        ))),
+        // Ping and pong frames (tungstenite answers pings), other binary data.
+        Ok(_) => None,
+        Err(WsError::Capacity(CapacityError::MessageTooLong { .. })) => Some(Some(Unit::TooLarge)),
+        Err(e) => {
+            tracing::debug!(error = %e, "websocket read failed");
+            Some(None)
+        }
+    }
 }
 
 async fn write_loop(
     mut sink: futures_util::stream::SplitSink<Ws, Message>,
-    mut rx: mpsc::Receiver<Message>,
+    mut rx: mpsc::Receiver<Frame>,
 ) {
-    while let Some(msg) = rx.recv().await {
-        let mut closing = matches!(msg, Message::Close(_));
-        if sink.feed(msg).await.is_err() {
-            return;
-        }
-        // Batch whatever else is ready into one flush.
-        while !closing && let Ok(more) = rx.try_recv() {
-            closing = matches!(more, Message::Close(_));
-            if sink.feed(more).await.is_err() {
+    while let Some(frame) = rx.recv().await {
+        let mut closing = false;
+        let mut next = Some(frame);
+        // Batch whatever is ready into one flush.
+        while let Some(frame) = next.take() {
+            let msg = match frame {
+                Frame::Envelope(text) => Message::text(text),
+                Frame::KeepAlive => {
+                    next = rx.try_recv().ok();
+                    continue;
+                }
+                Frame::Close { code, reason } => {
+                    closing = true;
+                    close_frame(code, reason)
+                }
+            };
+            if sink.feed(msg).await.is_err() {
                 return;
+            }
+            if !closing {
+                next = rx.try_recv().ok();
             }
         }
         if sink.flush().await.is_err() || closing {

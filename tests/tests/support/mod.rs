@@ -479,13 +479,29 @@ pub(crate) async fn http_get(addr: SocketAddr, path: &str) -> HttpResponse {
 
 /// `METHOD path` (no body) over a fresh TCP connection with `Connection: close`.
 pub(crate) async fn http_request(addr: SocketAddr, method: &str, path: &str) -> HttpResponse {
+    http_request_with(addr, method, path, &[], b"").await
+}
+
+/// [`http_request`] with extra headers and a body (sent with `Content-Length`).
+pub(crate) async fn http_request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> HttpResponse {
     within(&format!("{method} {path}"), async {
         let mut stream = TcpStream::connect(addr).await.expect("connect for HTTP");
-        let request = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let mut request = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
         stream
             .write_all(request.as_bytes())
             .await
             .expect("write HTTP request");
+        stream.write_all(body).await.expect("write HTTP body");
         let mut raw = Vec::new();
         stream
             .read_to_end(&mut raw)

@@ -1,0 +1,310 @@
+//! [`ServerBuilder`]: settings, tools, state, authentication and CORS.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::hub::Cors;
+use super::{Config, Server, Stats};
+use crate::Error;
+use crate::auth::{Authenticator, Jwt};
+use crate::session::Shared;
+use crate::tool::{Registry, StateMap, Tool, builtin};
+
+/// Configures a [`Server`]. Every limit of the protocol's settings table has a
+/// setter; unset ones keep their defaults. [`build`](ServerBuilder::build)
+/// rejects nonsensical values, naming the setting.
+#[derive(Default)]
+#[must_use = "a ServerBuilder does nothing until .build() is called"]
+pub struct ServerBuilder {
+    config: Config,
+    builtins: bool,
+    annotated: bool,
+    /// Tools with where they came from, for duplicate-name errors.
+    tools: Vec<(Tool, String)>,
+    state: StateMap,
+    auth: AuthSetting,
+    cors_origins: Vec<String>,
+}
+
+/// How clients are authenticated (HAIP.md §17).
+#[derive(Default)]
+enum AuthSetting {
+    #[default]
+    Off,
+    Hs256(String),
+    PublicKey(Vec<u8>),
+    Custom(Arc<dyn Authenticator>),
+}
+
+impl std::fmt::Debug for ServerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerBuilder")
+            .field("config", &self.config)
+            .field("builtins", &self.builtins)
+            .field("annotated", &self.annotated)
+            .field(
+                "tools",
+                &self.tools.iter().map(|(t, _)| t.name()).collect::<Vec<_>>(),
+            )
+            .field(
+                "auth",
+                &match &self.auth {
+                    AuthSetting::Off => "off",
+                    AuthSetting::Hs256(_) => "jwt hs256",
+                    AuthSetting::PublicKey(_) => "jwt public key",
+                    AuthSetting::Custom(_) => "custom",
+                },
+            )
+            .field("cors_origins", &self.cors_origins)
+            .finish_non_exhaustive()
+    }
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, value: $ty) -> Self {
+                self.config.$name = value;
+                self
+            }
+        )*
+    };
+}
+
+impl ServerBuilder {
+    /// The listen address (`host:port`; default `127.0.0.1:8080`). Port 0 picks a free port.
+    pub fn addr(mut self, addr: impl Into<String>) -> Self {
+        self.config.addr = addr.into();
+        self
+    }
+
+    /// Applies the environment: `HAIP_ADDR` sets the listen address,
+    /// `HAIP_JWT_SECRET` turns on HS256 authentication with that secret (an
+    /// empty one is a start-up error), and `HAIP_ALLOW_UNAUTHENTICATED=1` allows
+    /// a non-loopback address without authentication.
+    pub fn from_env(mut self) -> Self {
+        if let Ok(addr) = std::env::var("HAIP_ADDR")
+            && !addr.trim().is_empty()
+        {
+            self.config.addr = addr.trim().to_owned();
+        }
+        if let Ok(secret) = std::env::var("HAIP_JWT_SECRET") {
+            self.auth = AuthSetting::Hs256(secret);
+        }
+        if std::env::var("HAIP_ALLOW_UNAUTHENTICATED").is_ok_and(|v| v.trim() == "1") {
+            self.config.allow_unauthenticated = true;
+        }
+        self
+    }
+
+    /// Requires an HS256-signed JWT from every client (HAIP.md §17).
+    pub fn jwt_hs256(mut self, secret: impl Into<String>) -> Self {
+        self.auth = AuthSetting::Hs256(secret.into());
+        self
+    }
+
+    /// Requires a JWT signed with the private half of this PEM public key: RS256
+    /// for an RSA key, ES256 for a P-256 key.
+    pub fn jwt_public_key(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.auth = AuthSetting::PublicKey(pem.as_ref().to_vec());
+        self
+    }
+
+    /// With JWT authentication: the `iss` every token must carry.
+    pub fn jwt_issuer(mut self, issuer: impl Into<String>) -> Self {
+        self.config.jwt_issuer = Some(issuer.into());
+        self
+    }
+
+    /// With JWT authentication: an `aud` every token must carry.
+    pub fn jwt_audience(mut self, audience: impl Into<String>) -> Self {
+        self.config.jwt_audience = Some(audience.into());
+        self
+    }
+
+    /// Authenticates clients with your own check instead of JWT.
+    pub fn authenticator(mut self, authenticator: impl Authenticator) -> Self {
+        self.auth = AuthSetting::Custom(Arc::new(authenticator));
+        self
+    }
+
+    /// Browser origins allowed to call the server cross-origin (CORS, including
+    /// pre-flight) and to open WebSockets from a page; `"*"` allows any.
+    /// Default: none.
+    pub fn cors_allowed_origins<I, S>(mut self, origins: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.cors_origins = origins.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Serves the demo tools `echo`, `add` and `weather` (first, in that order).
+    pub fn builtin_tools(mut self) -> Self {
+        self.builtins = true;
+        self
+    }
+
+    /// Adds a tool. Two tools with the same name make [`build`](Self::build) fail.
+    ///
+    /// For a `#[haip_tool]` function `add`, pass `add::tool()`.
+    pub fn tool(mut self, tool: Tool) -> Self {
+        let origin = format!("`{}` added with .tool()", tool.name());
+        self.tools.push((tool, origin));
+        self
+    }
+
+    /// Adds several tools.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Tool>) -> Self {
+        for tool in tools {
+            self = self.tool(tool);
+        }
+        self
+    }
+
+    /// Serves every `#[haip_tool]` function linked into the binary, ordered by
+    /// source file and line. [`serve`] does this; use it with a builder to add
+    /// settings or state.
+    pub fn annotated_tools(mut self) -> Self {
+        self.annotated = true;
+        self
+    }
+
+    /// Registers application state, handed to tools that take a
+    /// [`State<T>`](crate::State) parameter (or call [`Context::state`](crate::Context::state)).
+    /// One value per type; a later one replaces an earlier one.
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.state.insert(value);
+        self
+    }
+
+    setters! {
+        /// Largest WebSocket message accepted, in bytes (default 1 MiB). Larger ones
+        /// get `MESSAGE_TOO_LARGE` and close 1009.
+        max_message_bytes: usize,
+        /// Most connected sessions (default 10 000); more are closed with 1013.
+        max_sessions: usize,
+        /// Calls of one session executing at once (default 64).
+        max_inflight_calls: usize,
+        /// Calls of one session waiting for a slot (default 256); beyond, `RATE_LIMITED`.
+        max_queued_calls: usize,
+        /// Maximum concurrent runs per session, advertised in `HAI` (default 10).
+        max_concurrent_runs: usize,
+        /// Messages of credit advertised per channel (default 1000).
+        initial_credit_messages: u64,
+        /// Bytes of credit advertised per channel (default 1 MiB).
+        initial_credit_bytes: u64,
+        /// Envelopes waiting to be written per session (default 4096); a client that
+        /// lets more pile up is disconnected.
+        max_outbound_queue: usize,
+        /// How long a cancelled or timed-out tool may take to stop before it is aborted (default 5 s).
+        cancel_grace: Duration,
+        /// Send `TOOL_UPDATE RUNNING` when a call starts executing (default off).
+        announce_running: bool,
+        /// Add the legacy `schema` field to `TOOL_SCHEMA` replies (default off).
+        tool_schema_legacy_field: bool,
+        /// Turn results that violate the output schema into errors (default off: logged and counted).
+        strict_output_validation: bool,
+        /// Put panic texts in `INTERNAL_ERROR` messages (default off; for development only).
+        debug_errors: bool,
+        /// Largest upstream POST body, in bytes (default 10 MiB); larger ones get `413`.
+        max_body_bytes: usize,
+        /// Serve a non-loopback address without authentication (default off: refused at start).
+        allow_unauthenticated: bool,
+    }
+
+    /// Timeout for tools that set none themselves (default: none).
+    pub fn tool_timeout(mut self, timeout: Duration) -> Self {
+        self.config.tool_timeout = Some(timeout);
+        self
+    }
+
+    /// Interval of the server's heartbeat `PING` (default 30 s; `Duration::ZERO` disables it).
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.config.heartbeat_interval = (!interval.is_zero()).then_some(interval);
+        self
+    }
+
+    /// Close connections with no inbound data for this long (default: never).
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.idle_timeout = Some(timeout);
+        self
+    }
+
+    /// Checks the settings and assembles the tool registry.
+    pub fn build(self) -> Result<Server, Error> {
+        self.config.validate()?;
+        let auth = self.authenticator_for()?;
+        let registry = Registry::default();
+        let mut tools: Vec<(Tool, String)> = Vec::new();
+        if self.builtins {
+            tools.extend(builtin::tools().into_iter().map(|t| {
+                let origin = format!("built-in `{}`", t.name());
+                (t, origin)
+            }));
+        }
+        if self.annotated {
+            tools.extend(crate::__private::annotated_tools()?);
+        }
+        tools.extend(self.tools);
+        let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+        for (tool, origin) in tools {
+            if let Some(first) = seen.get(tool.name()) {
+                return Err(Error::DuplicateTool {
+                    name: tool.name().to_owned(),
+                    first: first.clone(),
+                    second: origin,
+                });
+            }
+            check_state(&tool, &self.state)?;
+            seen.insert(tool.name().to_owned(), origin);
+            registry.register(tool);
+        }
+        Ok(Server {
+            shared: Arc::new(Shared {
+                config: self.config,
+                registry,
+                state: Arc::new(self.state),
+                stats: Stats::new(),
+                shutdown: CancellationToken::new(),
+            }),
+            auth,
+            cors: Cors {
+                origins: self.cors_origins,
+            },
+        })
+    }
+
+    fn authenticator_for(&self) -> Result<Option<Arc<dyn Authenticator>>, Error> {
+        let jwt = match &self.auth {
+            AuthSetting::Off => return Ok(None),
+            AuthSetting::Custom(custom) => return Ok(Some(Arc::clone(custom))),
+            AuthSetting::Hs256(secret) => Jwt::hs256(secret)?,
+            AuthSetting::PublicKey(pem) => Jwt::public_key_pem(pem)?,
+        };
+        let jwt = match &self.config.jwt_issuer {
+            Some(issuer) => jwt.issuer(issuer.clone()),
+            None => jwt,
+        };
+        let jwt = match &self.config.jwt_audience {
+            Some(audience) => jwt.audience(audience.clone()),
+            None => jwt,
+        };
+        Ok(Some(Arc::new(jwt)))
+    }
+}
+
+/// A tool that needs state the server lacks is refused.
+pub(super) fn check_state(tool: &Tool, state: &StateMap) -> Result<(), Error> {
+    match tool.required_state().iter().find(|r| !state.contains(r.id)) {
+        Some(missing) => Err(Error::MissingState {
+            tool: tool.name().to_owned(),
+            state: missing.name,
+        }),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,203 @@
+//! What every request handler shares: the session core's state, the open
+//! stream sessions (targets of upstream POSTs), authentication and CORS.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
+
+use crate::auth::Authenticator;
+use crate::session::Shared;
+use crate::transport::driver::Unit;
+
+pub(crate) struct Hub {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) sessions: Sessions,
+    pub(crate) auth: Option<Arc<dyn Authenticator>>,
+    pub(crate) cors: Cors,
+    pub(crate) tracker: TaskTracker,
+}
+
+impl Hub {
+    /// Counts a new connection if `max_sessions` allows it; the guard uncounts it.
+    pub(crate) fn admit(&self) -> Option<ConnectionGuard> {
+        let stats = &self.shared.stats;
+        if stats.active_connections.fetch_add(1, Relaxed) < self.shared.config.max_sessions as u64 {
+            stats.total_connections.fetch_add(1, Relaxed);
+            Some(ConnectionGuard {
+                shared: Arc::clone(&self.shared),
+            })
+        } else {
+            stats.active_connections.fetch_sub(1, Relaxed);
+            None
+        }
+    }
+}
+
+/// One counted connection (`activeConnections`), uncounted when dropped.
+pub(crate) struct ConnectionGuard {
+    shared: Arc<Shared>,
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.shared.stats.active_connections.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Open SSE and HTTP-stream sessions, by id, with the subject that opened them.
+#[derive(Default)]
+pub(crate) struct Sessions {
+    open: Arc<Mutex<HashMap<String, Entry>>>,
+}
+
+struct Entry {
+    subject: Option<String>,
+    inbound: mpsc::Sender<Unit>,
+}
+
+impl Sessions {
+    /// Registers a stream session; it is removed when the guard drops.
+    pub(crate) fn insert(
+        &self,
+        id: &str,
+        subject: Option<String>,
+        inbound: mpsc::Sender<Unit>,
+    ) -> SessionEntryGuard {
+        self.lock()
+            .insert(id.to_owned(), Entry { subject, inbound });
+        SessionEntryGuard {
+            open: Arc::clone(&self.open),
+            id: id.to_owned(),
+        }
+    }
+
+    /// The first of `candidates` naming an open session of `subject`, else the
+    /// only open session of `subject` (HAIP.md §15.4).
+    pub(crate) fn target<'a>(
+        &self,
+        subject: Option<&str>,
+        candidates: impl IntoIterator<Item = &'a str>,
+    ) -> Option<mpsc::Sender<Unit>> {
+        let open = self.lock();
+        let mine = |e: &&Entry| e.subject.as_deref() == subject;
+        for id in candidates {
+            if let Some(entry) = open.get(id).filter(mine) {
+                return Some(entry.inbound.clone());
+            }
+        }
+        let mut of_subject = open.values().filter(mine);
+        match (of_subject.next(), of_subject.next()) {
+            (Some(only), None) => Some(only.inbound.clone()),
+            _ => None,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        // Entries are whole values; a panic elsewhere cannot leave one half-written.
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Removes a stream session from [`Sessions`] when its connection ends.
+pub(crate) struct SessionEntryGuard {
+    open: Arc<Mutex<HashMap<String, Entry>>>,
+    id: String,
+}
+
+impl Drop for SessionEntryGuard {
+    fn drop(&mut self) {
+        self.open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+    }
+}
+
+/// Which browser origins may call the server cross-origin (default: none).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Cors {
+    /// Allowed `Origin` values; `"*"` allows any.
+    pub(crate) origins: Vec<String>,
+}
+
+impl Cors {
+    /// The `Access-Control-Allow-Origin` value for a request's `Origin`, if allowed.
+    pub(crate) fn allow(&self, origin: Option<&str>) -> Option<String> {
+        if self.origins.iter().any(|o| o == "*") {
+            return Some(origin.map_or_else(|| "*".to_owned(), str::to_owned));
+        }
+        let origin = origin?;
+        self.origins
+            .iter()
+            .any(|o| o == origin)
+            .then(|| origin.to_owned())
+    }
+
+    /// Whether a WebSocket upgrade from `origin` may proceed: always when no
+    /// list is configured (non-browser clients send no `Origin`), else only
+    /// listed origins.
+    pub(crate) fn websocket_allowed(&self, origin: Option<&str>) -> bool {
+        self.origins.is_empty() || origin.is_none() || self.allow(origin).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cors_allows_listed_origins_only() {
+        let none = Cors::default();
+        assert_eq!(none.allow(Some("https://app.example")), None);
+        assert!(none.websocket_allowed(Some("https://evil.example")));
+        let some = Cors {
+            origins: vec!["https://app.example".into()],
+        };
+        assert_eq!(
+            some.allow(Some("https://app.example")).as_deref(),
+            Some("https://app.example")
+        );
+        assert_eq!(some.allow(Some("https://evil.example")), None);
+        assert!(!some.websocket_allowed(Some("https://evil.example")));
+        assert!(some.websocket_allowed(None));
+        let any = Cors {
+            origins: vec!["*".into()],
+        };
+        assert_eq!(any.allow(None).as_deref(), Some("*"));
+        assert_eq!(
+            any.allow(Some("https://x.example")).as_deref(),
+            Some("https://x.example")
+        );
+    }
+
+    #[test]
+    fn upstream_targets_follow_candidates_then_the_only_session() {
+        let sessions = Sessions::default();
+        let (a_tx, _a) = mpsc::channel(1);
+        let (b_tx, _b) = mpsc::channel(1);
+        let _ga = sessions.insert("a", Some("alice".into()), a_tx);
+        assert!(
+            sessions.target(Some("alice"), ["nope"]).is_some(),
+            "the only session of alice"
+        );
+        assert!(
+            sessions.target(Some("bob"), ["a"]).is_none(),
+            "another subject's session"
+        );
+        {
+            let _gb = sessions.insert("b", Some("alice".into()), b_tx);
+            assert!(
+                sessions.target(Some("alice"), ["nope"]).is_none(),
+                "ambiguous"
+            );
+            assert!(sessions.target(Some("alice"), ["nope", "b"]).is_some());
+        }
+        assert!(
+            sessions.target(Some("alice"), []).is_some(),
+            "b was removed with its guard"
+        );
+    }
+}

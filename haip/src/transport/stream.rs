@@ -1,0 +1,215 @@
+//! SSE (`GET /haip/sse`) and HTTP streaming (`/haip/stream`): a session whose
+//! server→client envelopes are the lines (NDJSON) or `data:` events (SSE) of one
+//! long response, and whose client→server envelopes arrive as upstream POSTs or,
+//! for `POST /haip/stream`, as NDJSON lines of the request body itself.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use http_body_util::BodyExt;
+use hyper::body::{Frame as BodyFrame, Incoming};
+use tokio::sync::mpsc;
+
+use super::driver::{self, Frame, Unit};
+use crate::exec::CallEvent;
+use crate::session::{Session, Shared};
+
+/// How envelopes are framed in the response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// `text/event-stream`: `data: <json>\n\n`; keep-alive comments; with
+    /// `done_marker`, `data: [DONE]` after the last envelope.
+    Sse { done_marker: bool },
+    /// `application/x-ndjson`: one envelope per line.
+    Ndjson,
+}
+
+impl Framing {
+    pub(crate) fn content_type(self) -> &'static str {
+        match self {
+            Framing::Sse { .. } => "text/event-stream",
+            Framing::Ndjson => "application/x-ndjson",
+        }
+    }
+}
+
+/// Streams never wait longer than this between heartbeats (HAIP.md §9): stream
+/// clients and proxies give up on silent connections.
+const STREAM_HEARTBEAT_CAP: Duration = Duration::from_secs(15);
+
+/// Inbound units queued per stream session (upstream POSTs wait beyond this).
+pub(crate) const INBOUND_QUEUE: usize = 64;
+
+/// Runs a stream session; returns the stream of response body frames. The
+/// session ends when the client goes away (the body is dropped), on shutdown,
+/// or when the connection must close.
+pub(crate) async fn run(
+    mut session: Session,
+    mut events: mpsc::UnboundedReceiver<CallEvent>,
+    mut inbound: mpsc::Receiver<Unit>,
+    out: mpsc::Sender<Frame>,
+    shared: &Shared,
+) {
+    let heartbeat = shared
+        .config
+        .heartbeat_interval
+        .map(|interval| interval.min(STREAM_HEARTBEAT_CAP));
+    let options = driver::Options {
+        heartbeat,
+        keep_alive_frames: true,
+    };
+    let inbound = futures_util::stream::poll_fn(move |cx| inbound.poll_recv(cx));
+    let ended = driver::drive(&mut session, &mut events, inbound, &out, shared, options).await;
+    tracing::debug!(session = %session.id(), ?ended, "stream session ended");
+}
+
+/// The response body: frames from the session, formatted for `framing`.
+pub(crate) fn body(
+    frames: mpsc::Receiver<Frame>,
+    framing: Framing,
+) -> impl futures_util::Stream<Item = Result<BodyFrame<Bytes>, Infallible>> + Send + 'static {
+    futures_util::stream::unfold(Some(frames), move |state| async move {
+        let mut frames = state?;
+        loop {
+            let bytes = match (frames.recv().await?, framing) {
+                (Frame::Envelope(text), Framing::Sse { .. }) => sse_data(&text),
+                (Frame::Envelope(text), Framing::Ndjson) => {
+                    let mut line = BytesMut::with_capacity(text.len() + 1);
+                    line.extend_from_slice(text.as_bytes());
+                    line.extend_from_slice(b"\n");
+                    line.freeze()
+                }
+                (Frame::KeepAlive, Framing::Sse { .. }) => Bytes::from_static(b": ping\n\n"),
+                (Frame::KeepAlive, Framing::Ndjson) => continue,
+                (Frame::Close { .. }, Framing::Sse { done_marker: true }) => {
+                    return Some((
+                        Ok(BodyFrame::data(Bytes::from_static(b"data: [DONE]\n\n"))),
+                        None,
+                    ));
+                }
+                (Frame::Close { .. }, _) => return None,
+            };
+            return Some((Ok(BodyFrame::data(bytes)), Some(frames)));
+        }
+    })
+}
+
+fn sse_data(text: &str) -> Bytes {
+    let mut event = BytesMut::with_capacity(text.len() + 8);
+    event.extend_from_slice(b"data: ");
+    event.extend_from_slice(text.as_bytes());
+    event.extend_from_slice(b"\n\n");
+    event.freeze()
+}
+
+/// Reads a request body as NDJSON envelopes into the session, one line at a
+/// time, as it arrives. Blank lines are skipped; a line over `max_line` bytes is
+/// reported (`MESSAGE_TOO_LARGE`) and ends reading. The body's end does not end
+/// the session.
+pub(crate) async fn read_ndjson(body: Incoming, max_line: usize, inbound: mpsc::Sender<Unit>) {
+    let mut body = body.into_data_stream();
+    let mut buffer = BytesMut::new();
+    while let Some(chunk) = body.next().await {
+        let Ok(chunk) = chunk else { return };
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+            let line = buffer.split_to(end + 1);
+            if !send_line(&line[..end], max_line, &inbound).await {
+                return;
+            }
+        }
+        if buffer.len() > max_line {
+            let _ = inbound.send(Unit::TooLarge).await;
+            return;
+        }
+    }
+    // A last line without its newline still counts.
+    let _ = send_line(&buffer, max_line, &inbound).await;
+}
+
+/// Sends one line; false when reading must stop.
+async fn send_line(line: &[u8], max_line: usize, inbound: &mpsc::Sender<Unit>) -> bool {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return true;
+    }
+    if line.len() > max_line {
+        let _ = inbound.send(Unit::TooLarge).await;
+        return false;
+    }
+    let text = String::from_utf8_lossy(line).into_owned();
+    inbound.send(Unit::Text(text)).await.is_ok()
+}
+
+/// Splits an upstream POST body into envelope texts: one JSON object, a JSON
+/// array of them, or NDJSON (HAIP.md §15.4). Anything unparsable goes through
+/// as text, so the session reports it as it would any malformed envelope.
+pub(crate) fn split_body(body: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(body);
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(serde_json::Value::Array(items)) => items.iter().map(ToString::to_string).collect(),
+        Ok(_) => vec![text.trim().to_owned()],
+        Err(_) => text
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_split_into_envelopes() {
+        assert_eq!(split_body(br#"{"type":"PING","payload":{}}"#).len(), 1);
+        assert_eq!(
+            split_body(b"{\n  \"type\": \"PING\",\n  \"payload\": {}\n}").len(),
+            1,
+            "pretty JSON is one envelope"
+        );
+        assert_eq!(
+            split_body(br#"[{"type":"PING","payload":{}},{"type":"PONG","payload":{}}]"#).len(),
+            2
+        );
+        let ndjson = split_body(b"{\"type\":\"PING\",\"payload\":{}}\n\n{not json\n");
+        assert_eq!(ndjson, ["{\"type\":\"PING\",\"payload\":{}}", "{not json"]);
+    }
+
+    #[tokio::test]
+    async fn frames_are_formatted_per_framing() {
+        for (framing, expected) in [
+            (Framing::Ndjson, vec!["{\"a\":1}\n"]),
+            (
+                Framing::Sse { done_marker: false },
+                vec!["data: {\"a\":1}\n\n", ": ping\n\n"],
+            ),
+            (
+                Framing::Sse { done_marker: true },
+                vec!["data: {\"a\":1}\n\n", ": ping\n\n", "data: [DONE]\n\n"],
+            ),
+        ] {
+            let (tx, rx) = mpsc::channel(8);
+            tx.send(Frame::Envelope("{\"a\":1}".into())).await.unwrap();
+            tx.send(Frame::KeepAlive).await.unwrap();
+            tx.send(Frame::Close {
+                code: 1001,
+                reason: "server shutdown",
+            })
+            .await
+            .unwrap();
+            tx.send(Frame::Envelope("after close".into()))
+                .await
+                .unwrap();
+            let chunks: Vec<String> = body(rx, framing)
+                .map(|f| String::from_utf8(f.unwrap().into_data().unwrap().to_vec()).unwrap())
+                .collect()
+                .await;
+            assert_eq!(chunks, expected, "{framing:?}");
+        }
+    }
+}
