@@ -7,7 +7,9 @@
 //! ```
 //!
 //! Then connect any WebSocket client to `ws://127.0.0.1:8080/haip` and send
-//! `{"type":"TOOL_LIST","payload":{}}`.
+//! `{"type":"TOOL_LIST","payload":{}}`, or use SSE / HTTP streaming (see the
+//! README). With `HAIP_JWT_SECRET` set, every connection needs an HS256 token
+//! signed with that secret (`cargo run --example auth` mints one).
 
 // Links the annotated tools into this binary.
 use haip_examples as _;
