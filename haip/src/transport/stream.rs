@@ -111,8 +111,18 @@ fn sse_data(text: &str) -> Bytes {
 pub(crate) async fn read_ndjson(body: Incoming, max_line: usize, inbound: mpsc::Sender<Unit>) {
     let mut body = body.into_data_stream();
     let mut buffer = BytesMut::new();
-    while let Some(chunk) = body.next().await {
-        let Ok(chunk) = chunk else { return };
+    loop {
+        // Stop when the session has ended, even if the client keeps its request open.
+        let chunk = tokio::select! {
+            chunk = body.next() => chunk,
+            () = inbound.closed() => return,
+        };
+        let chunk = match chunk {
+            Some(Ok(chunk)) => chunk,
+            None => break,
+            // The client's side of the request failed: no partial line is trusted.
+            Some(Err(_)) => return,
+        };
         buffer.extend_from_slice(&chunk);
         while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
             let line = buffer.split_to(end + 1);
