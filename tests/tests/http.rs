@@ -5,8 +5,7 @@ mod support;
 
 use serde_json::json;
 use support::{
-    Client, builder, demo_builder, executions, gated_tool, get_json, http_get, keys, start,
-    stats_until,
+    Client, demo_builder, executions, gated_tool, get_json, http_get, keys, start, stats_until,
 };
 
 // ----- §16 HTTP side endpoints -------------------------------------------------------------

@@ -215,6 +215,15 @@ impl ServerBuilder {
         max_body_bytes: usize,
         /// Serve a non-loopback address without authentication (default off: refused at start).
         allow_unauthenticated: bool,
+        /// Envelopes always kept for replay and resumption (default 1000, at most
+        /// 10 000; up to ten times as many are kept while younger than
+        /// `replay_window_time`).
+        replay_window_messages: usize,
+        /// How long envelopes beyond `replay_window_messages` are kept, and how
+        /// long a disconnected session stays resumable (default 5 min).
+        replay_window_time: Duration,
+        /// Hard cap on the bytes a session's replay window holds (default 8 MiB).
+        replay_window_bytes: usize,
     }
 
     /// Timeout for tools that set none themselves (default: none).

@@ -23,6 +23,9 @@ pub(crate) struct Config {
     pub(crate) strict_output_validation: bool,
     pub(crate) debug_errors: bool,
     pub(crate) max_body_bytes: usize,
+    pub(crate) replay_window_messages: usize,
+    pub(crate) replay_window_time: Duration,
+    pub(crate) replay_window_bytes: usize,
     pub(crate) allow_unauthenticated: bool,
     pub(crate) jwt_issuer: Option<String>,
     pub(crate) jwt_audience: Option<String>,
@@ -49,6 +52,9 @@ impl Default for Config {
             strict_output_validation: false,
             debug_errors: false,
             max_body_bytes: 10 * 1024 * 1024,
+            replay_window_messages: 1000,
+            replay_window_time: Duration::from_secs(300),
+            replay_window_bytes: 8 * 1024 * 1024,
             allow_unauthenticated: false,
             jwt_issuer: None,
             jwt_audience: None,
@@ -65,7 +71,13 @@ impl Config {
                 reason: reason.to_owned(),
             })
         };
-        let positive: [(&'static str, u64); 9] = [
+        let positive: [(&'static str, u64); 12] = [
+            ("replay_window_messages", self.replay_window_messages as u64),
+            (
+                "replay_window_time",
+                self.replay_window_time.as_millis() as u64,
+            ),
+            ("replay_window_bytes", self.replay_window_bytes as u64),
             ("max_message_bytes", self.max_message_bytes as u64),
             ("max_body_bytes", self.max_body_bytes as u64),
             ("max_sessions", self.max_sessions as u64),
@@ -92,6 +104,9 @@ impl Config {
                 "idle_timeout",
                 "must be greater than zero (leave it unset for none)",
             );
+        }
+        if self.replay_window_messages > 10_000 {
+            return bad("replay_window_messages", "must be at most 10 000");
         }
         if self.max_outbound_queue < 16 {
             return bad("max_outbound_queue", "must be at least 16");

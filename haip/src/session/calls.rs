@@ -358,13 +358,12 @@ impl Session {
         }
         if call.progress_pending {
             let payload = self.update_payload(key, update);
-            if let Some(pending) = self
-                .outbox
-                .iter_mut()
-                .rev()
-                .find(|p| p.progress_of == Some(key))
-            {
-                pending.out.payload = payload;
+            let queued = self.outbox.iter_mut().rev().find_map(|p| match p {
+                Pending::New { out, progress_of } if *progress_of == Some(key) => Some(out),
+                _ => None,
+            });
+            if let Some(out) = queued {
+                out.payload = payload;
                 return;
             }
             self.push_update_tagged(key, payload);
@@ -394,7 +393,7 @@ impl Session {
             run_id: call.run_id.clone(),
             thread_id: call.thread_id.clone(),
         };
-        self.outbox.push_back(Pending {
+        self.outbox.push_back(Pending::New {
             out,
             progress_of: Some(key),
         });

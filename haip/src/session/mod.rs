@@ -5,6 +5,7 @@
 //! ([`Session::commit_next`]) when it can write. Nothing here touches a socket.
 
 mod calls;
+mod replay;
 #[cfg(test)]
 mod tests;
 
@@ -12,6 +13,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
+use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +27,7 @@ use crate::server::{Config, Stats};
 use crate::tool::{Registry, StateMap};
 
 pub(crate) use calls::Call;
+use replay::ReplayWindow;
 
 /// What a session shares with the rest of the server.
 pub(crate) struct Shared {
@@ -55,11 +58,16 @@ pub(crate) enum Control {
     },
 }
 
-/// An uncommitted outbound envelope; progress updates remember their call so a
-/// newer report can replace them while they wait (HAIP.md §6.5).
-struct Pending {
-    out: Outgoing,
-    progress_of: Option<CallKey>,
+/// An outbound envelope waiting to be written.
+enum Pending {
+    /// Not yet committed; progress updates remember their call so a newer
+    /// report can replace them while they wait (HAIP.md §6.5).
+    New {
+        out: Outgoing,
+        progress_of: Option<CallKey>,
+    },
+    /// Committed earlier, re-sent unchanged from the replay window.
+    Replay(Bytes),
 }
 
 pub(crate) struct Session {
@@ -68,6 +76,7 @@ pub(crate) struct Session {
     transport: TransportKind,
     next_seq: u64,
     outbox: VecDeque<Pending>,
+    window: ReplayWindow,
     events: mpsc::UnboundedSender<CallEvent>,
     calls: HashMap<CallKey, Call>,
     /// call_id → key, for calls whose `TOOL_DONE` is not yet issued.
@@ -96,12 +105,14 @@ impl Session {
         events: mpsc::UnboundedSender<CallEvent>,
         subject: Option<String>,
     ) -> Session {
+        let window = ReplayWindow::new(replay::Limits::from(&shared.config));
         let mut session = Session {
             shared,
             id: Arc::from(uuid::Uuid::new_v4().hyphenated().to_string()),
             transport,
             next_seq: 1,
             outbox: VecDeque::new(),
+            window,
             events,
             calls: HashMap::new(),
             active_ids: HashMap::new(),
@@ -149,7 +160,7 @@ impl Session {
     // ----- outbox -------------------------------------------------------------
 
     fn push(&mut self, out: Outgoing) {
-        self.outbox.push_back(Pending {
+        self.outbox.push_back(Pending::New {
             out,
             progress_of: None,
         });
@@ -171,9 +182,13 @@ impl Session {
         self.outbox.len() > self.config().max_outbound_queue
     }
 
-    /// Commits the next envelope (assigns its `seq`) and returns its JSON text.
-    pub(crate) fn commit_next(&mut self) -> Option<String> {
-        let Pending { out, progress_of } = self.outbox.pop_front()?;
+    /// Commits the next envelope (assigns its `seq`, keeps it in the replay
+    /// window) and returns its JSON text; replayed envelopes come out unchanged.
+    pub(crate) fn commit_next(&mut self) -> Option<Bytes> {
+        let (out, progress_of) = match self.outbox.pop_front()? {
+            Pending::New { out, progress_of } => (out, progress_of),
+            Pending::Replay(text) => return Some(text),
+        };
         if let Some(key) = progress_of
             && let Some(call) = self.calls.get_mut(&key)
         {
@@ -184,7 +199,9 @@ impl Session {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        Some(out.commit(&self.id, seq, now_millis()).to_json())
+        let text = Bytes::from(out.commit(&self.id, seq, now_millis()).to_json());
+        self.window.keep(seq, text.clone());
+        Some(text)
     }
 
     fn error(
@@ -444,21 +461,15 @@ impl Session {
             );
             return;
         }
-        // No replay window is kept yet: every committed envelope is gone, so any
-        // range that names one is too old.
-        let newest = self.next_seq - 1;
-        let from = from.unwrap_or(0).max(1);
-        let to = to
-            .and_then(crate::protocol::u64_loose)
-            .unwrap_or(newest)
-            .min(newest);
-        if from <= to {
-            self.error(
+        let to = to.and_then(crate::protocol::u64_loose);
+        match self.window.range(from.unwrap_or(0), to, self.next_seq) {
+            Ok(texts) => self.outbox.extend(texts.into_iter().map(Pending::Replay)),
+            Err(too_old) => self.error(
                 ErrorCode::REPLAY_TOO_OLD,
                 "Requested envelopes are no longer kept",
                 msg.id.as_deref(),
-                Some(json!({ "oldest_seq": self.next_seq.to_string() })),
-            );
+                Some(json!({ "oldest_seq": too_old.oldest_seq.to_string() })),
+            ),
         }
     }
 

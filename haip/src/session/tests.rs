@@ -52,7 +52,7 @@ impl Harness {
     fn out(&mut self) -> Vec<Value> {
         let mut all = Vec::new();
         while let Some(text) = self.session.commit_next() {
-            let v: Value = serde_json::from_str(&text).unwrap();
+            let v: Value = serde_json::from_slice(&text).unwrap();
             self.seq += 1;
             assert_eq!(v["seq"], self.seq.to_string(), "seq gap at {v}");
             assert_eq!(v["session"], self.session.id());
@@ -108,7 +108,7 @@ async fn hai_is_first_and_matches_the_spec() {
     });
     let (tx, _rx) = mpsc::unbounded_channel();
     let mut session = Session::new(shared, TransportKind::Stream, tx, None);
-    let hai: Value = serde_json::from_str(&session.commit_next().unwrap()).unwrap();
+    let hai: Value = serde_json::from_slice(&session.commit_next().unwrap()).unwrap();
     assert_eq!(hai["seq"], "1");
     assert_eq!(hai["channel"], "SYSTEM");
     assert_eq!(hai["payload"]["haip_version"], "1.1.2");
@@ -430,4 +430,44 @@ async fn outbox_overflow_is_detected() {
     assert!(!h.session.overflowed());
     h.send(json!({"type": "PING", "payload": {}}));
     assert!(h.session.overflowed());
+}
+
+#[tokio::test]
+async fn replay_requests_resend_kept_envelopes_unchanged() {
+    let mut h = Harness::new(Config::default(), vec![]);
+    for nonce in ["a", "b", "c"] {
+        h.send(json!({"type": "PING", "payload": {"nonce": nonce}}));
+    }
+    let originals = h.out(); // seq 2, 3, 4
+    h.send(json!({"type": "REPLAY_REQUEST", "payload": {"from_seq": "2", "to_seq": 3}}));
+    h.send(json!({"type": "REPLAY_REQUEST", "payload": {"from_seq": 9}}));
+    h.send(json!({"id": "r", "type": "REPLAY_REQUEST", "payload": {"from_seq": "x"}}));
+    let mut replayed = Vec::new();
+    while let Some(text) = h.session.commit_next() {
+        replayed.push(serde_json::from_slice::<Value>(&text).unwrap());
+    }
+    assert_eq!(replayed[0], originals[0], "byte-identical re-send");
+    assert_eq!(replayed[1], originals[1]);
+    assert_eq!(
+        replayed[2]["payload"]["detail"],
+        json!({"reason": "invalid from_seq"})
+    );
+    assert_eq!(replayed.len(), 3, "an empty range sends nothing");
+}
+
+#[tokio::test]
+async fn replay_beyond_the_window_is_too_old() {
+    let config = Config {
+        replay_window_messages: 2,
+        ..Config::default()
+    };
+    let mut h = Harness::new(config, vec![]);
+    for _ in 0..25 {
+        h.send(json!({"type": "PING", "payload": {}}));
+    }
+    h.out(); // 26 committed; the hard cap keeps 20: seq 7..=26
+    h.send(json!({"id": "old", "type": "REPLAY_REQUEST", "payload": {"from_seq": 1}}));
+    let out = h.out();
+    assert_eq!(out[0]["payload"]["code"], "REPLAY_TOO_OLD");
+    assert_eq!(out[0]["payload"]["detail"], json!({"oldest_seq": "7"}));
 }

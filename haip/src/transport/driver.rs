@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -25,8 +26,8 @@ pub(crate) enum Unit {
 /// One outbound frame for the transport's writer.
 #[derive(Debug)]
 pub(crate) enum Frame {
-    /// A committed envelope's JSON text.
-    Envelope(String),
+    /// A committed envelope's JSON text (UTF-8).
+    Envelope(Bytes),
     /// A keep-alive with no envelope (an SSE comment), for clients that filter `PING`.
     KeepAlive,
     /// The last frame: close with this code and reason (WebSocket) or end the stream.

@@ -77,7 +77,7 @@ pub(crate) fn body(
                 (Frame::Envelope(text), Framing::Sse { .. }) => sse_data(&text),
                 (Frame::Envelope(text), Framing::Ndjson) => {
                     let mut line = BytesMut::with_capacity(text.len() + 1);
-                    line.extend_from_slice(text.as_bytes());
+                    line.extend_from_slice(&text);
                     line.extend_from_slice(b"\n");
                     line.freeze()
                 }
@@ -96,10 +96,10 @@ pub(crate) fn body(
     })
 }
 
-fn sse_data(text: &str) -> Bytes {
+fn sse_data(text: &[u8]) -> Bytes {
     let mut event = BytesMut::with_capacity(text.len() + 8);
     event.extend_from_slice(b"data: ");
-    event.extend_from_slice(text.as_bytes());
+    event.extend_from_slice(text);
     event.extend_from_slice(b"\n\n");
     event.freeze()
 }
@@ -204,7 +204,9 @@ mod tests {
             ),
         ] {
             let (tx, rx) = mpsc::channel(8);
-            tx.send(Frame::Envelope("{\"a\":1}".into())).await.unwrap();
+            tx.send(Frame::Envelope(Bytes::from_static(b"{\"a\":1}")))
+                .await
+                .unwrap();
             tx.send(Frame::KeepAlive).await.unwrap();
             tx.send(Frame::Close {
                 code: 1001,

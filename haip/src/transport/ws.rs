@@ -8,10 +8,10 @@ use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 use super::driver::{self, Ended, Frame, Unit};
 use crate::exec::CallEvent;
@@ -167,7 +167,14 @@ async fn write_loop(
         // Batch whatever is ready into one flush.
         while let Some(frame) = next.take() {
             let msg = match frame {
-                Frame::Envelope(text) => Message::text(text),
+                // Committed envelopes are serde_json output: always UTF-8.
+                Frame::Envelope(text) => match Utf8Bytes::try_from(text) {
+                    Ok(text) => Message::Text(text),
+                    Err(_) => {
+                        next = rx.try_recv().ok();
+                        continue;
+                    }
+                },
                 Frame::KeepAlive => {
                     next = rx.try_recv().ok();
                     continue;
