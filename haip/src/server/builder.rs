@@ -224,6 +224,15 @@ impl ServerBuilder {
         replay_window_time: Duration,
         /// Hard cap on the bytes a session's replay window holds (default 8 MiB).
         replay_window_bytes: usize,
+        /// Inbound credit is returned (`FLOW_UPDATE`) once this many messages are
+        /// owed on a channel (default 5).
+        credit_return_messages: u64,
+        /// ... or once this many bytes are (default 256 KiB).
+        credit_return_bytes: u64,
+        /// Enforce credit: drop inbound envelopes beyond it with
+        /// `FLOW_CONTROL_VIOLATION`, and hold outbound ones beyond the client's
+        /// (default off: credit is tracked, never a reason to reject).
+        strict_flow_control: bool,
     }
 
     /// Timeout for tools that set none themselves (default: none).

@@ -23,6 +23,9 @@ pub(crate) struct Config {
     pub(crate) strict_output_validation: bool,
     pub(crate) debug_errors: bool,
     pub(crate) max_body_bytes: usize,
+    pub(crate) credit_return_messages: u64,
+    pub(crate) credit_return_bytes: u64,
+    pub(crate) strict_flow_control: bool,
     pub(crate) replay_window_messages: usize,
     pub(crate) replay_window_time: Duration,
     pub(crate) replay_window_bytes: usize,
@@ -52,6 +55,9 @@ impl Default for Config {
             strict_output_validation: false,
             debug_errors: false,
             max_body_bytes: 10 * 1024 * 1024,
+            credit_return_messages: 5,
+            credit_return_bytes: 262_144,
+            strict_flow_control: false,
             replay_window_messages: 1000,
             replay_window_time: Duration::from_secs(300),
             replay_window_bytes: 8 * 1024 * 1024,
@@ -71,7 +77,9 @@ impl Config {
                 reason: reason.to_owned(),
             })
         };
-        let positive: [(&'static str, u64); 12] = [
+        let positive: [(&'static str, u64); 14] = [
+            ("credit_return_messages", self.credit_return_messages),
+            ("credit_return_bytes", self.credit_return_bytes),
             ("replay_window_messages", self.replay_window_messages as u64),
             (
                 "replay_window_time",

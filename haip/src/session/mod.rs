@@ -5,6 +5,7 @@
 //! ([`Session::commit_next`]) when it can write. Nothing here touches a socket.
 
 mod calls;
+mod flow;
 mod replay;
 #[cfg(test)]
 mod tests;
@@ -27,6 +28,7 @@ use crate::server::{Config, Stats};
 use crate::tool::{Registry, StateMap};
 
 pub(crate) use calls::Call;
+use flow::{Amount, InboundCredit, OutboundGate, Owed};
 use replay::ReplayWindow;
 
 /// What a session shares with the rest of the server.
@@ -77,6 +79,10 @@ pub(crate) struct Session {
     next_seq: u64,
     outbox: VecDeque<Pending>,
     window: ReplayWindow,
+    inbound_credit: InboundCredit,
+    gate: OutboundGate,
+    /// The client's `HAI` asked for flow control (`capabilities.flow_control`).
+    client_flow_control: bool,
     events: mpsc::UnboundedSender<CallEvent>,
     calls: HashMap<CallKey, Call>,
     /// call_id → key, for calls whose `TOOL_DONE` is not yet issued.
@@ -106,6 +112,16 @@ impl Session {
         subject: Option<String>,
     ) -> Session {
         let window = ReplayWindow::new(replay::Limits::from(&shared.config));
+        let inbound_credit = InboundCredit::new(
+            Amount {
+                messages: shared.config.initial_credit_messages,
+                bytes: shared.config.initial_credit_bytes,
+            },
+            Amount {
+                messages: shared.config.credit_return_messages,
+                bytes: shared.config.credit_return_bytes,
+            },
+        );
         let mut session = Session {
             shared,
             id: Arc::from(uuid::Uuid::new_v4().hyphenated().to_string()),
@@ -113,6 +129,9 @@ impl Session {
             next_seq: 1,
             outbox: VecDeque::new(),
             window,
+            inbound_credit,
+            gate: OutboundGate::default(),
+            client_flow_control: false,
             events,
             calls: HashMap::new(),
             active_ids: HashMap::new(),
@@ -168,7 +187,21 @@ impl Session {
 
     /// Whether something is waiting to be committed and written.
     pub(crate) fn has_outbound(&self) -> bool {
-        !self.outbox.is_empty()
+        self.next_ready().is_some()
+    }
+
+    /// The outbox position of the next envelope that may go out: the first
+    /// one not held by a paused channel or, in strict mode, missing client credit.
+    fn next_ready(&self) -> Option<usize> {
+        let strict = self.shared.config.strict_flow_control;
+        let may_hold = self.gate.any_paused() || (strict && self.gate.has_credit_limits());
+        if !may_hold {
+            return (!self.outbox.is_empty()).then_some(0);
+        }
+        self.outbox.iter().position(|p| match p {
+            Pending::New { out, .. } => self.gate.open(out.channel, strict),
+            Pending::Replay(_) => true,
+        })
     }
 
     /// Envelopes waiting to be written (after progress merging).
@@ -185,7 +218,8 @@ impl Session {
     /// Commits the next envelope (assigns its `seq`, keeps it in the replay
     /// window) and returns its JSON text; replayed envelopes come out unchanged.
     pub(crate) fn commit_next(&mut self) -> Option<Bytes> {
-        let (out, progress_of) = match self.outbox.pop_front()? {
+        let index = self.next_ready()?;
+        let (out, progress_of) = match self.outbox.remove(index)? {
             Pending::New { out, progress_of } => (out, progress_of),
             Pending::Replay(text) => return Some(text),
         };
@@ -199,7 +233,9 @@ impl Session {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
+        let channel = out.channel;
         let text = Bytes::from(out.commit(&self.id, seq, now_millis()).to_json());
+        self.gate.spend(channel, text.len() as u64);
         self.window.keep(seq, text.clone());
         Some(text)
     }
@@ -258,7 +294,36 @@ impl Session {
                 self.shared.stats.total_messages.fetch_add(1, Relaxed);
                 let first = !self.received_any;
                 self.received_any = true;
-                self.dispatch(inbound, first)
+                let bytes = text.len() as u64 + inbound.bin_len.unwrap_or(0);
+                let fallback = inbound.event.default_channel().as_str();
+                let channel = self
+                    .inbound_credit
+                    .tracked(&inbound.channel, fallback)
+                    .to_owned();
+                let strict = self.shared.config.strict_flow_control;
+                if strict && !self.inbound_credit.has_credit(&channel, bytes) {
+                    // Step 6: dropped, not accepted (a TOOL_CALL gets no TOOL_DONE).
+                    self.error(
+                        ErrorCode::FLOW_CONTROL_VIOLATION,
+                        "Insufficient credits for channel",
+                        inbound.id.as_deref(),
+                        Some(json!({ "channel": channel, "reason": "INSUFFICIENT_CREDITS" })),
+                    );
+                    return Control::Continue;
+                }
+                let control = self.dispatch(inbound, first);
+                let returns = self.client_flow_control && self.accepts(EventType::FlowUpdate);
+                if let Owed::Return(channel, amount) = self
+                    .inbound_credit
+                    .handled(&channel, bytes, returns, strict)
+                {
+                    self.push(Outgoing::new(
+                        Channel::System,
+                        EventType::FlowUpdate,
+                        json!({ "channel": channel, "add_messages": amount.messages, "add_bytes": amount.bytes }),
+                    ));
+                }
+                control
             }
             Err(err) => {
                 if err.code == ErrorCode::UNSUPPORTED_TYPE {
@@ -331,6 +396,26 @@ impl Session {
                 }
             }
             EventType::ReplayRequest => self.handle_replay_request(&msg),
+            EventType::FlowUpdate => {
+                let add = |key| msg.payload.get(key).and_then(Value::as_u64).unwrap_or(0);
+                if let Some(Value::String(channel)) = msg.payload.get("channel") {
+                    let amount = Amount {
+                        messages: add("add_messages"),
+                        bytes: add("add_bytes"),
+                    };
+                    self.gate.grant(channel, amount);
+                }
+            }
+            EventType::PauseChannel => {
+                if let Some(Value::String(channel)) = msg.payload.get("channel") {
+                    self.gate.pause(channel);
+                }
+            }
+            EventType::ResumeChannel => {
+                if let Some(Value::String(channel)) = msg.payload.get("channel") {
+                    self.gate.resume(channel);
+                }
+            }
             // Accepted and handed to no hook yet: text, audio, inbound tool
             // traffic the server does not act on (§6.8), PONG, ERROR, flow control.
             _ => {}
@@ -355,6 +440,17 @@ impl Session {
                     code: 1002,
                     reason: "version incompatible",
                 };
+            }
+        }
+        if let Some(Value::Object(flow)) = p.get("capabilities").and_then(|c| c.get("flow_control"))
+        {
+            self.client_flow_control = true;
+            let field = |key| flow.get(key).and_then(Value::as_u64);
+            if let (Some(messages), Some(bytes)) = (
+                field("initial_credit_messages"),
+                field("initial_credit_bytes"),
+            ) {
+                self.gate.advertise(Amount { messages, bytes });
             }
         }
         if let Some(Value::Array(events)) = p.get("accept_events") {

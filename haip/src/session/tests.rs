@@ -471,3 +471,70 @@ async fn replay_beyond_the_window_is_too_old() {
     assert_eq!(out[0]["payload"]["code"], "REPLAY_TOO_OLD");
     assert_eq!(out[0]["payload"]["detail"], json!({"oldest_seq": "7"}));
 }
+
+#[tokio::test]
+async fn credit_is_returned_in_batches_to_clients_that_ask() {
+    let mut h = Harness::new(Config::default(), vec![]);
+    h.send(json!({"type": "HAI", "payload": {"capabilities": {"flow_control": {"initial_credit_messages": 10, "initial_credit_bytes": 100000}}}}));
+    for _ in 0..4 {
+        h.send(json!({"channel": "SYSTEM", "type": "PING", "payload": {}}));
+    }
+    let out = h.out();
+    let updates: Vec<&Value> = out.iter().filter(|v| v["type"] == "FLOW_UPDATE").collect();
+    assert_eq!(updates.len(), 1, "{out:?}");
+    assert_eq!(updates[0]["channel"], "SYSTEM");
+    assert_eq!(updates[0]["payload"]["channel"], "SYSTEM");
+    assert_eq!(updates[0]["payload"]["add_messages"], 5);
+    assert!(updates[0]["payload"]["add_bytes"].as_u64().unwrap() > 100);
+
+    // A client without flow control (or filtering FLOW_UPDATE) gets none.
+    let mut h = Harness::new(Config::default(), vec![]);
+    for _ in 0..20 {
+        h.send(json!({"type": "PING", "payload": {}}));
+    }
+    assert!(h.out().iter().all(|v| v["type"] == "PONG"));
+}
+
+#[tokio::test]
+async fn paused_channels_hold_their_envelopes_in_order() {
+    let mut h = Harness::new(Config::default(), vec![]);
+    h.send(json!({"type": "PAUSE_CHANNEL", "payload": {"channel": "AGENT"}}));
+    h.send(json!({"type": "PAUSE_CHANNEL", "payload": {"channel": "SYSTEM"}}));
+    h.send(json!({"type": "TOOL_LIST", "payload": {}}));
+    h.send(json!({"type": "PING", "payload": {"nonce": 1}}));
+    h.send(json!({"type": "TOOL_SCHEMA", "payload": {"tool": "add"}}));
+    let out = h.out();
+    assert_eq!(out.len(), 1, "only SYSTEM flows: {out:?}");
+    assert_eq!(out[0]["type"], "PONG");
+    h.send(json!({"type": "RESUME_CHANNEL", "payload": {"channel": "AGENT"}}));
+    let types: Vec<String> = h
+        .out()
+        .iter()
+        .map(|v| v["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(types, ["TOOL_LIST", "TOOL_SCHEMA"]);
+}
+
+#[tokio::test]
+async fn strict_flow_control_drops_envelopes_beyond_credit() {
+    let config = Config {
+        strict_flow_control: true,
+        initial_credit_messages: 3,
+        ..Config::default()
+    };
+    let mut h = Harness::new(config, vec![]);
+    // Credit is per channel: spend USER's three on PINGs.
+    for _ in 0..3 {
+        h.send(json!({"channel": "USER", "type": "PING", "payload": {}}));
+    }
+    h.send(json!({"id": "x", "type": "TOOL_CALL", "payload": {"call_id": "x", "tool": "echo", "params": {"message": "m"}}}));
+    let out = h.out();
+    assert_eq!(out.len(), 4);
+    assert_eq!(out[3]["payload"]["code"], "FLOW_CONTROL_VIOLATION");
+    assert_eq!(out[3]["payload"]["related_id"], "x");
+    assert_eq!(
+        out[3]["payload"]["detail"],
+        json!({"channel": "USER", "reason": "INSUFFICIENT_CREDITS"})
+    );
+    assert!(h.session.is_idle(), "the dropped call was never accepted");
+}
