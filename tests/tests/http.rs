@@ -114,6 +114,7 @@ async fn health_and_stats_report_live_counters() {
         [
             "activeConnections",
             "averageLatency",
+            "detachedSessions",
             "errorRate",
             "memoryUsage",
             "messagesPerSecond",

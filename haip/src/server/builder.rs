@@ -9,7 +9,7 @@ use super::hub::Cors;
 use super::{Config, Server, Stats};
 use crate::Error;
 use crate::auth::{Authenticator, Jwt};
-use crate::session::Shared;
+use crate::session::{InMemorySessionStore, Shared};
 use crate::tool::{Registry, StateMap, Tool, builtin};
 
 /// Configures a [`Server`]. Every limit of the protocol's settings table has a
@@ -289,6 +289,7 @@ impl ServerBuilder {
                 state: Arc::new(self.state),
                 stats: Stats::new(),
                 shutdown: CancellationToken::new(),
+                store: Arc::new(InMemorySessionStore::default()),
             }),
             auth,
             cors: Cors {

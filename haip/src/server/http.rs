@@ -348,20 +348,28 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
     let (out_tx, out_rx) = mpsc::channel(driver::WRITE_QUEUE);
     let entry = hub
         .sessions
-        .insert(&session_id, subject, inbound_tx.clone());
+        .insert(&session_id, subject.clone(), inbound_tx.clone());
 
     if req.method() == Method::POST {
         let max_line = hub.shared.config.max_message_bytes;
         let body = req.into_body();
         hub.tracker
-            .spawn(stream::read_ndjson(body, max_line, inbound_tx));
-    } else {
-        drop(inbound_tx);
+            .spawn(stream::read_ndjson(body, max_line, inbound_tx.clone()));
     }
+    // After a resumption, upstream POSTs naming the resumed session reach
+    // this stream too (the alias lives as long as the stream's driver).
+    let alias_hub = Arc::clone(hub);
+    let mut alias = None;
+    let on_resumed = Box::new(move |id: &str| {
+        let entry = alias_hub
+            .sessions
+            .insert(id, subject.clone(), inbound_tx.clone());
+        drop(alias.replace(entry));
+    });
     let shared = Arc::clone(&hub.shared);
     hub.tracker.spawn(async move {
         let _guards = (guard, entry);
-        stream::run(session, events_rx, inbound_rx, out_tx, &shared).await;
+        stream::run(session, events_rx, inbound_rx, out_tx, &shared, on_resumed).await;
     });
 
     let body = StreamBody::new(stream::body(out_rx, framing));

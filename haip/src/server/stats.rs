@@ -14,6 +14,8 @@ pub(crate) struct Stats {
     pub(crate) errors: AtomicU64,
     pub(crate) warnings: AtomicU64,
     pub(crate) total_messages: AtomicU64,
+    /// Sessions kept after their connection was lost, awaiting resumption.
+    pub(crate) detached_sessions: AtomicU64,
     pub(crate) calls_total: AtomicU64,
     pub(crate) calls_ok: AtomicU64,
     pub(crate) calls_failed: AtomicU64,
@@ -39,6 +41,7 @@ impl Stats {
             errors: AtomicU64::new(0),
             warnings: AtomicU64::new(0),
             total_messages: AtomicU64::new(0),
+            detached_sessions: AtomicU64::new(0),
             calls_total: AtomicU64::new(0),
             calls_ok: AtomicU64::new(0),
             calls_failed: AtomicU64::new(0),
@@ -102,6 +105,7 @@ impl Stats {
             "averageLatency": average_latency,
             "errorRate": if messages == 0 { 0.0 } else { errors as f64 / messages as f64 },
             "uptime": uptime,
+            "detachedSessions": self.detached_sessions.load(Relaxed),
             "toolExecutions": {
                 "total": total,
                 "successful": ok,

@@ -7,6 +7,8 @@
 mod calls;
 mod flow;
 mod replay;
+mod resume;
+mod store;
 #[cfg(test)]
 mod tests;
 
@@ -30,6 +32,8 @@ use crate::tool::{Registry, StateMap};
 pub(crate) use calls::Call;
 use flow::{Amount, InboundCredit, OutboundGate, Owed};
 use replay::ReplayWindow;
+pub(crate) use resume::ResumeRequest;
+pub(crate) use store::{Attached, InMemorySessionStore, SessionStore, Takeover, park};
 
 /// What a session shares with the rest of the server.
 pub(crate) struct Shared {
@@ -39,18 +43,19 @@ pub(crate) struct Shared {
     pub(crate) stats: Stats,
     /// Cancelled when the server shuts down.
     pub(crate) shutdown: CancellationToken,
+    /// Sessions by id, live or parked, for resumption.
+    pub(crate) store: Arc<dyn SessionStore>,
 }
 
 /// Which kind of transport carries the session (it changes what `HAI` advertises).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TransportKind {
     WebSocket,
-    #[allow(dead_code)] // used by the SSE / HTTP streaming transports
     Stream,
 }
 
 /// What the transport must do after handling an input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Control {
     Continue,
     /// Write what is committed, then close with this code and reason.
@@ -58,6 +63,8 @@ pub(crate) enum Control {
         code: u16,
         reason: &'static str,
     },
+    /// The client asks to resume another session (HAIP.md §11.3).
+    Resume(Box<ResumeRequest>),
 }
 
 /// An outbound envelope waiting to be written.
@@ -154,6 +161,11 @@ impl Session {
         &self.id
     }
 
+    /// The subject that opened the session, when authentication is on.
+    pub(crate) fn subject(&self) -> Option<&Arc<str>> {
+        self.subject.as_ref()
+    }
+
     fn config(&self) -> &Config {
         &self.shared.config
     }
@@ -202,11 +214,6 @@ impl Session {
             Pending::New { out, .. } => self.gate.open(out.channel, strict),
             Pending::Replay(_) => true,
         })
-    }
-
-    /// Envelopes waiting to be written (after progress merging).
-    pub(crate) fn outbound_len(&self) -> usize {
-        self.outbox.len()
     }
 
     /// Whether the outbox has outgrown `max_outbound_queue`: the client is not
@@ -442,42 +449,20 @@ impl Session {
                 };
             }
         }
-        if let Some(Value::Object(flow)) = p.get("capabilities").and_then(|c| c.get("flow_control"))
-        {
-            self.client_flow_control = true;
-            let field = |key| flow.get(key).and_then(Value::as_u64);
-            if let (Some(messages), Some(bytes)) = (
-                field("initial_credit_messages"),
-                field("initial_credit_bytes"),
-            ) {
-                self.gate.advertise(Amount { messages, bytes });
-            }
-        }
-        if let Some(Value::Array(events)) = p.get("accept_events") {
-            self.accept_events = Some(
-                events
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect(),
-            );
-        }
         let resuming =
             p.contains_key("last_rx_seq") && msg.session.as_deref().is_some_and(|s| s != &*self.id);
-        if resuming {
-            // This server keeps no session beyond its connection, so the named
-            // session cannot be found; the connection stays on its fresh session.
-            let reason = if first {
-                "unknown session"
-            } else {
-                "not first message"
-            };
-            self.error(
-                ErrorCode::RESUME_FAILED,
-                "Session cannot be resumed",
-                msg.id.as_deref(),
-                Some(json!({ "reason": reason })),
-            );
+        if !resuming {
+            self.apply_hai_settings(p);
+        } else if first {
+            // The connection's driver looks the session up and takes it over.
+            return Control::Resume(Box::new(ResumeRequest {
+                session: msg.session.clone().unwrap_or_default(),
+                last_rx_seq: p.get("last_rx_seq").and_then(crate::protocol::u64_loose),
+                related_id: msg.id.clone(),
+                hai: p.clone(),
+            }));
+        } else {
+            self.resume_failed("not first message", msg.id.as_deref(), p);
         }
         Control::Continue
     }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +31,7 @@ impl Harness {
             state: Default::default(),
             stats: Stats::new(),
             shutdown: CancellationToken::new(),
+            store: Arc::new(InMemorySessionStore::default()),
         });
         let (tx, events) = mpsc::unbounded_channel();
         let mut h = Harness {
@@ -105,6 +106,7 @@ async fn hai_is_first_and_matches_the_spec() {
         state: Default::default(),
         stats: Stats::new(),
         shutdown: CancellationToken::new(),
+        store: Arc::new(InMemorySessionStore::default()),
     });
     let (tx, _rx) = mpsc::unbounded_channel();
     let mut session = Session::new(shared, TransportKind::Stream, tx, None);
@@ -333,11 +335,38 @@ async fn progress_is_merged_while_unsent_and_precedes_tool_done() {
 #[tokio::test]
 async fn version_check_and_resumption_attempts() {
     let mut h = Harness::new(Config::default(), vec![]);
-    let control = h.send(json!({"id": "h", "session": "other", "type": "HAI", "payload": {"accept_major": [1], "last_rx_seq": "3"}}));
-    assert_eq!(control, Control::Continue);
+    let control = h.send(json!({"id": "h", "session": "other", "type": "HAI", "payload": {"accept_major": [1], "last_rx_seq": "3", "accept_events": ["PONG"]}}));
+    let Control::Resume(request) = control else {
+        panic!("expected a resumption, got {control:?}")
+    };
+    assert_eq!(
+        (
+            request.session.as_str(),
+            request.last_rx_seq,
+            request.related_id.as_deref()
+        ),
+        ("other", Some(3), Some("h"))
+    );
+    assert!(h.out().is_empty(), "the driver answers, not the session");
+    h.session.resume_failed(
+        "unknown session",
+        request.related_id.as_deref(),
+        &request.hai,
+    );
     let out = h.out();
     assert_eq!(out[0]["payload"]["code"], "RESUME_FAILED");
+    assert_eq!(out[0]["payload"]["related_id"], "h");
     assert_eq!(out[0]["payload"]["detail"]["reason"], "unknown session");
+    assert!(
+        !h.session.heartbeat(),
+        "the HAI's accept_events still applied"
+    );
+    // Only the first envelope may resume.
+    h.send(json!({"id": "h2", "session": "other", "type": "HAI", "payload": {"last_rx_seq": 1}}));
+    assert_eq!(
+        h.out()[0]["payload"]["detail"]["reason"],
+        "not first message"
+    );
     // The upstream SDK's random session id without last_rx_seq is no resumption.
     h.send(json!({"session": "random", "type": "HAI", "payload": {"accept_major": ["1"]}}));
     assert!(h.out().is_empty());
@@ -537,4 +566,43 @@ async fn strict_flow_control_drops_envelopes_beyond_credit() {
         json!({"channel": "USER", "reason": "INSUFFICIENT_CREDITS"})
     );
     assert!(h.session.is_idle(), "the dropped call was never accepted");
+}
+
+#[tokio::test]
+async fn a_resumed_session_replays_what_the_client_missed_then_confirms() {
+    let mut h = Harness::new(Config::default(), vec![]);
+    h.send(json!({"seq": "7", "type": "PING", "payload": {"nonce": "a"}}));
+    h.send(json!({"seq": 9, "type": "PING", "payload": {"nonce": "b"}}));
+    let sent = h.out(); // seq 2, 3 (after the HAI, seq 1)
+    assert_eq!(h.session.can_resume_from(4), Err("invalid last_rx_seq"));
+    assert_eq!(h.session.can_resume_from(3), Ok(()));
+    assert_eq!(h.session.can_resume_from(0), Ok(()));
+    h.session.resumed(1, &Map::new());
+    let mut texts = Vec::new();
+    while let Some(text) = h.session.commit_next() {
+        texts.push(serde_json::from_slice::<Value>(&text).unwrap());
+    }
+    assert_eq!(texts[0], sent[0], "missed envelopes come back unchanged");
+    assert_eq!(texts[1], sent[1]);
+    assert_eq!(texts[2]["type"], "HAI");
+    assert_eq!(texts[2]["seq"], "4", "the counter continues");
+    assert_eq!(
+        texts[2]["payload"]["last_rx_seq"], "9",
+        "highest client seq processed here"
+    );
+}
+
+#[tokio::test]
+async fn resumption_needs_every_missed_envelope_kept() {
+    let config = Config {
+        replay_window_messages: 1,
+        ..Config::default()
+    };
+    let mut h = Harness::new(config, vec![]);
+    for _ in 0..15 {
+        h.send(json!({"type": "PING", "payload": {}}));
+    }
+    h.out(); // 16 committed, the hard cap keeps the newest 10
+    assert_eq!(h.session.can_resume_from(2), Err("window exceeded"));
+    assert_eq!(h.session.can_resume_from(6), Ok(()));
 }

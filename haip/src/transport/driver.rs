@@ -10,7 +10,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::exec::CallEvent;
-use crate::session::{Control, Session, Shared};
+use std::sync::Arc;
+
+use crate::session::{Attached, Control, ResumeRequest, Session, Shared, Takeover, park};
 
 /// One inbound unit, already framed by the transport.
 pub(crate) enum Unit {
@@ -37,14 +39,27 @@ pub(crate) enum Frame {
 /// How the session's connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ended {
-    /// A `Close` frame was handed to the writer.
-    Closed,
+    /// A `Close` frame with this code was handed to the writer.
+    Closed(u16),
     /// The client went away (or the writer did).
     Gone,
     /// The client stopped reading and the outbound queue overflowed: nothing
     /// more can reach it.
     Overflowed,
+    /// Another connection resumed the session.
+    HandedOver,
 }
+
+impl Ended {
+    /// Whether the session outlives its connection, resumable (HAIP.md §11.3):
+    /// not after shutdown or a version mismatch.
+    pub(crate) fn keeps_session(self) -> bool {
+        !matches!(self, Ended::Closed(1001 | 1002) | Ended::HandedOver)
+    }
+}
+
+/// Called with the session id after the connection resumed another session.
+pub(crate) type OnResumed = Box<dyn FnMut(&str) + Send>;
 
 /// Per-transport settings of the loop.
 pub(crate) struct Options {
@@ -52,21 +67,57 @@ pub(crate) struct Options {
     pub(crate) heartbeat: Option<Duration>,
     /// Send [`Frame::KeepAlive`] when the client filters heartbeat `PING`s.
     pub(crate) keep_alive_frames: bool,
+    /// Told the session id after the connection resumed another session.
+    pub(crate) on_resumed: Option<OnResumed>,
 }
 
 /// Messages handed to a writer at once; beyond this the session's outbox holds
 /// envelopes uncommitted, where progress can still be merged.
 pub(crate) const WRITE_QUEUE: usize = 32;
 
-/// Runs `session` until its connection ends.
+/// How long a resumption waits for the session's current owner.
+const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Puts a new session on a connection: registers it for resumption.
+pub(crate) fn attach(
+    session: Session,
+    events: mpsc::UnboundedReceiver<CallEvent>,
+    shared: &Shared,
+) -> Attached {
+    let takeovers = shared.store.register(session.id());
+    Attached {
+        session: Box::new(session),
+        events,
+        takeovers,
+    }
+}
+
+/// After the connection: parks the session for resumption, or forgets it.
+pub(crate) fn detach(ended: Ended, attached: Option<Attached>, shared: &Shared) {
+    let Some(attached) = attached else { return };
+    // Detached sessions are bounded like connected ones: beyond
+    // `max_sessions` a lost session is not kept.
+    let room = shared
+        .stats
+        .detached_sessions
+        .load(std::sync::atomic::Ordering::Relaxed)
+        < shared.config.max_sessions as u64;
+    if ended.keeps_session() && room && !shared.shutdown.is_cancelled() {
+        park(attached, Arc::clone(&shared.store), shared);
+    } else {
+        shared.store.remove(attached.session.id());
+    }
+}
+
+/// Runs the session until its connection ends; gives it back unless another
+/// connection took it over.
 pub(crate) async fn drive<S>(
-    session: &mut Session,
-    events: &mut mpsc::UnboundedReceiver<CallEvent>,
+    mut attached: Attached,
     inbound: S,
     out: &mpsc::Sender<Frame>,
     shared: &Shared,
-    options: Options,
-) -> Ended
+    mut options: Options,
+) -> (Ended, Option<Attached>)
 where
     S: Stream<Item = Unit>,
 {
@@ -82,8 +133,9 @@ where
     let mut shutting_down = false;
     let mut close: Option<(u16, &'static str)> = None;
     loop {
+        let session = &mut attached.session;
         if session.overflowed() {
-            return Ended::Overflowed;
+            return (Ended::Overflowed, Some(attached));
         }
         if shutting_down && close.is_none() && session.is_idle() {
             close = Some((1001, "server shutdown"));
@@ -92,20 +144,23 @@ where
             && !session.has_outbound()
         {
             return match out.send(Frame::Close { code, reason }).await {
-                Ok(()) => Ended::Closed,
-                Err(_) => Ended::Gone,
+                Ok(()) => (Ended::Closed(code), Some(attached)),
+                Err(_) => (Ended::Gone, Some(attached)),
             };
         }
         let reading = close.is_none() && !shutting_down;
+        let mut takeover = None;
+        let mut resume = None;
         tokio::select! {
             biased;
             () = shared.shutdown.cancelled(), if !shutting_down => {
                 shutting_down = true;
                 session.begin_shutdown();
             }
-            Some(event) = events.recv() => session.handle_event(event),
+            Some(event) = attached.events.recv() => session.handle_event(event),
+            Some(request) = attached.takeovers.recv(), if !shutting_down => takeover = Some(request),
             permit = out.reserve(), if session.has_outbound() => {
-                let Ok(permit) = permit else { return Ended::Gone };
+                let Ok(permit) = permit else { return (Ended::Gone, Some(attached)) };
                 if let Some(text) = session.commit_next() {
                     permit.send(Frame::Envelope(text));
                 }
@@ -117,9 +172,9 @@ where
                     }
                 }
             }
-            () = out.closed() => return Ended::Gone,
+            () = out.closed() => return (Ended::Gone, Some(attached)),
             unit = inbound.next(), if reading => {
-                let Some(unit) = unit else { return Ended::Gone };
+                let Some(unit) = unit else { return (Ended::Gone, Some(attached)) };
                 if let Some(limit) = idle_timeout {
                     idle.as_mut().reset(Instant::now() + limit);
                 }
@@ -138,8 +193,10 @@ where
                     }
                     Unit::TooLarge => session.message_too_large(),
                 };
-                if let Control::Close { code, reason } = control {
-                    close = Some((code, reason));
+                match control {
+                    Control::Continue => {}
+                    Control::Close { code, reason } => close = Some((code, reason)),
+                    Control::Resume(request) => resume = Some(request),
                 }
             }
             _ = heartbeat.tick(), if options.heartbeat.is_some() => {
@@ -152,5 +209,79 @@ where
                 close = Some((1000, "idle timeout"));
             }
         }
+        if let Some(request) = takeover {
+            // Another connection resumes this session: hand it over and close.
+            match request.answer(attached) {
+                Some(kept) => attached = kept,
+                None => {
+                    let _ = out
+                        .send(Frame::Close {
+                            code: 1000,
+                            reason: "session resumed elsewhere",
+                        })
+                        .await;
+                    return (Ended::HandedOver, None);
+                }
+            }
+        }
+        if let Some(request) = resume {
+            attached = resume_into(attached, *request, shared, &mut options).await;
+        }
     }
+}
+
+/// Takes the requested session over from its owner (a parked task or another
+/// connection), or reports why not; returns the session this connection is on.
+async fn resume_into(
+    fresh: Attached,
+    request: ResumeRequest,
+    shared: &Shared,
+    options: &mut Options,
+) -> Attached {
+    let outcome = match request.last_rx_seq {
+        None => Err("invalid last_rx_seq"),
+        Some(last_rx_seq) => take_over(&request.session, last_rx_seq, &fresh, shared).await,
+    };
+    match outcome {
+        Ok(mut resumed) => {
+            shared.store.remove(fresh.session.id());
+            // `resumed` carries the seq it was at; the fresh session (only its
+            // HAI was sent) ends here.
+            resumed
+                .session
+                .resumed(request.last_rx_seq.unwrap_or(0), &request.hai);
+            tracing::debug!(session = %resumed.session.id(), "session resumed");
+            if let Some(on_resumed) = options.on_resumed.as_mut() {
+                on_resumed(resumed.session.id());
+            }
+            resumed
+        }
+        Err(reason) => {
+            let mut fresh = fresh;
+            fresh
+                .session
+                .resume_failed(reason, request.related_id.as_deref(), &request.hai);
+            fresh
+        }
+    }
+}
+
+async fn take_over(
+    id: &str,
+    last_rx_seq: u64,
+    fresh: &Attached,
+    shared: &Shared,
+) -> Result<Attached, &'static str> {
+    let owner = shared.store.find(id).ok_or("unknown session")?;
+    let (reply, answer) = oneshot::channel();
+    let request = Takeover {
+        subject: fresh.session.subject().cloned(),
+        last_rx_seq,
+        reply,
+    };
+    let asked = tokio::time::timeout(TAKEOVER_TIMEOUT, async {
+        owner.send(request).await.map_err(|_| "unknown session")?;
+        answer.await.map_err(|_| "unknown session")?
+    });
+    asked.await.unwrap_or(Err("unknown session"))
 }

@@ -42,15 +42,16 @@ const STREAM_HEARTBEAT_CAP: Duration = Duration::from_secs(15);
 /// Inbound units queued per stream session (upstream POSTs wait beyond this).
 pub(crate) const INBOUND_QUEUE: usize = 64;
 
-/// Runs a stream session; returns the stream of response body frames. The
-/// session ends when the client goes away (the body is dropped), on shutdown,
-/// or when the connection must close.
+/// Runs a stream session until the client goes away (the body is dropped),
+/// shutdown, or the connection must close; then parks it for resumption.
+/// `on_resumed` learns the session id if the client resumes another session.
 pub(crate) async fn run(
-    mut session: Session,
-    mut events: mpsc::UnboundedReceiver<CallEvent>,
+    session: Session,
+    events: mpsc::UnboundedReceiver<CallEvent>,
     mut inbound: mpsc::Receiver<Unit>,
     out: mpsc::Sender<Frame>,
     shared: &Shared,
+    on_resumed: driver::OnResumed,
 ) {
     let heartbeat = shared
         .config
@@ -59,10 +60,13 @@ pub(crate) async fn run(
     let options = driver::Options {
         heartbeat,
         keep_alive_frames: true,
+        on_resumed: Some(on_resumed),
     };
     let inbound = futures_util::stream::poll_fn(move |cx| inbound.poll_recv(cx));
-    let ended = driver::drive(&mut session, &mut events, inbound, &out, shared, options).await;
-    tracing::debug!(session = %session.id(), ?ended, "stream session ended");
+    let attached = driver::attach(session, events, shared);
+    let (ended, attached) = driver::drive(attached, inbound, &out, shared, options).await;
+    tracing::debug!(?ended, "stream session ended");
+    driver::detach(ended, attached, shared);
 }
 
 /// The response body: frames from the session, formatted for `framing`.

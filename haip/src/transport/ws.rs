@@ -17,7 +17,7 @@ use super::driver::{self, Ended, Frame, Unit};
 use crate::exec::CallEvent;
 use crate::protocol::is_binary_envelope;
 use crate::server::ConnectionGuard;
-use crate::session::{Session, Shared};
+use crate::session::{Attached, Session, Shared};
 
 type Ws = WebSocketStream<TokioIo<Upgraded>>;
 
@@ -56,10 +56,12 @@ pub(crate) async fn serve(upgraded: Upgraded, shared: Arc<Shared>, admission: Ad
     let ws =
         WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
     match admission {
-        Admission::Session(mut session, mut events, _counted) => {
+        Admission::Session(session, events, _counted) => {
             let span = tracing::debug_span!("session", id = %session.id());
             let _enter = span.enter();
-            run(ws, &mut session, &mut events, &shared).await;
+            let attached = driver::attach(*session, events, &shared);
+            let (ended, attached) = run(ws, attached, &shared).await;
+            driver::detach(ended, attached, &shared);
         }
         Admission::Refuse {
             envelope,
@@ -102,12 +104,7 @@ fn close_frame(code: u16, reason: &'static str) -> Message {
     }))
 }
 
-async fn run(
-    ws: Ws,
-    session: &mut Session,
-    events: &mut mpsc::UnboundedReceiver<CallEvent>,
-    shared: &Shared,
-) {
+async fn run(ws: Ws, attached: Attached, shared: &Shared) -> (Ended, Option<Attached>) {
     let (sink, stream) = ws.split();
     let (out, out_rx) = mpsc::channel::<Frame>(driver::WRITE_QUEUE);
     let mut writer = tokio::spawn(write_loop(sink, out_rx));
@@ -120,15 +117,13 @@ async fn run(
     let options = driver::Options {
         heartbeat: shared.config.heartbeat_interval,
         keep_alive_frames: false,
+        on_resumed: None,
     };
-    let ended = driver::drive(session, events, inbound, &out, shared, options).await;
+    let (ended, attached) = driver::drive(attached, inbound, &out, shared, options).await;
     drop(out);
     if ended == Ended::Overflowed {
         // The client stopped reading: nothing more can reach it, not even a close frame.
-        tracing::warn!(
-            queued = session.outbound_len(),
-            "outbound queue overflow; dropping the connection"
-        );
+        tracing::warn!("outbound queue overflow; dropping the connection");
         writer.abort();
     } else if tokio::time::timeout(CLOSE_TIMEOUT, &mut writer)
         .await
@@ -136,6 +131,7 @@ async fn run(
     {
         writer.abort();
     }
+    (ended, attached)
 }
 
 /// Maps one read result: `None` = skip it, `Some(None)` = the connection is broken.

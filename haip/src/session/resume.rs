@@ -1,0 +1,103 @@
+//! Resumption (HAIP.md §11.3): what a session checks before another
+//! connection takes it over, and how it greets the client afterwards.
+
+use serde_json::{Map, Value, json};
+
+use super::Session;
+use super::flow::Amount;
+use crate::protocol::{Channel, ErrorCode, EventType, Outgoing};
+
+/// A client `HAI` asking to resume another session, as the first envelope
+/// on its connection.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ResumeRequest {
+    /// The session to resume (the envelope `session`).
+    pub(crate) session: String,
+    /// `payload.last_rx_seq`, when it is an integer.
+    pub(crate) last_rx_seq: Option<u64>,
+    /// The `HAI`'s envelope id, for `related_id`.
+    pub(crate) related_id: Option<String>,
+    /// The `HAI` payload; its settings apply to whichever session the
+    /// connection ends up on.
+    pub(crate) hai: Map<String, Value>,
+}
+
+impl Session {
+    /// Applies a client `HAI`'s settings (HAIP.md §3.2).
+    pub(super) fn apply_hai_settings(&mut self, p: &Map<String, Value>) {
+        if let Some(Value::Object(flow)) = p.get("capabilities").and_then(|c| c.get("flow_control"))
+        {
+            self.client_flow_control = true;
+            let field = |key| flow.get(key).and_then(Value::as_u64);
+            if let (Some(messages), Some(bytes)) = (
+                field("initial_credit_messages"),
+                field("initial_credit_bytes"),
+            ) {
+                self.gate.advertise(Amount { messages, bytes });
+            }
+        }
+        if let Some(Value::Array(events)) = p.get("accept_events") {
+            self.accept_events = Some(
+                events
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+            );
+        }
+    }
+
+    /// Whether a client that saw everything up to `last_rx_seq` can resume:
+    /// it must not claim more than was sent, and everything after it must
+    /// still be kept.
+    pub(super) fn can_resume_from(&self, last_rx_seq: u64) -> Result<(), &'static str> {
+        let newest = self.next_seq - 1;
+        if last_rx_seq > newest {
+            return Err("invalid last_rx_seq");
+        }
+        match self.window.range(last_rx_seq + 1, None, self.next_seq) {
+            Ok(_) => Ok(()),
+            Err(_) => Err("window exceeded"),
+        }
+    }
+
+    /// The connection stays on this (fresh) session: `RESUME_FAILED`, and the
+    /// `HAI` is otherwise processed as usual.
+    pub(crate) fn resume_failed(
+        &mut self,
+        reason: &str,
+        related_id: Option<&str>,
+        hai: &Map<String, Value>,
+    ) {
+        self.error(
+            ErrorCode::RESUME_FAILED,
+            "Session cannot be resumed",
+            related_id,
+            Some(json!({ "reason": reason })),
+        );
+        self.apply_hai_settings(hai);
+    }
+
+    /// This session was just taken over by a new connection whose client saw
+    /// everything up to `last_rx_seq`: re-send what it missed, unchanged and in
+    /// order, then commit a `HAI` confirming the resumption.
+    pub(crate) fn resumed(&mut self, last_rx_seq: u64, hai: &Map<String, Value>) {
+        self.apply_hai_settings(hai);
+        let missed = self
+            .window
+            .range(last_rx_seq + 1, None, self.next_seq)
+            .unwrap_or_default();
+        let mut payload = self.hai_payload();
+        payload["last_rx_seq"] = Value::String(self.last_rx_seq.to_string());
+        let confirm = super::Pending::New {
+            out: Outgoing::new(Channel::System, EventType::Hai, payload),
+            progress_of: None,
+        };
+        // Ahead of anything still uncommitted (held by a paused channel, say).
+        let rest = std::mem::take(&mut self.outbox);
+        self.outbox
+            .extend(missed.into_iter().map(super::Pending::Replay));
+        self.outbox.push_back(confirm);
+        self.outbox.extend(rest);
+    }
+}

@@ -1,0 +1,139 @@
+//! Where sessions live beyond their connection (HAIP.md §11.3): the
+//! [`SessionStore`] seam, an in-memory implementation, and the task that keeps
+//! a disconnected ("parked") session running until it is resumed or expires.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::Session;
+use crate::exec::CallEvent;
+
+/// A session with everything that keeps it running: its call events and the
+/// queue through which another connection may take it over.
+pub(crate) struct Attached {
+    pub(crate) session: Box<Session>,
+    pub(crate) events: mpsc::UnboundedReceiver<CallEvent>,
+    pub(crate) takeovers: mpsc::Receiver<Takeover>,
+}
+
+/// A request from a new connection to take a session over.
+pub(crate) struct Takeover {
+    /// The subject of the connection asking (must be the session's).
+    pub(crate) subject: Option<Arc<str>>,
+    /// The client's `last_rx_seq`.
+    pub(crate) last_rx_seq: u64,
+    /// The session, or why it cannot be resumed (`detail.reason`).
+    pub(crate) reply: oneshot::Sender<Result<Attached, &'static str>>,
+}
+
+impl Takeover {
+    /// Answers the request for `attached`: hands it over when every condition
+    /// holds, else gives it back with the reason.
+    pub(crate) fn answer(self, attached: Attached) -> Option<Attached> {
+        let check = if self.subject.as_deref() != attached.session.subject.as_deref() {
+            Err("subject mismatch")
+        } else {
+            attached.session.can_resume_from(self.last_rx_seq)
+        };
+        match check {
+            Ok(()) => match self.reply.send(Ok(attached)) {
+                Ok(()) => None,
+                // The asking connection gave up meanwhile: keep the session.
+                Err(Ok(attached)) => Some(attached),
+                Err(Err(_)) => None,
+            },
+            Err(reason) => {
+                let _ = self.reply.send(Err(reason));
+                Some(attached)
+            }
+        }
+    }
+}
+
+/// The session table behind resumption. In memory by default; the seam is
+/// where a store shared by several servers would plug in.
+pub(crate) trait SessionStore: Send + Sync + 'static {
+    /// Registers a session; returns the queue its owner watches for takeovers.
+    fn register(&self, id: &str) -> mpsc::Receiver<Takeover>;
+    /// Where to send a takeover request for `id`, if the session is known.
+    fn find(&self, id: &str) -> Option<mpsc::Sender<Takeover>>;
+    /// Forgets a session (it ended or expired).
+    fn remove(&self, id: &str);
+}
+
+/// The default [`SessionStore`]: a map in this process.
+#[derive(Default)]
+pub(crate) struct InMemorySessionStore {
+    sessions: Mutex<HashMap<String, mpsc::Sender<Takeover>>>,
+}
+
+impl InMemorySessionStore {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<Takeover>>> {
+        // Entries are whole values: a panic elsewhere cannot leave one half-written.
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl SessionStore for InMemorySessionStore {
+    fn register(&self, id: &str) -> mpsc::Receiver<Takeover> {
+        // One pending request is plenty: a second asker waits or times out.
+        let (tx, rx) = mpsc::channel(1);
+        self.lock().insert(id.to_owned(), tx);
+        rx
+    }
+
+    fn find(&self, id: &str) -> Option<mpsc::Sender<Takeover>> {
+        self.lock().get(id).filter(|tx| !tx.is_closed()).cloned()
+    }
+
+    fn remove(&self, id: &str) {
+        self.lock().remove(id);
+    }
+}
+
+struct DetachedGuard(Arc<super::Shared>);
+
+impl Drop for DetachedGuard {
+    fn drop(&mut self) {
+        self.0.stats.detached_sessions.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Keeps a disconnected session running for `keep`: its calls run on and
+/// their envelopes are committed to it (kept in the replay window), until a
+/// new connection takes it over or it expires. On expiry its calls are
+/// cancelled with nothing sent (and counted as cancelled).
+pub(crate) fn park(mut attached: Attached, store: Arc<dyn SessionStore>, shared: &super::Shared) {
+    let keep = shared.config.replay_window_time;
+    let shutdown = shared.shutdown.clone();
+    let stats = Arc::clone(&attached.session.shared);
+    stats.stats.detached_sessions.fetch_add(1, Relaxed);
+    tokio::spawn(async move {
+        // Uncounted however the task ends.
+        let _counted = DetachedGuard(stats);
+        let expiry = tokio::time::sleep(keep);
+        tokio::pin!(expiry);
+        loop {
+            // Commit whatever is due, so it is kept for replay.
+            while attached.session.commit_next().is_some() {}
+            tokio::select! {
+                request = attached.takeovers.recv() => match request {
+                    Some(request) => match request.answer(attached) {
+                        Some(kept) => attached = kept,
+                        None => return,
+                    },
+                    None => break,
+                },
+                Some(event) = attached.events.recv() => attached.session.handle_event(event),
+                () = &mut expiry => break,
+                () = shutdown.cancelled() => break,
+            }
+        }
+        store.remove(attached.session.id());
+        tracing::debug!(session = %attached.session.id(), "parked session expired");
+        // Dropping the session cancels its calls.
+    });
+}
