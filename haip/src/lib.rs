@@ -43,6 +43,9 @@
 #[path = "private.rs"]
 pub mod __private;
 pub mod auth;
+#[cfg(feature = "client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
+pub mod client;
 mod context;
 mod error;
 mod exec;

@@ -167,7 +167,7 @@ impl ServerBuilder {
     }
 
     /// Serves every `#[haip_tool]` function linked into the binary, ordered by
-    /// source file and line. [`serve`] does this; use it with a builder to add
+    /// source file and line. [`serve`](crate::serve) does this; use it with a builder to add
     /// settings or state.
     pub fn annotated_tools(mut self) -> Self {
         self.annotated = true;
