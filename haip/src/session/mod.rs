@@ -161,6 +161,11 @@ impl Session {
         &self.id
     }
 
+    /// The kind of transport the session is on now.
+    pub(crate) fn transport(&self) -> TransportKind {
+        self.transport
+    }
+
     /// The subject that opened the session, when authentication is on.
     pub(crate) fn subject(&self) -> Option<&Arc<str>> {
         self.subject.as_ref()

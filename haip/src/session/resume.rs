@@ -3,8 +3,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::Session;
 use super::flow::Amount;
+use super::{Session, TransportKind};
 use crate::protocol::{Channel, ErrorCode, EventType, Outgoing};
 
 /// A client `HAI` asking to resume another session, as the first envelope
@@ -81,7 +81,13 @@ impl Session {
     /// This session was just taken over by a new connection whose client saw
     /// everything up to `last_rx_seq`: re-send what it missed, unchanged and in
     /// order, then commit a `HAI` confirming the resumption.
-    pub(crate) fn resumed(&mut self, last_rx_seq: u64, hai: &Map<String, Value>) {
+    pub(crate) fn resumed(
+        &mut self,
+        last_rx_seq: u64,
+        hai: &Map<String, Value>,
+        transport: TransportKind,
+    ) {
+        self.transport = transport;
         self.apply_hai_settings(hai);
         let missed = self
             .window

@@ -23,6 +23,9 @@ pub(crate) enum Unit {
     Batch(Vec<String>, oneshot::Sender<()>),
     /// A unit over `max_message_bytes`: reported, then the connection closes.
     TooLarge,
+    /// The client's side of the connection failed (a request body that broke
+    /// off): the connection is lost.
+    Lost,
 }
 
 /// One outbound frame for the transport's writer.
@@ -151,6 +154,7 @@ where
         let reading = close.is_none() && !shutting_down;
         let mut takeover = None;
         let mut resume = None;
+        let mut after_resume = None;
         tokio::select! {
             biased;
             () = shared.shutdown.cancelled(), if !shutting_down => {
@@ -181,17 +185,17 @@ where
                 let control = match unit {
                     Unit::Text(text) => session.handle_text(&text),
                     Unit::Batch(texts, done) => {
-                        let mut control = Control::Continue;
-                        for text in &texts {
-                            control = session.handle_text(text);
-                            if control != Control::Continue {
-                                break;
-                            }
+                        let (control, rest) = handle_batch(session, texts);
+                        if let (Control::Resume(_), Some(rest)) = (&control, rest) {
+                            // The rest of the body belongs to the resumed session.
+                            after_resume = Some((rest, done));
+                        } else {
+                            let _ = done.send(());
                         }
-                        let _ = done.send(());
                         control
                     }
                     Unit::TooLarge => session.message_too_large(),
+                    Unit::Lost => return (Ended::Gone, Some(attached)),
                 };
                 match control {
                     Control::Continue => {}
@@ -227,7 +231,29 @@ where
         if let Some(request) = resume {
             attached = resume_into(attached, *request, shared, &mut options).await;
         }
+        if let Some((rest, done)) = after_resume {
+            let (control, _) = handle_batch(&mut attached.session, rest);
+            let _ = done.send(());
+            if let Control::Close { code, reason } = control {
+                close = Some((code, reason));
+            }
+        }
     }
+}
+
+/// Handles an upstream POST's envelopes in order until one asks the
+/// connection to close or to resume; returns that control and, for a
+/// resumption, the envelopes after it.
+fn handle_batch(session: &mut Session, texts: Vec<String>) -> (Control, Option<Vec<String>>) {
+    let mut texts = texts.into_iter();
+    while let Some(text) = texts.next() {
+        match session.handle_text(&text) {
+            Control::Continue => {}
+            resume @ Control::Resume(_) => return (resume, Some(texts.collect())),
+            close => return (close, None),
+        }
+    }
+    (Control::Continue, None)
 }
 
 /// Takes the requested session over from its owner (a parked task or another
@@ -247,9 +273,11 @@ async fn resume_into(
             shared.store.remove(fresh.session.id());
             // `resumed` carries the seq it was at; the fresh session (only its
             // HAI was sent) ends here.
+            // The confirming HAI describes this connection's transport.
+            let transport = fresh.session.transport();
             resumed
                 .session
-                .resumed(request.last_rx_seq.unwrap_or(0), &request.hai);
+                .resumed(request.last_rx_seq.unwrap_or(0), &request.hai, transport);
             tracing::debug!(session = %resumed.session.id(), "session resumed");
             if let Some(on_resumed) = options.on_resumed.as_mut() {
                 on_resumed(resumed.session.id());

@@ -124,8 +124,12 @@ pub(crate) async fn read_ndjson(body: Incoming, max_line: usize, inbound: mpsc::
         let chunk = match chunk {
             Some(Ok(chunk)) => chunk,
             None => break,
-            // The client's side of the request failed: no partial line is trusted.
-            Some(Err(_)) => return,
+            // The client's side of the request broke off: the connection is
+            // lost (unlike a clean end of the body, which keeps the session).
+            Some(Err(_)) => {
+                let _ = inbound.send(Unit::Lost).await;
+                return;
+            }
         };
         buffer.extend_from_slice(&chunk);
         while let Some(end) = buffer.iter().position(|&b| b == b'\n') {

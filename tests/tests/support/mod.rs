@@ -204,6 +204,8 @@ pub(crate) struct Client {
     pub(crate) session: String,
     last_seq: u64,
     next_id: u64,
+    /// Relaxed mode (see [`Client::relax`]): only the §2.4 shape is checked.
+    relaxed: bool,
 }
 
 impl Client {
@@ -226,6 +228,7 @@ impl Client {
             session: String::new(),
             last_seq: 0,
             next_id: 0,
+            relaxed: false,
         };
         let hai = client.recv().await;
         assert_eq!(
@@ -377,6 +380,10 @@ impl Client {
             .as_str()
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("seq is not a u64: {env}"));
+        if self.relaxed {
+            self.last_seq = seq;
+            return;
+        }
         assert_eq!(
             seq,
             self.last_seq + 1,
@@ -426,10 +433,75 @@ impl Client {
         }
     }
 
+    /// [`Client::connect`], then [`Client::relax`]: for a connection that
+    /// resumes another session (its fresh `HAI` is `seq` "1" of a new session,
+    /// the replayed envelopes carry the old session's id and `seq`s).
+    pub(crate) async fn connect_raw(url: &str) -> Client {
+        let mut client = Client::connect(url).await;
+        client.relax();
+        client
+    }
+
+    /// Stops checking `seq` continuity and the session id; every envelope is
+    /// still checked against §2.4, and [`Client::last_seq`] is the `seq` of
+    /// the last one received. For reading across a resumption point or a
+    /// `REPLAY_REQUEST`.
+    pub(crate) fn relax(&mut self) {
+        self.relaxed = true;
+    }
+
+    /// Checks strictly again from here on: the connection is on `session`
+    /// and the last envelope received there had `seq` `seq` (the confirming
+    /// `HAI` of a resumption, say).
+    pub(crate) fn follow(&mut self, session: &str, seq: u64) {
+        self.relaxed = false;
+        self.session = session.to_owned();
+        self.last_seq = seq;
+    }
+
     /// Closes the connection from the client side.
     pub(crate) async fn close(mut self) {
         let _ = within("closing", self.ws.close(None)).await;
     }
+}
+
+/// The `seq` of an envelope the server sent, as a number.
+pub(crate) fn seq_of(env: &Value) -> u64 {
+    env["seq"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("seq is not a decimal string: {env}"))
+}
+
+/// A client `HAI` asking to resume `session` after `last_rx_seq` (HAIP.md §11.3).
+pub(crate) fn resume_hai(id: &str, session: &str, last_rx_seq: &str) -> Value {
+    json!({
+        "id": id,
+        "session": session,
+        "channel": "SYSTEM",
+        "type": "HAI",
+        "payload": {"haip_version": "1.1.2", "accept_major": [1], "last_rx_seq": last_rx_seq},
+    })
+}
+
+/// Asserts `env` is a `ty` on `session` with `seq` `seq` (for envelopes read
+/// in relaxed mode across a resumption); returns its payload.
+pub(crate) fn expect_on(env: &Value, session: &str, seq: u64, ty: &str) -> Value {
+    assert_eq!(
+        (env["session"].as_str(), seq_of(env), env["type"].as_str()),
+        (Some(session), seq, Some(ty)),
+        "expected {ty} seq {seq} on session {session}: {env}"
+    );
+    env["payload"].clone()
+}
+
+/// The payload of a `HAI` confirming a resumption (HAIP.md §11.3): the §3.1
+/// payload with the default settings, this `binary_frames`, and `last_rx_seq`.
+pub(crate) fn confirming_hai_payload(binary_frames: bool, last_rx_seq: &str) -> Value {
+    let mut payload = expected_hai_payload();
+    payload["capabilities"]["binary_frames"] = json!(binary_frames);
+    payload["last_rx_seq"] = json!(last_rx_seq);
+    payload
 }
 
 /// A new object payload from key/value pairs, for brevity.

@@ -177,6 +177,8 @@ pub(crate) struct Conn {
     link: Link,
     last_seq: u64,
     next_id: u64,
+    /// Relaxed mode (see [`Conn::relax`]): only the §2.4 shape is checked.
+    relaxed: bool,
 }
 
 impl Drop for Conn {
@@ -400,6 +402,7 @@ impl Conn {
             link,
             last_seq: 0,
             next_id: 0,
+            relaxed: false,
         };
         let first = conn.recv().await;
         if first["type"] == "ERROR" && kind == Kind::Ws {
@@ -412,6 +415,27 @@ impl Conn {
         );
         conn.hai = first;
         Ok(conn)
+    }
+
+    /// Stops checking `seq` continuity and the session id (the §2.4 shape is
+    /// still checked; [`Conn::last_seq`] follows the envelopes received): for
+    /// reading across a resumption point or a `REPLAY_REQUEST`. Upstream POSTs
+    /// still name [`Conn::session`].
+    pub(crate) fn relax(&mut self) {
+        self.relaxed = true;
+    }
+
+    /// Checks strictly again: the connection is on `session` (upstream POSTs
+    /// now name it) and its last envelope received had `seq` `seq`.
+    pub(crate) fn follow(&mut self, session: &str, seq: u64) {
+        self.relaxed = false;
+        self.session = session.to_owned();
+        self.last_seq = seq;
+    }
+
+    /// The `seq` of the last envelope received.
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.last_seq
     }
 
     /// The first response header with this (lower-case) name.
@@ -447,6 +471,10 @@ impl Conn {
             .unwrap_or_else(|e| panic!("server sent invalid JSON ({e}): {text}"));
         check_envelope(&env);
         let seq: u64 = env["seq"].as_str().and_then(|s| s.parse().ok()).unwrap();
+        if self.relaxed {
+            self.last_seq = seq;
+            return env;
+        }
         assert_eq!(
             seq,
             self.last_seq + 1,
@@ -461,6 +489,24 @@ impl Conn {
             assert_eq!(session, self.session, "session id changed: {env}");
         }
         env
+    }
+
+    /// The next envelope as its raw text and parsed, checked; SSE comments
+    /// are skipped.
+    pub(crate) async fn recv_raw(&mut self) -> (String, Value) {
+        loop {
+            match self.next_item().await {
+                Item::Envelope(text) => {
+                    let env = self.check(&text);
+                    return (text, env);
+                }
+                Item::Comment(_) => continue,
+                other => panic!(
+                    "{:?} connection ended while waiting for an envelope: {other:?}",
+                    self.kind
+                ),
+            }
+        }
     }
 
     /// The next envelope, checked; SSE comments are skipped.
