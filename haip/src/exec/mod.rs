@@ -27,8 +27,9 @@ pub(crate) enum CallEvent {
     /// The timeout elapsed: the call's `TOOL_DONE TIMEOUT` is due now; the task
     /// is being stopped and will still report `Finished`.
     TimedOut(CallKey),
-    /// The task ended and released its concurrency slot.
-    Finished(CallKey, Outcome),
+    /// The task ended and released its concurrency slot. (Boxed: every
+    /// session's event channel holds a block of these, idle or not.)
+    Finished(CallKey, Box<Outcome>),
 }
 
 /// How a call's task ended.
@@ -64,7 +65,7 @@ pub(crate) fn spawn(
     tokio::spawn(async move {
         let outcome = run(key, tool, params, ctx, cancel, limits, &events).await;
         // The session may be gone (connection closed); then nobody is waiting.
-        let _ = events.send(CallEvent::Finished(key, outcome));
+        let _ = events.send(CallEvent::Finished(key, Box::new(outcome)));
     });
 }
 

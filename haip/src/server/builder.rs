@@ -222,7 +222,9 @@ impl ServerBuilder {
         /// How long envelopes beyond `replay_window_messages` are kept, and how
         /// long a disconnected session stays resumable (default 5 min).
         replay_window_time: Duration,
-        /// Hard cap on the bytes a session's replay window holds (default 8 MiB).
+        /// Hard cap on the bytes a session's replay window holds (default 1 MiB):
+        /// beyond it the oldest envelopes go, even among the newest
+        /// `replay_window_messages`. This bounds a detached session's memory.
         replay_window_bytes: usize,
         /// Inbound credit is returned (`FLOW_UPDATE`) once this many messages are
         /// owed on a channel (default 5).

@@ -60,7 +60,7 @@ impl Default for Config {
             strict_flow_control: false,
             replay_window_messages: 1000,
             replay_window_time: Duration::from_secs(300),
-            replay_window_bytes: 8 * 1024 * 1024,
+            replay_window_bytes: 1024 * 1024,
             allow_unauthenticated: false,
             jwt_issuer: None,
             jwt_audience: None,

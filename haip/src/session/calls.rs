@@ -258,7 +258,7 @@ impl Session {
                 self.running = self.running.saturating_sub(1);
                 if let Some(state) = self.calls.get(&key).map(|c| c.state) {
                     match state {
-                        State::Running => self.finish_with(key, outcome),
+                        State::Running => self.finish_with(key, *outcome),
                         State::Cancelling => {
                             let reason = self.calls.get(&key).and_then(|c| c.cancel_reason.clone());
                             self.finish_cancelled(key, reason);

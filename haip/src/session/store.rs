@@ -16,7 +16,7 @@ use crate::exec::CallEvent;
 pub(crate) struct Attached {
     pub(crate) session: Box<Session>,
     pub(crate) events: mpsc::UnboundedReceiver<CallEvent>,
-    pub(crate) takeovers: mpsc::Receiver<Takeover>,
+    pub(crate) takeovers: mpsc::Receiver<Box<Takeover>>,
 }
 
 /// A request from a new connection to take a session over.
@@ -57,9 +57,9 @@ impl Takeover {
 /// where a store shared by several servers would plug in.
 pub(crate) trait SessionStore: Send + Sync + 'static {
     /// Registers a session; returns the queue its owner watches for takeovers.
-    fn register(&self, id: &str) -> mpsc::Receiver<Takeover>;
+    fn register(&self, id: &str) -> mpsc::Receiver<Box<Takeover>>;
     /// Where to send a takeover request for `id`, if the session is known.
-    fn find(&self, id: &str) -> Option<mpsc::Sender<Takeover>>;
+    fn find(&self, id: &str) -> Option<mpsc::Sender<Box<Takeover>>>;
     /// Forgets a session (it ended or expired).
     fn remove(&self, id: &str);
 }
@@ -67,25 +67,25 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
 /// The default [`SessionStore`]: a map in this process.
 #[derive(Default)]
 pub(crate) struct InMemorySessionStore {
-    sessions: Mutex<HashMap<String, mpsc::Sender<Takeover>>>,
+    sessions: Mutex<HashMap<String, mpsc::Sender<Box<Takeover>>>>,
 }
 
 impl InMemorySessionStore {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<Takeover>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<Box<Takeover>>>> {
         // Entries are whole values: a panic elsewhere cannot leave one half-written.
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl SessionStore for InMemorySessionStore {
-    fn register(&self, id: &str) -> mpsc::Receiver<Takeover> {
+    fn register(&self, id: &str) -> mpsc::Receiver<Box<Takeover>> {
         // One pending request is plenty: a second asker waits or times out.
         let (tx, rx) = mpsc::channel(1);
         self.lock().insert(id.to_owned(), tx);
         rx
     }
 
-    fn find(&self, id: &str) -> Option<mpsc::Sender<Takeover>> {
+    fn find(&self, id: &str) -> Option<mpsc::Sender<Box<Takeover>>> {
         self.lock().get(id).filter(|tx| !tx.is_closed()).cloned()
     }
 
@@ -121,7 +121,7 @@ pub(crate) fn park(mut attached: Attached, store: Arc<dyn SessionStore>, shared:
             while attached.session.commit_next().is_some() {}
             tokio::select! {
                 request = attached.takeovers.recv() => match request {
-                    Some(request) => match request.answer(attached) {
+                    Some(request) => match (*request).answer(attached) {
                         Some(kept) => attached = kept,
                         None => return,
                     },

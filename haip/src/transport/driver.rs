@@ -215,7 +215,7 @@ where
         }
         if let Some(request) = takeover {
             // Another connection resumes this session: hand it over and close.
-            match request.answer(attached) {
+            match (*request).answer(attached) {
                 Some(kept) => attached = kept,
                 None => {
                     let _ = out
@@ -302,11 +302,11 @@ async fn take_over(
 ) -> Result<Attached, &'static str> {
     let owner = shared.store.find(id).ok_or("unknown session")?;
     let (reply, answer) = oneshot::channel();
-    let request = Takeover {
+    let request = Box::new(Takeover {
         subject: fresh.session.subject().cloned(),
         last_rx_seq,
         reply,
-    };
+    });
     let asked = tokio::time::timeout(TAKEOVER_TIMEOUT, async {
         owner.send(request).await.map_err(|_| "unknown session")?;
         answer.await.map_err(|_| "unknown session")?

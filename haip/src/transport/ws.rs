@@ -28,7 +28,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// default 128 KiB would dominate an idle session's memory) and the message cap.
 pub(crate) fn config(max_message_bytes: usize) -> WebSocketConfig {
     WebSocketConfig::default()
-        .read_buffer_size(4096)
+        .read_buffer_size(2048)
         .max_write_buffer_size(max_message_bytes.saturating_mul(2).max(256 * 1024))
         .max_message_size(Some(max_message_bytes))
         .max_frame_size(Some(max_message_bytes))
