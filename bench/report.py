@@ -176,9 +176,10 @@ def main():
     w("its calls/s is a lower bound.")
     w("")
     w("The quickstart's peak RSS grows with every busy session, by design: HAIP.md §11.1 keeps each")
-    w("session's sent envelopes (up to 10 × `replay_window_messages` = 10 000) for `replay_window_time`")
-    w("(5 min), also after its connection closed (§11.3), so the sessions of earlier runs are still held.")
-    w("The floor keeps nothing.")
+    w("session's sent envelopes (up to 10 × `replay_window_messages` = 10 000 and at most")
+    w("`replay_window_bytes` = 1 MiB of envelope text, about 1.6 MiB with bookkeeping) for")
+    w("`replay_window_time` (5 min), also after its connection closed (§11.3), so the sessions of")
+    w("earlier runs are still held. The floor keeps nothing.")
     w("")
     for label, title in SCENARIOS:
         w(f"### {label} — {title}")
