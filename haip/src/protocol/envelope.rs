@@ -34,6 +34,28 @@ impl Outgoing {
         }
     }
 
+    /// Commits it straight to its JSON text, without building an [`Envelope`]:
+    /// what the server does for every envelope it sends.
+    pub fn encode(&self, session: &str, seq: u64, ts: u64) -> Vec<u8> {
+        let mut id = uuid::Uuid::encode_buffer();
+        let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut id);
+        let fields = Fields {
+            id,
+            session,
+            seq,
+            ts,
+            channel: self.channel,
+            event: self.event,
+            payload: &self.payload,
+            run_id: self.run_id.as_deref(),
+            thread_id: self.thread_id.as_deref(),
+        };
+        let mut text = Vec::with_capacity(160 + 64 * payload_size_hint(&self.payload));
+        // Writing a map of strings and a `Value` into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut text, &fields);
+        text
+    }
+
     /// Commits it: gives it its identity, sequence number and timestamp.
     pub fn commit(self, session: &str, seq: u64, ts: u64) -> Envelope {
         Envelope {
@@ -97,27 +119,63 @@ impl Envelope {
 
 impl Serialize for Envelope {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Fields {
+            id: &self.id,
+            session: &self.session,
+            seq: self.seq,
+            ts: self.ts,
+            channel: self.channel,
+            event: self.event,
+            payload: &self.payload,
+            run_id: self.run_id.as_deref(),
+            thread_id: self.thread_id.as_deref(),
+        }
+        .serialize(serializer)
+    }
+}
+
+/// The fields of a committed envelope, borrowed: the one encoding both
+/// [`Envelope`] and [`Outgoing::encode`] use.
+struct Fields<'a> {
+    id: &'a str,
+    session: &'a str,
+    seq: u64,
+    ts: u64,
+    channel: Channel,
+    event: EventType,
+    payload: &'a Value,
+    run_id: Option<&'a str>,
+    thread_id: Option<&'a str>,
+}
+
+impl Serialize for Fields<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let extra = usize::from(self.run_id.is_some()) + usize::from(self.thread_id.is_some());
         let mut map = serializer.serialize_map(Some(7 + extra))?;
-        map.serialize_entry("id", &self.id)?;
-        map.serialize_entry("session", &self.session)?;
-        map.serialize_entry("seq", &itoa(self.seq))?;
-        map.serialize_entry("ts", &itoa(self.ts))?;
+        map.serialize_entry("id", self.id)?;
+        map.serialize_entry("session", self.session)?;
+        // Decimal strings, formatted without allocating.
+        map.serialize_entry("seq", itoa::Buffer::new().format(self.seq))?;
+        map.serialize_entry("ts", itoa::Buffer::new().format(self.ts))?;
         map.serialize_entry("channel", self.channel.as_str())?;
         map.serialize_entry("type", self.event.as_str())?;
-        map.serialize_entry("payload", &self.payload)?;
-        if let Some(run_id) = &self.run_id {
+        map.serialize_entry("payload", self.payload)?;
+        if let Some(run_id) = self.run_id {
             map.serialize_entry("run_id", run_id)?;
         }
-        if let Some(thread_id) = &self.thread_id {
+        if let Some(thread_id) = self.thread_id {
             map.serialize_entry("thread_id", thread_id)?;
         }
         map.end()
     }
 }
 
-fn itoa(n: u64) -> String {
-    n.to_string()
+/// A rough size class of a payload, to size the output buffer once.
+fn payload_size_hint(payload: &Value) -> usize {
+    match payload {
+        Value::Object(map) => map.len(),
+        _ => 1,
+    }
 }
 
 #[cfg(test)]
@@ -137,6 +195,14 @@ mod tests {
         .commit("s", 3, 42);
         let text = env.to_json();
         assert!(text.contains("22°C"), "{text}");
+        // The direct encoding writes the same fields.
+        let out = Outgoing::new(Channel::System, EventType::Pong, json!({"nonce": "n"}));
+        let direct: Value = serde_json::from_slice(&out.encode("s", 9, 7)).unwrap();
+        assert_eq!(
+            (direct["seq"].as_str(), direct["ts"].as_str()),
+            (Some("9"), Some("7"))
+        );
+        assert!(uuid::Uuid::parse_str(direct["id"].as_str().unwrap()).is_ok());
         let v: Value = serde_json::from_str(&text).unwrap();
         let obj = v.as_object().unwrap();
         for key in ["id", "session", "seq", "ts", "channel", "type", "payload"] {

@@ -63,13 +63,19 @@ impl InboundCredit {
     }
 
     fn entry(&mut self, channel: &str) -> &mut Inbound {
-        let initial = self.initial;
-        self.channels
-            .entry(channel.to_owned())
-            .or_insert_with(|| Inbound {
-                credit: initial,
-                debt: Amount::default(),
-            })
+        // Look up first: allocating the key for every envelope would cost more
+        // than the bookkeeping itself.
+        if !self.channels.contains_key(channel) {
+            let initial = self.initial;
+            self.channels.insert(
+                channel.to_owned(),
+                Inbound {
+                    credit: initial,
+                    debt: Amount::default(),
+                },
+            );
+        }
+        self.channels.get_mut(channel).expect("inserted above")
     }
 
     /// Strict mode: whether the client had credit for an envelope of `bytes`.

@@ -246,7 +246,7 @@ impl Session {
         let seq = self.next_seq;
         self.next_seq += 1;
         let channel = out.channel;
-        let text = Bytes::from(out.commit(&self.id, seq, now_millis()).to_json());
+        let text = Bytes::from(out.encode(&self.id, seq, now_millis()));
         self.gate.spend(channel, text.len() as u64);
         self.window.keep(seq, text.clone());
         Some(text)
@@ -302,16 +302,19 @@ impl Session {
     /// the transport's to reject (step 1), see [`Session::message_too_large`].
     pub(crate) fn handle_text(&mut self, text: &str) -> Control {
         match decode(text) {
-            Ok(inbound) => {
+            Ok(mut inbound) => {
                 self.shared.stats.total_messages.fetch_add(1, Relaxed);
                 let first = !self.received_any;
                 self.received_any = true;
                 let bytes = text.len() as u64 + inbound.bin_len.unwrap_or(0);
                 let fallback = inbound.event.default_channel().as_str();
-                let channel = self
-                    .inbound_credit
-                    .tracked(&inbound.channel, fallback)
-                    .to_owned();
+                // The dispatch does not read the channel: move it, don't copy it.
+                let channel =
+                    if self.inbound_credit.tracked(&inbound.channel, fallback) == inbound.channel {
+                        std::mem::take(&mut inbound.channel)
+                    } else {
+                        fallback.to_owned()
+                    };
                 let strict = self.shared.config.strict_flow_control;
                 if strict && !self.inbound_credit.has_credit(&channel, bytes) {
                     // Step 6: dropped, not accepted (a TOOL_CALL gets no TOOL_DONE).
