@@ -31,7 +31,7 @@ mod source;
 
 pub use jwt::Jwt;
 // Used by the server's HTTP and WebSocket front ends.
-pub(crate) use source::{redact_uri, token_from_parts};
+pub(crate) use source::{query_param, redact_uri, token_from_parts};
 
 /// Who a verified request belongs to.
 ///

@@ -50,9 +50,15 @@ fn bearer_token(headers: &HeaderMap) -> Option<String> {
 
 /// The first non-empty query parameter `token`.
 fn query_token(uri: &Uri) -> Option<String> {
-    uri.query()?.split('&').find_map(|pair| {
+    query_param(uri.query(), "token")
+}
+
+/// The first non-empty value of query parameter `name`, form-decoded (also
+/// used to find the target session of upstream POSTs).
+pub(crate) fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+    query?.split('&').find_map(|pair| {
         let (key, value) = pair.split_once('=')?;
-        if form_decode(key) != "token" {
+        if form_decode(key) != name {
             return None;
         }
         let value = form_decode(value);

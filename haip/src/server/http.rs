@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::hub::Hub;
-use crate::auth::{AuthError, AuthErrorKind, redact_uri, token_from_parts};
+use crate::auth::{AuthError, AuthErrorKind, query_param, redact_uri, token_from_parts};
 use crate::protocol::{Channel, EventType, Outgoing, now_millis};
 use crate::session::{Session, TransportKind};
 use crate::transport::driver::{self, Unit};
@@ -471,54 +471,9 @@ fn envelope_session(text: &str) -> Option<String> {
         .flatten()
 }
 
-/// A query parameter's value (percent-decoded).
-pub(crate) fn query_param(query: Option<&str>, name: &str) -> Option<String> {
-    query?
-        .split('&')
-        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| percent_decode(value))
-}
-
-fn percent_decode(value: &str) -> String {
-    fn hex(b: u8) -> Option<u8> {
-        (b as char).to_digit(16).map(|d| d as u8)
-    }
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 3 <= bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(high), Some(low)) => {
-                    out.push(high * 16 + low);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn query_params_are_found_and_decoded() {
-        assert_eq!(
-            query_param(Some("a=1&session=abc%2Dd"), "session").as_deref(),
-            Some("abc-d")
-        );
-        assert_eq!(query_param(Some("session"), "session").as_deref(), Some(""));
-        assert_eq!(query_param(Some("x=%zz"), "x").as_deref(), Some("%zz"));
-        assert_eq!(query_param(Some("x=%4"), "x").as_deref(), Some("%4"));
-        assert_eq!(query_param(None, "x"), None);
-    }
 
     #[test]
     fn resumption_hai_does_not_name_the_target() {
