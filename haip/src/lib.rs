@@ -3,7 +3,10 @@
 //! Turn ordinary async Rust functions into tools and serve them over HAIP, the
 //! Human-Agent Interaction Protocol: discovery (`TOOL_LIST`, `TOOL_SCHEMA`),
 //! calls with progress and cancellation (`TOOL_CALL` → `TOOL_UPDATE` →
-//! `TOOL_DONE`, `TOOL_CANCEL`), over WebSocket.
+//! `TOOL_DONE`, `TOOL_CANCEL`), over WebSocket, SSE or HTTP streaming, with
+//! optional JWT authentication ([`auth`]), replay and resumption after a lost
+//! connection, and flow control. A Rust client is in `haip::client` (feature
+//! `client`); the `haip` command line is behind the `cli` feature.
 //!
 //! ```no_run
 //! use haip::{haip_tool, Context, ToolError};
