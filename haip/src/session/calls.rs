@@ -458,6 +458,9 @@ impl Session {
 
     /// Graceful shutdown: every active call gets the cancel sequence.
     pub(crate) fn begin_shutdown(&mut self) {
+        // The connection is about to close for good: a paused channel must not
+        // hold back the TOOL_DONEs every call is owed.
+        self.gate.resume_all();
         for key in self.active_keys(|_| true) {
             self.cancel_key(key, Some("server shutdown".to_owned()));
         }

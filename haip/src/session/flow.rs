@@ -141,6 +141,11 @@ impl OutboundGate {
         }
     }
 
+    /// Lifts every pause (graceful shutdown: the last envelopes must go out).
+    pub(crate) fn resume_all(&mut self) {
+        self.paused.clear();
+    }
+
     /// The client's `HAI` advertised its own initial credit.
     pub(crate) fn advertise(&mut self, initial: Amount) {
         self.initial = Some(initial);

@@ -606,3 +606,18 @@ async fn resumption_needs_every_missed_envelope_kept() {
     assert_eq!(h.session.can_resume_from(2), Err("window exceeded"));
     assert_eq!(h.session.can_resume_from(6), Ok(()));
 }
+
+#[tokio::test]
+async fn shutdown_releases_paused_channels_so_every_call_gets_its_tool_done() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut h = Harness::new(Config::default(), vec![gate_tool("gate", gate)]);
+    h.send(json!({"type": "PAUSE_CHANNEL", "payload": {"channel": "AGENT"}}));
+    h.send(call("a", "gate", json!({})));
+    assert!(h.out().is_empty());
+    h.session.begin_shutdown();
+    let out = h.run_until_done(1).await;
+    assert_eq!(
+        out.last().unwrap()["payload"]["result"],
+        json!({"reason": "server shutdown"})
+    );
+}
