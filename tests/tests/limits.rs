@@ -519,3 +519,32 @@ async fn rapid_progress_is_merged_latest_wins_and_never_overflows() {
     );
     client.ping_marker().await;
 }
+
+/// Graceful shutdown is bounded even when a client has stopped reading and
+/// its socket is full: the server gives up on it instead of waiting for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_for_a_client_that_stopped_reading() {
+    let (handle, url) = start(
+        builder()
+            .builtin_tools()
+            .cancel_grace(Duration::from_millis(100)),
+    )
+    .await;
+    let mut stuck = Client::connect(&url).await;
+    // About 16 MiB of replies: more than loopback socket buffers hold, far
+    // less than the outbound queue's bound, so the session waits to write.
+    let message = "x".repeat(16 * 1024);
+    for i in 0..1000 {
+        let text = json!({"type": "TOOL_CALL", "payload": {
+            "call_id": format!("s{i}"), "tool": "echo", "params": {"message": message}
+        }})
+        .to_string();
+        within("sending", stuck.ws.send(Message::text(text)))
+            .await
+            .unwrap();
+    }
+    let started = Instant::now();
+    within("shutdown", handle.shutdown()).await;
+    eprintln!("shutdown with a stuck client took {:?}", started.elapsed());
+    drop(stuck);
+}

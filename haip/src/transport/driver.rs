@@ -78,6 +78,9 @@ pub(crate) struct Options {
 /// envelopes uncommitted, where progress can still be merged.
 pub(crate) const WRITE_QUEUE: usize = 32;
 
+/// How long the last frame may wait for room in the writer's queue.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long a resumption waits for the session's current owner.
 const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -134,6 +137,10 @@ where
     tokio::pin!(idle);
 
     let mut shutting_down = false;
+    // Shutdown is bounded even for a client that stops reading: calls get
+    // their grace period, the last frames a little more.
+    let give_up = tokio::time::sleep(Duration::from_secs(86_400));
+    tokio::pin!(give_up);
     let mut close: Option<(u16, &'static str)> = None;
     loop {
         let session = &mut attached.session;
@@ -146,9 +153,17 @@ where
         if let Some((code, reason)) = close
             && !session.has_outbound()
         {
-            return match out.send(Frame::Close { code, reason }).await {
-                Ok(()) => (Ended::Closed(code), Some(attached)),
-                Err(_) => (Ended::Gone, Some(attached)),
+            // A client that stopped reading must not hold the close (and so
+            // graceful shutdown) up for ever.
+            return match tokio::time::timeout(
+                CLOSE_TIMEOUT,
+                out.send(Frame::Close { code, reason }),
+            )
+            .await
+            {
+                Ok(Ok(())) => (Ended::Closed(code), Some(attached)),
+                Ok(Err(_)) => (Ended::Gone, Some(attached)),
+                Err(_) => (Ended::Overflowed, Some(attached)),
             };
         }
         let reading = close.is_none() && !shutting_down;
@@ -160,7 +175,10 @@ where
             () = shared.shutdown.cancelled(), if !shutting_down => {
                 shutting_down = true;
                 session.begin_shutdown();
+                give_up.as_mut().reset(Instant::now() + shared.config.cancel_grace + CLOSE_TIMEOUT);
             }
+            // The client is not taking its last envelopes: drop it like an overflow.
+            () = &mut give_up, if shutting_down => return (Ended::Overflowed, Some(attached)),
             Some(event) = attached.events.recv() => session.handle_event(event),
             Some(request) = attached.takeovers.recv(), if !shutting_down => takeover = Some(request),
             permit = out.reserve(), if session.has_outbound() => {
@@ -218,12 +236,11 @@ where
             match (*request).answer(attached) {
                 Some(kept) => attached = kept,
                 None => {
-                    let _ = out
-                        .send(Frame::Close {
-                            code: 1000,
-                            reason: "session resumed elsewhere",
-                        })
-                        .await;
+                    let close = Frame::Close {
+                        code: 1000,
+                        reason: "session resumed elsewhere",
+                    };
+                    let _ = tokio::time::timeout(CLOSE_TIMEOUT, out.send(close)).await;
                     return (Ended::HandedOver, None);
                 }
             }
