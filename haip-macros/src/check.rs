@@ -168,6 +168,19 @@ mod tests {
     }
 
     #[test]
+    fn qualifiers_impl_trait_and_misplaced_attributes_are_rejected() {
+        let m = messages(parse_quote! { const unsafe extern "C" fn f(a: impl Into<String>) {} });
+        assert_eq!(m.len(), 4, "{m:#?}");
+        assert!(m[0].contains("`const`"));
+        assert!(m[1].contains("`unsafe`"));
+        assert!(m[2].contains("`extern`"));
+        assert!(m[3].contains("`impl Trait`"));
+        let m = messages(parse_quote! { async fn f(#[schemars(length(min = 1))] ctx: Context) {} });
+        assert_eq!(m.len(), 1, "{m:#?}");
+        assert!(m[0].contains("only to parameters taken from params"));
+    }
+
+    #[test]
     fn params_must_stand_alone() {
         let m = messages(parse_quote! { fn f(a: u8, Params(p): Params<P>) {} });
         assert_eq!(m.len(), 1);
