@@ -155,9 +155,16 @@ impl Context {
         if percent.is_nan() {
             return;
         }
+        self.report_raw(Some(percent), partial);
+    }
+
+    /// Reports progress whose percentage may be unknown (an MCP server's
+    /// progress without a `total`): `TOOL_UPDATE` then carries no `progress`.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn report_raw(&self, percent: Option<f64>, partial: Option<Value>) {
         if let Some(sink) = &self.inner.progress {
             sink.report(Progress {
-                percent: percent_number(percent),
+                percent: percent.filter(|p| !p.is_nan()).map(percent_number),
                 partial,
             });
         }
@@ -188,7 +195,8 @@ fn percent_number(percent: f64) -> Number {
 /// One progress report.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Progress {
-    pub(crate) percent: Number,
+    /// `None` when the tool cannot say how far along it is.
+    pub(crate) percent: Option<Number>,
     pub(crate) partial: Option<Value>,
 }
 
@@ -284,7 +292,7 @@ mod tests {
         assert!(matches!(rx.try_recv(), Ok(CallEvent::Progress(CallKey(7)))));
         assert!(rx.try_recv().is_err(), "one notification per fill");
         let p = slot.take().unwrap();
-        assert_eq!(p.percent, Number::from(30));
+        assert_eq!(p.percent, Some(Number::from(30)));
         assert_eq!(p.partial, Some(Value::from("partial")));
         ctx.progress(40.0);
         assert!(rx.try_recv().is_ok());

@@ -42,6 +42,12 @@ pub enum Error {
         /// The state's type name.
         state: &'static str,
     },
+    /// The MCP bridge failed (feature `mcp`).
+    #[error("MCP: {reason}")]
+    Mcp {
+        /// What went wrong.
+        reason: String,
+    },
     /// A nonsensical setting.
     #[error("invalid setting `{setting}`: {reason}")]
     InvalidConfig {

@@ -6,7 +6,8 @@
 //! `TOOL_DONE`, `TOOL_CANCEL`), over WebSocket, SSE or HTTP streaming, with
 //! optional JWT authentication ([`auth`]), replay and resumption after a lost
 //! connection, and flow control. A Rust client is in `haip::client` (feature
-//! `client`); the `haip` command line is behind the `cli` feature.
+//! `client`); the `haip` command line is behind the `cli` feature; the MCP
+//! bridge ([`mcp`], both directions) is behind the `mcp` feature.
 //!
 //! ```no_run
 //! use haip::{haip_tool, Context, ToolError};
@@ -52,6 +53,9 @@ pub mod client;
 mod context;
 mod error;
 mod exec;
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+pub mod mcp;
 pub mod protocol;
 mod schema;
 mod server;

@@ -26,6 +26,10 @@ pub struct ServerBuilder {
     state: StateMap,
     auth: AuthSetting,
     cors_origins: Vec<String>,
+    #[cfg(feature = "mcp")]
+    mcp_imports: Vec<crate::mcp::McpImport>,
+    #[cfg(feature = "mcp")]
+    mcp_endpoint: Option<bool>,
 }
 
 /// How clients are authenticated (HAIP.md §17).
@@ -174,6 +178,53 @@ impl ServerBuilder {
         self
     }
 
+    /// Imports the tools of an MCP server run as a child process (see
+    /// [`McpImport::stdio`](crate::mcp::McpImport::stdio)). Feature `mcp`.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), haip::Error> {
+    /// let server = haip::Server::builder()
+    ///     .mcp_stdio("npx", ["-y", "@modelcontextprotocol/server-everything"])
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "mcp")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+    pub fn mcp_stdio<C, I, A>(self, command: C, args: I) -> Self
+    where
+        C: Into<std::ffi::OsString>,
+        I: IntoIterator<Item = A>,
+        A: Into<std::ffi::OsString>,
+    {
+        self.mcp(crate::mcp::McpImport::stdio(command, args))
+    }
+
+    /// Imports the tools of an MCP server reached over Streamable HTTP (see
+    /// [`McpImport::http`](crate::mcp::McpImport::http)). Feature `mcp`.
+    #[cfg(feature = "mcp")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+    pub fn mcp_http(self, url: impl Into<String>) -> Self {
+        self.mcp(crate::mcp::McpImport::http(url))
+    }
+
+    /// Imports the tools of an MCP server, with options (a name prefix, the
+    /// restart back-off, ...). Feature `mcp`.
+    #[cfg(feature = "mcp")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+    pub fn mcp(mut self, import: crate::mcp::McpImport) -> Self {
+        self.mcp_imports.push(import);
+        self
+    }
+
+    /// Serve the registry to MCP clients over Streamable HTTP at `/mcp`, with
+    /// the server's authentication (default on with the `mcp` feature).
+    #[cfg(feature = "mcp")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+    pub fn mcp_endpoint(mut self, enabled: bool) -> Self {
+        self.mcp_endpoint = Some(enabled);
+        self
+    }
+
     /// Registers application state, handed to tools that take a
     /// [`State<T>`](crate::State) parameter (or call [`Context::state`](crate::Context::state)).
     /// One value per type; a later one replaces an earlier one.
@@ -258,6 +309,10 @@ impl ServerBuilder {
     /// Checks the settings and assembles the tool registry.
     pub fn build(self) -> Result<Server, Error> {
         self.config.validate()?;
+        #[cfg(feature = "mcp")]
+        for import in &self.mcp_imports {
+            import.validate()?;
+        }
         let auth = self.authenticator_for()?;
         let registry = Registry::default();
         let mut tools: Vec<(Tool, String)> = Vec::new();
@@ -296,6 +351,11 @@ impl ServerBuilder {
             auth,
             cors: Cors {
                 origins: self.cors_origins,
+            },
+            #[cfg(feature = "mcp")]
+            mcp: super::McpSettings {
+                imports: self.mcp_imports.into_iter().map(Arc::new).collect(),
+                endpoint: self.mcp_endpoint.unwrap_or(true),
             },
         })
     }

@@ -21,6 +21,7 @@ use crate::transport::driver::{self, Unit};
 use crate::transport::stream::{self, Framing};
 use crate::transport::ws;
 
+/// The body of every response.
 pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// Routes one request.
@@ -66,6 +67,8 @@ pub(crate) async fn route(
         (Method::POST, "/haip/sse" | "/haip/message" | "/haip/handshake" | "/haip/stream") => {
             upstream(req, &hub).await
         }
+        #[cfg(feature = "mcp")]
+        (_, "/mcp") if hub.mcp.is_some() => mcp_endpoint(req, &hub).await,
         _ => not_found(),
     };
     Ok(with_cors(response, &hub, origin.as_deref()))
@@ -130,6 +133,20 @@ fn with_cors(mut response: Response<Body>, hub: &Hub, origin: Option<&str>) -> R
         h.append(header::VARY, HeaderValue::from_static("Origin"));
     }
     response
+}
+
+/// `/mcp`: the registry as a Streamable HTTP MCP server, behind the same
+/// authentication as everything else.
+#[cfg(feature = "mcp")]
+async fn mcp_endpoint(req: Request<Incoming>, hub: &Hub) -> Response<Body> {
+    let subject = match authenticate(hub, &req).await {
+        Ok(subject) => subject,
+        Err(e) => return unauthorized(&e),
+    };
+    match &hub.mcp {
+        Some(mcp) => mcp.handle(req, subject).await,
+        None => not_found(),
+    }
 }
 
 // ----- authentication ---------------------------------------------------------

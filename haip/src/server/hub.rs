@@ -18,6 +18,9 @@ pub(crate) struct Hub {
     pub(crate) auth: Option<Arc<dyn Authenticator>>,
     pub(crate) cors: Cors,
     pub(crate) tracker: TaskTracker,
+    /// The Streamable HTTP MCP endpoint at `/mcp`, when enabled.
+    #[cfg(feature = "mcp")]
+    pub(crate) mcp: Option<crate::mcp::export::McpHttp>,
 }
 
 impl Hub {

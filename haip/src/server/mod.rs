@@ -18,6 +18,8 @@ use tokio_util::task::TaskTracker;
 
 pub use builder::ServerBuilder;
 pub(crate) use config::Config;
+#[cfg(feature = "mcp")]
+pub(crate) use http::Body;
 pub(crate) use hub::ConnectionGuard;
 pub(crate) use stats::{Ended, Stats};
 
@@ -68,6 +70,16 @@ pub struct Server {
     shared: Arc<Shared>,
     auth: Option<Arc<dyn Authenticator>>,
     cors: Cors,
+    #[cfg(feature = "mcp")]
+    mcp: McpSettings,
+}
+
+/// The MCP bridge's settings: servers to import, and whether `/mcp` is served.
+#[cfg(feature = "mcp")]
+#[derive(Debug, Clone)]
+pub(crate) struct McpSettings {
+    pub(crate) imports: Vec<Arc<crate::mcp::McpImport>>,
+    pub(crate) endpoint: bool,
 }
 
 impl std::fmt::Debug for Server {
@@ -107,14 +119,25 @@ impl Server {
             eprintln!("haip listening on {log_url}");
         }
         let tracker = TaskTracker::new();
+        #[cfg(feature = "mcp")]
+        let mcp = self.mcp.endpoint.then(|| {
+            let open_host = self.auth.is_some() || self.shared.config.allow_unauthenticated;
+            crate::mcp::export::McpHttp::new(&self.shared, open_host)
+        });
         let hub = Arc::new(Hub {
             shared: Arc::clone(&self.shared),
             sessions: Sessions::default(),
             auth: self.auth,
             cors: self.cors,
             tracker: tracker.clone(),
+            #[cfg(feature = "mcp")]
+            mcp,
         });
         let accept = tokio::spawn(accept_loop(listener, hub));
+        // Imported MCP tools are in the registry when `start` returns (or their
+        // first connection attempt has failed and is being retried).
+        #[cfg(feature = "mcp")]
+        crate::mcp::start_imports(&self.mcp.imports, &self.shared, &tracker).await;
         Ok(ServerHandle {
             inner: Arc::new(HandleInner {
                 shared: self.shared,
@@ -134,6 +157,49 @@ impl Server {
         tracing::info!("shutting down");
         handle.shutdown().await;
         Ok(())
+    }
+}
+
+#[cfg(feature = "mcp")]
+impl Server {
+    /// Serves the registry to an MCP client on stdin and stdout (imported MCP
+    /// servers included) until stdin closes, or Ctrl-C / SIGTERM; then cancels
+    /// running calls and stops imported servers. No HAIP listener is opened.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), haip::Error> {
+    /// haip::Server::builder()
+    ///     .annotated_tools()
+    ///     .builtin_tools()
+    ///     .build()?
+    ///     .run_mcp_stdio()
+    ///     .await
+    /// # }
+    /// ```
+    pub async fn run_mcp_stdio(self) -> Result<(), Error> {
+        use rmcp::ServiceExt;
+        let tracker = TaskTracker::new();
+        crate::mcp::start_imports(&self.mcp.imports, &self.shared, &tracker).await;
+        let service = crate::mcp::export::ExportService::new(Arc::clone(&self.shared), None);
+        let result = match service
+            .serve_with_ct(rmcp::transport::stdio(), self.shared.shutdown.child_token())
+            .await
+        {
+            Ok(running) => {
+                tokio::select! {
+                    _ = running.waiting() => {}
+                    () = shutdown_signal() => {}
+                }
+                Ok(())
+            }
+            Err(e) => Err(Error::Mcp {
+                reason: format!("the MCP client did not initialize: {e}"),
+            }),
+        };
+        self.shared.shutdown.cancel();
+        tracker.close();
+        tracker.wait().await;
+        result
     }
 }
 

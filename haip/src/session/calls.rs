@@ -352,7 +352,10 @@ impl Session {
         let Some(Progress { percent, partial }) = call.slot.take() else {
             return;
         };
-        let mut update = json!({ "status": "RUNNING", "progress": percent });
+        let mut update = json!({ "status": "RUNNING" });
+        if let Some(percent) = percent {
+            update["progress"] = Value::Number(percent);
+        }
         if let Some(partial) = partial {
             update["partial"] = partial;
         }

@@ -132,6 +132,12 @@ impl Tool {
         }
     }
 
+    /// Whether both are clones of the same tool (not merely the same name).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn same(&self, other: &Tool) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The tool's name.
     pub fn name(&self) -> &str {
         &self.inner.name

@@ -65,6 +65,17 @@ impl Registry {
         replaced
     }
 
+    /// Changes the tool list in one step: readers see it before or after `f`,
+    /// never half-way. `f` must keep names unique.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn edit<R>(&self, f: impl FnOnce(&mut Vec<Tool>) -> R) -> R {
+        let mut guard = self.current.write().unwrap_or_else(|e| e.into_inner());
+        let mut tools = guard.tools.clone();
+        let result = f(&mut tools);
+        *guard = Arc::new(Snapshot::new(tools));
+        result
+    }
+
     /// Removes the tool with this name. Calls already running keep running.
     pub(crate) fn unregister(&self, name: &str) -> Option<Tool> {
         let mut guard = self.current.write().unwrap_or_else(|e| e.into_inner());

@@ -1,0 +1,456 @@
+//! Export: the registry served as an MCP server, over stdio or Streamable
+//! HTTP at `/mcp`. Calls run through the same executor as HAIP calls (input
+//! validation, timeout, panic capture, cancellation with grace period).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler};
+use serde_json::{Map, Value};
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::Context;
+use crate::context::{ProgressSink, ProgressSlot};
+use crate::exec::{self, CallEvent, CallKey, Outcome};
+use crate::session::Shared;
+use crate::tool::{Tool, ToolError};
+
+/// The subject an authenticated `/mcp` request carries into its calls.
+#[derive(Clone)]
+pub(crate) struct McpSubject(pub(crate) Option<Arc<str>>);
+
+/// One MCP session's view of the registry.
+#[derive(Clone)]
+pub(crate) struct ExportService {
+    shared: Arc<Shared>,
+    session_id: Arc<str>,
+    /// Calls of this MCP session executing at once (`max_inflight_calls`).
+    inflight: Arc<Semaphore>,
+    calls: Arc<AtomicU64>,
+    _live: Option<Arc<LiveSession>>,
+}
+
+/// Counts live MCP-over-HTTP sessions, for `max_sessions`.
+pub(crate) struct LiveSession(Arc<AtomicUsize>);
+
+impl Drop for LiveSession {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+impl ExportService {
+    pub(crate) fn new(shared: Arc<Shared>, live: Option<Arc<LiveSession>>) -> ExportService {
+        let permits = shared.config.max_inflight_calls;
+        ExportService {
+            shared,
+            session_id: Arc::from(format!("mcp-{}", uuid::Uuid::new_v4())),
+            inflight: Arc::new(Semaphore::new(permits)),
+            calls: Arc::new(AtomicU64::new(0)),
+            _live: live,
+        }
+    }
+
+    /// A service for a new HTTP session, or an error when `max_sessions` are live.
+    pub(crate) fn for_http(
+        shared: &Arc<Shared>,
+        live: &Arc<AtomicUsize>,
+    ) -> Result<ExportService, std::io::Error> {
+        let max = shared.config.max_sessions;
+        if live
+            .fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1))
+            .is_err()
+        {
+            return Err(std::io::Error::other(format!(
+                "too many MCP sessions (max_sessions = {max})"
+            )));
+        }
+        let guard = Arc::new(LiveSession(Arc::clone(live)));
+        Ok(ExportService::new(Arc::clone(shared), Some(guard)))
+    }
+}
+
+/// A haip tool as an MCP tool. The output schema is advertised only when it
+/// describes an object (MCP's `structuredContent` must be one).
+pub(crate) fn mcp_tool(tool: &Tool) -> rmcp::model::Tool {
+    let input = match tool.input_schema() {
+        Value::Object(map) => map.clone(),
+        _ => Map::new(),
+    };
+    let mut out = rmcp::model::Tool::new(
+        tool.name().to_owned(),
+        tool.description().to_owned(),
+        Arc::new(input),
+    );
+    if let Some(Value::Object(output)) = tool.output_schema()
+        && describes_object(output)
+    {
+        out.output_schema = Some(Arc::new(output.clone()));
+    }
+    out
+}
+
+fn describes_object(schema: &Map<String, Value>) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("object")
+}
+
+impl ServerHandler for ExportService {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = InitializeResult::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info = Implementation::new("haip", env!("CARGO_PKG_VERSION"));
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let snapshot = self.shared.registry.snapshot();
+        Ok(ListToolsResult::with_all_items(
+            snapshot.tools().iter().map(mcp_tool).collect(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let Some(tool) = self.shared.registry.get(&request.name) else {
+            return Err(McpError::invalid_params(
+                format!("Tool {} not found", request.name),
+                None,
+            ));
+        };
+        let params = Value::Object(request.arguments.unwrap_or_default());
+        let violations = tool.validate_params(&params);
+        if !violations.is_empty() {
+            let mut text = format!("Invalid params for tool {}:", tool.name());
+            for v in &violations {
+                let path = if v.path.is_empty() {
+                    "(params)"
+                } else {
+                    &v.path
+                };
+                text.push_str(&format!("\n- {path}: {}", v.message));
+            }
+            return Ok(error_result(text, None).into());
+        }
+        let Ok(_permit) = self.inflight.clone().try_acquire_owned() else {
+            return Ok(error_result("Too many tool calls in flight".to_owned(), None).into());
+        };
+        let subject = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<McpSubject>())
+            .and_then(|s| s.0.clone());
+        let outcome = self.run(&tool, params, subject, &context).await;
+        Ok(self.result_of(&tool, outcome).into())
+    }
+}
+
+/// How an exported call ended, before it becomes a `CallToolResult`.
+enum Ended {
+    Outcome(Outcome),
+    TimedOut,
+}
+
+impl ExportService {
+    /// Runs one call to its end, relaying progress (when the client sent a
+    /// progress token) and the client's cancellation.
+    async fn run(
+        &self,
+        tool: &Tool,
+        params: Value,
+        subject: Option<Arc<str>>,
+        context: &RequestContext<RoleServer>,
+    ) -> Ended {
+        let config = &self.shared.config;
+        let n = self.calls.fetch_add(1, Relaxed);
+        let key = CallKey(n);
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let slot = Arc::new(ProgressSlot::default());
+        // Server shutdown cancels the call as well as the client's cancellation.
+        let cancel = self.shared.shutdown.child_token();
+        let ctx = Context::new(
+            format!("mcp-{n}"),
+            Arc::clone(&self.session_id),
+            cancel.clone(),
+            Some(ProgressSink {
+                key,
+                slot: Arc::clone(&slot),
+                events: events_tx.clone(),
+            }),
+            Some(Arc::clone(&self.shared.state)),
+            subject,
+        );
+        let limits = exec::Limits {
+            timeout: tool.timeout().or(config.tool_timeout),
+            grace: config.cancel_grace,
+        };
+        exec::spawn(
+            key,
+            tool.clone(),
+            params,
+            ctx,
+            cancel.clone(),
+            limits,
+            events_tx,
+        );
+        let token = context.meta.get_progress_token();
+        let mut timed_out = false;
+        loop {
+            let event = tokio::select! {
+                () = context.ct.cancelled(), if !cancel.is_cancelled() => {
+                    cancel.cancel();
+                    slot.close();
+                    continue;
+                }
+                event = events.recv() => event,
+            };
+            match event {
+                Some(CallEvent::Progress(_)) => {
+                    let (Some(token), Some(progress)) = (&token, slot.take()) else {
+                        continue;
+                    };
+                    let mut note = ProgressNotificationParam::new(
+                        token.clone(),
+                        progress.percent.and_then(|p| p.as_f64()).unwrap_or(0.0),
+                    )
+                    .with_total(100.0);
+                    if let Some(partial) = progress.partial {
+                        note = note.with_message(match partial {
+                            Value::String(s) => s,
+                            other => other.to_string(),
+                        });
+                    }
+                    // A client that went away just misses its progress.
+                    let _ = context.peer.notify_progress(note).await;
+                }
+                Some(CallEvent::TimedOut(_)) => {
+                    timed_out = true;
+                    slot.close();
+                }
+                Some(CallEvent::Finished(_, outcome)) => {
+                    return if timed_out {
+                        Ended::TimedOut
+                    } else {
+                        Ended::Outcome(*outcome)
+                    };
+                }
+                // The executor always reports `Finished`; this is unreachable
+                // unless its task was lost, which is then a stop.
+                None => return Ended::Outcome(Outcome::Stopped),
+            }
+        }
+    }
+
+    fn result_of(&self, tool: &Tool, ended: Ended) -> CallToolResult {
+        let stats = &self.shared.stats;
+        let name = tool.name();
+        let outcome = match ended {
+            Ended::TimedOut => {
+                stats.calls_failed.fetch_add(1, Relaxed);
+                let ms = tool
+                    .timeout()
+                    .or(self.shared.config.tool_timeout)
+                    .map_or(0, |t| t.as_millis());
+                return error_result(format!("Tool {name} timed out after {ms} ms"), None);
+            }
+            Ended::Outcome(outcome) => outcome,
+        };
+        match outcome {
+            Outcome::Returned(Ok(value)) => {
+                let violations = tool.validate_result(&value);
+                if !violations.is_empty() {
+                    stats.warnings.fetch_add(1, Relaxed);
+                    tracing::warn!(tool = %name, ?violations, "tool result violates its output schema");
+                    if self.shared.config.strict_output_validation {
+                        stats.calls_failed.fetch_add(1, Relaxed);
+                        let details =
+                            Value::Array(violations.iter().map(|v| v.to_json()).collect());
+                        return error_result(
+                            format!("Result of tool {name} violates its output schema"),
+                            Some(details),
+                        );
+                    }
+                }
+                stats.calls_ok.fetch_add(1, Relaxed);
+                success_result(tool, value)
+            }
+            Outcome::Returned(Err(e)) if e.is_cancelled() => {
+                stats.calls_cancelled.fetch_add(1, Relaxed);
+                error_result(format!("Tool {name} was cancelled"), None)
+            }
+            Outcome::Returned(Err(e)) => {
+                stats.calls_failed.fetch_add(1, Relaxed);
+                tool_error_result(&e)
+            }
+            Outcome::Panicked(text) => {
+                stats.calls_failed.fetch_add(1, Relaxed);
+                tracing::error!(tool = %name, panic = %text, "tool panicked");
+                let message = if self.shared.config.debug_errors {
+                    format!("Tool {name} panicked: {text}")
+                } else {
+                    format!("Internal error in tool {name}")
+                };
+                error_result(message, None)
+            }
+            Outcome::Stopped => {
+                stats.calls_cancelled.fetch_add(1, Relaxed);
+                error_result(format!("Tool {name} was cancelled"), None)
+            }
+        }
+    }
+}
+
+/// A successful result: `structuredContent` when the tool advertises an
+/// object output schema, and always the value as text (a string as itself,
+/// anything else as JSON) for clients that read only `content`.
+fn success_result(tool: &Tool, value: Value) -> CallToolResult {
+    let text = match &value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    let content = if text.is_empty() {
+        Vec::new()
+    } else {
+        vec![ContentBlock::text(text)]
+    };
+    let mut result = CallToolResult::success(content);
+    let structured = matches!(tool.output_schema(), Some(Value::Object(s)) if describes_object(s));
+    if structured {
+        result.structured_content = Some(value);
+    }
+    result
+}
+
+/// A tool error the model can read: the message, then the code and any details.
+fn tool_error_result(e: &ToolError) -> CallToolResult {
+    error_result(
+        format!("{} ({})", e.message(), e.code()),
+        e.details().cloned(),
+    )
+}
+
+fn error_result(message: String, details: Option<Value>) -> CallToolResult {
+    let mut content = vec![ContentBlock::text(message)];
+    if let Some(details) = details {
+        content.push(ContentBlock::text(details.to_string()));
+    }
+    CallToolResult::error(content)
+}
+
+/// The Streamable HTTP MCP endpoint at `/mcp`.
+pub(crate) struct McpHttp {
+    service: rmcp::transport::StreamableHttpService<
+        ExportService,
+        rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+    >,
+}
+
+impl McpHttp {
+    /// `open_host`: accept any `Host` header (authentication is on, or the
+    /// operator allowed unauthenticated non-loopback serving). Otherwise only
+    /// loopback hosts are accepted, against DNS rebinding.
+    pub(crate) fn new(shared: &Arc<Shared>, open_host: bool) -> McpHttp {
+        use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+        let mut config = StreamableHttpServerConfig::default();
+        config.cancellation_token = shared.shutdown.child_token();
+        config.max_request_body_bytes = shared.config.max_body_bytes;
+        if open_host {
+            config = config.disable_allowed_hosts();
+        }
+        let live = Arc::new(AtomicUsize::new(0));
+        let factory_shared = Arc::clone(shared);
+        let service = rmcp::transport::StreamableHttpService::new(
+            move || ExportService::for_http(&factory_shared, &live),
+            Arc::default(),
+            config,
+        );
+        McpHttp { service }
+    }
+
+    /// Serves one request; `subject` is the authenticated caller, if any.
+    pub(crate) async fn handle(
+        &self,
+        mut req: hyper::Request<hyper::body::Incoming>,
+        subject: Option<String>,
+    ) -> hyper::Response<crate::server::Body> {
+        use http_body_util::BodyExt;
+        req.extensions_mut()
+            .insert(McpSubject(subject.map(Arc::from)));
+        self.service.handle(req).await.map(|b| b.boxed_unsync())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(output: Option<Value>) -> Tool {
+        let mut b = Tool::builder("t")
+            .description("A tool")
+            .input_schema(json!({"type": "object", "properties": {"x": {"type": "integer"}}}))
+            .handler(|_: Value, _: Context| async { Ok(Value::Null) });
+        if let Some(output) = output {
+            b = b.output_schema(output);
+        }
+        b.build().unwrap()
+    }
+
+    #[test]
+    fn only_object_output_schemas_are_advertised() {
+        let object = json!({"type": "object", "properties": {"r": {"type": "number"}}});
+        let t = mcp_tool(&tool(Some(object.clone())));
+        assert_eq!(t.name, "t");
+        assert_eq!(t.description.as_deref(), Some("A tool"));
+        assert_eq!(
+            Value::Object((*t.input_schema).clone())["properties"]["x"]["type"],
+            "integer"
+        );
+        assert_eq!(Value::Object((*t.output_schema.unwrap()).clone()), object);
+        assert!(
+            mcp_tool(&tool(Some(json!({"type": "string"}))))
+                .output_schema
+                .is_none()
+        );
+        assert!(mcp_tool(&tool(None)).output_schema.is_none());
+    }
+
+    #[test]
+    fn results_carry_text_and_structured_content_when_advertised() {
+        let object = json!({"type": "object"});
+        let r = success_result(&tool(Some(object)), json!({"r": 1}));
+        assert_eq!(r.is_error, Some(false));
+        assert_eq!(r.structured_content, Some(json!({"r": 1})));
+        assert_eq!(r.content[0].as_text().unwrap().text, "{\"r\":1}");
+
+        let r = success_result(&tool(Some(json!({"type": "string"}))), json!("plain"));
+        assert_eq!(r.structured_content, None);
+        assert_eq!(r.content[0].as_text().unwrap().text, "plain");
+
+        assert!(success_result(&tool(None), Value::Null).content.is_empty());
+    }
+
+    #[test]
+    fn tool_errors_are_readable_text() {
+        let e = ToolError::execution("no such user").with_details(json!({"id": 3}));
+        let r = tool_error_result(&e);
+        assert_eq!(r.is_error, Some(true));
+        assert_eq!(
+            r.content[0].as_text().unwrap().text,
+            "no such user (TOOL_EXECUTION_ERROR)"
+        );
+        assert_eq!(r.content[1].as_text().unwrap().text, "{\"id\":3}");
+    }
+}

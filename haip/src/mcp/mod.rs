@@ -1,0 +1,73 @@
+//! The MCP bridge (feature `mcp`): tools from MCP servers served over HAIP, and
+//! haip tools served to MCP clients.
+//!
+//! **Import.** [`ServerBuilder::mcp_stdio`](crate::ServerBuilder::mcp_stdio)
+//! runs an MCP server as a child process, [`ServerBuilder::mcp_http`](crate::ServerBuilder::mcp_http)
+//! connects to one over Streamable HTTP ([`McpImport`] has the options). Its
+//! tools join the registry with their input and output schemas, optionally
+//! under a name prefix, and follow the server's `tools/list_changed`. A
+//! `TOOL_CALL` becomes `tools/call` with a progress token; progress
+//! notifications become `TOOL_UPDATE`s (`progress/total` as the percentage,
+//! `message` as `partial`); `TOOL_CANCEL` sends `notifications/cancelled`; a
+//! result with `isError` becomes `TOOL_EXECUTION_ERROR`. The result is the
+//! structured content when there is some, otherwise `{"content": [...]}` with
+//! the content blocks. When the connection ends (the child exits, say), calls
+//! still waiting fail with `TOOL_EXECUTION_ERROR`, the tools leave the
+//! registry, and the bridge reconnects with back-off.
+//!
+//! ```no_run
+//! #[tokio::main]
+//! async fn main() -> Result<(), haip::Error> {
+//!     haip::Server::builder()
+//!         .mcp_stdio("npx", ["-y", "@modelcontextprotocol/server-everything"])
+//!         .build()?
+//!         .run()
+//!         .await
+//! }
+//! ```
+//!
+//! **Export.** The registry (annotated, hand-written and imported tools alike)
+//! is an MCP server: over stdio with [`serve_stdio`] or
+//! [`Server::run_mcp_stdio`](crate::Server::run_mcp_stdio), and over Streamable
+//! HTTP at `/mcp` on the HAIP server's own port (same authentication; see
+//! [`ServerBuilder::mcp_endpoint`](crate::ServerBuilder::mcp_endpoint)). Calls
+//! are validated against the input schema (violations come back as a tool
+//! error the model can read), run with the tool's timeout, report
+//! `ctx.progress` as MCP progress when the client sent a progress token, and
+//! are cancelled by MCP cancellation.
+//!
+//! ```no_run
+//! /// Shout the input.
+//! #[haip::haip_tool]
+//! async fn shout(text: String) -> String {
+//!     text.to_uppercase()
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), haip::Error> {
+//!     haip::mcp::serve_stdio().await // stdout carries MCP: log to stderr
+//! }
+//! ```
+
+pub(crate) mod export;
+mod import;
+
+pub use import::McpImport;
+pub(crate) use import::start as start_imports;
+
+use crate::{Error, Server};
+
+/// Serves every `#[haip_tool]` function linked into the binary to an MCP client
+/// on stdin and stdout, until stdin closes or Ctrl-C / SIGTERM.
+///
+/// This is [`Server::builder`] with the environment applied and the annotated
+/// tools, [`run over MCP stdio`](Server::run_mcp_stdio). Nothing else may
+/// write to stdout: send logs to stderr.
+pub async fn serve_stdio() -> Result<(), Error> {
+    Server::builder()
+        .from_env()
+        .annotated_tools()
+        .build()?
+        .run_mcp_stdio()
+        .await
+}
