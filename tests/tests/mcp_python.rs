@@ -1,0 +1,86 @@
+//! The official Python MCP SDK's client (`mcp` 2.x, installed by
+//! `tests/mcp/setup.sh`) against the `mcp_export` example over stdio:
+//! `tests/mcp/client.py` lists the six quickstart tools with their input and
+//! output schemas, calls `calculator`, gets `create_user`'s invalid-params
+//! error, receives `process_file`'s progress and result, and cancels
+//! `process_file` (the SDK sends `notifications/cancelled`; the server stops
+//! the tool, sends no result and keeps the session usable). This test runs
+//! the script and requires it to succeed within a time limit.
+
+#[path = "support/mcp.rs"]
+mod mcp_support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+/// Generous: the script takes about 3 s, its own steps are bounded.
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_client_lists_calls_and_cancels() {
+    let binary = mcp_support::mcp_export_binary();
+    let python = mcp_support::python();
+    let script = mcp_support::script("client.py");
+
+    let mut child = Command::new(&python)
+        .arg(&script)
+        .arg(&binary)
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} does not start: {e}", python.display()));
+    let stdout = tokio::spawn(read_all(child.stdout.take().expect("stdout is piped")));
+    let stderr = tokio::spawn(read_all(child.stderr.take().expect("stderr is piped")));
+
+    let started = Instant::now();
+    let status = match tokio::time::timeout(LIMIT, child.wait()).await {
+        Ok(status) => Some(status.expect("waiting for the script works")),
+        Err(_) => {
+            // Killing the script closes the server's stdin: it exits too.
+            child.kill().await.expect("the script can be killed");
+            None
+        }
+    };
+    let stdout = collect(stdout).await;
+    let stderr = collect(stderr).await;
+    let report = format!("--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}");
+    let Some(status) = status else {
+        panic!(
+            "{} did not finish within {LIMIT:?}\n{report}",
+            script.display()
+        );
+    };
+    assert!(
+        status.success(),
+        "{} failed ({status}) after {:.1?}\n{report}",
+        script.display(),
+        started.elapsed(),
+    );
+    assert!(
+        stdout.starts_with("ok:"),
+        "the script succeeded without its summary\n{report}"
+    );
+    println!("{}", stdout.trim_end());
+}
+
+/// A reader's text, bounded in time in case something else holds the pipe.
+async fn collect(reader: tokio::task::JoinHandle<String>) -> String {
+    match tokio::time::timeout(Duration::from_secs(10), reader).await {
+        Ok(text) => text.expect("the pipe reader does not panic"),
+        Err(_) => "<the pipe stayed open after the script ended>".to_owned(),
+    }
+}
+
+/// Everything a pipe yields until it closes, as (lossy) text.
+async fn read_all(mut pipe: impl AsyncRead + Unpin) -> String {
+    let mut bytes = Vec::new();
+    // A read error just ends the capture; the exit status tells the story.
+    let _ = pipe.read_to_end(&mut bytes).await;
+    String::from_utf8_lossy(&bytes).into_owned()
+}
