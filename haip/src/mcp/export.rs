@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::Instant;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -13,11 +14,12 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Map, Value};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::Context;
 use crate::context::{ProgressSink, ProgressSlot};
 use crate::exec::{self, CallEvent, CallKey, Outcome};
+use crate::server::Ended;
 use crate::session::Shared;
 use crate::tool::{Tool, ToolError};
 
@@ -123,7 +125,11 @@ impl ServerHandler for ExportService {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let stats = &self.shared.stats;
+        stats.calls_total.fetch_add(1, Relaxed);
+        let received = Instant::now();
         let Some(tool) = self.shared.registry.get(&request.name) else {
+            stats.call_ended(Ended::Failed, Some(received.elapsed()));
             return Err(McpError::invalid_params(
                 format!("Tool {} not found", request.name),
                 None,
@@ -132,6 +138,7 @@ impl ServerHandler for ExportService {
         let params = Value::Object(request.arguments.unwrap_or_default());
         let violations = tool.validate_params(&params);
         if !violations.is_empty() {
+            stats.call_ended(Ended::Failed, Some(received.elapsed()));
             let mut text = format!("Invalid params for tool {}:", tool.name());
             for v in &violations {
                 let path = if v.path.is_empty() {
@@ -143,7 +150,8 @@ impl ServerHandler for ExportService {
             }
             return Ok(error_result(text, None).into());
         }
-        let Ok(_permit) = self.inflight.clone().try_acquire_owned() else {
+        let Ok(permit) = Arc::clone(&self.inflight).try_acquire_owned() else {
+            stats.call_ended(Ended::Failed, Some(received.elapsed()));
             return Ok(error_result("Too many tool calls in flight".to_owned(), None).into());
         };
         let subject = context
@@ -151,27 +159,32 @@ impl ServerHandler for ExportService {
             .get::<hyper::http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<McpSubject>())
             .and_then(|s| s.0.clone());
-        let outcome = self.run(&tool, params, subject, &context).await;
-        Ok(self.result_of(&tool, outcome).into())
+        let stop = self.run(&tool, params, subject, &context, permit).await;
+        let (ended, result) = self.result_of(&tool, stop);
+        stats.call_ended(ended, Some(received.elapsed()));
+        Ok(result.into())
     }
 }
 
-/// How an exported call ended, before it becomes a `CallToolResult`.
-enum Ended {
+/// How an exported call stopped, before it becomes a `CallToolResult`.
+enum Stop {
     Outcome(Outcome),
+    /// The timeout elapsed; the task is being stopped in the background.
     TimedOut,
 }
 
 impl ExportService {
-    /// Runs one call to its end, relaying progress (when the client sent a
-    /// progress token) and the client's cancellation.
+    /// Runs one call to its end (or its timeout), relaying progress (when the
+    /// client sent a progress token) and the client's cancellation. The
+    /// concurrency `permit` is held until the tool's task has stopped.
     async fn run(
         &self,
         tool: &Tool,
         params: Value,
         subject: Option<Arc<str>>,
         context: &RequestContext<RoleServer>,
-    ) -> Ended {
+        permit: OwnedSemaphorePermit,
+    ) -> Stop {
         let config = &self.shared.config;
         let n = self.calls.fetch_add(1, Relaxed);
         let key = CallKey(n);
@@ -205,7 +218,6 @@ impl ExportService {
             events_tx,
         );
         let token = context.meta.get_progress_token();
-        let mut timed_out = false;
         loop {
             let event = tokio::select! {
                 () = context.ct.cancelled(), if !cancel.is_cancelled() => {
@@ -235,78 +247,74 @@ impl ExportService {
                     let _ = context.peer.notify_progress(note).await;
                 }
                 Some(CallEvent::TimedOut(_)) => {
-                    timed_out = true;
+                    // Answer at the deadline (as HAIP does); the executor
+                    // stops the task within `cancel_grace`, and the slot is
+                    // released only then.
                     slot.close();
+                    tokio::spawn(async move {
+                        while let Some(event) = events.recv().await {
+                            if matches!(event, CallEvent::Finished(..)) {
+                                break;
+                            }
+                        }
+                        drop(permit);
+                    });
+                    return Stop::TimedOut;
                 }
-                Some(CallEvent::Finished(_, outcome)) => {
-                    return if timed_out {
-                        Ended::TimedOut
-                    } else {
-                        Ended::Outcome(*outcome)
-                    };
-                }
+                Some(CallEvent::Finished(_, outcome)) => return Stop::Outcome(*outcome),
                 // The executor always reports `Finished`; this is unreachable
                 // unless its task was lost, which is then a stop.
-                None => return Ended::Outcome(Outcome::Stopped),
+                None => return Stop::Outcome(Outcome::Stopped),
             }
         }
     }
 
-    fn result_of(&self, tool: &Tool, ended: Ended) -> CallToolResult {
-        let stats = &self.shared.stats;
+    fn result_of(&self, tool: &Tool, stop: Stop) -> (Ended, CallToolResult) {
         let name = tool.name();
-        let outcome = match ended {
-            Ended::TimedOut => {
-                stats.calls_failed.fetch_add(1, Relaxed);
+        let outcome = match stop {
+            Stop::TimedOut => {
                 let ms = tool
                     .timeout()
                     .or(self.shared.config.tool_timeout)
                     .map_or(0, |t| t.as_millis());
-                return error_result(format!("Tool {name} timed out after {ms} ms"), None);
+                let text = format!("Tool {name} timed out after {ms} ms");
+                return (Ended::Failed, error_result(text, None));
             }
-            Ended::Outcome(outcome) => outcome,
+            Stop::Outcome(outcome) => outcome,
         };
         match outcome {
             Outcome::Returned(Ok(value)) => {
                 let violations = tool.validate_result(&value);
                 if !violations.is_empty() {
-                    stats.warnings.fetch_add(1, Relaxed);
+                    self.shared.stats.warnings.fetch_add(1, Relaxed);
                     tracing::warn!(tool = %name, ?violations, "tool result violates its output schema");
                     if self.shared.config.strict_output_validation {
-                        stats.calls_failed.fetch_add(1, Relaxed);
                         let details =
                             Value::Array(violations.iter().map(|v| v.to_json()).collect());
-                        return error_result(
-                            format!("Result of tool {name} violates its output schema"),
-                            Some(details),
-                        );
+                        let text = format!("Result of tool {name} violates its output schema");
+                        return (Ended::Failed, error_result(text, Some(details)));
                     }
                 }
-                stats.calls_ok.fetch_add(1, Relaxed);
-                success_result(tool, value)
+                (Ended::Ok, success_result(tool, value))
             }
-            Outcome::Returned(Err(e)) if e.is_cancelled() => {
-                stats.calls_cancelled.fetch_add(1, Relaxed);
-                error_result(format!("Tool {name} was cancelled"), None)
-            }
-            Outcome::Returned(Err(e)) => {
-                stats.calls_failed.fetch_add(1, Relaxed);
-                tool_error_result(&e)
-            }
+            Outcome::Returned(Err(e)) if e.is_cancelled() => (
+                Ended::Cancelled,
+                error_result(format!("Tool {name} was cancelled"), None),
+            ),
+            Outcome::Returned(Err(e)) => (Ended::Failed, tool_error_result(&e)),
             Outcome::Panicked(text) => {
-                stats.calls_failed.fetch_add(1, Relaxed);
                 tracing::error!(tool = %name, panic = %text, "tool panicked");
                 let message = if self.shared.config.debug_errors {
                     format!("Tool {name} panicked: {text}")
                 } else {
                     format!("Internal error in tool {name}")
                 };
-                error_result(message, None)
+                (Ended::Failed, error_result(message, None))
             }
-            Outcome::Stopped => {
-                stats.calls_cancelled.fetch_add(1, Relaxed);
-                error_result(format!("Tool {name} was cancelled"), None)
-            }
+            Outcome::Stopped => (
+                Ended::Cancelled,
+                error_result(format!("Tool {name} was cancelled"), None),
+            ),
         }
     }
 }
@@ -355,6 +363,8 @@ pub(crate) struct McpHttp {
         ExportService,
         rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
     >,
+    live: Arc<AtomicUsize>,
+    max_sessions: usize,
 }
 
 impl McpHttp {
@@ -371,12 +381,17 @@ impl McpHttp {
         }
         let live = Arc::new(AtomicUsize::new(0));
         let factory_shared = Arc::clone(shared);
+        let factory_live = Arc::clone(&live);
         let service = rmcp::transport::StreamableHttpService::new(
-            move || ExportService::for_http(&factory_shared, &live),
+            move || ExportService::for_http(&factory_shared, &factory_live),
             Arc::default(),
             config,
         );
-        McpHttp { service }
+        McpHttp {
+            service,
+            live,
+            max_sessions: shared.config.max_sessions,
+        }
     }
 
     /// Serves one request; `subject` is the authenticated caller, if any.
@@ -386,6 +401,26 @@ impl McpHttp {
         subject: Option<String>,
     ) -> hyper::Response<crate::server::Body> {
         use http_body_util::BodyExt;
+        // A request without a session id may open a session: refuse it
+        // plainly when `max_sessions` are live (the factory's check, which
+        // rmcp turns into a 500, stays as the race-free backstop).
+        let opens_session =
+            req.method() == hyper::Method::POST && !req.headers().contains_key("mcp-session-id");
+        if opens_session && self.live.load(Relaxed) >= self.max_sessions {
+            let body = serde_json::json!({
+                "error": format!("Too many MCP sessions (max_sessions = {})", self.max_sessions),
+                "code": "SERVICE_UNAVAILABLE",
+            });
+            let mut response = hyper::Response::new(
+                http_body_util::Full::new(bytes::Bytes::from(body.to_string())).boxed_unsync(),
+            );
+            *response.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/json"),
+            );
+            return response;
+        }
         req.extensions_mut()
             .insert(McpSubject(subject.map(Arc::from)));
         self.service.handle(req).await.map(|b| b.boxed_unsync())
