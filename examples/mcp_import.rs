@@ -20,7 +20,7 @@ async fn main() -> Result<(), haip::Error> {
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("HAIP_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn")),
         )
         .init();
     let mut argv: Vec<String> = std::env::args().skip(1).collect();

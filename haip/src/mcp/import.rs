@@ -633,39 +633,83 @@ fn text_of(content: &[ContentBlock]) -> String {
 /// Routes `notifications/progress` to the call whose request carried the token.
 #[derive(Default)]
 struct ProgressRouter {
-    calls: Mutex<HashMap<ProgressToken, Context>>,
+    state: Mutex<RouterState>,
 }
+
+#[derive(Default)]
+struct RouterState {
+    calls: HashMap<ProgressToken, Context>,
+    /// Notifications for tokens not (yet) registered: the request is sent
+    /// before its call can register the token, so a fast server's first
+    /// report may arrive first. The newest few are kept for that moment.
+    early: std::collections::VecDeque<ProgressNotificationParam>,
+}
+
+/// Unclaimed notifications kept for calls about to register.
+const EARLY: usize = 16;
 
 impl ProgressRouter {
     fn register(self: &Arc<Self>, token: ProgressToken, ctx: Context) -> ProgressGuard {
-        self.lock().insert(token.clone(), ctx);
+        let early = {
+            let mut state = self.lock();
+            let mut early = Vec::new();
+            state.early.retain(|p| {
+                let mine = p.progress_token == token;
+                if mine {
+                    early.push(p.clone());
+                }
+                !mine
+            });
+            state.calls.insert(token.clone(), ctx.clone());
+            early
+        };
+        for p in early {
+            report(&ctx, p);
+        }
         ProgressGuard {
             router: Arc::clone(self),
             token,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, Context>> {
-        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, RouterState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn clear(&self) {
-        self.lock().clear();
+        let mut state = self.lock();
+        state.calls.clear();
+        state.early.clear();
     }
 
-    /// `progress/total` becomes the percentage (none without a total), the
-    /// message becomes `partial`. Unknown tokens (a call already finished)
-    /// are ignored.
+    /// Relays one notification to its call's context, or keeps it briefly
+    /// when no call holds its token yet.
     fn deliver(&self, p: ProgressNotificationParam) {
-        let Some(ctx) = self.lock().get(&p.progress_token).cloned() else {
-            return;
+        let ctx = {
+            let mut state = self.lock();
+            match state.calls.get(&p.progress_token) {
+                Some(ctx) => ctx.clone(),
+                None => {
+                    if state.early.len() == EARLY {
+                        state.early.pop_front();
+                    }
+                    state.early.push_back(p);
+                    return;
+                }
+            }
         };
-        let percent = match p.total {
-            Some(total) if total > 0.0 => Some(p.progress / total * 100.0),
-            _ => None,
-        };
-        ctx.report_raw(percent, p.message.map(Value::String));
+        report(&ctx, p);
     }
+}
+
+/// `progress/total` becomes the percentage (none without a total), the
+/// message becomes `partial`.
+fn report(ctx: &Context, p: ProgressNotificationParam) {
+    let percent = match p.total {
+        Some(total) if total > 0.0 => Some(p.progress / total * 100.0),
+        _ => None,
+    };
+    ctx.report_raw(percent, p.message.map(Value::String));
 }
 
 struct ProgressGuard {
@@ -675,7 +719,7 @@ struct ProgressGuard {
 
 impl Drop for ProgressGuard {
     fn drop(&mut self) {
-        self.router.lock().remove(&self.token);
+        self.router.lock().calls.remove(&self.token);
     }
 }
 
@@ -791,7 +835,13 @@ mod tests {
         );
         let router = Arc::new(ProgressRouter::default());
         let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
+        // A report that beats the registration is kept and handed over.
+        router.deliver(ProgressNotificationParam::new(token.clone(), 1.0).with_total(2.0));
         let guard = router.register(token.clone(), ctx);
+        assert_eq!(
+            slot.take().unwrap().percent,
+            Some(serde_json::Number::from(50))
+        );
 
         router.deliver(ProgressNotificationParam::new(token.clone(), 1.0).with_total(4.0));
         let p = slot.take().unwrap();
@@ -811,5 +861,12 @@ mod tests {
         drop(guard);
         router.deliver(ProgressNotificationParam::new(token, 2.0).with_total(4.0));
         assert!(slot.take().is_none(), "a finished call gets nothing");
+
+        // Unclaimed reports are bounded.
+        for i in 0..100 {
+            let stray = ProgressToken(rmcp::model::NumberOrString::Number(1000 + i));
+            router.deliver(ProgressNotificationParam::new(stray, 1.0));
+        }
+        assert_eq!(router.lock().early.len(), EARLY);
     }
 }
