@@ -6,8 +6,11 @@ mod support;
 
 use support::{builder, http_request_with, start};
 
-const PREFLIGHT_HEADERS: &str =
-    "Authorization, Content-Type, Cache-Control, X-HAIP-Message, X-HAIP-Binary, X-HAIP-Session";
+// These tests build haip with the `mcp` feature, so the `/mcp` endpoint's
+// Streamable HTTP method and headers are allowed beside HAIP's.
+const PREFLIGHT_METHODS: &str = "GET, POST, DELETE, OPTIONS";
+const PREFLIGHT_HEADERS: &str = "Authorization, Content-Type, Cache-Control, Accept, X-HAIP-Message, X-HAIP-Binary, X-HAIP-Session, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID";
+const EXPOSED_HEADERS: &str = "X-HAIP-Session, Mcp-Session-Id";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_origin_is_allowed_by_default() {
@@ -35,7 +38,7 @@ async fn listed_origins_get_preflight_and_response_headers() {
     );
     assert_eq!(
         response.header("access-control-allow-methods"),
-        Some("GET, POST, OPTIONS")
+        Some(PREFLIGHT_METHODS)
     );
     assert_eq!(
         response.header("access-control-allow-headers"),
@@ -48,7 +51,7 @@ async fn listed_origins_get_preflight_and_response_headers() {
     );
     assert_eq!(
         response.header("access-control-expose-headers"),
-        Some("X-HAIP-Session")
+        Some(EXPOSED_HEADERS)
     );
     let other = [("Origin", "https://evil.example")];
     let response = http_request_with(addr, "GET", "/stats", &other, b"").await;

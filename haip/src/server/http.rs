@@ -96,19 +96,32 @@ fn not_found() -> Response<Body> {
     error_response(StatusCode::NOT_FOUND, "Not found", "NOT_FOUND")
 }
 
+/// Methods, request headers and exposed response headers for CORS: HAIP's,
+/// plus Streamable HTTP MCP's on `/mcp` when the endpoint is compiled in.
+#[cfg(not(feature = "mcp"))]
+const CORS: [&str; 3] = [
+    "GET, POST, OPTIONS",
+    "Authorization, Content-Type, Cache-Control, X-HAIP-Message, X-HAIP-Binary, X-HAIP-Session",
+    "X-HAIP-Session",
+];
+#[cfg(feature = "mcp")]
+const CORS: [&str; 3] = [
+    "GET, POST, DELETE, OPTIONS",
+    "Authorization, Content-Type, Cache-Control, Accept, X-HAIP-Message, X-HAIP-Binary, X-HAIP-Session, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID",
+    "X-HAIP-Session, Mcp-Session-Id",
+];
+
 fn preflight() -> Response<Body> {
     let mut response = Response::new(full(Bytes::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
     let h = response.headers_mut();
     h.insert(
         "access-control-allow-methods",
-        HeaderValue::from_static("GET, POST, OPTIONS"),
+        HeaderValue::from_static(CORS[0]),
     );
     h.insert(
         "access-control-allow-headers",
-        HeaderValue::from_static(
-            "Authorization, Content-Type, Cache-Control, X-HAIP-Message, X-HAIP-Binary, X-HAIP-Session",
-        ),
+        HeaderValue::from_static(CORS[1]),
     );
     h.insert("access-control-max-age", HeaderValue::from_static("600"));
     response
@@ -128,7 +141,7 @@ fn with_cors(mut response: Response<Body>, hub: &Hub, origin: Option<&str>) -> R
         h.insert("access-control-allow-origin", allowed);
         h.insert(
             "access-control-expose-headers",
-            HeaderValue::from_static("X-HAIP-Session"),
+            HeaderValue::from_static(CORS[2]),
         );
         h.append(header::VARY, HeaderValue::from_static("Origin"));
     }
