@@ -811,3 +811,46 @@ async fn http_mcp_sessions_are_bounded() {
     })
     .await;
 }
+
+/// The registry served over `/mcp` includes imported MCP tools: an MCP client
+/// reaches the reference "everything" server through haip (MCP → haip → MCP),
+/// with results and progress relayed across both hops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_reexports_imported_mcp_tools() {
+    let everything = mcp_support::everything();
+    let (handle, _) =
+        start(demo_builder().mcp(haip::mcp::McpImport::stdio("node", [everything]).prefix("ev.")))
+            .await;
+    let mut mcp = Mcp::http(handle.local_addr(), None).await;
+    let listed = names(&mcp).await;
+    assert!(listed.contains(&"calculator".to_owned()), "{listed:?}");
+    assert!(listed.contains(&"ev.get-sum".to_owned()), "{listed:?}");
+
+    let result = mcp.call("ev.get-sum", json!({"a": 2, "b": 3})).await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    assert!(
+        text_of(&result).contains("The sum of 2 and 3 is 5"),
+        "{result:?}"
+    );
+
+    let call = mcp
+        .start_call(
+            "ev.trigger-long-running-operation",
+            json!({"duration": 1, "steps": 4}),
+        )
+        .await;
+    let first = mcp.next_progress().await;
+    assert_eq!(first.total, Some(100.0), "{first:?}");
+    assert!(
+        [25.0, 50.0, 75.0, 100.0].contains(&first.progress),
+        "step i of 4 is i × 25 percent: {first:?}"
+    );
+    let result = finish(call).await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    assert!(
+        text_of(&result).contains("Long running operation completed"),
+        "{result:?}"
+    );
+    mcp.close().await;
+    handle.shutdown().await;
+}
