@@ -301,7 +301,18 @@ impl ExportService {
                 Ended::Cancelled,
                 error_result(format!("Tool {name} was cancelled"), None),
             ),
-            Outcome::Returned(Err(e)) => (Ended::Failed, tool_error_result(&e)),
+            Outcome::Returned(Err(e)) => {
+                // An imported tool's `isError` blocks pass through as they are.
+                let blocks = e
+                    .details()
+                    .filter(|_| tool.mcp_content())
+                    .and_then(passthrough_blocks);
+                let result = match blocks {
+                    Some(blocks) => CallToolResult::error(blocks),
+                    None => tool_error_result(&e),
+                };
+                (Ended::Failed, result)
+            }
             Outcome::Panicked(text) => {
                 tracing::error!(tool = %name, panic = %text, "tool panicked");
                 let message = if self.shared.config.debug_errors {
@@ -321,8 +332,14 @@ impl ExportService {
 
 /// A successful result: `structuredContent` when the tool advertises an
 /// object output schema, and always the value as text (a string as itself,
-/// anything else as JSON) for clients that read only `content`.
+/// anything else as JSON) for clients that read only `content`. An imported
+/// MCP tool's content blocks pass through as they are.
 fn success_result(tool: &Tool, value: Value) -> CallToolResult {
+    if tool.mcp_content()
+        && let Some(blocks) = passthrough_blocks(&value)
+    {
+        return CallToolResult::success(blocks);
+    }
     let text = match &value {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
@@ -339,6 +356,15 @@ fn success_result(tool: &Tool, value: Value) -> CallToolResult {
         result.structured_content = Some(value);
     }
     result
+}
+
+/// The blocks of an imported tool's `{"content": [...]}` result.
+fn passthrough_blocks(value: &Value) -> Option<Vec<ContentBlock>> {
+    let map = value.as_object()?;
+    if map.len() != 1 {
+        return None;
+    }
+    serde_json::from_value(map.get("content")?.clone()).ok()
 }
 
 /// A tool error the model can read: the message, then the code and any details.
@@ -475,6 +501,33 @@ mod tests {
         assert_eq!(r.content[0].as_text().unwrap().text, "plain");
 
         assert!(success_result(&tool(None), Value::Null).content.is_empty());
+    }
+
+    #[test]
+    fn imported_content_blocks_pass_through() {
+        let imported = Tool::builder("img")
+            .mcp_content()
+            .handler(|_: Value, _: Context| async { Ok(Value::Null) })
+            .build()
+            .unwrap();
+        let value = json!({"content": [
+            {"type": "text", "text": "a logo"},
+            {"type": "image", "data": "iVBORw0=", "mimeType": "image/png"}
+        ]});
+        let r = success_result(&imported, value.clone());
+        assert_eq!(r.content.len(), 2);
+        assert_eq!(r.content[0].as_text().unwrap().text, "a logo");
+        assert!(r.content[1].as_image().is_some());
+        // A haip tool returning the same shape is not reinterpreted.
+        let r = success_result(&tool(None), value);
+        assert_eq!(r.content.len(), 1);
+        assert!(
+            r.content[0]
+                .as_text()
+                .unwrap()
+                .text
+                .starts_with("{\"content\"")
+        );
     }
 
     #[test]

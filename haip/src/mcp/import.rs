@@ -480,6 +480,7 @@ fn imported_tool(
         .or_else(|| remote.title.clone())
         .unwrap_or_else(|| format!("`{remote_name}` from the MCP server {}", link.label));
     let mut builder = Tool::builder(name.clone())
+        .mcp_content()
         .description(description)
         .input_schema(Value::Object((*remote.input_schema).clone()));
     if let Some(output) = &remote.output_schema {

@@ -105,6 +105,9 @@ struct ToolInner {
     timeout: Option<Duration>,
     handler: Box<dyn ToolHandler>,
     required_state: Vec<StateRequirement>,
+    /// Imported from an MCP server: a `{"content": [...]}` result holds MCP
+    /// content blocks, re-exported to MCP clients as they are.
+    mcp_content: bool,
 }
 
 impl fmt::Debug for Tool {
@@ -129,7 +132,14 @@ impl Tool {
             timeout: None,
             handler: None,
             required_state: Vec::new(),
+            mcp_content: false,
         }
+    }
+
+    /// Whether results carry MCP content blocks (a tool imported from an MCP server).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn mcp_content(&self) -> bool {
+        self.inner.mcp_content
     }
 
     /// Whether both are clones of the same tool (not merely the same name).
@@ -197,6 +207,7 @@ pub struct ToolBuilder {
     timeout: Option<Duration>,
     handler: Option<Box<dyn ToolHandler>>,
     required_state: Vec<StateRequirement>,
+    mcp_content: bool,
 }
 
 impl fmt::Debug for ToolBuilder {
@@ -273,6 +284,13 @@ impl ToolBuilder {
         self
     }
 
+    /// Marks the tool as imported from an MCP server (see [`Tool::mcp_content`]).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn mcp_content(mut self) -> Self {
+        self.mcp_content = true;
+        self
+    }
+
     /// Validates the name, compiles the schemas and returns the tool.
     pub fn build(self) -> Result<Tool, crate::Error> {
         validate_name(&self.name)?;
@@ -308,6 +326,7 @@ impl ToolBuilder {
                 timeout: self.timeout,
                 handler,
                 required_state: self.required_state,
+                mcp_content: self.mcp_content,
             }),
         })
     }
