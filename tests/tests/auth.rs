@@ -11,11 +11,11 @@ use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use conn::{Conn, Item, Kind, Refused, assert_ok, http, per_transport, post};
+use haip::ServerBuilder;
 use haip::auth::{AuthError, AuthFuture, Authenticator};
-use haip::{Context, ServerBuilder, Tool, ToolError};
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use serde_json::{Value, json};
-use support::{HttpResponse, builder, get_json, start};
+use support::{HttpResponse, builder, get_json, start, whoami};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 per_transport!(
@@ -67,17 +67,6 @@ fn base64url(bytes: &[u8]) -> String {
 fn alg_none(claims: &Value) -> String {
     let header = base64url(br#"{"alg":"none","typ":"JWT"}"#);
     format!("{header}.{}.", base64url(claims.to_string().as_bytes()))
-}
-
-/// Returns `{"subject": ctx.subject()}`.
-fn whoami() -> Tool {
-    Tool::builder("whoami")
-        .description("The caller's verified subject")
-        .handler(|_params: Value, ctx: Context| async move {
-            Ok::<_, ToolError>(json!({ "subject": ctx.subject() }))
-        })
-        .build()
-        .expect("whoami is a valid tool")
 }
 
 /// HS256 with [`SECRET`] and audience [`AUDIENCE`], serving [`whoami`].

@@ -13,10 +13,9 @@ mod mcp_support;
 mod support;
 
 use std::net::SocketAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use haip::{Context, ServerHandle, Tool, ToolError};
-use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
     CancelledNotificationParam, ClientNotification, ClientRequest, ProgressNotificationParam,
@@ -29,7 +28,9 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::{Value, json};
-use support::{builder, demo_builder, executions, http_request_with, start, stats_until, within};
+use support::{
+    builder, demo_builder, executions, http_request_with, start, stats_until, whoami, within,
+};
 use tokio::sync::mpsc;
 
 /// The quickstart's tools, in the order they are served.
@@ -511,31 +512,9 @@ async fn http_cancellation_reaches_the_tool_context() {
 const SECRET: &str = "mcp-export-secret";
 const AUDIENCE: &str = "haip-tests";
 
-/// A valid HS256 token of `sub` for [`SECRET`] and [`AUDIENCE`].
+/// A valid token of `sub` for [`SECRET`] and [`AUDIENCE`].
 fn token(sub: &str) -> String {
-    let exp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970")
-        .as_secs()
-        + 300;
-    let key = EncodingKey::from_secret(SECRET.as_bytes()).expect("a non-empty secret");
-    encode(
-        &Header::new(Algorithm::HS256),
-        &json!({"sub": sub, "aud": AUDIENCE, "exp": exp}),
-        &key,
-    )
-    .expect("the token encodes")
-}
-
-/// Returns `{"subject": ctx.subject()}` (no output schema: the text block carries it).
-fn whoami() -> Tool {
-    Tool::builder("whoami")
-        .description("The caller's verified subject")
-        .handler(|_params: Value, ctx: Context| async move {
-            Ok::<_, ToolError>(json!({ "subject": ctx.subject() }))
-        })
-        .build()
-        .expect("whoami is a valid tool")
+    support::hs256_token(SECRET, sub, Some(AUDIENCE))
 }
 
 /// An `initialize` request body, as a client's first POST to `/mcp`.

@@ -11,10 +11,8 @@ mod conn;
 mod support;
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use conn::{Conn, Item, Kind, assert_ok};
-use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use serde_json::{Value, json};
 use support::{
     Client, builder, confirming_hai_payload, expect_on, resume_hai, seq_of, start, stats_until,
@@ -203,18 +201,7 @@ async fn resume_unknown_session() {
 const SECRET: &str = "reliability-secret";
 
 fn token(sub: &str) -> String {
-    let exp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970")
-        .as_secs()
-        + 300;
-    let key = EncodingKey::from_secret(SECRET.as_bytes()).expect("a non-empty secret");
-    encode(
-        &Header::new(Algorithm::HS256),
-        &json!({"sub": sub, "exp": exp}),
-        &key,
-    )
-    .expect("the token encodes")
+    support::hs256_token(SECRET, sub, None)
 }
 
 /// §11.3, §17: with authentication on, only the subject that opened a session

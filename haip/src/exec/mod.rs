@@ -107,6 +107,17 @@ fn finished(result: Result<Result<Value, ToolError>, Box<dyn Any + Send>>) -> Ou
     }
 }
 
+/// The `INTERNAL_ERROR` message for a tool that panicked: the panic text only
+/// with `debug_errors` on (it may hold details the client should not see).
+pub(crate) fn panic_message(tool: &str, text: &str, debug_errors: bool) -> String {
+    tracing::error!(tool, panic = %text, "tool panicked");
+    if debug_errors {
+        format!("Tool {tool} panicked: {text}")
+    } else {
+        format!("Internal error in tool {tool}")
+    }
+}
+
 fn panic_text(panic: &(dyn Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()

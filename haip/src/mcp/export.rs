@@ -314,12 +314,7 @@ impl ExportService {
                 (Ended::Failed, result)
             }
             Outcome::Panicked(text) => {
-                tracing::error!(tool = %name, panic = %text, "tool panicked");
-                let message = if self.shared.config.debug_errors {
-                    format!("Tool {name} panicked: {text}")
-                } else {
-                    format!("Internal error in tool {name}")
-                };
+                let message = exec::panic_message(name, &text, self.shared.config.debug_errors);
                 (Ended::Failed, error_result(message, None))
             }
             Outcome::Stopped => (

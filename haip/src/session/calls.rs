@@ -304,12 +304,7 @@ impl Session {
                 self.finish(key, "ERROR", Some(e.to_result()), Ended::Failed)
             }
             Outcome::Panicked(text) => {
-                tracing::error!(tool = %name, panic = %text, "tool panicked");
-                let message = if self.shared.config.debug_errors {
-                    format!("Tool {name} panicked: {text}")
-                } else {
-                    format!("Internal error in tool {name}")
-                };
+                let message = exec::panic_message(&name, &text, self.shared.config.debug_errors);
                 let error = ToolError::new(ErrorCode::INTERNAL_ERROR, message);
                 self.finish(key, "ERROR", Some(error.to_result()), Ended::Failed);
             }

@@ -763,3 +763,31 @@ pub(crate) fn gated_tool(name: &str) -> (Tool, Gate) {
         .expect("the gated tool is valid");
     (tool, gate)
 }
+
+/// An HS256 JWT of `sub` signed with `secret`, valid for five minutes, with
+/// `aud` when given.
+pub(crate) fn hs256_token(secret: &str, sub: &str, aud: Option<&str>) -> String {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_secs()
+        + 300;
+    let mut claims = json!({"sub": sub, "exp": exp});
+    if let Some(aud) = aud {
+        claims["aud"] = json!(aud);
+    }
+    let key = EncodingKey::from_secret(secret.as_bytes()).expect("a non-empty secret");
+    encode(&Header::new(Algorithm::HS256), &claims, &key).expect("the token encodes")
+}
+
+/// Returns `{"subject": ctx.subject()}` (no output schema).
+pub(crate) fn whoami() -> Tool {
+    Tool::builder("whoami")
+        .description("The caller's verified subject")
+        .handler(|_params: Value, ctx: Context| async move {
+            Ok::<_, ToolError>(json!({ "subject": ctx.subject() }))
+        })
+        .build()
+        .expect("whoami is a valid tool")
+}
