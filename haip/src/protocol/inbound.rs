@@ -1,10 +1,12 @@
 use std::fmt;
 
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
 use super::{Channel, ErrorCode, EventType};
 
 /// Envelope keys of HAIP.md §2.1; anything else is unknown (matters only under `crit`).
+#[cfg(test)]
 const ENVELOPE_KEYS: [&str; 14] = [
     "id",
     "session",
@@ -95,16 +97,292 @@ impl DecodeError {
 /// assert_eq!(err.related_id.as_deref(), Some("x"));
 /// ```
 pub fn decode(text: &str) -> Result<Inbound, DecodeError> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|_| DecodeError::invalid("invalid JSON", None))?;
-    let Value::Object(mut obj) = value else {
+    // The envelope's own fields are read straight off the text; only the
+    // payload becomes a `Value`. Duplicate keys keep the last value, as in a
+    // parsed object (the tests compare with such a reference decoder).
+    let mut de = serde_json::Deserializer::from_str(text);
+    let top = match Top::deserialize(&mut de).and_then(|top| de.end().map(|()| top)) {
+        Ok(top) => top,
+        Err(_) => return Err(DecodeError::invalid("invalid JSON", None)),
+    };
+    let Top::Object(raw) = top else {
         return Err(DecodeError::invalid("not an object", None));
     };
-    decode_object(&mut obj)
+    raw.into_inbound()
 }
 
-/// Decodes an already-parsed JSON object (one element of a JSON array body).
-pub(crate) fn decode_object(obj: &mut Map<String, Value>) -> Result<Inbound, DecodeError> {
+/// A decoded top-level JSON value: an envelope's fields, or anything else.
+enum Top {
+    Object(Box<RawEnvelope>),
+    Other,
+}
+
+/// The envelope fields as they came, loosely typed.
+#[derive(Default)]
+struct RawEnvelope {
+    id: Option<Scalar>,
+    session: Option<Scalar>,
+    seq: Option<Scalar>,
+    channel: Option<Scalar>,
+    event: Option<Scalar>,
+    payload: Option<Value>,
+    crit: Option<Scalar>,
+    run_id: Option<Scalar>,
+    thread_id: Option<Scalar>,
+    bin_len: Option<Scalar>,
+    /// Keys outside HAIP.md §2.1 (only reported under `crit`).
+    unknown: Vec<String>,
+}
+
+/// A field's value, kept only as far as some field can use it.
+enum Scalar {
+    Str(String),
+    U64(u64),
+    Num(serde_json::Number),
+    Bool(bool),
+    Other,
+}
+
+impl Scalar {
+    fn into_string(self) -> Option<String> {
+        match self {
+            Scalar::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl RawEnvelope {
+    /// HAIP.md §2.2 steps 3–5, in order.
+    fn into_inbound(self) -> Result<Inbound, DecodeError> {
+        let id = match self.id {
+            Some(Scalar::Str(s)) => Some(s),
+            Some(Scalar::U64(n)) => Some(n.to_string()),
+            Some(Scalar::Num(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        let Some(type_name) = self.event.and_then(Scalar::into_string) else {
+            return Err(DecodeError::invalid("missing type", id));
+        };
+        let payload = match self.payload {
+            Some(Value::Object(p)) => p,
+            _ => return Err(DecodeError::invalid("payload must be an object", id)),
+        };
+        let Some(event) = EventType::parse(&type_name) else {
+            return Err(DecodeError {
+                code: ErrorCode::UNSUPPORTED_TYPE,
+                message: format!("Unknown message type: {type_name}"),
+                related_id: id,
+                detail: json!({ "type": type_name }),
+            });
+        };
+        if matches!(self.crit, Some(Scalar::Bool(true))) {
+            let mut fields = self.unknown;
+            // As an object's keys: sorted, each once.
+            fields.sort_unstable();
+            fields.dedup();
+            if let Some(known) = event.known_payload_fields() {
+                fields.extend(
+                    payload
+                        .keys()
+                        .filter(|k| !known.contains(&k.as_str()))
+                        .map(|k| format!("payload.{k}")),
+                );
+            }
+            if !fields.is_empty() {
+                return Err(DecodeError {
+                    code: ErrorCode::UNSUPPORTED_TYPE,
+                    message: "Unknown critical fields".to_owned(),
+                    related_id: id,
+                    detail: json!({ "fields": fields }),
+                });
+            }
+        }
+        let channel = match self.channel {
+            Some(Scalar::Str(c)) if Channel::is_valid_name(&c) => c,
+            _ => event.default_channel().as_str().to_owned(),
+        };
+        let seq = match self.seq {
+            Some(Scalar::U64(n)) => Some(n),
+            Some(Scalar::Str(s)) => u64_loose(&Value::String(s)),
+            _ => None,
+        };
+        Ok(Inbound {
+            id,
+            session: self.session.and_then(Scalar::into_string),
+            seq,
+            channel,
+            event,
+            payload,
+            run_id: self.run_id.and_then(Scalar::into_string),
+            thread_id: self.thread_id.and_then(Scalar::into_string),
+            bin_len: match self.bin_len {
+                Some(Scalar::U64(n)) => Some(n),
+                _ => None,
+            },
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Top {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Top, D::Error> {
+        struct TopVisitor;
+        impl<'de> Visitor<'de> for TopVisitor {
+            type Value = Top;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Top, E> {
+                Ok(Top::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Top, E> {
+                Ok(Top::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Top, E> {
+                Ok(Top::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Top, E> {
+                Ok(Top::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Top, E> {
+                Ok(Top::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Top, E> {
+                Ok(Top::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Top, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Top::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
+                let mut raw = RawEnvelope::default();
+                while let Some(key) = map.next_key::<Key>()? {
+                    let slot = match key {
+                        Key::Id => &mut raw.id,
+                        Key::Session => &mut raw.session,
+                        Key::Seq => &mut raw.seq,
+                        Key::Channel => &mut raw.channel,
+                        Key::Type => &mut raw.event,
+                        Key::Crit => &mut raw.crit,
+                        Key::RunId => &mut raw.run_id,
+                        Key::ThreadId => &mut raw.thread_id,
+                        Key::BinLen => &mut raw.bin_len,
+                        Key::Payload => {
+                            raw.payload = Some(map.next_value()?);
+                            continue;
+                        }
+                        Key::Ignored => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                        Key::Unknown(name) => {
+                            map.next_value::<IgnoredAny>()?;
+                            raw.unknown.push(name);
+                            continue;
+                        }
+                    };
+                    *slot = Some(map.next_value()?);
+                }
+                Ok(Top::Object(Box::new(raw)))
+            }
+        }
+        deserializer.deserialize_any(TopVisitor)
+    }
+}
+
+/// An envelope key: one of HAIP.md §2.1's (those the decoder does not read
+/// are `Ignored`), or an unknown one by name.
+enum Key {
+    Id,
+    Session,
+    Seq,
+    Channel,
+    Type,
+    Payload,
+    Crit,
+    RunId,
+    ThreadId,
+    BinLen,
+    Ignored,
+    Unknown(String),
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Key, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an envelope key")
+            }
+            fn visit_str<E>(self, key: &str) -> Result<Key, E> {
+                Ok(match key {
+                    "id" => Key::Id,
+                    "session" => Key::Session,
+                    "seq" => Key::Seq,
+                    "channel" => Key::Channel,
+                    "type" => Key::Type,
+                    "payload" => Key::Payload,
+                    "crit" => Key::Crit,
+                    "run_id" => Key::RunId,
+                    "thread_id" => Key::ThreadId,
+                    "bin_len" => Key::BinLen,
+                    "ts" | "ack" | "pv" | "bin_mime" => Key::Ignored,
+                    other => Key::Unknown(other.to_owned()),
+                })
+            }
+        }
+        deserializer.deserialize_identifier(KeyVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Scalar, D::Error> {
+        struct ScalarVisitor;
+        impl<'de> Visitor<'de> for ScalarVisitor {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<Scalar, E> {
+                Ok(Scalar::Bool(b))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Scalar, E> {
+                Ok(Scalar::Num(n.into()))
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Scalar, E> {
+                Ok(Scalar::U64(n))
+            }
+            fn visit_f64<E>(self, n: f64) -> Result<Scalar, E> {
+                Ok(serde_json::Number::from_f64(n).map_or(Scalar::Other, Scalar::Num))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Str(s.to_owned()))
+            }
+            fn visit_string<E>(self, s: String) -> Result<Scalar, E> {
+                Ok(Scalar::Str(s))
+            }
+            fn visit_unit<E>(self) -> Result<Scalar, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+        }
+        deserializer.deserialize_any(ScalarVisitor)
+    }
+}
+
+/// Decodes an already-parsed JSON object: the plain statement of the rules
+/// that [`decode`] implements without building the envelope as a `Value`,
+/// kept as the reference its tests compare against.
+#[cfg(test)]
+fn decode_object(obj: &mut Map<String, Value>) -> Result<Inbound, DecodeError> {
     let id = match obj.get("id") {
         Some(Value::String(s)) => Some(s.clone()),
         Some(Value::Number(n)) => Some(n.to_string()),
@@ -176,6 +454,7 @@ pub fn is_binary_envelope(bytes: &[u8]) -> bool {
     )
 }
 
+#[cfg(test)]
 fn string_field(obj: &Map<String, Value>, key: &str) -> Option<String> {
     match obj.get(key) {
         Some(Value::String(s)) => Some(s.clone()),
@@ -253,6 +532,53 @@ mod tests {
         assert!(!is_binary_envelope(br#"{"type":"PING","payload":{"#));
         assert!(!is_binary_envelope(br#"{"no":"type"}"#));
         assert!(!is_binary_envelope(&[0xff, 0x00, 0x12]));
+    }
+
+    /// The streaming decoder agrees with decoding a parsed object, field by
+    /// field and error by error.
+    #[test]
+    fn streaming_decode_matches_object_decode() {
+        let samples = [
+            r#"{"id":"a","type":"PING","payload":{"nonce":"n"}}"#,
+            r#"{"id":7,"type":"TOOL_CALL","channel":"AGENT","payload":{"tool":"echo","params":{"m":[1,{"x":null}]}}}"#,
+            r#"{"id":-3,"type":"PING","payload":{}}"#,
+            r#"{"id":2.5,"type":"PING","payload":{}}"#,
+            r#"{"id":1e3,"type":"PING","payload":{}}"#,
+            r#"{"id":true,"type":"PING","payload":{}}"#,
+            r#"{"id":[1],"type":"PING","payload":{}}"#,
+            r#"{"id":"a","type":"PING","type":"PONG","payload":{"x":1},"payload":{"nonce":"n"}}"#,
+            r#"{"type":"PING","payload":{},"seq":"12","session":"s","run_id":"r","thread_id":"t","bin_len":5}"#,
+            r#"{"type":"PING","payload":{},"seq":-1,"session":5,"run_id":null,"thread_id":{},"bin_len":5.0}"#,
+            r#"{"type":"PING","payload":{},"seq":"1x","channel":"AUDIO_IN"}"#,
+            r#"{"type":"PING","payload":{},"seq":1.0,"channel":7}"#,
+            r#"{"type":"PING","crit":true,"z":1,"a":[],"z":2,"payload":{"nonce":"n","extra":1}}"#,
+            r#"{"type":"PING","crit":"yes","z":1,"payload":{}}"#,
+            r#"{"type":"PING","crit":true,"ts":"1","ack":1,"pv":1,"bin_mime":"x","payload":{}}"#,
+            r#"{"type":"NOPE","id":"q","payload":{}}"#,
+            r#"{"type":"NOPE","payload":[]}"#,
+            r#"{"payload":{}}"#,
+            r#"{"type":"PING"}"#,
+            r#"{"type":"PING","payload":"x"}"#,
+            r#"{"type":"PING","payload":{"s":"\u00e9\ud83d\ude00 \"q\""},"id":"\u0041"}"#,
+            r#"{}"#,
+        ];
+        for text in samples {
+            let mut obj = match serde_json::from_str::<Value>(text) {
+                Ok(Value::Object(obj)) => obj,
+                other => panic!("{text} is an object: {other:?}"),
+            };
+            assert_eq!(decode(text), decode_object(&mut obj), "{text}");
+        }
+        for text in [
+            "", "{", "[1,2]", "[1,2", "3", "\"s\"", "null", "{} x", "{\"a\":}",
+        ] {
+            let e = decode(text).unwrap_err();
+            let expected = match serde_json::from_str::<Value>(text) {
+                Ok(_) => "not an object",
+                Err(_) => "invalid JSON",
+            };
+            assert_eq!(reason(&e), expected, "{text}");
+        }
     }
 
     #[test]
