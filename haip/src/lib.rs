@@ -53,6 +53,7 @@ pub mod client;
 mod context;
 mod error;
 mod exec;
+mod hash;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;

@@ -51,8 +51,7 @@ impl Outgoing {
             thread_id: self.thread_id.as_deref(),
         };
         let mut text = Vec::with_capacity(160 + 64 * payload_size_hint(&self.payload));
-        // Writing a map of strings and a `Value` into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut text, &fields);
+        fields.write_to(&mut text);
         text
     }
 
@@ -170,6 +169,49 @@ impl Serialize for Fields<'_> {
     }
 }
 
+impl Fields<'_> {
+    /// Writes the same JSON as [`Serialize`] does, but copies the fields that
+    /// need no escaping (the id, digits, names; checked, not assumed) instead
+    /// of running them through the escaper byte by byte.
+    fn write_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"id\":");
+        write_str(out, self.id);
+        out.extend_from_slice(b",\"session\":");
+        write_str(out, self.session);
+        out.extend_from_slice(b",\"seq\":\"");
+        out.extend_from_slice(itoa::Buffer::new().format(self.seq).as_bytes());
+        out.extend_from_slice(b"\",\"ts\":\"");
+        out.extend_from_slice(itoa::Buffer::new().format(self.ts).as_bytes());
+        out.extend_from_slice(b"\",\"channel\":");
+        write_str(out, self.channel.as_str());
+        out.extend_from_slice(b",\"type\":");
+        write_str(out, self.event.as_str());
+        out.extend_from_slice(b",\"payload\":");
+        // Writing a `Value` into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, self.payload);
+        if let Some(run_id) = self.run_id {
+            out.extend_from_slice(b",\"run_id\":");
+            write_str(out, run_id);
+        }
+        if let Some(thread_id) = self.thread_id {
+            out.extend_from_slice(b",\"thread_id\":");
+            write_str(out, thread_id);
+        }
+        out.push(b'}');
+    }
+}
+
+/// A JSON string: copied as it is when nothing in it needs escaping.
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        let _ = serde_json::to_writer(&mut *out, s);
+    }
+}
+
 /// A rough size class of a payload, to size the output buffer once.
 fn payload_size_hint(payload: &Value) -> usize {
     match payload {
@@ -182,6 +224,40 @@ fn payload_size_hint(payload: &Value) -> usize {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn direct_writing_matches_serde() {
+        let payloads = [
+            json!({}),
+            json!({"call_id": "c\"1", "status": "OK", "result": {"t": "22°C\n"}}),
+        ];
+        let odd = "a\"b\\c\u{1}é";
+        for payload in &payloads {
+            for (session, run_id, thread_id) in [
+                ("5f0c9d2e-8a41-4c3b-9e57-1d2f3a4b5c6d", None, None),
+                (odd, Some("r-1"), Some(odd)),
+                ("s", Some(odd), None),
+            ] {
+                let fields = Fields {
+                    id: "0b7e4b1c-8c2e-4f7a-9d3e-2a1b0c9d8e7f",
+                    session,
+                    seq: u64::MAX,
+                    ts: 0,
+                    channel: Channel::Agent,
+                    event: EventType::ToolDone,
+                    payload,
+                    run_id,
+                    thread_id,
+                };
+                let mut direct = Vec::new();
+                fields.write_to(&mut direct);
+                assert_eq!(
+                    String::from_utf8(direct).unwrap(),
+                    serde_json::to_string(&fields).unwrap()
+                );
+            }
+        }
+    }
 
     #[test]
     fn committed_envelope_has_all_seven_fields_and_raw_utf8() {

@@ -2,7 +2,7 @@
 //! and gets back in batches, credit the client grants for outbound envelopes,
 //! and paused channels.
 
-use std::collections::{HashMap, HashSet};
+use crate::hash::{FastMap, FastSet};
 
 use crate::protocol::Channel;
 
@@ -32,7 +32,7 @@ struct Inbound {
 pub(crate) struct InboundCredit {
     initial: Amount,
     batch: Amount,
-    channels: HashMap<String, Inbound>,
+    channels: FastMap<String, Inbound>,
 }
 
 /// What to do with one inbound envelope's credit.
@@ -49,7 +49,7 @@ impl InboundCredit {
         InboundCredit {
             initial,
             batch,
-            channels: HashMap::new(),
+            channels: FastMap::default(),
         }
     }
 
@@ -119,9 +119,9 @@ impl InboundCredit {
 /// The outbound side: paused channels and the credit the client granted.
 #[derive(Debug, Default)]
 pub(crate) struct OutboundGate {
-    paused: HashSet<Channel>,
+    paused: FastSet<Channel>,
     /// Credit granted by the client, per channel, once it advertised some.
-    credit: HashMap<Channel, Amount>,
+    credit: FastMap<Channel, Amount>,
     /// The client's advertised initial credit, for channels not seen yet.
     initial: Option<Amount>,
 }

@@ -12,7 +12,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::exec::{CallEvent, CallKey};
+use crate::hash::{FastMap, FastSet};
 use crate::protocol::{
     ACCEPT_MAJOR, Channel, DecodeError, ErrorCode, EventType, HAIP_VERSION, Inbound, Outgoing,
     decode, now_millis,
@@ -91,18 +92,18 @@ pub(crate) struct Session {
     /// The client's `HAI` asked for flow control (`capabilities.flow_control`).
     client_flow_control: bool,
     events: mpsc::UnboundedSender<CallEvent>,
-    calls: HashMap<CallKey, Call>,
+    calls: FastMap<CallKey, Call>,
     /// call_id → key, for calls whose `TOOL_DONE` is not yet issued.
-    active_ids: HashMap<String, CallKey>,
+    active_ids: FastMap<String, CallKey>,
     /// Calls waiting for a slot, first in first out.
     waiting: VecDeque<CallKey>,
     /// Tasks holding a concurrency slot (a timed-out task keeps it until it stops).
     running: usize,
     next_key: u64,
     /// The client's `accept_events`, when it sent one.
-    accept_events: Option<HashSet<String>>,
+    accept_events: Option<FastSet<String>>,
     /// Runs the client declared and has not finished (HAIP.md §8).
-    runs: HashSet<String>,
+    runs: FastSet<String>,
     /// The authenticated subject that opened the session (`None`: auth off).
     subject: Option<Arc<str>>,
     /// Highest inbound `seq` seen.
@@ -140,13 +141,13 @@ impl Session {
             gate: OutboundGate::default(),
             client_flow_control: false,
             events,
-            calls: HashMap::new(),
-            active_ids: HashMap::new(),
+            calls: FastMap::default(),
+            active_ids: FastMap::default(),
             waiting: VecDeque::new(),
             running: 0,
             next_key: 0,
             accept_events: None,
-            runs: HashSet::new(),
+            runs: FastSet::default(),
             subject: subject.map(Arc::from),
             last_rx_seq: 0,
             received_any: false,

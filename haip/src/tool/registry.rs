@@ -1,7 +1,7 @@
-use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use super::Tool;
+use crate::hash::FastMap;
 
 /// The ordered tool registry, shared by every session of a server.
 ///
@@ -16,7 +16,7 @@ pub(crate) struct Registry {
 #[derive(Default)]
 pub(crate) struct Snapshot {
     tools: Vec<Tool>,
-    index: HashMap<String, usize>,
+    index: FastMap<String, usize>,
 }
 
 impl Snapshot {
