@@ -142,6 +142,12 @@ where
     let give_up = tokio::time::sleep(Duration::from_secs(86_400));
     tokio::pin!(give_up);
     let mut close: Option<(u16, &'static str)> = None;
+    // Made once, not per turn of the loop: each of these registers a waiter
+    // (behind a lock) when first polled and unregisters it when dropped.
+    let shutdown = shared.shutdown.clone().cancelled_owned();
+    tokio::pin!(shutdown);
+    let closed = out.closed();
+    tokio::pin!(closed);
     loop {
         let session = &mut attached.session;
         if session.overflowed() {
@@ -172,7 +178,7 @@ where
         let mut after_resume = None;
         tokio::select! {
             biased;
-            () = shared.shutdown.cancelled(), if !shutting_down => {
+            () = &mut shutdown, if !shutting_down => {
                 shutting_down = true;
                 session.begin_shutdown();
                 give_up.as_mut().reset(Instant::now() + shared.config.cancel_grace + CLOSE_TIMEOUT);
@@ -194,7 +200,7 @@ where
                     }
                 }
             }
-            () = out.closed() => return (Ended::Gone, Some(attached)),
+            () = &mut closed => return (Ended::Gone, Some(attached)),
             unit = inbound.next(), if reading => {
                 let Some(unit) = unit else { return (Ended::Gone, Some(attached)) };
                 if let Some(limit) = idle_timeout {
