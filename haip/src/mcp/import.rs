@@ -57,7 +57,7 @@ pub struct McpImport {
     pub(crate) connect_timeout: Duration,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) enum Source {
     Stdio {
         command: OsString,
@@ -69,6 +69,31 @@ pub(crate) enum Source {
         url: String,
         bearer: Option<String>,
     },
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                // Environment values may be secrets: names only.
+                .field("env", &env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+                .field("cwd", cwd)
+                .finish(),
+            Source::Http { url, bearer } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("bearer", &bearer.as_ref().map(|_| "<redacted>"))
+                .finish(),
+        }
+    }
 }
 
 impl McpImport {
@@ -793,6 +818,26 @@ mod tests {
 
         let silent = tool_result(CallToolResult::error(Vec::new()), false).unwrap_err();
         assert_eq!(silent.message(), "the MCP tool reported an error");
+    }
+
+    #[test]
+    fn debug_output_hides_secrets() {
+        let http = format!(
+            "{:?}",
+            McpImport::http("http://h/mcp").bearer_token("s3cret")
+        );
+        assert!(
+            http.contains("<redacted>") && !http.contains("s3cret"),
+            "{http}"
+        );
+        let stdio = format!(
+            "{:?}",
+            McpImport::stdio("srv", ["-v"]).env("API_KEY", "s3cret")
+        );
+        assert!(
+            stdio.contains("API_KEY") && !stdio.contains("s3cret"),
+            "{stdio}"
+        );
     }
 
     #[test]
