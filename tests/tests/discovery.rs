@@ -1,6 +1,7 @@
 //! Tool discovery over a real WebSocket (HAIP.md §6.1–§6.3): `TOOL_LIST`,
-//! `TOOL_SCHEMA` (including the legacy `schema` field) and tools registered,
-//! replaced and unregistered while clients are connected.
+//! `TOOL_SCHEMA` (including the legacy `schema` field), tools registered,
+//! replaced and unregistered while clients are connected, and `TOOL_LIST`
+//! pushed on registry changes with `advertise_tools`.
 //!
 //! Every envelope a test receives is also checked by the support client
 //! against the outbound rules (seven fields, UUID v4 ids, `seq` +1 from `"1"`
@@ -276,4 +277,89 @@ async fn unregistering_a_tool_does_not_affect_its_running_call() {
         client.expect_done("g1").await["result"],
         json!({"released": "g1"})
     );
+}
+
+// ----- §6.2 advertise_tools ----------------------------------------------------------
+
+/// The tool names of a `TOOL_LIST` envelope.
+fn names_of(env: &Value) -> Vec<String> {
+    assert_eq!(env["type"], "TOOL_LIST", "{env}");
+    assert_eq!(env["channel"], "AGENT", "{env}");
+    env["payload"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advertise_tools_pushes_the_list_after_hai_and_on_every_change() {
+    let (handle, url) = start(builder().builtin_tools().advertise_tools(true)).await;
+    // A client that asks for TOOL_LIST gets it after its HAI, unrequested.
+    let mut wants = Client::connect(&url).await;
+    wants
+        .request(
+            "HAI",
+            json!({"accept_major": [1], "accept_events": ["PONG", "TOOL_LIST", "TOOL_DONE"]}),
+        )
+        .await;
+    assert_eq!(names_of(&wants.recv().await), ["echo", "add", "weather"]);
+    // A client whose accept_events leaves TOOL_LIST out, and one that sent no
+    // HAI, get nothing unsolicited.
+    let mut declines = Client::connect(&url).await;
+    declines
+        .request(
+            "HAI",
+            json!({"accept_major": [1], "accept_events": ["PONG"]}),
+        )
+        .await;
+    let mut silent = Client::connect(&url).await;
+    declines.ping_marker().await;
+    silent.ping_marker().await;
+
+    handle
+        .register_tool(versioned_tool("First version", 1))
+        .unwrap();
+    assert_eq!(
+        names_of(&wants.recv().await),
+        ["echo", "add", "weather", "dynamic"]
+    );
+    handle.unregister_tool("add");
+    assert_eq!(
+        names_of(&wants.recv().await),
+        ["echo", "weather", "dynamic"]
+    );
+    // Asking still works, and the others saw no push.
+    assert_eq!(
+        listed(&mut wants).await.len(),
+        3,
+        "a requested TOOL_LIST is answered as usual"
+    );
+    // Two markers: a push woken by the change would have been sent by the
+    // second at the latest.
+    for _ in 0..2 {
+        declines.ping_marker().await;
+        silent.ping_marker().await;
+    }
+    handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_advertise_tools_nothing_is_pushed() {
+    let (handle, url) = start(builder().builtin_tools()).await;
+    let mut client = Client::connect(&url).await;
+    client
+        .request(
+            "HAI",
+            json!({"accept_major": [1], "accept_events": ["PONG", "TOOL_LIST"]}),
+        )
+        .await;
+    client.ping_marker().await;
+    handle
+        .register_tool(versioned_tool("First version", 1))
+        .unwrap();
+    client.ping_marker().await;
+    client.ping_marker().await;
+    handle.shutdown().await;
 }

@@ -258,6 +258,11 @@ impl ServerBuilder {
         announce_running: bool,
         /// Add the legacy `schema` field to `TOOL_SCHEMA` replies (default off).
         tool_schema_legacy_field: bool,
+        /// Push `TOOL_LIST` unsolicited to clients whose `HAI` listed it in
+        /// `accept_events`: right after that `HAI`, and after every change of
+        /// the registry (`register_tool`, an MCP server's tools coming, going or
+        /// changing). Default off.
+        advertise_tools: bool,
         /// Turn results that violate the output schema into errors (default off: logged and counted).
         strict_output_validation: bool,
         /// Put panic texts in `INTERNAL_ERROR` messages (default off; for development only).

@@ -462,6 +462,9 @@ impl Session {
             p.contains_key("last_rx_seq") && msg.session.as_deref().is_some_and(|s| s != &*self.id);
         if !resuming {
             self.apply_hai_settings(p);
+            if self.wants_tool_push() {
+                self.push_tool_list();
+            }
         } else if first {
             // The connection's driver looks the session up and takes it over.
             return Control::Resume(Box::new(ResumeRequest {
@@ -474,6 +477,22 @@ impl Session {
             self.resume_failed("not first message", msg.id.as_deref(), p);
         }
         Control::Continue
+    }
+
+    /// Whether registry changes are pushed to this client (`advertise_tools`
+    /// on, and `TOOL_LIST` in the `accept_events` of its `HAI`).
+    pub(crate) fn wants_tool_push(&self) -> bool {
+        self.shared.config.advertise_tools
+            && self
+                .accept_events
+                .as_ref()
+                .is_some_and(|set| set.contains(EventType::ToolList.as_str()))
+    }
+
+    /// Sends the current `TOOL_LIST` unsolicited.
+    pub(crate) fn push_tool_list(&mut self) {
+        let payload = self.tool_list();
+        self.push(Outgoing::new(Channel::Agent, EventType::ToolList, payload));
     }
 
     fn tool_list(&self) -> Value {

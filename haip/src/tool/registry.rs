@@ -8,9 +8,20 @@ use crate::hash::FastMap;
 /// Readers take a snapshot (an `Arc` clone under a short read lock); writers
 /// build a new snapshot. Registration changes are therefore visible to the very
 /// next request, and a call that already looked its tool up keeps running with it.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct Registry {
     current: Arc<RwLock<Arc<Snapshot>>>,
+    /// Bumped after every change, for sessions that push `TOOL_LIST`.
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Default for Registry {
+    fn default() -> Registry {
+        Registry {
+            current: Arc::default(),
+            changes: Arc::new(tokio::sync::watch::Sender::new(0)),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -45,6 +56,15 @@ impl Registry {
         Arc::clone(&self.current.read().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Wakes on every later change of the registry.
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<Tool> {
         self.snapshot().get(name).cloned()
     }
@@ -62,6 +82,8 @@ impl Registry {
             }
         };
         *guard = Arc::new(Snapshot::new(tools));
+        drop(guard);
+        self.changed();
         replaced
     }
 
@@ -73,6 +95,8 @@ impl Registry {
         let mut tools = guard.tools.clone();
         let result = f(&mut tools);
         *guard = Arc::new(Snapshot::new(tools));
+        drop(guard);
+        self.changed();
         result
     }
 
@@ -83,6 +107,8 @@ impl Registry {
         let mut tools = guard.tools.clone();
         let removed = tools.remove(i);
         *guard = Arc::new(Snapshot::new(tools));
+        drop(guard);
+        self.changed();
         Some(removed)
     }
 }

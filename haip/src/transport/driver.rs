@@ -148,6 +148,7 @@ where
     tokio::pin!(shutdown);
     let closed = out.closed();
     tokio::pin!(closed);
+    let mut tool_changes = shared.registry.subscribe();
     loop {
         let session = &mut attached.session;
         if session.overflowed() {
@@ -225,6 +226,13 @@ where
                     Control::Continue => {}
                     Control::Close { code, reason } => close = Some((code, reason)),
                     Control::Resume(request) => resume = Some(request),
+                }
+            }
+            // Changes are taken even before the client's `HAI` asks for
+            // pushes, so that `HAI`'s own push is not followed by a stale one.
+            Ok(()) = tool_changes.changed(), if shared.config.advertise_tools => {
+                if session.wants_tool_push() {
+                    session.push_tool_list();
                 }
             }
             _ = heartbeat.tick(), if options.heartbeat.is_some() => {
