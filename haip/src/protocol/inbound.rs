@@ -444,6 +444,48 @@ fn decode_object(obj: &mut Map<String, Value>) -> Result<Inbound, DecodeError> {
     })
 }
 
+/// Under `strict_envelope` (HAIP.md §2.2 step 3): for a text that is a JSON
+/// object with a string `type` and an object `payload` (else the ordinary
+/// decoding reports it) but lacks the full envelope schema, the
+/// `INVALID_MESSAGE` to send, reason `schema`.
+pub(crate) fn strict_schema_error(text: &str) -> Option<DecodeError> {
+    let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(text) else {
+        return None;
+    };
+    if !obj.get("type").is_some_and(Value::is_string)
+        || !obj.get("payload").is_some_and(Value::is_object)
+    {
+        return None;
+    }
+    let string = |key: &str| obj.get(key).and_then(Value::as_str);
+    let decimal = |key: &str| {
+        string(key).is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let ok = string("id").is_some_and(is_uuid)
+        && string("session").is_some_and(is_uuid)
+        && decimal("seq")
+        && decimal("ts")
+        && string("channel").is_some();
+    if ok {
+        return None;
+    }
+    let related_id = match obj.get("id") {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    Some(DecodeError::invalid("schema", related_id))
+}
+
+/// A hyphenated UUID (`8-4-4-4-12` hex digits, either case).
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
+}
+
 /// Whether a binary WebSocket message with no envelope waiting for it is itself
 /// an envelope: a JSON object with a string `type` (HAIP.md §13). Anything else
 /// is binary data for the application, never an error.

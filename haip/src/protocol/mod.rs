@@ -21,8 +21,8 @@ mod inbound;
 pub use code::ErrorCode;
 pub use envelope::{Envelope, Outgoing};
 pub use event::{Channel, EventType};
-pub(crate) use inbound::u64_loose;
 pub use inbound::{DecodeError, Inbound, decode, is_binary_envelope};
+pub(crate) use inbound::{strict_schema_error, u64_loose};
 
 /// The protocol version this implementation speaks (`haip_version` in `HAI`).
 pub const HAIP_VERSION: &str = "1.1.2";

@@ -291,6 +291,11 @@ impl ServerBuilder {
         /// `FLOW_CONTROL_VIOLATION`, and hold outbound ones beyond the client's
         /// (default off: credit is tracked, never a reason to reject).
         strict_flow_control: bool,
+        /// Require the full envelope schema of inbound envelopes (all seven
+        /// fields, UUID `id` and `session`, decimal-string `seq` and `ts`; else
+        /// `INVALID_MESSAGE` with reason `schema`), and silently drop an
+        /// envelope whose `seq` is not above the highest seen (default off).
+        strict_envelope: bool,
     }
 
     /// Timeout for tools that set none themselves (default: none).

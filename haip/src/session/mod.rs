@@ -25,7 +25,7 @@ use crate::exec::{CallEvent, CallKey};
 use crate::hash::{FastMap, FastSet};
 use crate::protocol::{
     ACCEPT_MAJOR, Channel, DecodeError, ErrorCode, EventType, HAIP_VERSION, Inbound, Outgoing,
-    decode, now_millis,
+    decode, now_millis, strict_schema_error,
 };
 use crate::server::{Config, Stats};
 use crate::tool::{Registry, StateMap};
@@ -108,6 +108,8 @@ pub(crate) struct Session {
     subject: Option<Arc<str>>,
     /// Highest inbound `seq` seen.
     last_rx_seq: u64,
+    /// Whether any accepted envelope carried a `seq` (for `strict_envelope`).
+    seq_seen: bool,
     received_any: bool,
 }
 
@@ -150,6 +152,7 @@ impl Session {
             runs: FastSet::default(),
             subject: subject.map(Arc::from),
             last_rx_seq: 0,
+            seq_seen: false,
             received_any: false,
         };
         let hai = session.hai_payload();
@@ -302,7 +305,21 @@ impl Session {
     /// Handles one inbound unit (HAIP.md §2.2 steps 2–7). Oversized units are
     /// the transport's to reject (step 1), see [`Session::message_too_large`].
     pub(crate) fn handle_text(&mut self, text: &str) -> Control {
+        let strict_envelope = self.shared.config.strict_envelope;
+        if strict_envelope && let Some(err) = strict_schema_error(text) {
+            self.received_any = true;
+            self.decode_error(err);
+            return Control::Continue;
+        }
         match decode(text) {
+            // `strict_envelope`: a `seq` not above the highest seen is dropped, silently.
+            Ok(inbound)
+                if strict_envelope
+                    && self.seq_seen
+                    && inbound.seq.is_some_and(|seq| seq <= self.last_rx_seq) =>
+            {
+                Control::Continue
+            }
             Ok(mut inbound) => {
                 self.shared.stats.total_messages.fetch_add(1, Relaxed);
                 let first = !self.received_any;
@@ -381,6 +398,7 @@ impl Session {
     fn dispatch(&mut self, msg: Inbound, first: bool) -> Control {
         if let Some(seq) = msg.seq {
             self.last_rx_seq = self.last_rx_seq.max(seq);
+            self.seq_seen = true;
         }
         match msg.event {
             EventType::Hai => return self.handle_hai(&msg, first),

@@ -621,3 +621,64 @@ async fn shutdown_releases_paused_channels_so_every_call_gets_its_tool_done() {
         json!({"reason": "server shutdown"})
     );
 }
+
+/// `strict_envelope` (HAIP.md §2.2): the full schema is required, and a
+/// `seq` not above the highest seen is dropped without a word.
+#[tokio::test]
+async fn strict_envelope_requires_the_schema_and_drops_stale_seqs() {
+    let config = Config {
+        strict_envelope: true,
+        ..Config::default()
+    };
+    let mut h = Harness::new(config, vec![]);
+    let session = "7d9e2a10-3b4c-4d5e-8f60-718293a4b5c6";
+    let ping = |id: &str, seq: &str, nonce: &str| {
+        json!({"id": id, "session": session, "seq": seq, "ts": "1767225600000",
+               "channel": "SYSTEM", "type": "PING", "payload": {"nonce": nonce}})
+    };
+    let id = |n: u32| format!("00000000-0000-4000-8000-{n:012}");
+
+    h.send(ping(&id(1), "1", "a"));
+    let out = h.out();
+    assert_eq!((out.len(), &out[0]["payload"]["nonce"]), (1, &json!("a")));
+
+    // Missing or ill-typed fields: INVALID_MESSAGE, reason "schema".
+    let mut bad = Vec::new();
+    bad.push(json!({"id": id(2), "type": "PING", "payload": {}}));
+    let mut v = ping("not-a-uuid", "2", "b");
+    bad.push(v.clone());
+    v = ping(&id(3), "2", "b");
+    v["seq"] = json!(2);
+    bad.push(v.clone());
+    v = ping(&id(4), "2", "b");
+    v["ts"] = json!("2026-01-01T00:00:00Z");
+    bad.push(v.clone());
+    v = ping(&id(5), "2", "b");
+    v.as_object_mut().unwrap().remove("channel");
+    bad.push(v);
+    for envelope in bad {
+        h.send(envelope.clone());
+        let out = h.out();
+        assert_eq!(out.len(), 1, "{envelope}");
+        assert_eq!(out[0]["type"], "ERROR", "{envelope}");
+        assert_eq!(out[0]["payload"]["code"], "INVALID_MESSAGE");
+        assert_eq!(out[0]["payload"]["detail"], json!({"reason": "schema"}));
+        if envelope["id"].as_str().is_some_and(|i| i.len() == 36) {
+            assert_eq!(out[0]["payload"]["related_id"], envelope["id"]);
+        }
+    }
+    // A repeated or older seq is dropped; a higher one is handled.
+    h.send(ping(&id(6), "1", "again"));
+    h.send(ping(&id(7), "0", "older"));
+    assert!(h.out().is_empty(), "stale seqs are dropped silently");
+    h.send(ping(&id(8), "5", "c"));
+    let out = h.out();
+    assert_eq!(out[0]["payload"]["nonce"], "c");
+    // Not JSON, or no type: the ordinary errors, not "schema".
+    h.session.handle_text("{nope");
+    let out = h.out();
+    assert_eq!(out[0]["payload"]["detail"]["reason"], "invalid JSON");
+    h.send(json!({"id": id(9), "payload": {}}));
+    let out = h.out();
+    assert_eq!(out[0]["payload"]["detail"]["reason"], "missing type");
+}
