@@ -5,7 +5,8 @@
 //! invalid params as a readable tool error, progress notifications,
 //! cancellation, an unknown tool as a JSON-RPC error. HTTP only: the `/mcp`
 //! endpoint behind JWT authentication (401 without a token, the subject seen
-//! by tools with one), `mcp_endpoint(false)`, tools registered at run time,
+//! by tools with one), `mcp_endpoint(false)`, tools registered at run time
+//! (announced with `notifications/tools/list_changed`),
 //! timeouts answered at the deadline, and MCP calls in `/stats`.
 
 #[path = "support/mcp.rs"]
@@ -81,9 +82,11 @@ both_transports!(
 
 // ----- the MCP client -------------------------------------------------------------
 
-/// The client's handler: forwards every `notifications/progress` to the test.
+/// The client's handler: forwards every `notifications/progress` and
+/// `notifications/tools/list_changed` to the test.
 struct Recorder {
     progress: mpsc::UnboundedSender<ProgressNotificationParam>,
+    list_changed: mpsc::UnboundedSender<()>,
 }
 
 impl ClientHandler for Recorder {
@@ -94,6 +97,10 @@ impl ClientHandler for Recorder {
     ) {
         let _ = self.progress.send(params);
     }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.list_changed.send(());
+    }
 }
 
 /// One initialized MCP client session, over either transport.
@@ -101,6 +108,8 @@ struct Mcp {
     client: RunningService<RoleClient, Recorder>,
     /// Progress notifications, in the order the client handled them.
     progress: mpsc::UnboundedReceiver<ProgressNotificationParam>,
+    /// One `()` per `notifications/tools/list_changed`.
+    list_changed: mpsc::UnboundedReceiver<()>,
     /// The server behind `/mcp`; `None` over stdio.
     addr: Option<SocketAddr>,
 }
@@ -133,15 +142,18 @@ impl Mcp {
         E: std::error::Error + Send + Sync + 'static,
     {
         let (tx, progress) = mpsc::unbounded_channel();
-        let client = within(
-            "the MCP session to initialize",
-            Recorder { progress: tx }.serve(transport),
-        )
-        .await
-        .expect("the MCP session initializes");
+        let (changed_tx, list_changed) = mpsc::unbounded_channel();
+        let recorder = Recorder {
+            progress: tx,
+            list_changed: changed_tx,
+        };
+        let client = within("the MCP session to initialize", recorder.serve(transport))
+            .await
+            .expect("the MCP session initializes");
         Mcp {
             client,
             progress,
+            list_changed,
             addr,
         }
     }
@@ -658,10 +670,12 @@ async fn names(mcp: &Mcp) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_tools_registered_at_run_time_are_listed() {
     let (handle, _): (ServerHandle, _) = start(demo_builder()).await;
-    let mcp = Mcp::http(handle.local_addr(), None).await;
+    let mut mcp = Mcp::http(handle.local_addr(), None).await;
     assert_eq!(names(&mcp).await, QUICKSTART);
     let replaced = handle.register_tool(greeter()).expect("greet registers");
     assert!(replaced.is_none());
+    // The client is told, and re-lists.
+    within("tools/list_changed", mcp.list_changed.recv()).await;
     // The same session sees it in its next tools/list, with its schemas.
     let listed = mcp.list().await;
     let greet = listed
@@ -680,6 +694,7 @@ async fn http_tools_registered_at_run_time_are_listed() {
     assert_eq!(result.is_error, Some(true), "{result:?}");
     // Unregistered: gone from the list, and calling it is a JSON-RPC error.
     assert!(handle.unregister_tool("greet").is_some());
+    within("tools/list_changed", mcp.list_changed.recv()).await;
     assert_eq!(names(&mcp).await, QUICKSTART);
     let error = within(
         "tools/call greet",

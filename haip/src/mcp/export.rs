@@ -11,10 +11,11 @@ use rmcp::model::{
     InitializeResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
     ServerCapabilities, ServerConfig,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
 
 use crate::Context;
 use crate::context::{ProgressSink, ProgressSlot};
@@ -36,6 +37,10 @@ pub(crate) struct ExportService {
     inflight: Arc<Semaphore>,
     calls: Arc<AtomicU64>,
     _live: Option<Arc<LiveSession>>,
+    /// Cancelled when the last clone of this session's service is dropped
+    /// (the session ended): stops its `list_changed` relay.
+    ended: CancellationToken,
+    _ended_on_drop: Arc<tokio_util::sync::DropGuard>,
 }
 
 /// Counts live MCP-over-HTTP sessions, for `max_sessions`.
@@ -50,12 +55,15 @@ impl Drop for LiveSession {
 impl ExportService {
     pub(crate) fn new(shared: Arc<Shared>, live: Option<Arc<LiveSession>>) -> ExportService {
         let permits = shared.config.max_inflight_calls;
+        let ended = CancellationToken::new();
         ExportService {
             shared,
             session_id: Arc::from(format!("mcp-{}", uuid::Uuid::new_v4())),
             inflight: Arc::new(Semaphore::new(permits)),
             calls: Arc::new(AtomicU64::new(0)),
             _live: live,
+            _ended_on_drop: Arc::new(ended.clone().drop_guard()),
+            ended,
         }
     }
 
@@ -104,9 +112,35 @@ fn describes_object(schema: &Map<String, Value>) -> bool {
 
 impl ServerHandler for ExportService {
     fn get_info(&self) -> ServerConfig {
-        let mut info = InitializeResult::new(ServerCapabilities::builder().enable_tools().build());
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        let mut info = InitializeResult::new(capabilities);
         info.server_info = Implementation::new("haip", env!("CARGO_PKG_VERSION"));
         info
+    }
+
+    /// From now on, tell the client of every registry change
+    /// (`notifications/tools/list_changed`) until the session or the server ends.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let mut changes = self.shared.registry.subscribe();
+        let ended = self.ended.clone();
+        let shutdown = self.shared.shutdown.clone();
+        let peer = context.peer;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = ended.cancelled() => break,
+                    () = shutdown.cancelled() => break,
+                    changed = changes.changed() => {
+                        if changed.is_err() || peer.notify_tool_list_changed().await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
     }
 
     async fn list_tools(

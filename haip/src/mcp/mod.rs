@@ -34,7 +34,8 @@
 //! are validated against the input schema (violations come back as a tool
 //! error the model can read), run with the tool's timeout, report
 //! `ctx.progress` as MCP progress when the client sent a progress token, and
-//! are cancelled by MCP cancellation.
+//! are cancelled by MCP cancellation. Registry changes are announced with
+//! `notifications/tools/list_changed`.
 //!
 //! ```no_run
 //! /// Shout the input.
