@@ -3,7 +3,7 @@
 //! validation, timeout, panic capture, cancellation with grace period).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
 use rmcp::model::{
@@ -41,6 +41,8 @@ pub(crate) struct ExportService {
     /// (the session ended): stops its `list_changed` relay.
     ended: CancellationToken,
     _ended_on_drop: Arc<tokio_util::sync::DropGuard>,
+    /// Set once the relay runs: a repeated `initialized` starts no second one.
+    relaying: Arc<AtomicBool>,
 }
 
 /// Counts live MCP-over-HTTP sessions, for `max_sessions`.
@@ -64,6 +66,7 @@ impl ExportService {
             _live: live,
             _ended_on_drop: Arc::new(ended.clone().drop_guard()),
             ended,
+            relaying: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -124,6 +127,9 @@ impl ServerHandler for ExportService {
     /// From now on, tell the client of every registry change
     /// (`notifications/tools/list_changed`) until the session or the server ends.
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if self.relaying.swap(true, Relaxed) {
+            return;
+        }
         let mut changes = self.shared.registry.subscribe();
         let ended = self.ended.clone();
         let shutdown = self.shared.shutdown.clone();
