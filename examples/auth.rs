@@ -23,12 +23,7 @@ async fn whoami(ctx: Context) -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HAIP_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    haip_examples::init_logging("info");
     let secret = match std::env::var("HAIP_JWT_SECRET") {
         Ok(secret) if !secret.is_empty() => secret,
         _ => format!(

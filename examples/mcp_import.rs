@@ -16,13 +16,7 @@ use haip::mcp::McpImport;
 
 #[tokio::main]
 async fn main() -> Result<(), haip::Error> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HAIP_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn")),
-        )
-        .init();
+    haip_examples::init_logging("info,rmcp=warn");
     let mut argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.is_empty() {
         argv = ["npx", "-y", "@modelcontextprotocol/server-everything"]

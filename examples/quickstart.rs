@@ -16,12 +16,7 @@ use haip_examples as _;
 
 #[tokio::main]
 async fn main() -> Result<(), haip::Error> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HAIP_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    haip_examples::init_logging("info");
     haip::Server::builder()
         .from_env()
         .builtin_tools()

@@ -3,3 +3,15 @@
 //! Run the quickstart with `cargo run --example quickstart`.
 
 pub mod demo;
+
+/// Logs to stderr, filtered by `HAIP_LOG` (e.g. `HAIP_LOG=debug`), else by
+/// `default_filter`. stderr keeps stdout free for the MCP stdio example.
+pub fn init_logging(default_filter: &str) {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HAIP_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
+        )
+        .init();
+}

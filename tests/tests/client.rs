@@ -22,17 +22,7 @@ async fn lists_tools_and_reads_schemas() {
         .into_iter()
         .map(|t| t.name)
         .collect();
-    assert_eq!(
-        names,
-        [
-            "echo",
-            "add",
-            "weather",
-            "calculator",
-            "process_file",
-            "create_user"
-        ]
-    );
+    assert_eq!(names, support::QUICKSTART_TOOLS);
     let schema = within("schema", client.schema("echo")).await.unwrap();
     assert_eq!(schema.input_schema["required"], json!(["message"]));
     assert!(schema.output_schema.is_some());

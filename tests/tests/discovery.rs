@@ -40,17 +40,7 @@ async fn tool_list_has_builtins_then_demo_tools_and_adverts_get_no_reply() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "echo",
-            "add",
-            "weather",
-            "calculator",
-            "process_file",
-            "create_user"
-        ]
-    );
+    assert_eq!(names, support::QUICKSTART_TOOLS);
     assert_eq!(env["payload"], json!({ "tools": expected }));
 
     // A client advertising its own tools (upstream SDK listTools) gets nothing.
@@ -214,15 +204,7 @@ async fn tools_registered_replaced_and_unregistered_while_connected() {
     let names: Vec<String> = handle.tools().iter().map(|t| t.name().to_owned()).collect();
     assert_eq!(
         names,
-        [
-            "echo",
-            "add",
-            "weather",
-            "calculator",
-            "process_file",
-            "create_user",
-            "dynamic"
-        ]
+        [&support::QUICKSTART_TOOLS[..], &["dynamic"]].concat()
     );
     let after = listed(&mut client).await;
     assert_eq!(after[..6], before[..]);

@@ -34,15 +34,7 @@ use support::{
 };
 use tokio::sync::mpsc;
 
-/// The quickstart's tools, in the order they are served.
-const QUICKSTART: [&str; 6] = [
-    "echo",
-    "add",
-    "weather",
-    "calculator",
-    "process_file",
-    "create_user",
-];
+use support::QUICKSTART_TOOLS as QUICKSTART;
 
 /// Runs each scenario over MCP stdio (`mod stdio`) and over `/mcp` (`mod http`).
 macro_rules! both_transports {

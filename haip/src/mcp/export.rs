@@ -228,6 +228,8 @@ impl ExportService {
         let config = &self.shared.config;
         let n = self.calls.fetch_add(1, Relaxed);
         let key = CallKey(n);
+        // Unbounded but small by construction, as in a session: a progress
+        // event only when the slot fills, then at most TimedOut and Finished.
         let (events_tx, mut events) = mpsc::unbounded_channel();
         let slot = Arc::new(ProgressSlot::default());
         // Server shutdown cancels the call as well as the client's cancellation.
@@ -455,6 +457,15 @@ impl McpHttp {
         }
     }
 
+    /// Whether `req` would open a new session while `max_sessions` are live.
+    /// (The service factory's own check, which rmcp answers with a 500, stays
+    /// as the race-free backstop.)
+    pub(crate) fn is_full_for(&self, req: &hyper::Request<hyper::body::Incoming>) -> bool {
+        let opens_session =
+            req.method() == hyper::Method::POST && !req.headers().contains_key("mcp-session-id");
+        opens_session && self.live.load(Relaxed) >= self.max_sessions
+    }
+
     /// Serves one request; `subject` is the authenticated caller, if any.
     pub(crate) async fn handle(
         &self,
@@ -462,26 +473,6 @@ impl McpHttp {
         subject: Option<String>,
     ) -> hyper::Response<crate::server::Body> {
         use http_body_util::BodyExt;
-        // A request without a session id may open a session: refuse it
-        // plainly when `max_sessions` are live (the factory's check, which
-        // rmcp turns into a 500, stays as the race-free backstop).
-        let opens_session =
-            req.method() == hyper::Method::POST && !req.headers().contains_key("mcp-session-id");
-        if opens_session && self.live.load(Relaxed) >= self.max_sessions {
-            let body = serde_json::json!({
-                "error": format!("Too many MCP sessions (max_sessions = {})", self.max_sessions),
-                "code": "SERVICE_UNAVAILABLE",
-            });
-            let mut response = hyper::Response::new(
-                http_body_util::Full::new(bytes::Bytes::from(body.to_string())).boxed_unsync(),
-            );
-            *response.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
-            response.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("application/json"),
-            );
-            return response;
-        }
         req.extensions_mut()
             .insert(McpSubject(subject.map(Arc::from)));
         self.service.handle(req).await.map(|b| b.boxed_unsync())

@@ -24,6 +24,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::session::Shared;
+use crate::tool::Registry;
 use crate::tool::{Tool, ToolError};
 use crate::{Context, Error};
 
@@ -55,6 +56,8 @@ pub struct McpImport {
     pub(crate) prefix: String,
     pub(crate) backoff: (Duration, Duration),
     pub(crate) connect_timeout: Duration,
+    /// A setter that does not apply to this kind of import (reported by `build`).
+    misapplied: Option<&'static str>,
 }
 
 #[derive(Clone)]
@@ -130,6 +133,7 @@ impl McpImport {
             prefix: String::new(),
             backoff: (Duration::from_millis(250), Duration::from_secs(30)),
             connect_timeout: Duration::from_secs(30),
+            misapplied: None,
         }
     }
 
@@ -141,26 +145,32 @@ impl McpImport {
         self
     }
 
-    /// Sets an environment variable for the child process (stdio only).
+    /// Sets an environment variable for the child process (stdio only; on an
+    /// HTTP import, `build` fails).
     pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> McpImport {
-        if let Source::Stdio { env, .. } = &mut self.source {
-            env.push((key.into(), value.into()));
+        match &mut self.source {
+            Source::Stdio { env, .. } => env.push((key.into(), value.into())),
+            Source::Http { .. } => self.misapplied = Some("env"),
         }
         self
     }
 
-    /// Sets the child's working directory (stdio only).
+    /// Sets the child's working directory (stdio only; on an HTTP import,
+    /// `build` fails).
     pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> McpImport {
-        if let Source::Stdio { cwd, .. } = &mut self.source {
-            *cwd = Some(dir.into());
+        match &mut self.source {
+            Source::Stdio { cwd, .. } => *cwd = Some(dir.into()),
+            Source::Http { .. } => self.misapplied = Some("current_dir"),
         }
         self
     }
 
-    /// Sends `Authorization: Bearer <token>` with every request (HTTP only).
+    /// Sends `Authorization: Bearer <token>` with every request (HTTP only; on
+    /// a stdio import, `build` fails).
     pub fn bearer_token(mut self, token: impl Into<String>) -> McpImport {
-        if let Source::Http { bearer, .. } = &mut self.source {
-            *bearer = Some(token.into());
+        match &mut self.source {
+            Source::Http { bearer, .. } => *bearer = Some(token.into()),
+            Source::Stdio { .. } => self.misapplied = Some("bearer_token"),
         }
         self
     }
@@ -195,6 +205,16 @@ impl McpImport {
             setting: "mcp",
             reason,
         };
+        if let Some(setter) = self.misapplied {
+            let kind = match self.source {
+                Source::Stdio { .. } => "a stdio",
+                Source::Http { .. } => "an HTTP",
+            };
+            return Err(invalid(format!(
+                "`{setter}` does not apply to {kind} import ({})",
+                self.label()
+            )));
+        }
         if !self.prefix.is_empty() {
             crate::tool::validate_name(&self.prefix).map_err(|_| {
                 invalid(format!(
@@ -325,11 +345,7 @@ async fn connection(
         label: label.to_owned(),
     });
     let mut ended = tokio::spawn(service.waiting());
-    let owned = Owned {
-        shared: Arc::clone(shared),
-        tools: Mutex::new(HashMap::new()),
-        label: label.to_owned(),
-    };
+    let mut owned = Owned::default();
     tracing::info!(mcp = %label, "connected to the MCP server");
     let mut listed = false;
     loop {
@@ -341,7 +357,7 @@ async fn connection(
         };
         match listing {
             Ok(tools) => {
-                owned.sync(import, &link, tools);
+                owned.sync(&shared.registry, import, &link, tools);
                 listed = true;
             }
             Err(reason) => {
@@ -365,8 +381,8 @@ async fn connection(
         tracing::warn!(mcp = %label, "the MCP server connection ended");
     }
     stop.cancel();
-    owned.clear();
-    link.progress.clear();
+    // Calls still waiting get their error from the closed connection.
+    owned.clear(&shared.registry, label);
     if !ended.is_finished() {
         let _ = tokio::time::timeout(Duration::from_secs(5), &mut ended).await;
     }
@@ -426,29 +442,32 @@ async fn list_tools(link: &Link, import: &McpImport) -> Result<Vec<rmcp::model::
 }
 
 /// The tools one connection registered, by haip name.
-struct Owned {
-    shared: Arc<Shared>,
-    tools: Mutex<HashMap<String, Tool>>,
-    label: String,
-}
+#[derive(Default)]
+struct Owned(HashMap<String, Tool>);
 
 impl Owned {
     /// Makes the registry hold exactly `listed` for this connection: new tools
     /// are appended, changed ones replaced in place, vanished ones removed.
     /// A name held by another tool (not ours) is skipped with a warning.
-    fn sync(&self, import: &McpImport, link: &Arc<Link>, listed: Vec<rmcp::model::Tool>) {
+    fn sync(
+        &mut self,
+        registry: &Registry,
+        import: &McpImport,
+        link: &Arc<Link>,
+        listed: Vec<rmcp::model::Tool>,
+    ) {
+        let label = &link.label;
         let mut built = Vec::new();
         for remote in listed {
             match imported_tool(import, link, remote) {
                 Ok(tool) => built.push(tool),
                 Err(reason) => {
-                    tracing::warn!(mcp = %self.label, %reason, "skipping an MCP tool");
+                    tracing::warn!(mcp = %label, %reason, "skipping an MCP tool");
                 }
             }
         }
-        let mut owned = self.tools.lock().unwrap_or_else(|e| e.into_inner());
-        let label = &self.label;
-        self.shared.registry.edit(|tools| {
+        let owned = &mut self.0;
+        registry.edit(|tools| {
             let ours = |t: &Tool| owned.get(t.name()).is_some_and(|o| o.same(t));
             tools.retain(|t| !ours(t) || built.iter().any(|b| b.name() == t.name()));
             let mut now = HashMap::new();
@@ -469,16 +488,15 @@ impl Owned {
     }
 
     /// Removes every tool this connection registered (and still owns).
-    fn clear(&self) {
-        let mut owned = self.tools.lock().unwrap_or_else(|e| e.into_inner());
-        if owned.is_empty() {
+    fn clear(&mut self, registry: &Registry, label: &str) {
+        if self.0.is_empty() {
             return;
         }
-        self.shared.registry.edit(|tools| {
+        let owned = std::mem::take(&mut self.0);
+        registry.edit(|tools| {
             tools.retain(|t| !owned.get(t.name()).is_some_and(|o| o.same(t)));
         });
-        tracing::info!(mcp = %self.label, tools = owned.len(), "MCP tools removed");
-        owned.clear();
+        tracing::info!(mcp = %label, tools = owned.len(), "MCP tools removed");
     }
 }
 
@@ -575,12 +593,7 @@ async fn call(
     let result = match response {
         Ok(Ok(result)) => result,
         Ok(Err(e)) => return Err(mcp_error(link, &remote_name, e)),
-        Err(_) => {
-            return Err(ToolError::execution(format!(
-                "the MCP server {} went away during the call to `{remote_name}`",
-                link.label
-            )));
-        }
+        Err(_) => return Err(went_away(link, &remote_name)),
     };
     match result {
         ServerResult::CallToolResult(result) => tool_result(result, has_output_schema),
@@ -590,6 +603,14 @@ async fn call(
             serde_json::to_string(&other).unwrap_or_default()
         ))),
     }
+}
+
+/// The connection ended while the call waited for its answer.
+fn went_away(link: &Link, remote_name: &str) -> ToolError {
+    ToolError::execution(format!(
+        "the MCP server {} went away during the call to `{remote_name}`",
+        link.label
+    ))
 }
 
 fn mcp_error(link: &Link, remote_name: &str, e: rmcp::ServiceError) -> ToolError {
@@ -607,10 +628,7 @@ fn mcp_error(link: &Link, remote_name: &str, e: rmcp::ServiceError) -> ToolError
                 ToolError::execution(message).with_details(details)
             }
         }
-        rmcp::ServiceError::TransportClosed => ToolError::execution(format!(
-            "the MCP server {} went away during the call to `{remote_name}`",
-            link.label
-        )),
+        rmcp::ServiceError::TransportClosed => went_away(link, remote_name),
         other => ToolError::execution(format!(
             "the call to `{remote_name}` on the MCP server {} failed: {other}",
             link.label
@@ -700,12 +718,6 @@ impl ProgressRouter {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RouterState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn clear(&self) {
-        let mut state = self.lock();
-        state.calls.clear();
-        state.early.clear();
     }
 
     /// Relays one notification to its call's context, or keeps it briefly
@@ -861,6 +873,12 @@ mod tests {
         assert!(reason(zero).contains("back-off"));
         let zero = McpImport::http("http://h/").connect_timeout(Duration::ZERO);
         assert!(reason(zero).contains("timeout"));
+        let misplaced = McpImport::http("http://h/").env("K", "v");
+        assert!(reason(misplaced).contains("`env` does not apply to an HTTP import"));
+        let misplaced = McpImport::http("http://h/").current_dir("/tmp");
+        assert!(reason(misplaced).contains("`current_dir`"));
+        let misplaced = McpImport::stdio("srv", ["-v"]).bearer_token("t");
+        assert!(reason(misplaced).contains("`bearer_token` does not apply to a stdio import"));
     }
 
     #[test]

@@ -96,20 +96,21 @@ fn not_found() -> Response<Body> {
     error_response(StatusCode::NOT_FOUND, "Not found", "NOT_FOUND")
 }
 
-/// Methods, request headers and exposed response headers for CORS: HAIP's,
-/// plus Streamable HTTP MCP's on `/mcp` when the endpoint is compiled in.
+// CORS methods, request headers and exposed response headers: HAIP's, plus
+// Streamable HTTP MCP's (for `/mcp`) when that endpoint is compiled in.
 #[cfg(not(feature = "mcp"))]
-const CORS: [&str; 3] = [
-    "GET, POST, OPTIONS",
-    "Authorization, Content-Type, Cache-Control, X-HAIP-Message, X-HAIP-Binary, X-HAIP-Session",
-    "X-HAIP-Session",
-];
+const CORS_METHODS: &str = "GET, POST, OPTIONS";
 #[cfg(feature = "mcp")]
-const CORS: [&str; 3] = [
-    "GET, POST, DELETE, OPTIONS",
-    "Authorization, Content-Type, Cache-Control, Accept, X-HAIP-Message, X-HAIP-Binary, X-HAIP-Session, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID",
-    "X-HAIP-Session, Mcp-Session-Id",
-];
+const CORS_METHODS: &str = "GET, POST, DELETE, OPTIONS";
+#[cfg(not(feature = "mcp"))]
+const CORS_REQUEST_HEADERS: &str =
+    "Authorization, Content-Type, Cache-Control, X-HAIP-Message, X-HAIP-Binary, X-HAIP-Session";
+#[cfg(feature = "mcp")]
+const CORS_REQUEST_HEADERS: &str = "Authorization, Content-Type, Cache-Control, Accept, X-HAIP-Message, X-HAIP-Binary, X-HAIP-Session, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID";
+#[cfg(not(feature = "mcp"))]
+const CORS_EXPOSED_HEADERS: &str = "X-HAIP-Session";
+#[cfg(feature = "mcp")]
+const CORS_EXPOSED_HEADERS: &str = "X-HAIP-Session, Mcp-Session-Id";
 
 fn preflight() -> Response<Body> {
     let mut response = Response::new(full(Bytes::new()));
@@ -117,11 +118,11 @@ fn preflight() -> Response<Body> {
     let h = response.headers_mut();
     h.insert(
         "access-control-allow-methods",
-        HeaderValue::from_static(CORS[0]),
+        HeaderValue::from_static(CORS_METHODS),
     );
     h.insert(
         "access-control-allow-headers",
-        HeaderValue::from_static(CORS[1]),
+        HeaderValue::from_static(CORS_REQUEST_HEADERS),
     );
     h.insert("access-control-max-age", HeaderValue::from_static("600"));
     response
@@ -141,7 +142,7 @@ fn with_cors(mut response: Response<Body>, hub: &Hub, origin: Option<&str>) -> R
         h.insert("access-control-allow-origin", allowed);
         h.insert(
             "access-control-expose-headers",
-            HeaderValue::from_static(CORS[2]),
+            HeaderValue::from_static(CORS_EXPOSED_HEADERS),
         );
         h.append(header::VARY, HeaderValue::from_static("Origin"));
     }
@@ -157,6 +158,14 @@ async fn mcp_endpoint(req: Request<Incoming>, hub: &Hub) -> Response<Body> {
         Err(e) => return unauthorized(&e),
     };
     match &hub.mcp {
+        Some(mcp) if mcp.is_full_for(&req) => error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "Too many MCP sessions (max_sessions = {})",
+                hub.shared.config.max_sessions
+            ),
+            "SERVICE_UNAVAILABLE",
+        ),
         Some(mcp) => mcp.handle(req, subject).await,
         None => not_found(),
     }

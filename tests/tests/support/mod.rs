@@ -70,6 +70,16 @@ pub(crate) fn builder() -> ServerBuilder {
     Server::builder().heartbeat_interval(Duration::ZERO)
 }
 
+/// The quickstart's tools, in the order [`demo_builder`] serves them.
+pub(crate) const QUICKSTART_TOOLS: [&str; 6] = [
+    "echo",
+    "add",
+    "weather",
+    "calculator",
+    "process_file",
+    "create_user",
+];
+
 /// [`builder`] serving the quickstart's tools: the built-ins, then the demo tools.
 pub(crate) fn demo_builder() -> ServerBuilder {
     builder()
