@@ -29,6 +29,8 @@ pub enum Operation {
 pub struct Calculation {
     /// The computed value.
     pub result: f64,
+    /// The operation that produced it.
+    pub operation: Operation,
 }
 
 /// Perform a basic arithmetic operation on two numbers.
@@ -51,20 +53,7 @@ pub async fn calculator(
     if !result.is_finite() {
         return Err(ToolError::execution("The result is not a finite number"));
     }
-    Ok(Calculation { result })
-}
-
-/// What to do with a file.
-#[haip::data]
-#[serde(rename_all = "lowercase")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileOperation {
-    /// Read it.
-    Read,
-    /// Analyse it.
-    Analyze,
-    /// Convert it.
-    Convert,
+    Ok(Calculation { result, operation })
 }
 
 /// What processing a file produced.
@@ -84,10 +73,10 @@ pub struct Processed {
 #[haip_tool(timeout = "60s")]
 pub async fn process_file(
     /// The file to process.
-    #[schemars(length(min = 1))]
     filename: String,
-    /// What to do with it.
-    operation: FileOperation,
+    /// What to do with it, for example `read`, `analyze`, `convert` or
+    /// `count`; any text is accepted.
+    operation: String,
     ctx: Context,
 ) -> Result<Processed, ToolError> {
     let _ = (filename, operation);
@@ -126,9 +115,10 @@ pub async fn create_user(
     /// Contact address.
     #[schemars(email)]
     email: String,
-    /// Age in years.
+    /// Age in years, from 13 to 120. A fractional age (`30.5`) is accepted
+    /// as it is; `30` and `30.0` are the same age.
     #[schemars(range(min = 13, max = 120))]
-    age: u32,
+    age: f64,
 ) -> CreatedUser {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
     let _ = (username, email, age);

@@ -186,8 +186,9 @@ async def check_calculator(session: ClientSession) -> None:
         result = await session.call_tool("calculator", {"operation": "add", "a": 2, "b": 3})
     check(not result.is_error, f"calculator add 2 3 returned an error: {result}")
     check(
-        result.structured_content == {"result": 5.0},
-        f"calculator add 2 3: structuredContent = {result.structured_content!r}, expected {{'result': 5.0}}",
+        result.structured_content == {"result": 5.0, "operation": "add"},
+        f"calculator add 2 3: structuredContent = {result.structured_content!r}, "
+        "expected {'result': 5.0, 'operation': 'add'}",
     )
     texts = [c.text for c in result.content if getattr(c, "type", None) == "text"]
     check(texts, f"calculator result has no text content block: {result.content}")
@@ -294,7 +295,7 @@ async def check_cancel(session: ClientSession, wire: Wire, log_path: str) -> dic
     with anyio.fail_after(10):
         after = await session.call_tool("calculator", {"operation": "multiply", "a": 6, "b": 7})
     check(
-        not after.is_error and after.structured_content == {"result": 42.0},
+        not after.is_error and after.structured_content == {"result": 42.0, "operation": "multiply"},
         f"calculator after the cancellation: {after}",
     )
 

@@ -5,7 +5,8 @@ mod support;
 
 use serde_json::json;
 use support::{
-    Client, demo_builder, executions, gated_tool, get_json, http_get, keys, start, stats_until,
+    Client, demo_builder, executions, gated_tool, get_json, http_get, http_request_with, keys,
+    start, stats_until,
 };
 
 // ----- §16 HTTP side endpoints -------------------------------------------------------------
@@ -166,4 +167,42 @@ async fn health_and_stats_report_live_counters() {
         response.json(),
         json!({"error": "Not found", "code": "NOT_FOUND"})
     );
+}
+
+// ----- §15.5 WebSocket upgrades only on WebSocket paths -----------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_upgrades_elsewhere_are_404_and_open_no_session() {
+    let (handle, _url) = start(demo_builder()).await;
+    let addr = handle.local_addr();
+    let upgrade = [
+        ("Upgrade", "websocket"),
+        ("Connection", "Upgrade"),
+        ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+        ("Sec-WebSocket-Version", "13"),
+    ];
+    for (method, path) in [
+        ("GET", "/haip/sse"),
+        ("GET", "/haip/stream"),
+        ("POST", "/haip/stream"),
+        ("POST", "/haip/message"),
+        ("GET", "/nope"),
+    ] {
+        let response = http_request_with(addr, method, path, &upgrade, b"").await;
+        assert_eq!(response.status, 404, "{method} {path}: {response:?}");
+        assert_eq!(
+            response.json(),
+            json!({"error": "Not found", "code": "NOT_FOUND"}),
+            "{method} {path}"
+        );
+        assert_eq!(response.header("x-haip-session"), None, "{method} {path}");
+    }
+    let stats = get_json(addr, "/stats").await;
+    assert_eq!(
+        stats["totalConnections"], 0,
+        "no session was opened: {stats}"
+    );
+    // `/health` answers 200 whatever the request (§16).
+    let health = http_request_with(addr, "GET", "/health", &upgrade, b"").await;
+    assert_eq!(health.status, 200, "{health:?}");
 }

@@ -306,10 +306,13 @@ async fn calculator_returns_structured_content_and_text(mcp: &mut Mcp) {
         .call("calculator", json!({"operation": "add", "a": 2, "b": 3}))
         .await;
     assert_ne!(result.is_error, Some(true), "{result:?}");
-    assert_eq!(result.structured_content, Some(json!({"result": 5.0})));
+    assert_eq!(
+        result.structured_content,
+        Some(json!({"result": 5.0, "operation": "add"}))
+    );
     let text: Value = serde_json::from_str(&text_of(&result))
         .unwrap_or_else(|e| panic!("the text block is the JSON value ({e}): {result:?}"));
-    assert_eq!(text, json!({"result": 5.0}));
+    assert_eq!(text, json!({"result": 5.0, "operation": "add"}));
     // A tool error is a result with isError too, its message as text.
     let result = mcp
         .call("calculator", json!({"operation": "divide", "a": 1, "b": 0}))
@@ -436,7 +439,10 @@ async fn cancellation_stops_the_relay_and_keeps_the_session(mcp: &mut Mcp) {
             json!({"operation": "multiply", "a": 6, "b": 7}),
         )
         .await;
-    assert_eq!(result.structured_content, Some(json!({"result": 42.0})));
+    assert_eq!(
+        result.structured_content,
+        Some(json!({"result": 42.0, "operation": "multiply"}))
+    );
     // Over HTTP the server's statistics show the call cancelled, not finished.
     if let Some(addr) = mcp.addr {
         stats_until(addr, "one cancelled call and none active", |stats| {

@@ -87,8 +87,11 @@ impl ServerBuilder {
 
     /// Applies the environment: `HAIP_ADDR` sets the listen address,
     /// `HAIP_JWT_SECRET` turns on HS256 authentication with that secret (an
-    /// empty one is a start-up error), and `HAIP_ALLOW_UNAUTHENTICATED=1` allows
-    /// a non-loopback address without authentication.
+    /// empty one is a start-up error), `HAIP_ALLOW_UNAUTHENTICATED=1` allows
+    /// a non-loopback address without authentication, and
+    /// `HAIP_TOOL_SCHEMA_LEGACY=1` turns on
+    /// [`tool_schema_legacy_field`](Self::tool_schema_legacy_field) for
+    /// clients that read `payload.schema` from `TOOL_SCHEMA`.
     pub fn from_env(mut self) -> Self {
         if let Ok(addr) = std::env::var("HAIP_ADDR")
             && !addr.trim().is_empty()
@@ -98,8 +101,12 @@ impl ServerBuilder {
         if let Ok(secret) = std::env::var("HAIP_JWT_SECRET") {
             self.auth = AuthSetting::Hs256(secret);
         }
-        if std::env::var("HAIP_ALLOW_UNAUTHENTICATED").is_ok_and(|v| v.trim() == "1") {
+        let flag = |name| std::env::var(name).is_ok_and(|v| v.trim() == "1");
+        if flag("HAIP_ALLOW_UNAUTHENTICATED") {
             self.config.allow_unauthenticated = true;
+        }
+        if flag("HAIP_TOOL_SCHEMA_LEGACY") {
+            self.config.tool_schema_legacy_field = true;
         }
         self
     }

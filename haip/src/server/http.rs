@@ -46,6 +46,9 @@ pub(crate) async fn route(
         (Method::GET, "/" | "/haip" | "/haip/websocket") if is_websocket_upgrade(&req) => {
             upgrade(req, &hub, origin.as_deref()).await
         }
+        // Only the paths above speak WebSocket (HAIP.md §15.5): an upgrade
+        // anywhere else must not open an SSE or HTTP-streaming session.
+        _ if is_websocket_upgrade(&req) => not_found(),
         (Method::GET, "/" | "/haip" | "/haip/websocket") => json_response(
             StatusCode::UPGRADE_REQUIRED,
             &json!({"error": "This endpoint speaks HAIP over WebSocket; send a WebSocket upgrade", "code": "UPGRADE_REQUIRED"}),
