@@ -115,10 +115,13 @@ async fn health_and_stats_report_live_counters() {
         [
             "activeConnections",
             "averageLatency",
+            "connectionsClosed",
             "detachedSessions",
             "errorRate",
             "memoryUsage",
             "messagesPerSecond",
+            "outboundBytes",
+            "replayBytes",
             "toolExecutions",
             "totalConnections",
             "totalMessages",
@@ -126,6 +129,12 @@ async fn health_and_stats_report_live_counters() {
         ],
         "{stats}"
     );
+    assert_eq!(
+        stats["connectionsClosed"],
+        json!({"tooSlow": 0, "idle": 0, "bodyTimeout": 0, "perPeerCap": 0}),
+        "{stats}"
+    );
+    assert!(stats["outboundBytes"].is_u64(), "{stats}");
     assert_eq!(executions(&stats), [6, 2, 2, 1, 1], "{stats}");
     assert_eq!(
         keys(&stats["toolExecutions"]),

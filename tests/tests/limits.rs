@@ -11,7 +11,7 @@ use futures_util::{SinkExt, StreamExt};
 use haip::{Context, Tool, ToolError};
 use serde_json::{Value, json};
 use support::{
-    Client, DropGuard, Ended, WAIT, builder, gated_tool, get_json, start, stats_until, within,
+    Client, DropGuard, Ended, builder, gated_tool, get_json, start, stats_until, within,
 };
 use tokio::sync::mpsc;
 use tokio_tungstenite::connect_async;
@@ -262,56 +262,75 @@ async fn a_timed_out_call_keeps_its_slot_until_it_stops() {
 // ----- §12.2 a client that never reads ----------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_never_reads_is_disconnected_and_the_server_stays_healthy() {
-    let (handle, url) = start(builder().builtin_tools().max_outbound_queue(64)).await;
+async fn a_client_that_never_reads_is_throttled_then_closed_and_the_server_stays_healthy() {
+    let budget = 512 * 1024;
+    let (handle, url) = start(
+        builder()
+            .builtin_tools()
+            .max_outbound_bytes(budget)
+            .idle_timeout(Duration::from_secs(2)),
+    )
+    .await;
     let addr = handle.local_addr();
+    let mut canary = Client::connect(&url).await;
     let mut flooder = Client::connect(&url).await;
 
+    // §18.1: above half the budget the server stops reading the flooder, so
+    // its sends stall (TCP back-pressure) instead of piling up in memory.
     let message = "x".repeat(16 * 1024);
-    let deadline = Instant::now() + Duration::from_secs(20);
     let mut sent = 0usize;
-    let mut send_error = None;
-    while sent < 20_000 && Instant::now() < deadline {
+    loop {
         let text = json!({"type": "TOOL_CALL", "payload": {
             "call_id": format!("f{sent}"), "tool": "echo", "params": {"message": message}
         }})
         .to_string();
-        match tokio::time::timeout(WAIT, flooder.ws.send(Message::text(text))).await {
+        match tokio::time::timeout(Duration::from_secs(1), flooder.ws.send(Message::text(text)))
+            .await
+        {
             Ok(Ok(())) => sent += 1,
-            Ok(Err(e)) => {
-                send_error = Some(e.to_string());
-                break;
-            }
-            Err(_) => panic!(
-                "a send blocked for {WAIT:?} after {sent} calls: the server stopped reading without disconnecting"
-            ),
+            Ok(Err(e)) => panic!("the connection failed after {sent} calls: {e}"),
+            Err(_) => break, // stalled: the server stopped reading
         }
+        assert!(
+            sent < 5000,
+            "80 MB sent and the server still reads a client that never reads"
+        );
     }
-    let send_error = send_error.unwrap_or_else(|| {
-        panic!("the server never disconnected a client that does not read ({sent} calls sent)")
-    });
-    // Reading now drains what was buffered, then the connection is over.
-    let (texts, ended) = flooder.read_to_end().await;
-    eprintln!(
-        "flooder: {sent} calls sent, send failed with {send_error:?}; read {} messages, then {ended:?}",
-        texts.len()
+    let stats = get_json(addr, "/stats").await;
+    let outbound = stats["outboundBytes"].as_u64().unwrap();
+    assert!(
+        outbound <= budget as u64 + 64 * 1024,
+        "outbound bytes within the budget: {outbound} after {sent} calls"
     );
-    if let Ended::Closed(Some((code, _))) = &ended {
-        assert_eq!(*code, 1008, "an overflow close uses 1008: {ended:?}");
-    }
-
-    // The server is still fine for everyone else.
-    let mut client = Client::connect(&url).await;
-    let done = client
+    // Everyone else is served meanwhile.
+    let done = canary
         .call_done("ok", "echo", json!({"message": "still here"}))
         .await;
     assert_eq!(done["result"], json!({"echoed": "still here"}));
-    let health = get_json(addr, "/health").await;
-    assert_eq!(health["status"], "ok");
-    stats_until(addr, "only the new client connected", |s| {
-        s["activeConnections"] == 1
+
+    // Reading now drains what was buffered, then the close: the flooder sent
+    // nothing the server read for `idle_timeout`.
+    let (texts, ended) = flooder.read_to_end().await;
+    eprintln!(
+        "flooder: {sent} calls sent; read {} messages, then {ended:?}",
+        texts.len()
+    );
+    assert!(!texts.is_empty());
+    match &ended {
+        Ended::Closed(Some((code, reason))) => {
+            assert_eq!((*code, reason.as_str()), (1001, "idle"), "{ended:?}");
+        }
+        other => panic!("expected close 1001 idle, got {other:?}"),
+    }
+    stats_until(addr, "the idle close counted", |s| {
+        s["connectionsClosed"]["idle"].as_u64() >= Some(1)
     })
     .await;
+    let mut client = Client::connect(&url).await;
+    let done = client
+        .call_done("after", "echo", json!({"message": "fine"}))
+        .await;
+    assert_eq!(done["status"], "OK");
 }
 
 // ----- §2.2 step 1: oversized messages ----------------------------------------------------
@@ -527,12 +546,14 @@ async fn shutdown_does_not_wait_for_a_client_that_stopped_reading() {
     let (handle, url) = start(
         builder()
             .builtin_tools()
-            .cancel_grace(Duration::from_millis(100)),
+            .cancel_grace(Duration::from_millis(100))
+            .max_outbound_bytes(64 * 1024 * 1024),
     )
     .await;
     let mut stuck = Client::connect(&url).await;
     // About 16 MiB of replies: more than loopback socket buffers hold, far
-    // less than the outbound queue's bound, so the session waits to write.
+    // less than the outbound budget, so the session keeps reading and waits
+    // to write.
     let message = "x".repeat(16 * 1024);
     for i in 0..1000 {
         let text = json!({"type": "TOOL_CALL", "payload": {

@@ -6,12 +6,15 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use futures_util::FutureExt;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::Context;
+use crate::schema::Violations;
 use crate::tool::{Tool, ToolError};
 
 /// Identifies one accepted call inside a session (call ids may be reused once a
@@ -30,6 +33,54 @@ pub(crate) enum CallEvent {
     /// The task ended and released its concurrency slot. (Boxed: every
     /// session's event channel holds a block of these, idle or not.)
     Finished(CallKey, Box<Outcome>),
+    /// Large params were validated off the session task ([`validate`]).
+    Validated(CallKey, Box<Validation>),
+}
+
+/// The verdict on params validated off the session task.
+#[derive(Debug)]
+pub(crate) enum Validation {
+    /// Valid: the params, handed back.
+    Valid(Value),
+    /// Invalid.
+    Invalid(Violations),
+    /// The validator panicked.
+    Failed,
+}
+
+/// Validates large params on the blocking pool, at most as many at once
+/// server-wide as `limiter` has permits, so one client's huge params cannot
+/// starve other sessions (HAIP.md §18.1). Reports [`CallEvent::Validated`]
+/// unless the call is cancelled first.
+pub(crate) fn validate(
+    key: CallKey,
+    tool: Tool,
+    params: Value,
+    max_violations: usize,
+    limiter: Arc<Semaphore>,
+    cancel: CancellationToken,
+    events: mpsc::UnboundedSender<CallEvent>,
+) {
+    tokio::spawn(async move {
+        let permit = tokio::select! {
+            permit = limiter.acquire_owned() => permit,
+            () = cancel.cancelled() => return,
+        };
+        let Ok(permit) = permit else { return };
+        let checked = tokio::task::spawn_blocking(move || {
+            let found = tool.check_params(&params, max_violations);
+            if found.is_empty() {
+                Validation::Valid(params)
+            } else {
+                Validation::Invalid(found)
+            }
+        })
+        .await;
+        drop(permit);
+        let verdict = checked.unwrap_or(Validation::Failed);
+        // The session may be gone (connection closed); then nobody is waiting.
+        let _ = events.send(CallEvent::Validated(key, Box::new(verdict)));
+    });
 }
 
 /// How a call's task ended.

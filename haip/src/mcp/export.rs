@@ -176,17 +176,22 @@ impl ServerHandler for ExportService {
             ));
         };
         let params = Value::Object(request.arguments.unwrap_or_default());
-        let violations = tool.validate_params(&params);
-        if !violations.is_empty() {
+        let found = tool.check_params(&params, self.shared.config.max_violations);
+        if !found.is_empty() {
             stats.call_ended(Ended::Failed, Some(received.elapsed()));
             let mut text = format!("Invalid params for tool {}:", tool.name());
-            for v in &violations {
+            for v in &found.listed {
                 let path = if v.path.is_empty() {
                     "(params)"
                 } else {
                     &v.path
                 };
                 text.push_str(&format!("\n- {path}: {}", v.message));
+            }
+            let unlisted = found.total - found.listed.len();
+            if unlisted > 0 || !found.exhaustive {
+                let more = if found.exhaustive { "" } else { "at least " };
+                text.push_str(&format!("\n(and {more}{unlisted} more)"));
             }
             return Ok(error_result(text, None).into());
         }
@@ -304,6 +309,8 @@ impl ExportService {
                     return Stop::TimedOut;
                 }
                 Some(CallEvent::Finished(_, outcome)) => return Stop::Outcome(*outcome),
+                // Params are validated before the call starts, never by the executor.
+                Some(CallEvent::Validated(..)) => {}
                 // The executor always reports `Finished`; this is unreachable
                 // unless its task was lost, which is then a stop.
                 None => return Stop::Outcome(Outcome::Stopped),
@@ -326,13 +333,12 @@ impl ExportService {
         };
         match outcome {
             Outcome::Returned(Ok(value)) => {
-                let violations = tool.validate_result(&value);
-                if !violations.is_empty() {
+                let found = tool.check_result(&value, self.shared.config.max_violations);
+                if !found.is_empty() {
                     self.shared.stats.warnings.fetch_add(1, Relaxed);
-                    tracing::warn!(tool = %name, ?violations, "tool result violates its output schema");
+                    tracing::warn!(tool = %name, violations = ?found.listed, total = found.total, "tool result violates its output schema");
                     if self.shared.config.strict_output_validation {
-                        let details =
-                            Value::Array(violations.iter().map(|v| v.to_json()).collect());
+                        let details = found.details();
                         let text = format!("Result of tool {name} violates its output schema");
                         return (Ended::Failed, error_result(text, Some(details)));
                     }

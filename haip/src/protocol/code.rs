@@ -63,6 +63,8 @@ codes! {
     INTERNAL_ERROR,
     /// The session's call queue is full.
     RATE_LIMITED,
+    /// The encoded `TOOL_DONE` would exceed `max_outbound_message_bytes`.
+    RESULT_TOO_LARGE,
 }
 
 impl ErrorCode {

@@ -174,30 +174,187 @@ impl Fields<'_> {
     /// need no escaping (the id, digits, names; checked, not assumed) instead
     /// of running them through the escaper byte by byte.
     fn write_to(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"{\"id\":");
-        write_str(out, self.id);
-        out.extend_from_slice(b",\"session\":");
-        write_str(out, self.session);
-        out.extend_from_slice(b",\"seq\":\"");
-        out.extend_from_slice(itoa::Buffer::new().format(self.seq).as_bytes());
-        out.extend_from_slice(b"\",\"ts\":\"");
-        out.extend_from_slice(itoa::Buffer::new().format(self.ts).as_bytes());
-        out.extend_from_slice(b"\",\"channel\":");
-        write_str(out, self.channel.as_str());
-        out.extend_from_slice(b",\"type\":");
-        write_str(out, self.event.as_str());
-        out.extend_from_slice(b",\"payload\":");
+        write_head(out, self.id, self.session, self.seq, self.ts);
+        write_tail(
+            out,
+            self.channel,
+            self.event,
+            Payload::Value(self.payload),
+            self.run_id,
+            self.thread_id,
+        );
+    }
+}
+
+/// `{"id":…,"session":…,"seq":…,"ts":…`: the part of an envelope fixed at commit.
+fn write_head(out: &mut Vec<u8>, id: &str, session: &str, seq: u64, ts: u64) {
+    out.extend_from_slice(b"{\"id\":");
+    write_str(out, id);
+    out.extend_from_slice(b",\"session\":");
+    write_str(out, session);
+    out.extend_from_slice(b",\"seq\":\"");
+    out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
+    out.extend_from_slice(b"\",\"ts\":\"");
+    out.extend_from_slice(itoa::Buffer::new().format(ts).as_bytes());
+    out.push(b'"');
+}
+
+/// A payload to write: a value, or JSON text already encoded.
+enum Payload<'a> {
+    Value(&'a Value),
+    Json(&'a [u8]),
+}
+
+/// `,"channel":…,"type":…,"payload":…[,"run_id":…][,"thread_id":…]}`: the
+/// part of an envelope known before it is committed.
+fn write_tail(
+    out: &mut Vec<u8>,
+    channel: Channel,
+    event: EventType,
+    payload: Payload<'_>,
+    run_id: Option<&str>,
+    thread_id: Option<&str>,
+) {
+    out.extend_from_slice(b",\"channel\":");
+    write_str(out, channel.as_str());
+    out.extend_from_slice(b",\"type\":");
+    write_str(out, event.as_str());
+    out.extend_from_slice(b",\"payload\":");
+    match payload {
         // Writing a `Value` into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *out, self.payload);
-        if let Some(run_id) = self.run_id {
-            out.extend_from_slice(b",\"run_id\":");
-            write_str(out, run_id);
+        Payload::Value(value) => {
+            let _ = serde_json::to_writer(&mut *out, value);
         }
-        if let Some(thread_id) = self.thread_id {
-            out.extend_from_slice(b",\"thread_id\":");
-            write_str(out, thread_id);
+        Payload::Json(json) => out.extend_from_slice(json),
+    }
+    if let Some(run_id) = run_id {
+        out.extend_from_slice(b",\"run_id\":");
+        write_str(out, run_id);
+    }
+    if let Some(thread_id) = thread_id {
+        out.extend_from_slice(b",\"thread_id\":");
+        write_str(out, thread_id);
+    }
+    out.push(b'}');
+}
+
+/// The longest head [`write_head`] writes for a server session id (a UUID):
+/// `{"id":"<36>","session":"<36>","seq":"<20 digits>","ts":"<20 digits>"`.
+const HEAD_MAX: usize = 6 + 38 + 11 + 38 + 8 + 20 + 8 + 20 + 1;
+
+/// An outbound envelope whose payload is already JSON text: what a session
+/// queues, so that the bytes waiting for a socket are known before they are
+/// committed (HAIP.md §18.1). Only the head (`id`, `session`, `seq`, `ts`) is
+/// written at commit.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Prepared {
+    channel: Channel,
+    event: EventType,
+    /// Everything after the head, closing brace included.
+    tail: Vec<u8>,
+}
+
+impl Prepared {
+    /// Encodes `out`'s payload now.
+    pub(crate) fn new(out: &Outgoing) -> Prepared {
+        let mut tail = Vec::with_capacity(96 + 64 * payload_size_hint(&out.payload));
+        write_tail(
+            &mut tail,
+            out.channel,
+            out.event,
+            Payload::Value(&out.payload),
+            out.run_id.as_deref(),
+            out.thread_id.as_deref(),
+        );
+        Prepared {
+            channel: out.channel,
+            event: out.event,
+            tail,
         }
-        out.push(b'}');
+    }
+
+    /// Encodes `out`'s payload now, unless the committed envelope would be
+    /// longer than `limit` bytes: then nothing more than `limit` is buffered,
+    /// and the error is the length it would have had.
+    pub(crate) fn within(out: &Outgoing, limit: usize) -> Result<Prepared, usize> {
+        // Room for the payload: the limit less the head and what surrounds the payload.
+        let mut frame = Vec::new();
+        write_tail(
+            &mut frame,
+            out.channel,
+            out.event,
+            Payload::Json(b""),
+            out.run_id.as_deref(),
+            out.thread_id.as_deref(),
+        );
+        let overhead = HEAD_MAX + frame.len();
+        let mut payload = Capped {
+            buf: Vec::new(),
+            cap: limit.saturating_sub(overhead),
+        };
+        if serde_json::to_writer(&mut payload, &out.payload).is_ok() {
+            return Ok(Prepared::from_json(
+                out.channel,
+                out.event,
+                &payload.buf,
+                out.run_id.as_deref(),
+                out.thread_id.as_deref(),
+            ));
+        }
+        drop(payload);
+        let mut counted = Counter(0);
+        let _ = serde_json::to_writer(&mut counted, &out.payload);
+        Err(overhead.saturating_add(counted.0))
+    }
+
+    /// An envelope whose payload is the JSON text `payload` (an object).
+    pub(crate) fn from_json(
+        channel: Channel,
+        event: EventType,
+        payload: &[u8],
+        run_id: Option<&str>,
+        thread_id: Option<&str>,
+    ) -> Prepared {
+        let mut tail = Vec::with_capacity(96 + payload.len());
+        write_tail(
+            &mut tail,
+            channel,
+            event,
+            Payload::Json(payload),
+            run_id,
+            thread_id,
+        );
+        Prepared {
+            channel,
+            event,
+            tail,
+        }
+    }
+
+    /// The channel it goes out on.
+    pub(crate) fn channel(&self) -> Channel {
+        self.channel
+    }
+
+    /// Its event type.
+    pub(crate) fn event(&self) -> EventType {
+        self.event
+    }
+
+    /// The length of its committed text, at most (exact but for the digits of
+    /// `seq` and `ts`, counted at their widest, on a server session id).
+    pub(crate) fn len(&self) -> usize {
+        HEAD_MAX + self.tail.len()
+    }
+
+    /// Commits it: the full JSON text with its identity, `seq` and `ts`.
+    pub(crate) fn encode(&self, session: &str, seq: u64, ts: u64) -> Vec<u8> {
+        let mut id = uuid::Uuid::encode_buffer();
+        let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut id);
+        let mut text = Vec::with_capacity(HEAD_MAX + self.tail.len());
+        write_head(&mut text, id, session, seq, ts);
+        text.extend_from_slice(&self.tail);
+        text
     }
 }
 
@@ -209,6 +366,40 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
         out.push(b'"');
     } else {
         let _ = serde_json::to_writer(&mut *out, s);
+    }
+}
+
+/// A writer that refuses to grow past `cap` bytes.
+struct Capped {
+    buf: Vec<u8>,
+    cap: usize,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len().saturating_add(bytes.len()) > self.cap {
+            return Err(std::io::ErrorKind::FileTooLarge.into());
+        }
+        self.buf.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A writer that only counts.
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 = self.0.saturating_add(bytes.len());
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -257,6 +448,56 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn prepared_envelopes_encode_like_outgoing_ones_within_their_length() {
+        let out = Outgoing {
+            channel: Channel::Agent,
+            event: EventType::ToolDone,
+            payload: json!({"call_id": "c-1", "status": "OK", "result": {"t": "22°C"}}),
+            run_id: Some("r\"1".into()),
+            thread_id: Some("t-1".into()),
+        };
+        let session = "5f0c9d2e-8a41-4c3b-9e57-1d2f3a4b5c6d";
+        let prepared = Prepared::new(&out);
+        for (seq, ts) in [(1, 0), (u64::MAX, u64::MAX)] {
+            let text = prepared.encode(session, seq, ts);
+            assert!(
+                text.len() <= prepared.len(),
+                "{} > {}",
+                text.len(),
+                prepared.len()
+            );
+            let mut direct: Value = serde_json::from_slice(&out.encode(session, seq, ts)).unwrap();
+            let mut prepared: Value = serde_json::from_slice(&text).unwrap();
+            direct["id"] = Value::Null;
+            prepared["id"] = Value::Null;
+            assert_eq!(direct, prepared);
+        }
+        assert_eq!(
+            prepared.len() - prepared.encode(session, u64::MAX, u64::MAX).len(),
+            0
+        );
+        // Within a limit: the same envelope, or the length it would have had.
+        assert_eq!(Prepared::within(&out, prepared.len()), Ok(prepared.clone()));
+        assert_eq!(
+            Prepared::within(&out, prepared.len() - 1),
+            Err(prepared.len())
+        );
+        assert_eq!(Prepared::within(&out, 0), Err(prepared.len()));
+        let raw = Prepared::from_json(
+            Channel::System,
+            EventType::Pong,
+            br#"{"nonce":"n"}"#,
+            None,
+            None,
+        );
+        let v: Value = serde_json::from_slice(&raw.encode(session, 2, 3)).unwrap();
+        assert_eq!(
+            (v["type"].as_str(), &v["payload"]),
+            (Some("PONG"), &json!({"nonce": "n"}))
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod event;
 mod inbound;
 
 pub use code::ErrorCode;
+pub(crate) use envelope::Prepared;
 pub use envelope::{Envelope, Outgoing};
 pub use event::{Channel, EventType};
 pub use inbound::{DecodeError, Inbound, decode, is_binary_envelope};

@@ -5,6 +5,8 @@ mod generate;
 
 pub use generate::{input_schema_for, output_schema_for};
 
+use std::collections::BinaryHeap;
+
 use serde_json::{Value, json};
 
 /// One schema violation: an RFC 6901 pointer into the validated value and a message.
@@ -51,43 +53,194 @@ impl CompiledSchema {
     /// Every violation of `value`, sorted by path (byte order). Empty when valid.
     ///
     /// A missing required property points at the missing member, and each
-    /// unexpected member of a closed object gets its own entry.
+    /// unexpected member of a closed object gets its own entry. Messages quote
+    /// at most [`QUOTE_CHARS`] characters of the offending value.
     pub(crate) fn violations(&self, value: &Value) -> Vec<Violation> {
+        self.check(value, usize::MAX).listed
+    }
+
+    /// Checks `value`: the first `max` violations by path (byte order), and
+    /// how many there are. Counting stops after [`COUNT_LIMIT`] (then
+    /// `exhaustive` is false): a huge invalid value costs bounded work.
+    pub(crate) fn check(&self, value: &Value, max: usize) -> Violations {
+        let mut found = Violations {
+            listed: Vec::new(),
+            total: 0,
+            exhaustive: true,
+        };
         if self.validator.is_valid(value) {
-            return Vec::new();
+            return found;
         }
-        let mut out = Vec::new();
+        // The `max` smallest paths seen so far, largest on top.
+        let mut smallest: BinaryHeap<Ranked> = BinaryHeap::new();
+        let mut offer = |violation: Violation| {
+            if smallest.len() < max {
+                smallest.push(Ranked(violation));
+            } else if smallest
+                .peek()
+                .is_some_and(|top| violation.path.as_bytes() < top.0.path.as_bytes())
+            {
+                smallest.pop();
+                smallest.push(Ranked(violation));
+            }
+        };
         for error in self.validator.iter_errors(value) {
-            let base = error.instance_path().as_str().to_owned();
+            if found.total >= COUNT_LIMIT {
+                found.exhaustive = false;
+                break;
+            }
+            let base = error.instance_path().as_str();
             match error.kind() {
                 jsonschema::error::ValidationErrorKind::Required { property } => {
                     let name = property
                         .as_str()
                         .map(str::to_owned)
                         .unwrap_or_else(|| property.to_string());
-                    out.push(Violation {
+                    found.total += 1;
+                    offer(Violation {
                         path: format!("{base}/{}", escape_pointer(&name)),
-                        message: error.to_string(),
+                        message: format!("{} is a required property", quote(&name)),
                     });
                 }
                 jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected }
                 | jsonschema::error::ValidationErrorKind::UnevaluatedProperties { unexpected } => {
                     for name in unexpected {
-                        out.push(Violation {
+                        found.total += 1;
+                        offer(Violation {
                             path: format!("{base}/{}", escape_pointer(name)),
-                            message: format!("unexpected property \"{name}\""),
+                            message: format!("unexpected property {}", quote(name)),
                         });
                     }
                 }
-                _ => out.push(Violation {
-                    path: base,
-                    message: error.to_string(),
-                }),
+                _ => {
+                    found.total += 1;
+                    let shown = excerpt(error.instance());
+                    offer(Violation {
+                        path: base.to_owned(),
+                        message: error.masked_with(shown).to_string(),
+                    });
+                }
             }
         }
-        out.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
-        out
+        found.listed = smallest
+            .into_sorted_vec()
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        found
     }
+}
+
+/// The violations of one value, as far as they are listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Violations {
+    /// The first violations by path (byte order).
+    pub(crate) listed: Vec<Violation>,
+    /// How many were found.
+    pub(crate) total: usize,
+    /// Whether `total` counts them all (false: counting stopped early).
+    pub(crate) exhaustive: bool,
+}
+
+impl Default for Violations {
+    /// No violations: a valid value.
+    fn default() -> Violations {
+        Violations {
+            listed: Vec::new(),
+            total: 0,
+            exhaustive: true,
+        }
+    }
+}
+
+impl Violations {
+    /// Whether the value was valid.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// The `details` of an `INVALID_PARAMS` error: the listed violations.
+    pub(crate) fn details(&self) -> Value {
+        Value::Array(self.listed.iter().map(Violation::to_json).collect())
+    }
+
+    /// The count to report beside the details: `("total", n)`, or
+    /// `("total_at_least", n)` when counting stopped early.
+    pub(crate) fn total_field(&self) -> (&'static str, usize) {
+        if self.exhaustive {
+            ("total", self.total)
+        } else {
+            ("total_at_least", self.total)
+        }
+    }
+}
+
+/// Most characters of an offending value a message quotes (HAIP.md §18.1).
+pub(crate) const QUOTE_CHARS: usize = 64;
+
+/// Violations counted before counting stops.
+const COUNT_LIMIT: usize = 10_000;
+
+/// A violation ordered by its path's bytes.
+struct Ranked(Violation);
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.path == other.0.path
+    }
+}
+
+impl Eq for Ranked {}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.path.as_bytes().cmp(other.0.path.as_bytes())
+    }
+}
+
+/// A JSON string of at most [`QUOTE_CHARS`] characters of `text` (`…` marks a cut).
+fn quote(text: &str) -> String {
+    match text.char_indices().nth(QUOTE_CHARS) {
+        Some((cut, _)) => Value::String(format!("{}…", &text[..cut])).to_string(),
+        None => Value::String(text.to_owned()).to_string(),
+    }
+}
+
+/// The JSON text of `value`, cut after [`QUOTE_CHARS`] characters (`…`
+/// marks a cut). Only about that much is ever written, however large the value.
+fn excerpt(value: &Value) -> String {
+    struct Prefix(String);
+    impl std::io::Write for Prefix {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            // serde_json writes whole tokens or escapes: always valid UTF-8.
+            self.0.push_str(&String::from_utf8_lossy(bytes));
+            if self.0.chars().count() > QUOTE_CHARS {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut prefix = Prefix(String::new());
+    if serde_json::to_writer(&mut prefix, value).is_ok() {
+        return prefix.0;
+    }
+    let cut = prefix
+        .0
+        .char_indices()
+        .nth(QUOTE_CHARS)
+        .map_or(prefix.0.len(), |(i, _)| i);
+    prefix.0.truncate(cut);
+    prefix.0.push('…');
+    prefix.0
 }
 
 fn escape_pointer(token: &str) -> String {
@@ -125,6 +278,55 @@ mod tests {
         );
         assert_eq!(add_schema().violations(&json!({"a": 5, "b": "3"})).len(), 1);
         assert_eq!(add_schema().violations(&json!([])).len(), 1);
+    }
+
+    #[test]
+    fn huge_values_are_quoted_briefly_and_the_listing_is_capped() {
+        let schema = CompiledSchema::compile(&json!({
+            "type": "object",
+            "properties": {"s": {"type": "integer"}},
+            "additionalProperties": false
+        }))
+        .unwrap();
+        let mut params = serde_json::Map::new();
+        params.insert("s".into(), json!("x".repeat(100_000)));
+        for i in 0..5000 {
+            params.insert(format!("k{i:05}"), json!(i));
+        }
+        let found = schema.check(&Value::Object(params), 20);
+        assert_eq!((found.total, found.exhaustive), (5001, true));
+        assert_eq!(found.total_field(), ("total", 5001));
+        assert_eq!(found.listed.len(), 20);
+        let paths: Vec<&str> = found.listed.iter().map(|v| v.path.as_str()).collect();
+        assert_eq!(paths[0], "/k00000", "the smallest paths, in order");
+        assert_eq!(paths[19], "/k00019");
+        assert!(paths.windows(2).all(|w| w[0] < w[1]));
+        let found = schema.check(&json!({"s": "x".repeat(100_000)}), 20);
+        assert_eq!(found.total_field(), ("total", 1));
+        let message = &found.listed[0].message;
+        assert!(message.len() < 200, "{message}");
+        assert!(message.contains("xxxx…"), "{message}");
+        assert!(message.contains("integer"), "{message}");
+    }
+
+    #[test]
+    fn counting_stops_early_on_endless_violations() {
+        let schema =
+            CompiledSchema::compile(&json!({"type": "array", "items": {"type": "string"}}))
+                .unwrap();
+        let found = schema.check(&json!(vec![1; 20_000]), 3);
+        assert!(!found.exhaustive);
+        assert_eq!(found.total_field(), ("total_at_least", COUNT_LIMIT));
+        assert_eq!(found.listed.len(), 3);
+    }
+
+    #[test]
+    fn excerpts_cut_on_character_boundaries() {
+        assert_eq!(excerpt(&json!("short")), "\"short\"");
+        let long = excerpt(&json!("é".repeat(100)));
+        assert_eq!(long.chars().count(), QUOTE_CHARS + 1);
+        assert!(long.ends_with('…'));
+        assert_eq!(quote(&"a".repeat(70)), format!("\"{}…\"", "a".repeat(64)));
     }
 
     #[test]

@@ -3,13 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
 use super::hub::Cors;
-use super::{Config, Server, Stats};
+use super::{Config, Server};
 use crate::Error;
 use crate::auth::{Authenticator, Jwt};
-use crate::session::{InMemorySessionStore, Shared};
+use crate::session::Shared;
 use crate::tool::{Registry, StateMap, Tool, builtin};
 
 /// Configures a [`Server`]. Every limit of the protocol's settings table has a
@@ -250,6 +248,9 @@ impl ServerBuilder {
         max_inflight_calls: usize,
         /// Calls of one session waiting for a slot (default 256); beyond, `RATE_LIMITED`.
         max_queued_calls: usize,
+        /// Bytes of params (as sent) that one session's waiting calls may hold,
+        /// queued or being validated (default 16 MiB); beyond, `RATE_LIMITED`.
+        max_queued_bytes: usize,
         /// Maximum concurrent runs per session, advertised in `HAI` (default 10).
         max_concurrent_runs: usize,
         /// Messages of credit advertised per channel (default 1000).
@@ -257,8 +258,40 @@ impl ServerBuilder {
         /// Bytes of credit advertised per channel (default 1 MiB).
         initial_credit_bytes: u64,
         /// Envelopes waiting to be written per session (default 4096); a client that
-        /// lets more pile up is disconnected.
+        /// lets more pile up is disconnected (close 1008 `outbound queue overflow`).
         max_outbound_queue: usize,
+        /// Bytes of encoded envelopes waiting for one session's socket (default
+        /// 8 MiB). Above half of it the server stops reading that connection
+        /// (TCP back-pressure; running calls go on); when more than this waits
+        /// behind the envelope being written, the connection is closed (1008
+        /// `too slow`) and the session kept for resumption.
+        max_outbound_bytes: usize,
+        /// Largest single outbound envelope (default 16 MiB). A `TOOL_DONE` that
+        /// would be larger becomes `TOOL_DONE ERROR` code `RESULT_TOO_LARGE`, so
+        /// the call still ends exactly once; a larger progress update is dropped.
+        max_outbound_message_bytes: usize,
+        /// Bytes all replay windows may hold together, server-wide (default
+        /// 256 MiB). Over it, detached sessions are evicted oldest first (their
+        /// resumption then fails `unknown session`), then live windows give up
+        /// their oldest envelopes.
+        replay_budget_bytes: usize,
+        /// Violations listed in an `INVALID_PARAMS` error (default 20); each quotes
+        /// at most 64 characters of the offending value, and `total` counts them all.
+        max_violations: usize,
+        /// Bytes of upstream POST bodies being read, server-wide (default
+        /// 128 MiB); a POST that would exceed it gets `503` with `Retry-After`.
+        max_inflight_body_bytes: usize,
+        /// Time an upstream POST body may take to arrive (default 30 s; after the
+        /// first 10 s it must also average at least 1 KiB/s), else `408` and the
+        /// connection is closed.
+        body_read_timeout: Duration,
+        /// Time a client may take to send its request headers, and to complete a
+        /// WebSocket upgrade (default 10 s).
+        handshake_timeout: Duration,
+        /// Apply [`max_connections_per_peer`](Self::max_connections_per_peer) to
+        /// loopback peers too (default off: a local reverse proxy speaks for many
+        /// clients).
+        limit_loopback_peers: bool,
         /// How long a cancelled or timed-out tool may take to stop before it is aborted (default 5 s).
         cancel_grace: Duration,
         /// Send `TOOL_UPDATE RUNNING` when a call starts executing (default off).
@@ -317,9 +350,20 @@ impl ServerBuilder {
         self
     }
 
-    /// Close connections with no inbound data for this long (default: never).
+    /// Close connections with no inbound data (PONGs and WebSocket pongs
+    /// count) for this long, with 1001 `idle`, keeping the session for
+    /// resumption (default 5 min; `Duration::ZERO` never closes them).
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.config.idle_timeout = Some(timeout);
+        self.config.idle_timeout = (!timeout.is_zero()).then_some(timeout);
+        self
+    }
+
+    /// Connections one peer IP address may hold at once (default 1024; `None`
+    /// for no limit). Beyond it HTTP requests get `503 TOO_MANY_SESSIONS` and
+    /// WebSocket upgrades close with 1013. Loopback peers are exempt unless
+    /// [`limit_loopback_peers`](Self::limit_loopback_peers) is on.
+    pub fn max_connections_per_peer(mut self, limit: impl Into<Option<usize>>) -> Self {
+        self.config.max_connections_per_peer = limit.into();
         self
     }
 
@@ -357,14 +401,7 @@ impl ServerBuilder {
             registry.register(tool);
         }
         Ok(Server {
-            shared: Arc::new(Shared {
-                config: self.config,
-                registry,
-                state: Arc::new(self.state),
-                stats: Stats::new(),
-                shutdown: CancellationToken::new(),
-                store: Arc::new(InMemorySessionStore::default()),
-            }),
+            shared: Arc::new(Shared::new(self.config, registry, self.state)),
             auth,
             cors: Cors {
                 origins: self.cors_origins,

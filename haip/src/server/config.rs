@@ -2,6 +2,10 @@ use std::time::Duration;
 
 use crate::Error;
 
+/// The smallest outbound budget that still fits the envelopes the server
+/// writes itself.
+const MIN_OUTBOUND_BYTES: usize = 4096;
+
 /// Every setting of HAIP.md §18 this server implements, with its default.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -34,6 +38,17 @@ pub(crate) struct Config {
     pub(crate) allow_unauthenticated: bool,
     pub(crate) jwt_issuer: Option<String>,
     pub(crate) jwt_audience: Option<String>,
+    // HAIP.md §18.1: resource budgets.
+    pub(crate) max_outbound_bytes: usize,
+    pub(crate) max_outbound_message_bytes: usize,
+    pub(crate) replay_budget_bytes: usize,
+    pub(crate) max_violations: usize,
+    pub(crate) max_queued_bytes: usize,
+    pub(crate) max_inflight_body_bytes: usize,
+    pub(crate) body_read_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) max_connections_per_peer: Option<usize>,
+    pub(crate) limit_loopback_peers: bool,
 }
 
 impl Default for Config {
@@ -47,7 +62,7 @@ impl Default for Config {
             tool_timeout: None,
             cancel_grace: Duration::from_secs(5),
             heartbeat_interval: Some(Duration::from_secs(30)),
-            idle_timeout: None,
+            idle_timeout: Some(Duration::from_secs(300)),
             max_concurrent_runs: 10,
             initial_credit_messages: 1000,
             initial_credit_bytes: 1024 * 1024,
@@ -68,6 +83,16 @@ impl Default for Config {
             allow_unauthenticated: false,
             jwt_issuer: None,
             jwt_audience: None,
+            max_outbound_bytes: 8 * 1024 * 1024,
+            max_outbound_message_bytes: 16 * 1024 * 1024,
+            replay_budget_bytes: 256 * 1024 * 1024,
+            max_violations: 20,
+            max_queued_bytes: 16 * 1024 * 1024,
+            max_inflight_body_bytes: 128 * 1024 * 1024,
+            body_read_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
+            max_connections_per_peer: Some(1024),
+            limit_loopback_peers: false,
         }
     }
 }
@@ -81,7 +106,7 @@ impl Config {
                 reason: reason.to_owned(),
             })
         };
-        let positive: [(&'static str, u64); 14] = [
+        let positive: [(&'static str, u64); 22] = [
             ("credit_return_messages", self.credit_return_messages),
             ("credit_return_bytes", self.credit_return_bytes),
             ("replay_window_messages", self.replay_window_messages as u64),
@@ -99,6 +124,26 @@ impl Config {
             ("initial_credit_messages", self.initial_credit_messages),
             ("initial_credit_bytes", self.initial_credit_bytes),
             ("cancel_grace", self.cancel_grace.as_millis() as u64),
+            ("max_outbound_bytes", self.max_outbound_bytes as u64),
+            (
+                "max_outbound_message_bytes",
+                self.max_outbound_message_bytes as u64,
+            ),
+            ("replay_budget_bytes", self.replay_budget_bytes as u64),
+            ("max_violations", self.max_violations as u64),
+            ("max_queued_bytes", self.max_queued_bytes as u64),
+            (
+                "max_inflight_body_bytes",
+                self.max_inflight_body_bytes as u64,
+            ),
+            (
+                "body_read_timeout",
+                self.body_read_timeout.as_millis() as u64,
+            ),
+            (
+                "handshake_timeout",
+                self.handshake_timeout.as_millis() as u64,
+            ),
         ];
         for (setting, value) in positive {
             if value == 0 {
@@ -111,17 +156,25 @@ impl Config {
                 "must be greater than zero (leave it unset for none)",
             );
         }
-        if self.idle_timeout == Some(Duration::ZERO) {
-            return bad(
-                "idle_timeout",
-                "must be greater than zero (leave it unset for none)",
-            );
-        }
         if self.replay_window_messages > 10_000 {
             return bad("replay_window_messages", "must be at most 10 000");
         }
         if self.max_outbound_queue < 16 {
             return bad("max_outbound_queue", "must be at least 16");
+        }
+        // Every envelope the server makes itself (an ERROR, a TOOL_DONE ERROR
+        // saying a result was too large) must fit.
+        if self.max_outbound_message_bytes < MIN_OUTBOUND_BYTES {
+            return bad("max_outbound_message_bytes", "must be at least 4096");
+        }
+        if self.max_outbound_bytes < MIN_OUTBOUND_BYTES {
+            return bad("max_outbound_bytes", "must be at least 4096");
+        }
+        if self.max_connections_per_peer == Some(0) {
+            return bad(
+                "max_connections_per_peer",
+                "must be greater than zero (None for no limit)",
+            );
         }
         Ok(())
     }

@@ -6,18 +6,18 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::hub::Hub;
-use crate::auth::{AuthError, AuthErrorKind, query_param, redact_uri, token_from_parts};
+use crate::auth::{AuthError, AuthErrorKind, redact_uri, token_from_parts};
 use crate::protocol::{Channel, EventType, Outgoing, now_millis};
 use crate::session::{Session, TransportKind};
-use crate::transport::driver::{self, Unit};
+use crate::transport::driver;
 use crate::transport::stream::{self, Framing};
 use crate::transport::ws;
 
@@ -25,9 +25,13 @@ use crate::transport::ws;
 pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// Routes one request.
+/// Routes one request. `over_peer_limit`: the connection is beyond
+/// `max_connections_per_peer`, so only `/health` is served; WebSocket upgrades
+/// complete and close with 1013, everything else gets `503` (HAIP.md §18.1).
 pub(crate) async fn route(
     req: Request<Incoming>,
     hub: Arc<Hub>,
+    over_peer_limit: bool,
 ) -> Result<Response<Body>, Infallible> {
     let origin = req
         .headers()
@@ -44,7 +48,18 @@ pub(crate) async fn route(
             Err(e) => unauthorized(&e),
         },
         (Method::GET, "/" | "/haip" | "/haip/websocket") if is_websocket_upgrade(&req) => {
-            upgrade(req, &hub, origin.as_deref()).await
+            upgrade(req, &hub, origin.as_deref(), over_peer_limit).await
+        }
+        _ if over_peer_limit => {
+            let mut response = error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Too many connections from this address",
+                "TOO_MANY_SESSIONS",
+            );
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            response
         }
         // Only the paths above speak WebSocket (HAIP.md §15.5): an upgrade
         // anywhere else must not open an SSE or HTTP-streaming session.
@@ -68,7 +83,7 @@ pub(crate) async fn route(
             open_stream(req, &hub, Framing::Ndjson).await
         }
         (Method::POST, "/haip/sse" | "/haip/message" | "/haip/handshake" | "/haip/stream") => {
-            upstream(req, &hub).await
+            super::upstream::upstream(req, &hub).await
         }
         #[cfg(feature = "mcp")]
         (_, "/mcp") if hub.mcp.is_some() => mcp_endpoint(req, &hub).await,
@@ -81,7 +96,7 @@ fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed_unsync()
 }
 
-fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
+pub(super) fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
     let mut response = Response::new(full(body.to_string()));
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -91,7 +106,7 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
     response
 }
 
-fn error_response(status: StatusCode, error: &str, code: &str) -> Response<Body> {
+pub(super) fn error_response(status: StatusCode, error: &str, code: &str) -> Response<Body> {
     json_response(status, &json!({ "error": error, "code": code }))
 }
 
@@ -177,7 +192,10 @@ async fn mcp_endpoint(req: Request<Incoming>, hub: &Hub) -> Response<Body> {
 // ----- authentication ---------------------------------------------------------
 
 /// The verified subject (`None` when authentication is off).
-async fn authenticate(hub: &Hub, req: &Request<Incoming>) -> Result<Option<String>, AuthError> {
+pub(super) async fn authenticate(
+    hub: &Hub,
+    req: &Request<Incoming>,
+) -> Result<Option<String>, AuthError> {
     let Some(auth) = &hub.auth else {
         return Ok(None);
     };
@@ -192,7 +210,7 @@ async fn authenticate(hub: &Hub, req: &Request<Incoming>) -> Result<Option<Strin
 }
 
 /// `401` with `WWW-Authenticate: Bearer` (HAIP.md §17).
-fn unauthorized(error: &AuthError) -> Response<Body> {
+pub(super) fn unauthorized(error: &AuthError) -> Response<Body> {
     let mut response = error_response(
         StatusCode::UNAUTHORIZED,
         error.message(),
@@ -245,10 +263,13 @@ fn select_subprotocol(req: &Request<Incoming>) -> Option<String> {
         .map(|p| (*p).to_owned())
 }
 
+/// Completes a WebSocket upgrade and runs the session on it; with `refuse`
+/// (the peer is over its connection limit) the socket closes with 1013 at once.
 async fn upgrade(
     mut req: Request<Incoming>,
     hub: &Arc<Hub>,
     origin: Option<&str>,
+    refuse: bool,
 ) -> Response<Body> {
     if !hub.cors.websocket_allowed(origin) {
         return error_response(
@@ -278,6 +299,7 @@ async fn upgrade(
     // Authentication failures still complete the upgrade, then send one ERROR
     // and close 1008 (HAIP.md §17); no session is created or counted.
     let admission = match authenticate(hub, &req).await {
+        _ if refuse => None,
         Err(e) => Some(ws::Admission::Refuse {
             envelope: auth_error_envelope(&e),
             code: 1008,
@@ -298,8 +320,14 @@ async fn upgrade(
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     let shared = Arc::clone(&hub.shared);
+    let handshake_timeout = hub.shared.config.handshake_timeout;
     hub.tracker.spawn(async move {
-        match on_upgrade.await {
+        // A client that never takes the `101` does not hold a session for ever.
+        let Ok(upgraded) = tokio::time::timeout(handshake_timeout, on_upgrade).await else {
+            tracing::debug!("websocket upgrade not completed in time");
+            return;
+        };
+        match upgraded {
             Ok(upgraded) => match admission {
                 Some(admission) => ws::serve(upgraded, shared, admission).await,
                 None => {
@@ -353,7 +381,7 @@ fn accepts_event_stream(req: &Request<Incoming>) -> bool {
         .any(|v| v.contains("text/event-stream"))
 }
 
-fn is_true_header(req: &Request<Incoming>, name: &str) -> bool {
+pub(super) fn is_true_header(req: &Request<Incoming>, name: &str) -> bool {
     req.headers()
         .get(name)
         .and_then(|v| v.to_str().ok())
@@ -387,7 +415,12 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
     );
     let session_id = session.id().to_owned();
     let (inbound_tx, inbound_rx) = mpsc::channel(stream::INBOUND_QUEUE);
-    let (out_tx, out_rx) = mpsc::channel(driver::WRITE_QUEUE);
+    let (frames, frames_rx) = mpsc::unbounded_channel();
+    let meter = driver::WriteMeter::new(Arc::clone(&hub.shared));
+    let out = driver::Writer {
+        frames,
+        meter: Arc::clone(&meter),
+    };
     let entry = hub
         .sessions
         .insert(&session_id, subject.clone(), inbound_tx.clone());
@@ -411,10 +444,10 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
     let shared = Arc::clone(&hub.shared);
     hub.tracker.spawn(async move {
         let _guards = (guard, entry);
-        stream::run(session, events_rx, inbound_rx, out_tx, &shared, on_resumed).await;
+        stream::run(session, events_rx, inbound_rx, out, &shared, on_resumed).await;
     });
 
-    let body = StreamBody::new(stream::body(out_rx, framing));
+    let body = StreamBody::new(stream::body(frames_rx, framing, meter));
     let mut response = Response::new(BodyExt::boxed_unsync(body));
     let h = response.headers_mut();
     h.insert(
@@ -427,106 +460,4 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
         h.insert("x-haip-session", id);
     }
     response
-}
-
-/// Upstream delivery (HAIP.md §15.4): the body's envelopes go to one open stream
-/// session of the caller's subject; `200 {"status":"ok"}` once handled.
-async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response<Body> {
-    let subject = match authenticate(hub, &req).await {
-        Ok(subject) => subject,
-        Err(e) => return unauthorized(&e),
-    };
-    let binary = is_true_header(&req, "x-haip-binary");
-    let header_session = req
-        .headers()
-        .get("x-haip-session")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let query_session = query_param(req.uri().query(), "session");
-    let limit = hub.shared.config.max_body_bytes;
-    let body = match Limited::new(req.into_body(), limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            let mut response = error_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "Request body too large",
-                "MESSAGE_TOO_LARGE",
-            );
-            response
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return response;
-        }
-        Err(_) => {
-            return error_response(
-                StatusCode::BAD_REQUEST,
-                "Request body could not be read",
-                "BAD_REQUEST",
-            );
-        }
-    };
-    let texts = if binary {
-        Vec::new()
-    } else {
-        stream::split_body(&body)
-    };
-    let envelope_session = texts.first().and_then(|t| envelope_session(t));
-    let candidates = [
-        envelope_session.as_deref(),
-        header_session.as_deref(),
-        query_session.as_deref(),
-    ];
-    let Some(target) = hub
-        .sessions
-        .target(subject.as_deref(), candidates.into_iter().flatten())
-    else {
-        return error_response(
-            StatusCode::NOT_FOUND,
-            "Session not found",
-            "SESSION_NOT_FOUND",
-        );
-    };
-    if !texts.is_empty() {
-        // Binary bodies have no consumer yet (no application hook): accepted, dropped.
-        let (done_tx, done_rx) = oneshot::channel();
-        if target.send(Unit::Batch(texts, done_tx)).await.is_err() || done_rx.await.is_err() {
-            return error_response(
-                StatusCode::NOT_FOUND,
-                "Session not found",
-                "SESSION_NOT_FOUND",
-            );
-        }
-    }
-    json_response(StatusCode::OK, &json!({ "status": "ok" }))
-}
-
-/// The envelope `session` of an upstream element, unless it is a resumption
-/// `HAI` (HAIP.md §15.4 rule 1).
-fn envelope_session(text: &str) -> Option<String> {
-    let value: Value = serde_json::from_str(text).ok()?;
-    let resumption = value["type"] == "HAI" && value["payload"].get("last_rx_seq").is_some();
-    (!resumption)
-        .then(|| value["session"].as_str().map(str::to_owned))
-        .flatten()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn resumption_hai_does_not_name_the_target() {
-        assert_eq!(
-            envelope_session(r#"{"type":"PING","session":"s","payload":{}}"#).as_deref(),
-            Some("s")
-        );
-        assert_eq!(
-            envelope_session(r#"{"type":"HAI","session":"s","payload":{"last_rx_seq":"3"}}"#),
-            None
-        );
-        assert_eq!(envelope_session("not json"), None);
-    }
 }

@@ -2,6 +2,7 @@
 //! stream sessions (targets of upstream POSTs), authentication and CORS.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -15,6 +16,10 @@ use crate::transport::driver::Unit;
 pub(crate) struct Hub {
     pub(crate) shared: Arc<Shared>,
     pub(crate) sessions: Sessions,
+    /// Bytes of upstream POST bodies being read (`max_inflight_body_bytes`).
+    pub(crate) bodies: super::upstream::BodyBudget,
+    /// Open connections per peer address (`max_connections_per_peer`).
+    pub(crate) peers: Peers,
     pub(crate) auth: Option<Arc<dyn Authenticator>>,
     pub(crate) cors: Cors,
     pub(crate) tracker: TaskTracker,
@@ -119,6 +124,59 @@ impl Drop for SessionEntryGuard {
     }
 }
 
+/// Open connections per peer IP address (HAIP.md §18.1).
+#[derive(Default)]
+pub(crate) struct Peers {
+    open: PeerTable,
+}
+
+type PeerTable = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+impl Peers {
+    /// Counts a connection from `ip` if the peer has room under `limit`
+    /// (`None`: no limit); the guard uncounts it. Loopback peers are not
+    /// limited unless `limit_loopback`.
+    pub(crate) fn admit(
+        &self,
+        ip: IpAddr,
+        limit: Option<usize>,
+        limit_loopback: bool,
+    ) -> Option<PeerGuard> {
+        let ip = ip.to_canonical();
+        let Some(limit) = limit.filter(|_| limit_loopback || !ip.is_loopback()) else {
+            return Some(PeerGuard { entry: None });
+        };
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(ip).or_insert(0);
+        if *count >= limit {
+            return None;
+        }
+        *count += 1;
+        Some(PeerGuard {
+            entry: Some((Arc::clone(&self.open), ip)),
+        })
+    }
+}
+
+/// One connection counted against its peer, uncounted when dropped.
+pub(crate) struct PeerGuard {
+    entry: Option<(PeerTable, IpAddr)>,
+}
+
+impl Drop for PeerGuard {
+    fn drop(&mut self) {
+        if let Some((open, ip)) = self.entry.take() {
+            let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(count) = open.get_mut(&ip) {
+                *count -= 1;
+                if *count == 0 {
+                    open.remove(&ip);
+                }
+            }
+        }
+    }
+}
+
 /// Which browser origins may call the server cross-origin (default: none).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Cors {
@@ -173,6 +231,40 @@ mod tests {
         assert_eq!(
             any.allow(Some("https://x.example")).as_deref(),
             Some("https://x.example")
+        );
+    }
+
+    #[test]
+    fn peers_are_limited_per_address_and_loopback_is_exempt_by_default() {
+        let peers = Peers::default();
+        let far: IpAddr = "203.0.113.7".parse().unwrap();
+        let other: IpAddr = "203.0.113.8".parse().unwrap();
+        let a = peers.admit(far, Some(2), false).expect("first");
+        let b = peers.admit(far, Some(2), false).expect("second");
+        assert!(peers.admit(far, Some(2), false).is_none(), "third is over");
+        assert!(peers.admit(other, Some(2), false).is_some(), "per address");
+        drop(a);
+        let c = peers.admit(far, Some(2), false).expect("room again");
+        let local: IpAddr = "127.0.0.1".parse().unwrap();
+        let held: Vec<_> = (0..5)
+            .map(|_| {
+                peers
+                    .admit(local, Some(2), false)
+                    .expect("loopback is exempt")
+            })
+            .collect();
+        drop(held);
+        let mapped: IpAddr = "::ffff:127.0.0.1".parse().unwrap();
+        let limited = peers.admit(mapped, Some(1), true).expect("room");
+        assert!(
+            peers.admit(local, Some(1), true).is_none(),
+            "counted, and a mapped address is the same peer"
+        );
+        assert!(peers.admit(far, None, false).is_some(), "no limit");
+        drop((b, c, limited));
+        assert!(
+            peers.open.lock().unwrap().is_empty(),
+            "entries go with their last guard"
         );
     }
 

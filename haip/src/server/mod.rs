@@ -5,9 +5,11 @@ mod config;
 mod http;
 mod hub;
 mod stats;
+mod upstream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -28,7 +30,7 @@ use crate::auth::Authenticator;
 use crate::session::Shared;
 use crate::tool::Tool;
 use builder::check_state;
-use hub::{Cors, Hub, Sessions};
+use hub::{Cors, Hub, Peers, Sessions};
 
 /// Serves every `#[haip_tool]` function linked into the binary on `HAIP_ADDR`
 /// (default `127.0.0.1:8080`) until Ctrl-C or SIGTERM, then shuts down gracefully.
@@ -127,6 +129,8 @@ impl Server {
         let hub = Arc::new(Hub {
             shared: Arc::clone(&self.shared),
             sessions: Sessions::default(),
+            bodies: upstream::BodyBudget::new(self.shared.config.max_inflight_body_bytes),
+            peers: Peers::default(),
             auth: self.auth,
             cors: self.cors,
             tracker: tracker.clone(),
@@ -225,15 +229,13 @@ async fn shutdown_signal() {
     }
 }
 
-/// How long a client may take to send its request headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Cap on hyper's per-connection read buffer (request line and headers).
 const MAX_HTTP_BUF: usize = 64 * 1024;
 
 async fn accept_loop(listener: TcpListener, hub: Arc<Hub>) {
     let shutdown = hub.shared.shutdown.clone();
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = shutdown.cancelled() => return,
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
@@ -246,15 +248,29 @@ async fn accept_loop(listener: TcpListener, hub: Arc<Hub>) {
             },
         };
         let _ = stream.set_nodelay(true);
+        let config = &hub.shared.config;
+        let counted = hub.peers.admit(
+            peer.ip(),
+            config.max_connections_per_peer,
+            config.limit_loopback_peers,
+        );
+        if counted.is_none() {
+            hub.shared.stats.refused_per_peer.fetch_add(1, Relaxed);
+            tracing::debug!(peer = %peer.ip(), "connection beyond max_connections_per_peer");
+        }
+        let over_peer_limit = counted.is_none();
+        let header_timeout = config.handshake_timeout;
         let hub_for_conn = Arc::clone(&hub);
         let shutdown = shutdown.clone();
         hub.tracker.spawn(async move {
-            let service = service_fn(move |req| http::route(req, Arc::clone(&hub_for_conn)));
+            let _counted = counted;
+            let service =
+                service_fn(move |req| http::route(req, Arc::clone(&hub_for_conn), over_peer_limit));
             // A client that never finishes its request headers is dropped
             // instead of holding a connection open for ever.
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .header_read_timeout(header_timeout)
                 .max_buf_size(MAX_HTTP_BUF)
                 .serve_connection(TokioIo::new(stream), service)
                 .with_upgrades();

@@ -20,6 +20,18 @@ pub(crate) struct Stats {
     pub(crate) calls_ok: AtomicU64,
     pub(crate) calls_failed: AtomicU64,
     pub(crate) calls_cancelled: AtomicU64,
+    /// Encoded envelopes waiting for sockets, all sessions (HAIP.md §18.1).
+    pub(crate) outbound_bytes: AtomicU64,
+    /// Bytes held by all replay windows.
+    pub(crate) replay_bytes: AtomicU64,
+    /// Connections closed because the client did not read fast enough.
+    pub(crate) closed_too_slow: AtomicU64,
+    /// Connections closed after `idle_timeout` without inbound data.
+    pub(crate) closed_idle: AtomicU64,
+    /// Upstream POSTs answered `408` (body too slow).
+    pub(crate) closed_body_timeout: AtomicU64,
+    /// Connections refused beyond `max_connections_per_peer`.
+    pub(crate) refused_per_peer: AtomicU64,
     latency_micros_sum: AtomicU64,
     latency_count: AtomicU64,
 }
@@ -46,6 +58,12 @@ impl Stats {
             calls_ok: AtomicU64::new(0),
             calls_failed: AtomicU64::new(0),
             calls_cancelled: AtomicU64::new(0),
+            outbound_bytes: AtomicU64::new(0),
+            replay_bytes: AtomicU64::new(0),
+            closed_too_slow: AtomicU64::new(0),
+            closed_idle: AtomicU64::new(0),
+            closed_body_timeout: AtomicU64::new(0),
+            refused_per_peer: AtomicU64::new(0),
             latency_micros_sum: AtomicU64::new(0),
             latency_count: AtomicU64::new(0),
         }
@@ -106,6 +124,14 @@ impl Stats {
             "errorRate": if messages == 0 { 0.0 } else { errors as f64 / messages as f64 },
             "uptime": uptime,
             "detachedSessions": self.detached_sessions.load(Relaxed),
+            "outboundBytes": self.outbound_bytes.load(Relaxed),
+            "replayBytes": self.replay_bytes.load(Relaxed),
+            "connectionsClosed": {
+                "tooSlow": self.closed_too_slow.load(Relaxed),
+                "idle": self.closed_idle.load(Relaxed),
+                "bodyTimeout": self.closed_body_timeout.load(Relaxed),
+                "perPeerCap": self.refused_per_peer.load(Relaxed),
+            },
             "toolExecutions": {
                 "total": total,
                 "successful": ok,

@@ -11,8 +11,9 @@ use tokio_util::sync::CancellationToken;
 use super::{Pending, Session};
 use crate::Context;
 use crate::context::{Progress, ProgressSink, ProgressSlot};
-use crate::exec::{self, CallEvent, CallKey, Outcome};
-use crate::protocol::{Channel, ErrorCode, EventType, Inbound, Outgoing};
+use crate::exec::{self, CallEvent, CallKey, Outcome, Validation};
+use crate::protocol::{Channel, ErrorCode, EventType, Inbound, Outgoing, Prepared};
+use crate::schema::Violations;
 use crate::server::Ended;
 use crate::tool::{Tool, ToolError};
 
@@ -31,10 +32,16 @@ pub(crate) struct Call {
     cancel_reason: Option<String>,
     /// A progress update of this call is waiting in the outbox.
     pub(super) progress_pending: bool,
+    /// Bytes of params held while the call waits (queued or being validated).
+    held: usize,
+    /// `TOOL_UPDATE QUEUED` was sent.
+    queued_sent: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
+    /// Large params being validated off the session task.
+    Validating,
     Queued,
     Running,
     Cancelling,
@@ -112,28 +119,32 @@ impl Session {
                 .call_ended(Ended::Failed, Some(received.elapsed()));
             return;
         };
-        // Step 4: validate.
+        // Step 4: validate; large params off the session task (HAIP.md §18.1).
         let params = match payload.remove("params") {
             None | Some(Value::Null) => Value::Object(Map::new()),
             Some(p) => p,
         };
-        let violations = tool.validate_params(&params);
-        if !violations.is_empty() {
-            let error =
-                ToolError::invalid_params(format!("Invalid params for tool {}", tool.name()))
-                    .with_details(Value::Array(
-                        violations.iter().map(|v| v.to_json()).collect(),
-                    ));
-            self.push(about(tool_done(&call_id, "ERROR", Some(error.to_result()))));
-            self.shared
-                .stats
-                .call_ended(Ended::Failed, Some(received.elapsed()));
-            return;
+        let size = self.inbound_len;
+        let large = size > LARGE_PARAMS;
+        if !large {
+            let found = tool.check_params(&params, self.config().max_violations);
+            if !found.is_empty() {
+                self.push(about(invalid_params(&call_id, tool.name(), &found)));
+                self.shared
+                    .stats
+                    .call_ended(Ended::Failed, Some(received.elapsed()));
+                return;
+            }
         }
-        // Step 5: admit.
-        let config = self.config();
-        let start_now = self.running < config.max_inflight_calls && self.waiting.is_empty();
-        if !start_now && self.waiting.len() >= config.max_queued_calls {
+        // Step 5: admit. A call being validated waits like a queued one, and
+        // the params of waiting calls are bounded in bytes as well as in number.
+        let config = &self.shared.config;
+        let max_violations = config.max_violations;
+        let start_now =
+            !large && self.running < config.max_inflight_calls && self.waiting.is_empty();
+        let too_many = self.waiting.len() + self.validating >= config.max_queued_calls
+            || self.held_bytes.saturating_add(size) > config.max_queued_bytes;
+        if !start_now && too_many {
             let error = ToolError::new(ErrorCode::RATE_LIMITED, "Too many tool calls in flight");
             self.push(about(tool_done(&call_id, "ERROR", Some(error.to_result()))));
             self.shared
@@ -144,27 +155,112 @@ impl Session {
         let key = CallKey(self.next_key);
         self.next_key += 1;
         self.active_ids.insert(call_id.clone(), key);
-        self.calls.insert(
-            key,
-            Call {
-                call_id,
-                tool,
-                params: Some(params),
-                run_id,
-                thread_id,
-                state: State::Queued,
-                cancel: CancellationToken::new(),
-                slot: Arc::new(ProgressSlot::default()),
-                received,
-                cancel_reason: None,
-                progress_pending: false,
-            },
-        );
+        let cancel = CancellationToken::new();
+        let mut call = Call {
+            call_id,
+            tool,
+            params: None,
+            run_id,
+            thread_id,
+            state: State::Queued,
+            cancel: cancel.clone(),
+            slot: Arc::new(ProgressSlot::default()),
+            received,
+            cancel_reason: None,
+            progress_pending: false,
+            held: 0,
+            queued_sent: false,
+        };
+        if large {
+            call.state = State::Validating;
+            call.held = size;
+            self.held_bytes += size;
+            self.validating += 1;
+            let limiter = Arc::clone(&self.shared.validations);
+            // Every validator busy: the call waits, and says so.
+            let waits = limiter.available_permits() == 0;
+            exec::validate(
+                key,
+                call.tool.clone(),
+                params,
+                max_violations,
+                limiter,
+                cancel,
+                self.events.clone(),
+            );
+            self.calls.insert(key, call);
+            if waits {
+                self.announce_queued(key);
+            }
+            return;
+        }
+        call.params = Some(params);
+        self.calls.insert(key, call);
         if start_now {
             self.start(key);
         } else {
-            self.waiting.push_back(key);
+            self.enqueue(key, size);
+        }
+    }
+
+    /// Puts an admitted call at the end of the queue (`QUEUED` unless said already).
+    fn enqueue(&mut self, key: CallKey, size: usize) {
+        let Some(call) = self.calls.get_mut(&key) else {
+            return;
+        };
+        if call.held == 0 {
+            call.held = size;
+            self.held_bytes += size;
+        }
+        call.state = State::Queued;
+        self.waiting.push_back(key);
+        self.announce_queued(key);
+    }
+
+    /// `TOOL_UPDATE QUEUED`, once per call.
+    fn announce_queued(&mut self, key: CallKey) {
+        if let Some(call) = self.calls.get_mut(&key)
+            && !call.queued_sent
+        {
+            call.queued_sent = true;
             self.push_update(key, json!({ "status": "QUEUED" }));
+        }
+    }
+
+    /// Params validated off the session task: the call is admitted, or ends
+    /// with `INVALID_PARAMS` (a validator that panicked: `INTERNAL_ERROR`).
+    fn validated(&mut self, key: CallKey, verdict: Validation) {
+        let Some(call) = self.calls.get_mut(&key) else {
+            return; // cancelled meanwhile
+        };
+        if call.state != State::Validating {
+            return;
+        }
+        self.validating -= 1;
+        let name = call.tool.name().to_owned();
+        match verdict {
+            Validation::Valid(params) => {
+                call.params = Some(params);
+                let size = call.held;
+                if self.running < self.config().max_inflight_calls && self.waiting.is_empty() {
+                    self.start(key);
+                } else {
+                    self.enqueue(key, size);
+                }
+            }
+            Validation::Invalid(found) => {
+                let result = invalid_params_result(&name, &found);
+                self.finish(key, "ERROR", Some(result), Ended::Failed);
+                self.calls.remove(&key);
+            }
+            Validation::Failed => {
+                let error = ToolError::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("Internal error validating params for tool {name}"),
+                );
+                self.finish(key, "ERROR", Some(error.to_result()), Ended::Failed);
+                self.calls.remove(&key);
+            }
         }
     }
 
@@ -180,6 +276,7 @@ impl Session {
             return;
         };
         call.state = State::Running;
+        self.held_bytes -= std::mem::take(&mut call.held);
         let params = call.params.take().unwrap_or(Value::Null);
         let sink = ProgressSink {
             key,
@@ -254,6 +351,7 @@ impl Session {
                     call.state = State::Done; // keeps its slot until the task stops
                 }
             }
+            CallEvent::Validated(key, verdict) => self.validated(key, *verdict),
             CallEvent::Finished(key, outcome) => {
                 self.running = self.running.saturating_sub(1);
                 if let Some(state) = self.calls.get(&key).map(|c| c.state) {
@@ -263,7 +361,7 @@ impl Session {
                             let reason = self.calls.get(&key).and_then(|c| c.cancel_reason.clone());
                             self.finish_cancelled(key, reason);
                         }
-                        State::Done | State::Queued => {}
+                        State::Done | State::Queued | State::Validating => {}
                     }
                     self.calls.remove(&key);
                 }
@@ -279,18 +377,19 @@ impl Session {
         let name = call.tool.name().to_owned();
         match outcome {
             Outcome::Returned(Ok(value)) => {
-                let violations = call.tool.validate_result(&value);
-                if !violations.is_empty() {
+                let found = call.tool.check_result(&value, self.config().max_violations);
+                if !found.is_empty() {
                     self.shared.stats.warnings.fetch_add(1, Relaxed);
-                    tracing::warn!(tool = %name, ?violations, "tool result violates its output schema");
+                    tracing::warn!(tool = %name, violations = ?found.listed, total = found.total, "tool result violates its output schema");
                     if self.shared.config.strict_output_validation {
-                        let error = ToolError::execution(format!(
+                        let mut result = ToolError::execution(format!(
                             "Result of tool {name} violates its output schema"
                         ))
-                        .with_details(Value::Array(
-                            violations.iter().map(|v| v.to_json()).collect(),
-                        ));
-                        self.finish(key, "ERROR", Some(error.to_result()), Ended::Failed);
+                        .with_details(found.details())
+                        .to_result();
+                        let (field, count) = found.total_field();
+                        result[field] = count.into();
+                        self.finish(key, "ERROR", Some(result), Ended::Failed);
                         return;
                     }
                 }
@@ -318,28 +417,48 @@ impl Session {
         self.finish(key, "CANCELLED", result, Ended::Cancelled);
     }
 
-    /// Issues the call's one `TOOL_DONE`, after any progress it reported.
+    /// Issues the call's one `TOOL_DONE`, after any progress it reported. A
+    /// `TOOL_DONE` longer than `max_outbound_message_bytes` becomes `TOOL_DONE
+    /// ERROR` code `RESULT_TOO_LARGE` (HAIP.md §18.1): still exactly one.
     fn finish(&mut self, key: CallKey, status: &str, result: Option<Value>, ended: Ended) {
         self.flush_progress(key);
+        let limit = self.config().max_outbound_message_bytes;
         let Some(call) = self.calls.get_mut(&key) else {
             return;
         };
         call.slot.close();
         call.state = State::Done;
         let latency = call.received.elapsed();
-        let done = Outgoing {
+        let about = |done: Outgoing| Outgoing {
             run_id: call.run_id.clone(),
             thread_id: call.thread_id.clone(),
-            ..tool_done(&call.call_id, status, result)
+            ..done
+        };
+        let (env, ended) = match Prepared::within(
+            &about(tool_done(&call.call_id, status, result)),
+            limit,
+        ) {
+            Ok(env) => (env, ended),
+            Err(size) => {
+                tracing::warn!(tool = %call.tool.name(), size, limit, "tool result too large to send");
+                let error = ToolError::new(
+                    ErrorCode::RESULT_TOO_LARGE,
+                    format!("Result of {size} bytes exceeds {limit}"),
+                )
+                .with_details(json!({ "size": size, "limit": limit }));
+                let done = tool_done(&call.call_id, "ERROR", Some(error.to_result()));
+                (Prepared::new(&about(done)), Ended::Failed)
+            }
         };
         let call_id = call.call_id.clone();
         self.active_ids.remove(&call_id);
-        self.push(done);
+        self.push_prepared(env, None);
         self.shared.stats.call_ended(ended, Some(latency));
     }
 
     /// Moves a reported progress value into the outbox, replacing an unsent one
-    /// of the same call (latest wins).
+    /// of the same call (latest wins). An update longer than
+    /// `max_outbound_message_bytes` is dropped (progress may be; HAIP.md §6.5).
     fn flush_progress(&mut self, key: CallKey) {
         let Some(call) = self.calls.get(&key) else {
             return;
@@ -354,63 +473,59 @@ impl Session {
         if let Some(partial) = partial {
             update["partial"] = partial;
         }
-        if call.progress_pending {
-            let payload = self.update_payload(key, update);
-            let queued = self.outbox.iter_mut().rev().find_map(|p| match p {
-                Pending::New { out, progress_of } if *progress_of == Some(key) => Some(out),
-                _ => None,
-            });
-            if let Some(out) = queued {
-                out.payload = payload;
+        let pending = call.progress_pending;
+        let env = Prepared::within(
+            &self.update(key, update),
+            self.config().max_outbound_message_bytes,
+        );
+        let env = match env {
+            Ok(env) => env,
+            Err(size) => {
+                tracing::warn!(call_id = %call.call_id, size, "progress update too large to send; dropped");
                 return;
             }
-            self.push_update_tagged(key, payload);
-        } else {
-            let payload = self.update_payload(key, update);
-            self.push_update_tagged(key, payload);
+        };
+        if pending {
+            let queued = self.outbox.iter_mut().rev().find_map(|p| match p {
+                Pending::New { env, progress_of } if *progress_of == Some(key) => Some(env),
+                _ => None,
+            });
+            if let Some(queued) = queued {
+                let old = std::mem::replace(queued, env);
+                let new_len = queued.len();
+                self.count_new(old.len(), false);
+                self.count_new(new_len, true);
+                return;
+            }
         }
+        if let Some(call) = self.calls.get_mut(&key) {
+            call.progress_pending = true;
+        }
+        self.push_prepared(env, Some(key));
     }
 
-    fn update_payload(&self, key: CallKey, fields: Value) -> Value {
-        let mut payload = json!({ "call_id": self.calls.get(&key).map(|c| c.call_id.as_str()) });
+    /// A `TOOL_UPDATE` of the call with these payload fields after `call_id`.
+    fn update(&self, key: CallKey, fields: Value) -> Outgoing {
+        let call = self.calls.get(&key);
+        let mut payload = json!({ "call_id": call.map(|c| c.call_id.as_str()) });
         if let (Value::Object(p), Value::Object(f)) = (&mut payload, fields) {
             p.extend(f);
         }
-        payload
-    }
-
-    fn push_update_tagged(&mut self, key: CallKey, payload: Value) {
-        let Some(call) = self.calls.get_mut(&key) else {
-            return;
-        };
-        call.progress_pending = true;
-        let out = Outgoing {
+        Outgoing {
             channel: Channel::Agent,
             event: EventType::ToolUpdate,
             payload,
-            run_id: call.run_id.clone(),
-            thread_id: call.thread_id.clone(),
-        };
-        self.outbox.push_back(Pending::New {
-            out,
-            progress_of: Some(key),
-        });
+            run_id: call.and_then(|c| c.run_id.clone()),
+            thread_id: call.and_then(|c| c.thread_id.clone()),
+        }
     }
 
     /// A `QUEUED`, `RUNNING` (announce) or `CANCELLING` update: never merged.
     fn push_update(&mut self, key: CallKey, fields: Value) {
-        let payload = self.update_payload(key, fields);
-        let Some(call) = self.calls.get(&key) else {
-            return;
-        };
-        let out = Outgoing {
-            channel: Channel::Agent,
-            event: EventType::ToolUpdate,
-            payload,
-            run_id: call.run_id.clone(),
-            thread_id: call.thread_id.clone(),
-        };
-        self.push(out);
+        if self.calls.contains_key(&key) {
+            let out = self.update(key, fields);
+            self.push(out);
+        }
     }
 
     /// `TOOL_CANCEL` (HAIP.md §6.7). Unknown, finished or cancelling calls are ignored.
@@ -425,8 +540,17 @@ impl Session {
             return;
         };
         match state {
-            State::Queued => {
-                self.waiting.retain(|k| *k != key);
+            State::Queued | State::Validating => {
+                if state == State::Validating {
+                    self.validating -= 1;
+                } else {
+                    self.waiting.retain(|k| *k != key);
+                }
+                if let Some(call) = self.calls.get_mut(&key) {
+                    self.held_bytes -= std::mem::take(&mut call.held);
+                    // A validation still waiting for its turn stops waiting.
+                    call.cancel.cancel();
+                }
                 self.push_update(key, json!({ "status": "CANCELLING" }));
                 self.finish_cancelled(key, reason);
                 self.calls.remove(&key);
@@ -469,7 +593,9 @@ impl Session {
         let mut keys: Vec<CallKey> = self
             .calls
             .iter()
-            .filter(|(_, c)| matches!(c.state, State::Queued | State::Running) && filter(c))
+            .filter(|(_, c)| {
+                matches!(c.state, State::Queued | State::Validating | State::Running) && filter(c)
+            })
             .map(|(k, _)| *k)
             .collect();
         keys.sort();
@@ -486,6 +612,9 @@ impl Drop for Session {
     /// The connection is gone and nothing will be delivered: stop every task.
     /// Calls still owed a `TOOL_DONE` count as cancelled.
     fn drop(&mut self) {
+        // Unsent envelopes leave the server's `outboundBytes` with the session.
+        let unsent = self.new_bytes as u64;
+        self.shared.stats.outbound_bytes.fetch_sub(unsent, Relaxed);
         for call in self.calls.values() {
             call.cancel.cancel();
             if call.state != State::Done {
@@ -493,6 +622,26 @@ impl Drop for Session {
             }
         }
     }
+}
+
+/// Params larger than this (the `TOOL_CALL`'s bytes) are validated off the
+/// session task (HAIP.md §18.1).
+pub(crate) const LARGE_PARAMS: usize = 64 * 1024;
+
+/// The `TOOL_DONE ERROR INVALID_PARAMS` of a call whose params were rejected.
+fn invalid_params(call_id: &str, tool: &str, found: &Violations) -> Outgoing {
+    tool_done(call_id, "ERROR", Some(invalid_params_result(tool, found)))
+}
+
+/// `{error, code: INVALID_PARAMS, details: [..max_violations], total}`
+/// (`total_at_least` when counting stopped early).
+fn invalid_params_result(tool: &str, found: &Violations) -> Value {
+    let mut result = ToolError::invalid_params(format!("Invalid params for tool {tool}"))
+        .with_details(found.details())
+        .to_result();
+    let (field, count) = found.total_field();
+    result[field] = count.into();
+    result
 }
 
 fn tool_done(call_id: &str, status: &str, result: Option<Value>) -> Outgoing {

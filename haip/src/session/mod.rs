@@ -18,14 +18,14 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::exec::{CallEvent, CallKey};
 use crate::hash::{FastMap, FastSet};
 use crate::protocol::{
     ACCEPT_MAJOR, Channel, DecodeError, ErrorCode, EventType, HAIP_VERSION, Inbound, Outgoing,
-    decode, now_millis, strict_schema_error,
+    Prepared, decode, now_millis, strict_schema_error,
 };
 use crate::server::{Config, Stats};
 use crate::tool::{Registry, StateMap};
@@ -46,6 +46,34 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CancellationToken,
     /// Sessions by id, live or parked, for resumption.
     pub(crate) store: Arc<dyn SessionStore>,
+    /// Validations of large params running off the session tasks, server-wide
+    /// (HAIP.md §18.1: at most `max(1, cores / 2)` at once).
+    pub(crate) validations: Arc<Semaphore>,
+}
+
+impl Shared {
+    pub(crate) fn new(config: Config, registry: Registry, state: StateMap) -> Shared {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        Shared {
+            config,
+            registry,
+            state: Arc::new(state),
+            stats: Stats::new(),
+            shutdown: CancellationToken::new(),
+            store: Arc::new(InMemorySessionStore::default()),
+            validations: Arc::new(Semaphore::new((cores / 2).max(1))),
+        }
+    }
+
+    /// A server's shared state with `config`, the built-in tools and nothing else.
+    #[cfg(test)]
+    pub(crate) fn for_tests(config: Config) -> Arc<Shared> {
+        let registry = Registry::default();
+        for tool in crate::tool::builtin::tools() {
+            registry.register(tool);
+        }
+        Arc::new(Shared::new(config, registry, StateMap::default()))
+    }
 }
 
 /// Which kind of transport carries the session (it changes what `HAI` advertises).
@@ -59,10 +87,12 @@ pub(crate) enum TransportKind {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Control {
     Continue,
-    /// Write what is committed, then close with this code and reason.
+    /// Write what is committed, then close with this code and reason;
+    /// `keep_session` says whether the session stays resumable.
     Close {
         code: u16,
         reason: &'static str,
+        keep_session: bool,
     },
     /// The client asks to resume another session (HAIP.md §11.3).
     Resume(Box<ResumeRequest>),
@@ -73,11 +103,30 @@ enum Pending {
     /// Not yet committed; progress updates remember their call so a newer
     /// report can replace them while they wait (HAIP.md §6.5).
     New {
-        out: Outgoing,
+        env: Prepared,
         progress_of: Option<CallKey>,
     },
-    /// Committed earlier, re-sent unchanged from the replay window.
-    Replay(Bytes),
+    /// Envelopes committed earlier, re-sent unchanged from the replay window
+    /// one at a time as the socket drains (a `REPLAY_REQUEST`, a resumption).
+    Replay(VecDeque<Bytes>),
+}
+
+/// Why a connection cannot keep up (HAIP.md §12.2, §18.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Overflow {
+    /// More than `max_outbound_queue` envelopes wait.
+    Queue,
+    /// More than `max_outbound_bytes` wait behind the next one to be written.
+    Bytes,
+}
+
+/// What waits in the outbox, for back-pressure (HAIP.md §18.1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Backlog {
+    /// Envelopes waiting, replayed ones included.
+    pub(crate) envelopes: usize,
+    /// Their bytes.
+    pub(crate) bytes: usize,
 }
 
 pub(crate) struct Session {
@@ -86,6 +135,12 @@ pub(crate) struct Session {
     transport: TransportKind,
     next_seq: u64,
     outbox: VecDeque<Pending>,
+    /// Uncommitted envelopes in the outbox, and their bytes.
+    new_envelopes: usize,
+    new_bytes: usize,
+    /// Replayed envelopes in the outbox, and their bytes.
+    replay_envelopes: usize,
+    replay_bytes: usize,
     window: ReplayWindow,
     inbound_credit: InboundCredit,
     gate: OutboundGate,
@@ -99,6 +154,12 @@ pub(crate) struct Session {
     waiting: VecDeque<CallKey>,
     /// Tasks holding a concurrency slot (a timed-out task keeps it until it stops).
     running: usize,
+    /// Calls whose params are being validated off the session task.
+    validating: usize,
+    /// Bytes of params held by calls waiting to run (queued or validating).
+    held_bytes: usize,
+    /// Bytes of the inbound unit being handled.
+    inbound_len: usize,
     next_key: u64,
     /// The client's `accept_events`, when it sent one.
     accept_events: Option<FastSet<String>>,
@@ -138,6 +199,10 @@ impl Session {
             transport,
             next_seq: 1,
             outbox: VecDeque::new(),
+            new_envelopes: 0,
+            new_bytes: 0,
+            replay_envelopes: 0,
+            replay_bytes: 0,
             window,
             inbound_credit,
             gate: OutboundGate::default(),
@@ -147,6 +212,9 @@ impl Session {
             active_ids: FastMap::default(),
             waiting: VecDeque::new(),
             running: 0,
+            validating: 0,
+            held_bytes: 0,
+            inbound_len: 0,
             next_key: 0,
             accept_events: None,
             runs: FastSet::default(),
@@ -200,10 +268,90 @@ impl Session {
     // ----- outbox -------------------------------------------------------------
 
     fn push(&mut self, out: Outgoing) {
-        self.outbox.push_back(Pending::New {
-            out,
-            progress_of: None,
-        });
+        let env = Prepared::new(&out);
+        self.push_prepared(env, None);
+    }
+
+    /// Queues an envelope. One larger than `max_outbound_message_bytes` is
+    /// dropped and logged: the session's own envelopes are checked before
+    /// they get here (`TOOL_DONE` becomes `RESULT_TOO_LARGE`, progress is
+    /// dropped), so only an outsized schema or tool list can reach this.
+    fn push_prepared(&mut self, env: Prepared, progress_of: Option<CallKey>) {
+        let limit = self.config().max_outbound_message_bytes;
+        if env.len() > limit {
+            tracing::error!(
+                event = env.event().as_str(),
+                size = env.len(),
+                limit,
+                "outbound envelope over max_outbound_message_bytes dropped"
+            );
+            return;
+        }
+        self.count_new(env.len(), true);
+        self.outbox.push_back(Pending::New { env, progress_of });
+    }
+
+    /// Queues envelopes committed earlier, to be re-sent as the socket drains.
+    fn push_replay(&mut self, texts: Vec<Bytes>, at_front: bool) {
+        if texts.is_empty() {
+            return;
+        }
+        self.replay_envelopes += texts.len();
+        self.replay_bytes += texts.iter().map(Bytes::len).sum::<usize>();
+        let entry = Pending::Replay(texts.into());
+        if at_front {
+            self.outbox.push_front(entry);
+        } else {
+            self.outbox.push_back(entry);
+        }
+    }
+
+    /// Counts an uncommitted envelope in (`added`) or out of the outbox, here
+    /// and in the server's `outboundBytes`.
+    fn count_new(&mut self, bytes: usize, added: bool) {
+        let gauge = &self.shared.stats.outbound_bytes;
+        if added {
+            self.new_envelopes += 1;
+            self.new_bytes += bytes;
+            gauge.fetch_add(bytes as u64, Relaxed);
+        } else {
+            self.new_envelopes -= 1;
+            self.new_bytes -= bytes;
+            gauge.fetch_sub(bytes as u64, Relaxed);
+        }
+    }
+
+    /// What waits to be written: uncommitted and replayed envelopes.
+    pub(crate) fn backlog(&self) -> Backlog {
+        Backlog {
+            envelopes: self.new_envelopes + self.replay_envelopes,
+            bytes: self.new_bytes + self.replay_bytes,
+        }
+    }
+
+    /// Whether the client is not keeping up: more than `max_outbound_queue`
+    /// uncommitted envelopes, or more than `max_outbound_bytes` of them behind
+    /// the next one to go (so a single large result never counts against
+    /// itself). Replays are not counted: they are fed as the socket drains.
+    pub(crate) fn overflow(&self) -> Option<Overflow> {
+        let config = self.config();
+        if self.new_envelopes > config.max_outbound_queue {
+            return Some(Overflow::Queue);
+        }
+        if self.new_bytes > config.max_outbound_bytes {
+            let head = self
+                .outbox
+                .iter()
+                .find_map(|p| match p {
+                    Pending::New { env, .. } => Some(env.len()),
+                    Pending::Replay(_) => None,
+                })
+                .unwrap_or(0);
+            if self.new_bytes - head > config.max_outbound_bytes {
+                return Some(Overflow::Bytes);
+            }
+        }
+        None
     }
 
     /// Whether something is waiting to be committed and written.
@@ -220,38 +368,41 @@ impl Session {
             return (!self.outbox.is_empty()).then_some(0);
         }
         self.outbox.iter().position(|p| match p {
-            Pending::New { out, .. } => self.gate.open(out.channel, strict),
+            Pending::New { env, .. } => self.gate.open(env.channel(), strict),
             Pending::Replay(_) => true,
         })
-    }
-
-    /// Whether the outbox has outgrown `max_outbound_queue`: the client is not
-    /// reading, and the connection must be dropped (HAIP.md §12.2).
-    pub(crate) fn overflowed(&self) -> bool {
-        self.outbox.len() > self.config().max_outbound_queue
     }
 
     /// Commits the next envelope (assigns its `seq`, keeps it in the replay
     /// window) and returns its JSON text; replayed envelopes come out unchanged.
     pub(crate) fn commit_next(&mut self) -> Option<Bytes> {
         let index = self.next_ready()?;
-        let (out, progress_of) = match self.outbox.remove(index)? {
-            Pending::New { out, progress_of } => (out, progress_of),
-            Pending::Replay(text) => return Some(text),
+        if let Some(Pending::Replay(texts)) = self.outbox.get_mut(index) {
+            let text = texts.pop_front();
+            if texts.is_empty() {
+                self.outbox.remove(index);
+            }
+            let text = text?;
+            self.replay_envelopes -= 1;
+            self.replay_bytes -= text.len();
+            return Some(text);
+        }
+        let Some(Pending::New { env, progress_of }) = self.outbox.remove(index) else {
+            return None;
         };
+        self.count_new(env.len(), false);
         if let Some(key) = progress_of
             && let Some(call) = self.calls.get_mut(&key)
         {
             call.progress_pending = false;
         }
-        if out.event == EventType::Error {
+        if env.event() == EventType::Error {
             self.shared.stats.errors.fetch_add(1, Relaxed);
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        let channel = out.channel;
-        let text = Bytes::from(out.encode(&self.id, seq, now_millis()));
-        self.gate.spend(channel, text.len() as u64);
+        let text = Bytes::from(env.encode(&self.id, seq, now_millis()));
+        self.gate.spend(env.channel(), text.len() as u64);
         self.window.keep(seq, text.clone());
         Some(text)
     }
@@ -321,6 +472,7 @@ impl Session {
                 Control::Continue
             }
             Ok(mut inbound) => {
+                self.inbound_len = text.len();
                 self.shared.stats.total_messages.fetch_add(1, Relaxed);
                 let first = !self.received_any;
                 self.received_any = true;
@@ -392,6 +544,7 @@ impl Session {
         Control::Close {
             code: 1009,
             reason: "message too large",
+            keep_session: true,
         }
     }
 
@@ -473,6 +626,7 @@ impl Session {
                 return Control::Close {
                     code: 1002,
                     reason: "version incompatible",
+                    keep_session: false,
                 };
             }
         }
@@ -590,7 +744,7 @@ impl Session {
         }
         let to = to.and_then(crate::protocol::u64_loose);
         match self.window.range(from.unwrap_or(0), to, self.next_seq) {
-            Ok(texts) => self.outbox.extend(texts.into_iter().map(Pending::Replay)),
+            Ok(texts) => self.push_replay(texts, false),
             Err(too_old) => self.error(
                 ErrorCode::REPLAY_TOO_OLD,
                 "Requested envelopes are no longer kept",

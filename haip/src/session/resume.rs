@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 
 use super::flow::Amount;
 use super::{Session, TransportKind};
-use crate::protocol::{Channel, ErrorCode, EventType, Outgoing};
+use crate::protocol::{Channel, ErrorCode, EventType, Outgoing, Prepared};
 
 /// A client `HAI` asking to resume another session, as the first envelope
 /// on its connection.
@@ -95,15 +95,14 @@ impl Session {
             .unwrap_or_default();
         let mut payload = self.hai_payload();
         payload["last_rx_seq"] = Value::String(self.last_rx_seq.to_string());
-        let confirm = super::Pending::New {
-            out: Outgoing::new(Channel::System, EventType::Hai, payload),
+        // Ahead of anything still uncommitted (held by a paused channel, say):
+        // the missed envelopes, then the confirming HAI.
+        let confirm = Prepared::new(&Outgoing::new(Channel::System, EventType::Hai, payload));
+        self.count_new(confirm.len(), true);
+        self.outbox.push_front(super::Pending::New {
+            env: confirm,
             progress_of: None,
-        };
-        // Ahead of anything still uncommitted (held by a paused channel, say).
-        let rest = std::mem::take(&mut self.outbox);
-        self.outbox
-            .extend(missed.into_iter().map(super::Pending::Replay));
-        self.outbox.push_back(confirm);
-        self.outbox.extend(rest);
+        });
+        self.push_replay(missed, true);
     }
 }

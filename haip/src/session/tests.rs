@@ -5,12 +5,11 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::Context;
 use crate::exec::CallEvent;
-use crate::server::{Config, Stats};
+use crate::server::Config;
 use crate::tool::{Registry, Tool, ToolError, builtin};
 
 struct Harness {
@@ -25,14 +24,7 @@ impl Harness {
         for tool in builtin::tools().into_iter().chain(tools) {
             registry.register(tool);
         }
-        let shared = Arc::new(Shared {
-            config,
-            registry,
-            state: Default::default(),
-            stats: Stats::new(),
-            shutdown: CancellationToken::new(),
-            store: Arc::new(InMemorySessionStore::default()),
-        });
+        let shared = Arc::new(Shared::new(config, registry, Default::default()));
         let (tx, events) = mpsc::unbounded_channel();
         let mut h = Harness {
             session: Session::new(shared, TransportKind::WebSocket, tx, None),
@@ -99,15 +91,11 @@ fn gate_tool(name: &str, gate: Arc<tokio::sync::Notify>) -> Tool {
 
 #[tokio::test]
 async fn hai_is_first_and_matches_the_spec() {
-    let registry = Registry::default();
-    let shared = Arc::new(Shared {
-        config: Config::default(),
-        registry,
-        state: Default::default(),
-        stats: Stats::new(),
-        shutdown: CancellationToken::new(),
-        store: Arc::new(InMemorySessionStore::default()),
-    });
+    let shared = Arc::new(Shared::new(
+        Config::default(),
+        Registry::default(),
+        Default::default(),
+    ));
     let (tx, _rx) = mpsc::unbounded_channel();
     let mut session = Session::new(shared, TransportKind::Stream, tx, None);
     let hai: Value = serde_json::from_slice(&session.commit_next().unwrap()).unwrap();
@@ -375,7 +363,8 @@ async fn version_check_and_resumption_attempts() {
         control,
         Control::Close {
             code: 1002,
-            reason: "version incompatible"
+            reason: "version incompatible",
+            keep_session: false,
         }
     );
     assert_eq!(
@@ -456,9 +445,73 @@ async fn outbox_overflow_is_detected() {
     for _ in 0..16 {
         h.send(json!({"type": "PING", "payload": {}}));
     }
-    assert!(!h.session.overflowed());
+    assert_eq!(h.session.overflow(), None);
     h.send(json!({"type": "PING", "payload": {}}));
-    assert!(h.session.overflowed());
+    assert_eq!(h.session.overflow(), Some(Overflow::Queue));
+}
+
+#[tokio::test]
+async fn outbound_bytes_are_counted_and_overflow_behind_the_next_envelope() {
+    let config = Config {
+        max_outbound_bytes: 8192,
+        ..Config::default()
+    };
+    let mut h = Harness::new(config, vec![]);
+    let nonce = "n".repeat(3000);
+    // One envelope larger than the budget on its own is not an overflow:
+    // only what waits behind the next one to be written counts.
+    h.send(json!({"type": "PING", "payload": {"nonce": "x".repeat(9000)}}));
+    assert!(
+        h.session.backlog().bytes > 9000,
+        "{:?}",
+        h.session.backlog()
+    );
+    assert_eq!(h.session.overflow(), None);
+    h.out();
+    assert_eq!(h.session.backlog(), Backlog::default());
+    for _ in 0..3 {
+        h.send(json!({"type": "PING", "payload": {"nonce": nonce}}));
+    }
+    assert_eq!(h.session.overflow(), None, "{:?}", h.session.backlog());
+    h.send(json!({"type": "PING", "payload": {"nonce": nonce}}));
+    assert_eq!(h.session.overflow(), Some(Overflow::Bytes));
+    let backlog = h.session.backlog();
+    assert_eq!(backlog.envelopes, 4);
+    assert!(backlog.bytes > 4 * 3000, "{backlog:?}");
+    // Committing counts them out again.
+    assert_eq!(h.out().len(), 4);
+    assert_eq!(h.session.backlog(), Backlog::default());
+    assert_eq!(h.session.overflow(), None);
+}
+
+#[tokio::test]
+async fn replays_are_fed_one_by_one_and_never_overflow() {
+    let config = Config {
+        max_outbound_queue: 16,
+        replay_window_bytes: 1 << 20,
+        ..Config::default()
+    };
+    let mut h = Harness::new(config, vec![]);
+    for _ in 0..100 {
+        h.send(json!({"type": "PING", "payload": {}}));
+        h.out();
+    }
+    h.send(json!({"type": "REPLAY_REQUEST", "payload": {"from_seq": "1"}}));
+    let backlog = h.session.backlog();
+    assert_eq!(backlog.envelopes, 101, "HAI and 100 PONGs: {backlog:?}");
+    assert_eq!(
+        h.session.overflow(),
+        None,
+        "replays do not count against the queue"
+    );
+    let mut seen = 0;
+    while let Some(text) = h.session.commit_next() {
+        let v: Value = serde_json::from_slice(&text).unwrap();
+        seen += 1;
+        assert_eq!(v["seq"], seen.to_string(), "re-sent in order, unchanged");
+    }
+    assert_eq!(seen, 101);
+    assert_eq!(h.session.backlog(), Backlog::default());
 }
 
 #[tokio::test]
@@ -681,4 +734,119 @@ async fn strict_envelope_requires_the_schema_and_drops_stale_seqs() {
     h.send(json!({"id": id(9), "payload": {}}));
     let out = h.out();
     assert_eq!(out[0]["payload"]["detail"]["reason"], "missing type");
+}
+
+/// A tool with a closed schema `{s: string}` that echoes `s`.
+fn closed_tool() -> Tool {
+    Tool::builder("closed")
+        .input_schema(json!({
+            "type": "object",
+            "properties": {"s": {"type": "string"}},
+            "additionalProperties": false
+        }))
+        .handler(|params: Value, _ctx: crate::Context| async move {
+            Ok::<_, ToolError>(json!({ "len": params["s"].as_str().map_or(0, str::len) }))
+        })
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn large_params_are_validated_off_the_session_task_with_capped_details() {
+    let mut h = Harness::new(Config::default(), vec![closed_tool()]);
+    let mut params = Map::new();
+    for i in 0..20_000 {
+        params.insert(format!("k{i:05}"), json!(i));
+    }
+    params.insert("s".into(), json!(7));
+    h.send(call("big", "closed", Value::Object(params)));
+    assert!(
+        h.out().iter().all(|v| v["type"] != "TOOL_DONE"),
+        "the verdict comes from the validation task, not the session's"
+    );
+    let out = h.run_until_done(1).await;
+    let done = out.last().unwrap();
+    let result = &done["payload"]["result"];
+    assert_eq!(result["code"], "INVALID_PARAMS", "{result}");
+    assert_eq!(result["total"], 20_001);
+    let details = result["details"].as_array().unwrap();
+    assert_eq!(details.len(), 20, "max_violations");
+    assert_eq!(details[0]["path"], "/k00000");
+    let text = done.to_string();
+    assert!(text.len() < 4096, "{} bytes", text.len());
+
+    // Valid large params run the tool.
+    h.send(call("ok", "closed", json!({"s": "x".repeat(100_000)})));
+    let out = h.run_until_done(1).await;
+    assert_eq!(
+        out.last().unwrap()["payload"],
+        json!({"call_id": "ok", "status": "OK", "result": {"len": 100_000}})
+    );
+    assert!(h.session.is_idle());
+}
+
+#[tokio::test]
+async fn a_call_waiting_for_a_validator_is_queued_and_can_be_cancelled() {
+    let mut h = Harness::new(Config::default(), vec![closed_tool()]);
+    let limiter = Arc::clone(&h.session.shared.validations);
+    let permits = limiter.available_permits() as u32;
+    let busy = limiter.acquire_many(permits).await.unwrap();
+    h.send(call("w", "closed", json!({"s": "x".repeat(100_000)})));
+    assert_eq!(
+        h.out()[0]["payload"],
+        json!({"call_id": "w", "status": "QUEUED"})
+    );
+    h.send(json!({"type": "TOOL_CANCEL", "payload": {"call_id": "w", "reason": "no"}}));
+    let out = h.out();
+    assert_eq!(out[0]["payload"]["status"], "CANCELLING");
+    assert_eq!(
+        out[1]["payload"],
+        json!({"call_id": "w", "status": "CANCELLED", "result": {"reason": "no"}})
+    );
+    assert!(h.session.is_idle());
+    drop(busy);
+    // The id is free again and the validator works for the next call.
+    h.send(call("w", "closed", json!({"s": "y".repeat(70_000)})));
+    let out = h.run_until_done(1).await;
+    assert_eq!(out.last().unwrap()["payload"]["status"], "OK");
+    assert_eq!(
+        out.iter().filter(|v| v["type"] == "TOOL_DONE").count(),
+        1,
+        "{out:?}"
+    );
+}
+
+#[tokio::test]
+async fn waiting_calls_are_bounded_in_bytes() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let config = Config {
+        max_inflight_calls: 1,
+        max_queued_bytes: 100_000,
+        ..Config::default()
+    };
+    let mut h = Harness::new(config, vec![gate_tool("gate", gate.clone())]);
+    let blob = "x".repeat(40_000);
+    h.send(call("a", "gate", json!({})));
+    h.send(call("b", "gate", json!({"blob": blob})));
+    h.send(call("c", "gate", json!({"blob": blob})));
+    h.send(call("d", "gate", json!({"blob": blob})));
+    let out = h.out();
+    let statuses: Vec<(&Value, &Value)> = out
+        .iter()
+        .map(|v| (&v["payload"]["call_id"], &v["payload"]["status"]))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            (&json!("b"), &json!("QUEUED")),
+            (&json!("c"), &json!("QUEUED")),
+            (&json!("d"), &json!("ERROR"))
+        ]
+    );
+    assert_eq!(out[2]["payload"]["result"]["code"], "RATE_LIMITED");
+    // Starting a queued call frees its bytes.
+    gate.notify_one();
+    h.run_until_done(1).await;
+    h.send(call("e", "gate", json!({"blob": blob})));
+    assert_eq!(h.out()[0]["payload"]["status"], "QUEUED");
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::Context;
-use crate::schema::{CompiledSchema, Violation};
+use crate::schema::{CompiledSchema, Violation, Violations};
 
 pub use error::ToolError;
 pub use extract::{Injected, Params, State};
@@ -178,13 +178,18 @@ impl Tool {
         self.inner.input.violations(params)
     }
 
-    /// Every violation of the output schema by `result` (empty when valid or undeclared).
-    pub(crate) fn validate_result(&self, result: &Value) -> Vec<Violation> {
-        self.inner
-            .output
-            .as_ref()
-            .map(|s| s.violations(result))
-            .unwrap_or_default()
+    /// The first `max` violations of the input schema by `params`, and how many there are.
+    pub(crate) fn check_params(&self, params: &Value, max: usize) -> Violations {
+        self.inner.input.check(params, max)
+    }
+
+    /// The first `max` violations of the output schema by `result` (none when
+    /// valid or undeclared), and how many there are.
+    pub(crate) fn check_result(&self, result: &Value, max: usize) -> Violations {
+        match &self.inner.output {
+            Some(schema) => schema.check(result, max),
+            None => Violations::default(),
+        }
     }
 
     /// The state types its handler needs.

@@ -1,31 +1,52 @@
 //! The loop every transport runs: inbound units and call events into the
 //! session, committed envelopes out to the transport's writer, heartbeat,
-//! idle timeout and graceful shutdown. Transports only adapt their framing.
+//! idle timeout, back-pressure and graceful shutdown. Transports only adapt
+//! their framing.
+//!
+//! Back-pressure (HAIP.md §18.1): the writer is handed committed envelopes
+//! only while it holds less than [`WRITER_BUDGET`] bytes, so a client that
+//! stops reading leaves the rest uncommitted in the session's outbox, where
+//! the bytes are counted. Above half of `max_outbound_bytes` the driver stops
+//! taking input from the connection (TCP pushes back on the client; running
+//! calls go on); when the outbox overflows, the connection is closed `too
+//! slow` and the session kept for resumption.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::exec::CallEvent;
-use std::sync::Arc;
-
-use crate::session::{Attached, Control, ResumeRequest, Session, Shared, Takeover, park};
+use crate::session::{Attached, Control, Overflow, ResumeRequest, Session, Shared, Takeover, park};
 
 /// One inbound unit, already framed by the transport.
 pub(crate) enum Unit {
     /// One envelope's text (a WebSocket text message, an NDJSON line, ...).
     Text(String),
-    /// Envelopes of one upstream POST, handled in order; the sender learns when
-    /// they have been handled.
-    Batch(Vec<String>, oneshot::Sender<()>),
+    /// The envelopes of one upstream POST, handled in order as they arrive
+    /// and as the connection drains.
+    Batch(Batch),
     /// A unit over `max_message_bytes`: reported, then the connection closes.
     TooLarge,
+    /// Inbound traffic with nothing to handle (a WebSocket ping or pong): it
+    /// only shows the client is there (`idle_timeout`).
+    Activity,
     /// The client's side of the connection failed (a request body that broke
     /// off): the connection is lost.
     Lost,
+}
+
+/// The envelopes of one upstream POST (HAIP.md §15.4), decoded from its body
+/// as it arrives.
+pub(crate) struct Batch {
+    /// Each envelope's text, in order; closed after the last.
+    pub(crate) envelopes: mpsc::Receiver<String>,
+    /// Told when every envelope has been handled.
+    pub(crate) done: oneshot::Sender<()>,
 }
 
 /// One outbound frame for the transport's writer.
@@ -42,22 +63,30 @@ pub(crate) enum Frame {
 /// How the session's connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ended {
-    /// A `Close` frame with this code was handed to the writer.
-    Closed(u16),
+    /// A `Close` frame with this code was handed to the writer; `keep` says
+    /// whether the session outlives the connection.
+    Closed { code: u16, keep: bool },
     /// The client went away (or the writer did).
     Gone,
-    /// The client stopped reading and the outbound queue overflowed: nothing
-    /// more can reach it.
-    Overflowed,
+    /// The client did not read fast enough (the outbox overflowed): closed
+    /// with 1008, though the close frame may never reach it.
+    TooSlow,
+    /// A close was decided, but the client did not take what was queued
+    /// for it in time: nothing more can reach it. `keep` as for `Closed`.
+    Abandoned { keep: bool },
     /// Another connection resumed the session.
     HandedOver,
 }
 
 impl Ended {
     /// Whether the session outlives its connection, resumable (HAIP.md §11.3):
-    /// not after shutdown or a version mismatch.
+    /// not after shutdown, a version mismatch or a takeover.
     pub(crate) fn keeps_session(self) -> bool {
-        !matches!(self, Ended::Closed(1001 | 1002) | Ended::HandedOver)
+        match self {
+            Ended::Closed { keep, .. } | Ended::Abandoned { keep } => keep,
+            Ended::Gone | Ended::TooSlow => true,
+            Ended::HandedOver => false,
+        }
     }
 }
 
@@ -74,15 +103,91 @@ pub(crate) struct Options {
     pub(crate) on_resumed: Option<OnResumed>,
 }
 
-/// Messages handed to a writer at once; beyond this the session's outbox holds
-/// envelopes uncommitted, where progress can still be merged.
-pub(crate) const WRITE_QUEUE: usize = 32;
-
-/// How long the last frame may wait for room in the writer's queue.
-const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes of committed envelopes a writer may hold that it has not written
+/// yet; beyond them, envelopes wait uncommitted in the session's outbox
+/// (where progress can still be merged and bytes are counted). A single
+/// larger envelope is handed over when the writer holds nothing.
+pub(crate) const WRITER_BUDGET: usize = 256 * 1024;
 
 /// How long a resumption waits for the session's current owner.
 const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the last frames may take once shutdown has cancelled the calls.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The bytes a connection's writer holds but has not written yet, shared by
+/// the driver (which adds) and the writer (which takes away and wakes the
+/// driver). Counted in the server's `outboundBytes` too.
+pub(crate) struct WriteMeter {
+    bytes: AtomicUsize,
+    drained: Notify,
+    shared: Arc<Shared>,
+}
+
+impl WriteMeter {
+    pub(crate) fn new(shared: Arc<Shared>) -> Arc<WriteMeter> {
+        Arc::new(WriteMeter {
+            bytes: AtomicUsize::new(0),
+            drained: Notify::new(),
+            shared,
+        })
+    }
+
+    /// Bytes handed to the writer and not yet written.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes.load(Relaxed)
+    }
+
+    fn handed(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, Relaxed);
+        let gauge = &self.shared.stats.outbound_bytes;
+        gauge.fetch_add(bytes as u64, Relaxed);
+    }
+
+    /// The writer wrote `bytes`: count them out and wake the driver.
+    pub(crate) fn written(&self, bytes: usize) {
+        self.bytes.fetch_sub(bytes, Relaxed);
+        let gauge = &self.shared.stats.outbound_bytes;
+        gauge.fetch_sub(bytes as u64, Relaxed);
+        self.drained.notify_one();
+    }
+}
+
+impl Drop for WriteMeter {
+    fn drop(&mut self) {
+        // Frames the writer never wrote leave the server's count with it.
+        let unwritten = *self.bytes.get_mut() as u64;
+        self.shared
+            .stats
+            .outbound_bytes
+            .fetch_sub(unwritten, Relaxed);
+    }
+}
+
+/// The writer's end of a connection: frames go out through `frames`, and
+/// `meter` counts what has not been written yet.
+pub(crate) struct Writer {
+    pub(crate) frames: mpsc::UnboundedSender<Frame>,
+    pub(crate) meter: Arc<WriteMeter>,
+}
+
+impl Writer {
+    /// Hands over one frame; false when the writer has gone.
+    pub(crate) fn send(&self, frame: Frame) -> bool {
+        if let Frame::Envelope(text) = &frame {
+            self.meter.handed(text.len());
+        }
+        match self.frames.send(frame) {
+            Ok(()) => true,
+            Err(mpsc::error::SendError(frame)) => {
+                if let Frame::Envelope(text) = &frame {
+                    self.meter.written(text.len());
+                }
+                false
+            }
+        }
+    }
+}
 
 /// Puts a new session on a connection: registers it for resumption.
 pub(crate) fn attach(
@@ -103,11 +208,7 @@ pub(crate) fn detach(ended: Ended, attached: Option<Attached>, shared: &Shared) 
     let Some(attached) = attached else { return };
     // Detached sessions are bounded like connected ones: beyond
     // `max_sessions` a lost session is not kept.
-    let room = shared
-        .stats
-        .detached_sessions
-        .load(std::sync::atomic::Ordering::Relaxed)
-        < shared.config.max_sessions as u64;
+    let room = shared.stats.detached_sessions.load(Relaxed) < shared.config.max_sessions as u64;
     if ended.keeps_session() && room && !shared.shutdown.is_cancelled() {
         park(attached, Arc::clone(&shared.store), shared);
     } else {
@@ -115,12 +216,22 @@ pub(crate) fn detach(ended: Ended, attached: Option<Attached>, shared: &Shared) 
     }
 }
 
+/// Whether the driver takes more input: not while the client has this much
+/// waiting for it (HAIP.md §18.1: above half of `max_outbound_bytes`, or of
+/// `max_outbound_queue`).
+fn backlog_allows_input(session: &Session, writer: &Writer, shared: &Shared) -> bool {
+    let backlog = session.backlog();
+    let config = &shared.config;
+    backlog.bytes.saturating_add(writer.meter.bytes()) <= config.max_outbound_bytes / 2
+        && backlog.envelopes <= config.max_outbound_queue / 2
+}
+
 /// Runs the session until its connection ends; gives it back unless another
 /// connection took it over.
 pub(crate) async fn drive<S>(
     mut attached: Attached,
     inbound: S,
-    out: &mpsc::Sender<Frame>,
+    writer: &Writer,
     shared: &Shared,
     mut options: Options,
 ) -> (Ended, Option<Attached>)
@@ -141,42 +252,61 @@ where
     // their grace period, the last frames a little more.
     let give_up = tokio::time::sleep(Duration::from_secs(86_400));
     tokio::pin!(give_up);
-    let mut close: Option<(u16, &'static str)> = None;
+    let mut close: Option<(u16, &'static str, bool)> = None;
+    // Once a close is decided, the client gets a bounded time to take what
+    // is still queued for it.
+    let mut closing_armed = false;
+    // The upstream POST being handled, envelope by envelope.
+    let mut batch: Option<Batch> = None;
     // Made once, not per turn of the loop: each of these registers a waiter
     // (behind a lock) when first polled and unregisters it when dropped.
     let shutdown = shared.shutdown.clone().cancelled_owned();
     tokio::pin!(shutdown);
-    let closed = out.closed();
+    let closed = writer.frames.closed();
     tokio::pin!(closed);
     let mut tool_changes = shared.registry.subscribe();
     loop {
         let session = &mut attached.session;
-        if session.overflowed() {
-            return (Ended::Overflowed, Some(attached));
+        if let Some(overflow) = session.overflow() {
+            let reason = match overflow {
+                Overflow::Queue => "outbound queue overflow",
+                Overflow::Bytes => "too slow",
+            };
+            tracing::warn!(reason, "client not reading; closing the connection");
+            shared.stats.closed_too_slow.fetch_add(1, Relaxed);
+            // Best effort: a client that starts reading again sees why.
+            writer.send(Frame::Close { code: 1008, reason });
+            return (Ended::TooSlow, Some(attached));
         }
         if shutting_down && close.is_none() && session.is_idle() {
-            close = Some((1001, "server shutdown"));
+            close = Some((1001, "server shutdown", false));
         }
-        if let Some((code, reason)) = close
-            && !session.has_outbound()
-        {
-            // A client that stopped reading must not hold the close (and so
-            // graceful shutdown) up for ever.
-            return match tokio::time::timeout(
-                CLOSE_TIMEOUT,
-                out.send(Frame::Close { code, reason }),
-            )
-            .await
-            {
-                Ok(Ok(())) => (Ended::Closed(code), Some(attached)),
-                Ok(Err(_)) => (Ended::Gone, Some(attached)),
-                Err(_) => (Ended::Overflowed, Some(attached)),
+        // Hand the writer what it has room for.
+        while session.has_outbound() && writer.meter.bytes() < WRITER_BUDGET {
+            let Some(text) = session.commit_next() else {
+                break;
             };
+            if !writer.send(Frame::Envelope(text)) {
+                return (Ended::Gone, Some(attached));
+            }
         }
-        let reading = close.is_none() && !shutting_down;
+        if let Some((code, reason, keep)) = close {
+            if !session.has_outbound() {
+                writer.send(Frame::Close { code, reason });
+                return (Ended::Closed { code, keep }, Some(attached));
+            }
+            if !closing_armed && !shutting_down {
+                closing_armed = true;
+                give_up.as_mut().reset(Instant::now() + CLOSE_TIMEOUT);
+            }
+        }
+        let open = close.is_none() && !shutting_down;
+        let input = open && backlog_allows_input(session, writer, shared);
+        // Wait for the writer when it holds envelopes the driver cannot hand
+        // over yet, or when its progress is what reopens input.
+        let wait_writer = session.has_outbound() || (open && !input);
         let mut takeover = None;
         let mut resume = None;
-        let mut after_resume = None;
         tokio::select! {
             biased;
             () = &mut shutdown, if !shutting_down => {
@@ -184,47 +314,55 @@ where
                 session.begin_shutdown();
                 give_up.as_mut().reset(Instant::now() + shared.config.cancel_grace + CLOSE_TIMEOUT);
             }
-            // The client is not taking its last envelopes: drop it like an overflow.
-            () = &mut give_up, if shutting_down => return (Ended::Overflowed, Some(attached)),
+            // The client is not taking its last envelopes: give up on it.
+            () = &mut give_up, if shutting_down || closing_armed => {
+                let keep = close.is_none_or(|(_, _, keep)| keep);
+                return (Ended::Abandoned { keep }, Some(attached));
+            }
             Some(event) = attached.events.recv() => session.handle_event(event),
             Some(request) = attached.takeovers.recv(), if !shutting_down => takeover = Some(request),
-            permit = out.reserve(), if session.has_outbound() => {
-                let Ok(permit) = permit else { return (Ended::Gone, Some(attached)) };
-                if let Some(text) = session.commit_next() {
-                    permit.send(Frame::Envelope(text));
-                }
-                // Hand over as much as fits without waiting.
-                while session.has_outbound() {
-                    let Ok(permit) = out.try_reserve() else { break };
-                    if let Some(text) = session.commit_next() {
-                        permit.send(Frame::Envelope(text));
+            () = writer.meter.drained.notified(), if wait_writer => {}
+            () = &mut closed => return (Ended::Gone, Some(attached)),
+            text = recv_batch(&mut batch), if input && batch.is_some() => {
+                match text {
+                    Some(text) => match session.handle_text(&text) {
+                        Control::Continue => {}
+                        Control::Close { code, reason, keep_session } => {
+                            // The POST was handled up to the envelope that
+                            // closed the connection; the rest goes nowhere.
+                            if let Some(done) = batch.take() {
+                                let _ = done.done.send(());
+                            }
+                            close = Some((code, reason, keep_session));
+                        }
+                        Control::Resume(request) => resume = Some(request),
+                    },
+                    // Every envelope of the POST handled: it may answer now.
+                    None => {
+                        if let Some(done) = batch.take() {
+                            let _ = done.done.send(());
+                        }
                     }
                 }
             }
-            () = &mut closed => return (Ended::Gone, Some(attached)),
-            unit = inbound.next(), if reading => {
+            unit = inbound.next(), if input && batch.is_none() => {
                 let Some(unit) = unit else { return (Ended::Gone, Some(attached)) };
                 if let Some(limit) = idle_timeout {
                     idle.as_mut().reset(Instant::now() + limit);
                 }
                 let control = match unit {
                     Unit::Text(text) => session.handle_text(&text),
-                    Unit::Batch(texts, done) => {
-                        let (control, rest) = handle_batch(session, texts);
-                        if let (Control::Resume(_), Some(rest)) = (&control, rest) {
-                            // The rest of the body belongs to the resumed session.
-                            after_resume = Some((rest, done));
-                        } else {
-                            let _ = done.send(());
-                        }
-                        control
+                    Unit::Batch(next) => {
+                        batch = Some(next);
+                        Control::Continue
                     }
                     Unit::TooLarge => session.message_too_large(),
+                    Unit::Activity => Control::Continue,
                     Unit::Lost => return (Ended::Gone, Some(attached)),
                 };
                 match control {
                     Control::Continue => {}
-                    Control::Close { code, reason } => close = Some((code, reason)),
+                    Control::Close { code, reason, keep_session } => close = Some((code, reason, keep_session)),
                     Control::Resume(request) => resume = Some(request),
                 }
             }
@@ -236,13 +374,15 @@ where
                 }
             }
             _ = heartbeat.tick(), if options.heartbeat.is_some() => {
-                if !session.heartbeat() && options.keep_alive_frames {
-                    // Best effort: a full writer queue means traffic is flowing anyway.
-                    let _ = out.try_send(Frame::KeepAlive);
+                // A keep-alive is only useful when nothing else is flowing.
+                if !session.heartbeat() && options.keep_alive_frames && writer.meter.bytes() == 0 {
+                    writer.send(Frame::KeepAlive);
                 }
             }
-            () = &mut idle, if idle_timeout.is_some() && close.is_none() => {
-                close = Some((1000, "idle timeout"));
+            () = &mut idle, if idle_timeout.is_some() && open => {
+                tracing::debug!("no inbound data for idle_timeout; closing");
+                shared.stats.closed_idle.fetch_add(1, Relaxed);
+                close = Some((1001, "idle", true));
             }
         }
         if let Some(request) = takeover {
@@ -250,41 +390,27 @@ where
             match (*request).answer(attached) {
                 Some(kept) => attached = kept,
                 None => {
-                    let close = Frame::Close {
+                    writer.send(Frame::Close {
                         code: 1000,
                         reason: "session resumed elsewhere",
-                    };
-                    let _ = tokio::time::timeout(CLOSE_TIMEOUT, out.send(close)).await;
+                    });
                     return (Ended::HandedOver, None);
                 }
             }
         }
         if let Some(request) = resume {
+            // The rest of a POST that asked to resume goes to the resumed session.
             attached = resume_into(attached, *request, shared, &mut options).await;
-        }
-        if let Some((rest, done)) = after_resume {
-            let (control, _) = handle_batch(&mut attached.session, rest);
-            let _ = done.send(());
-            if let Control::Close { code, reason } = control {
-                close = Some((code, reason));
-            }
         }
     }
 }
 
-/// Handles an upstream POST's envelopes in order until one asks the
-/// connection to close or to resume; returns that control and, for a
-/// resumption, the envelopes after it.
-fn handle_batch(session: &mut Session, texts: Vec<String>) -> (Control, Option<Vec<String>>) {
-    let mut texts = texts.into_iter();
-    while let Some(text) = texts.next() {
-        match session.handle_text(&text) {
-            Control::Continue => {}
-            resume @ Control::Resume(_) => return (resume, Some(texts.collect())),
-            close => return (close, None),
-        }
+/// The next envelope of the POST being handled (`None` once it has no more).
+async fn recv_batch(batch: &mut Option<Batch>) -> Option<String> {
+    match batch {
+        Some(batch) => batch.envelopes.recv().await,
+        None => std::future::pending().await,
     }
-    (Control::Continue, None)
 }
 
 /// Takes the requested session over from its owner (a parked task or another

@@ -4,6 +4,7 @@
 //! for `POST /haip/stream`, as NDJSON lines of the request body itself.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -39,8 +40,9 @@ impl Framing {
 /// clients and proxies give up on silent connections.
 const STREAM_HEARTBEAT_CAP: Duration = Duration::from_secs(15);
 
-/// Inbound units queued per stream session (upstream POSTs wait beyond this).
-pub(crate) const INBOUND_QUEUE: usize = 64;
+/// Inbound units queued per stream session (upstream POSTs and NDJSON lines
+/// wait beyond this). Each may be up to `max_message_bytes`, so few.
+pub(crate) const INBOUND_QUEUE: usize = 4;
 
 /// Runs a stream session until the client goes away (the body is dropped),
 /// shutdown, or the connection must close; then parks it for resumption.
@@ -49,7 +51,7 @@ pub(crate) async fn run(
     session: Session,
     events: mpsc::UnboundedReceiver<CallEvent>,
     mut inbound: mpsc::Receiver<Unit>,
-    out: mpsc::Sender<Frame>,
+    out: driver::Writer,
     shared: &Shared,
     on_resumed: driver::OnResumed,
 ) {
@@ -69,33 +71,42 @@ pub(crate) async fn run(
     driver::detach(ended, attached, shared);
 }
 
-/// The response body: frames from the session, formatted for `framing`.
+/// The response body: frames from the session, formatted for `framing`. An
+/// envelope counts as written (`meter`) once hyper has taken it.
 pub(crate) fn body(
-    frames: mpsc::Receiver<Frame>,
+    frames: mpsc::UnboundedReceiver<Frame>,
     framing: Framing,
+    meter: Arc<driver::WriteMeter>,
 ) -> impl futures_util::Stream<Item = Result<BodyFrame<Bytes>, Infallible>> + Send + 'static {
-    futures_util::stream::unfold(Some(frames), move |state| async move {
-        let mut frames = state?;
-        loop {
-            let bytes = match (frames.recv().await?, framing) {
-                (Frame::Envelope(text), Framing::Sse { .. }) => sse_data(&text),
-                (Frame::Envelope(text), Framing::Ndjson) => {
-                    let mut line = BytesMut::with_capacity(text.len() + 1);
-                    line.extend_from_slice(&text);
-                    line.extend_from_slice(b"\n");
-                    line.freeze()
+    futures_util::stream::unfold(Some(frames), move |state| {
+        let meter = Arc::clone(&meter);
+        async move {
+            let mut frames = state?;
+            loop {
+                let frame = frames.recv().await?;
+                if let Frame::Envelope(text) = &frame {
+                    meter.written(text.len());
                 }
-                (Frame::KeepAlive, Framing::Sse { .. }) => Bytes::from_static(b": ping\n\n"),
-                (Frame::KeepAlive, Framing::Ndjson) => continue,
-                (Frame::Close { .. }, Framing::Sse { done_marker: true }) => {
-                    return Some((
-                        Ok(BodyFrame::data(Bytes::from_static(b"data: [DONE]\n\n"))),
-                        None,
-                    ));
-                }
-                (Frame::Close { .. }, _) => return None,
-            };
-            return Some((Ok(BodyFrame::data(bytes)), Some(frames)));
+                let bytes = match (frame, framing) {
+                    (Frame::Envelope(text), Framing::Sse { .. }) => sse_data(&text),
+                    (Frame::Envelope(text), Framing::Ndjson) => {
+                        let mut line = BytesMut::with_capacity(text.len() + 1);
+                        line.extend_from_slice(&text);
+                        line.extend_from_slice(b"\n");
+                        line.freeze()
+                    }
+                    (Frame::KeepAlive, Framing::Sse { .. }) => Bytes::from_static(b": ping\n\n"),
+                    (Frame::KeepAlive, Framing::Ndjson) => continue,
+                    (Frame::Close { .. }, Framing::Sse { done_marker: true }) => {
+                        return Some((
+                            Ok(BodyFrame::data(Bytes::from_static(b"data: [DONE]\n\n"))),
+                            None,
+                        ));
+                    }
+                    (Frame::Close { .. }, _) => return None,
+                };
+                return Some((Ok(BodyFrame::data(bytes)), Some(frames)));
+            }
         }
     })
 }
@@ -161,42 +172,9 @@ async fn send_line(line: &[u8], max_line: usize, inbound: &mpsc::Sender<Unit>) -
     inbound.send(Unit::Text(text)).await.is_ok()
 }
 
-/// Splits an upstream POST body into envelope texts: one JSON object, a JSON
-/// array of them, or NDJSON (HAIP.md §15.4). Anything unparsable goes through
-/// as text, so the session reports it as it would any malformed envelope.
-pub(crate) fn split_body(body: &[u8]) -> Vec<String> {
-    let text = String::from_utf8_lossy(body);
-    match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(serde_json::Value::Array(items)) => items.iter().map(ToString::to_string).collect(),
-        Ok(_) => vec![text.trim().to_owned()],
-        Err(_) => text
-            .lines()
-            .map(str::trim)
-            .filter(|line| !line.is_empty())
-            .map(str::to_owned)
-            .collect(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bodies_split_into_envelopes() {
-        assert_eq!(split_body(br#"{"type":"PING","payload":{}}"#).len(), 1);
-        assert_eq!(
-            split_body(b"{\n  \"type\": \"PING\",\n  \"payload\": {}\n}").len(),
-            1,
-            "pretty JSON is one envelope"
-        );
-        assert_eq!(
-            split_body(br#"[{"type":"PING","payload":{}},{"type":"PONG","payload":{}}]"#).len(),
-            2
-        );
-        let ndjson = split_body(b"{\"type\":\"PING\",\"payload\":{}}\n\n{not json\n");
-        assert_eq!(ndjson, ["{\"type\":\"PING\",\"payload\":{}}", "{not json"]);
-    }
 
     #[tokio::test]
     async fn frames_are_formatted_per_framing() {
@@ -211,25 +189,30 @@ mod tests {
                 vec!["data: {\"a\":1}\n\n", ": ping\n\n", "data: [DONE]\n\n"],
             ),
         ] {
-            let (tx, rx) = mpsc::channel(8);
-            tx.send(Frame::Envelope(Bytes::from_static(b"{\"a\":1}")))
-                .await
-                .unwrap();
-            tx.send(Frame::KeepAlive).await.unwrap();
-            tx.send(Frame::Close {
+            let (frames, rx) = mpsc::unbounded_channel();
+            let meter = driver::WriteMeter::new(Shared::for_tests(Default::default()));
+            let writer = driver::Writer {
+                frames,
+                meter: Arc::clone(&meter),
+            };
+            assert!(writer.send(Frame::Envelope(Bytes::from_static(b"{\"a\":1}"))));
+            assert_eq!(meter.bytes(), 7);
+            writer.send(Frame::KeepAlive);
+            writer.send(Frame::Close {
                 code: 1001,
                 reason: "server shutdown",
-            })
-            .await
-            .unwrap();
-            tx.send(Frame::Envelope("after close".into()))
-                .await
-                .unwrap();
-            let chunks: Vec<String> = body(rx, framing)
+            });
+            writer.send(Frame::Envelope("after close".into()));
+            let chunks: Vec<String> = body(rx, framing, Arc::clone(&meter))
                 .map(|f| String::from_utf8(f.unwrap().into_data().unwrap().to_vec()).unwrap())
                 .collect()
                 .await;
             assert_eq!(chunks, expected, "{framing:?}");
+            assert_eq!(
+                meter.bytes(),
+                "after close".len(),
+                "written once taken by the body"
+            );
         }
     }
 }

@@ -25,11 +25,20 @@ type Ws = WebSocketStream<TokioIo<Upgraded>>;
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The tungstenite settings for one connection: a small read buffer (the
-/// default 128 KiB would dominate an idle session's memory) and the message cap.
-pub(crate) fn config(max_message_bytes: usize) -> WebSocketConfig {
+/// default 128 KiB would dominate an idle session's memory), the inbound
+/// message cap, and a write buffer that takes any frame up to
+/// `max_outbound_message_bytes` (HAIP.md §18.1).
+pub(crate) fn config(
+    max_message_bytes: usize,
+    max_outbound_message_bytes: usize,
+) -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(2048)
-        .max_write_buffer_size(max_message_bytes.saturating_mul(2).max(256 * 1024))
+        .max_write_buffer_size(
+            max_outbound_message_bytes
+                .saturating_add(driver::WRITER_BUDGET)
+                .saturating_add(64 * 1024),
+        )
         .max_message_size(Some(max_message_bytes))
         .max_frame_size(Some(max_message_bytes))
 }
@@ -52,7 +61,10 @@ pub(crate) enum Admission {
 
 /// Runs the upgraded connection until it closes.
 pub(crate) async fn serve(upgraded: Upgraded, shared: Arc<Shared>, admission: Admission) {
-    let config = config(shared.config.max_message_bytes);
+    let config = config(
+        shared.config.max_message_bytes,
+        shared.config.max_outbound_message_bytes,
+    );
     let ws =
         WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
     match admission {
@@ -60,8 +72,7 @@ pub(crate) async fn serve(upgraded: Upgraded, shared: Arc<Shared>, admission: Ad
             let span = tracing::debug_span!("session", id = %session.id());
             let _enter = span.enter();
             let attached = driver::attach(*session, events, &shared);
-            let (ended, attached) = run(ws, attached, &shared).await;
-            driver::detach(ended, attached, &shared);
+            run(ws, attached, &shared).await;
         }
         Admission::Refuse {
             envelope,
@@ -90,7 +101,7 @@ pub(crate) async fn refuse(
     code: u16,
     reason: &'static str,
 ) {
-    let config = config(max_message_bytes);
+    let config = config(max_message_bytes, 4096);
     let ws =
         WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
     let (mut sink, _) = ws.split();
@@ -104,10 +115,14 @@ fn close_frame(code: u16, reason: &'static str) -> Message {
     }))
 }
 
-async fn run(ws: Ws, attached: Attached, shared: &Shared) -> (Ended, Option<Attached>) {
+/// Drives the session over the connection; once the driver is done, the
+/// session is parked (or forgotten) at once, and the writer gets
+/// [`CLOSE_TIMEOUT`] to write what it holds and the close frame.
+async fn run(ws: Ws, attached: Attached, shared: &Arc<Shared>) {
     let (sink, stream) = ws.split();
-    let (out, out_rx) = mpsc::channel::<Frame>(driver::WRITE_QUEUE);
-    let mut writer = tokio::spawn(write_loop(sink, out_rx));
+    let (frames, frames_rx) = mpsc::unbounded_channel::<Frame>();
+    let meter = driver::WriteMeter::new(Arc::clone(shared));
+    let mut writer = tokio::spawn(write_loop(sink, frames_rx, Arc::clone(&meter)));
     let inbound = stream
         .take_while(|msg| std::future::ready(!matches!(msg, Ok(Message::Close(_)))))
         .filter_map(|msg| std::future::ready(unit_of(msg)))
@@ -119,19 +134,19 @@ async fn run(ws: Ws, attached: Attached, shared: &Shared) -> (Ended, Option<Atta
         keep_alive_frames: false,
         on_resumed: None,
     };
+    let out = driver::Writer { frames, meter };
     let (ended, attached) = driver::drive(attached, inbound, &out, shared, options).await;
     drop(out);
-    if ended == Ended::Overflowed {
-        // The client stopped reading: nothing more can reach it, not even a close frame.
-        tracing::warn!("outbound queue overflow; dropping the connection");
-        writer.abort();
-    } else if tokio::time::timeout(CLOSE_TIMEOUT, &mut writer)
-        .await
-        .is_err()
+    driver::detach(ended, attached, shared);
+    // The client had its time to read what was left: waiting longer helps nobody.
+    let abandoned = matches!(ended, Ended::Abandoned { .. });
+    if abandoned
+        || tokio::time::timeout(CLOSE_TIMEOUT, &mut writer)
+            .await
+            .is_err()
     {
         writer.abort();
     }
-    (ended, attached)
 }
 
 /// Maps one read result: `None` = skip it, `Some(None)` = the connection is broken.
@@ -143,7 +158,9 @@ fn unit_of(msg: Result<Message, WsError>) -> Option<Option<Unit>> {
         Ok(Message::Binary(bytes)) if is_binary_envelope(&bytes) => Some(Some(Unit::Text(
             String::from_utf8_lossy(&bytes).into_owned(),
         ))),
-        // Ping and pong frames (tungstenite answers pings), other binary data.
+        // Tungstenite answers pings itself; both show the client is there.
+        Ok(Message::Ping(_) | Message::Pong(_)) => Some(Some(Unit::Activity)),
+        // Other binary data has no consumer.
         Ok(_) => None,
         Err(WsError::Capacity(CapacityError::MessageTooLong { .. })) => Some(Some(Unit::TooLarge)),
         Err(e) => {
@@ -155,22 +172,28 @@ fn unit_of(msg: Result<Message, WsError>) -> Option<Option<Unit>> {
 
 async fn write_loop(
     mut sink: futures_util::stream::SplitSink<Ws, Message>,
-    mut rx: mpsc::Receiver<Frame>,
+    mut rx: mpsc::UnboundedReceiver<Frame>,
+    meter: Arc<driver::WriteMeter>,
 ) {
     while let Some(frame) = rx.recv().await {
         let mut closing = false;
         let mut next = Some(frame);
+        // Bytes fed since the last flush, counted out once flushed.
+        let mut fed = 0;
         // Batch whatever is ready into one flush.
         while let Some(frame) = next.take() {
             let msg = match frame {
                 // Committed envelopes are serde_json output: always UTF-8.
-                Frame::Envelope(text) => match Utf8Bytes::try_from(text) {
-                    Ok(text) => Message::Text(text),
-                    Err(_) => {
-                        next = rx.try_recv().ok();
-                        continue;
+                Frame::Envelope(text) => {
+                    fed += text.len();
+                    match Utf8Bytes::try_from(text) {
+                        Ok(text) => Message::Text(text),
+                        Err(_) => {
+                            next = rx.try_recv().ok();
+                            continue;
+                        }
                     }
-                },
+                }
                 Frame::KeepAlive => {
                     next = rx.try_recv().ok();
                     continue;
@@ -187,7 +210,9 @@ async fn write_loop(
                 next = rx.try_recv().ok();
             }
         }
-        if sink.flush().await.is_err() || closing {
+        let flushed = sink.flush().await;
+        meter.written(fed);
+        if flushed.is_err() || closing {
             return;
         }
     }

@@ -1,0 +1,380 @@
+//! Upstream delivery (HAIP.md §15.4): the envelopes of a POST body go to one
+//! open stream session of the caller's subject. The body is decoded envelope
+//! by envelope as it arrives and handed to the session as the session takes
+//! it, within the limits of HAIP.md §18.1: a declared length over
+//! `max_body_bytes` is refused at once (`413`), the bytes of all bodies being
+//! read share `max_inflight_body_bytes` (`503`), and a body must arrive within
+//! `body_read_timeout` and at 1 KiB/s or better after its first 10 s (`408`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::http::{
+    Body, authenticate, error_response, is_true_header, json_response, unauthorized,
+};
+use super::hub::Hub;
+use crate::auth::query_param;
+use crate::transport::body::Splitter;
+use crate::transport::driver::{Batch, Unit};
+
+/// Envelopes of an upstream POST decoded ahead of the session handling them.
+const BATCH_QUEUE: usize = 16;
+
+/// A body may take this long before its average rate is checked.
+const RATE_GRACE: Duration = Duration::from_secs(10);
+
+/// The slowest average rate a body may arrive at after [`RATE_GRACE`].
+const MIN_BYTES_PER_SECOND: f64 = 1024.0;
+
+/// The bytes of upstream POST bodies being read, server-wide.
+#[derive(Debug)]
+pub(crate) struct BodyBudget {
+    used: Arc<AtomicUsize>,
+    limit: usize,
+}
+
+impl BodyBudget {
+    pub(crate) fn new(limit: usize) -> BodyBudget {
+        BodyBudget {
+            used: Arc::new(AtomicUsize::new(0)),
+            limit,
+        }
+    }
+
+    /// Reserves `bytes`, unless that would exceed the budget.
+    fn reserve(&self, bytes: usize) -> Option<Reservation> {
+        let mut reservation = Reservation {
+            used: Arc::clone(&self.used),
+            limit: self.limit,
+            bytes: 0,
+        };
+        reservation.grow(bytes).then_some(reservation)
+    }
+}
+
+/// Bytes of one body counted in the [`BodyBudget`], given back when dropped.
+struct Reservation {
+    used: Arc<AtomicUsize>,
+    limit: usize,
+    bytes: usize,
+}
+
+impl Reservation {
+    /// Counts `more` bytes too, unless that would exceed the budget.
+    fn grow(&mut self, more: usize) -> bool {
+        let limit = self.limit;
+        let grown = self
+            .used
+            .fetch_update(Relaxed, Relaxed, |used| {
+                used.checked_add(more).filter(|&total| total <= limit)
+            })
+            .is_ok();
+        if grown {
+            self.bytes += more;
+        }
+        grown
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.used.fetch_sub(self.bytes, Relaxed);
+    }
+}
+
+/// Why reading a body stopped early.
+enum Stopped {
+    /// Too slow: `408`.
+    Timeout,
+    /// Longer than `max_body_bytes`: `413`.
+    TooLarge,
+    /// Over the server-wide budget: `503`.
+    Busy,
+    /// The body broke off: `400`.
+    Broken,
+}
+
+/// Reads one body within its deadline, its size limit and the budget.
+struct Reader {
+    body: Incoming,
+    started: Instant,
+    /// Time spent waiting for the session to take envelopes, which is not
+    /// the client's delay.
+    paused: Duration,
+    read: usize,
+    timeout: Duration,
+    max: usize,
+    reservation: Reservation,
+    /// The declared length was reserved up front.
+    reserved_up_front: bool,
+}
+
+impl Reader {
+    /// The next chunk of data (`None` at the end).
+    async fn chunk(&mut self) -> Result<Option<Bytes>, Stopped> {
+        loop {
+            // The rate check fails once the bytes read fall behind 1 KiB per
+            // second of the client's own time; the total deadline holds anyway.
+            let at_rate = Duration::from_secs_f64(self.read as f64 / MIN_BYTES_PER_SECOND);
+            let client_time = RATE_GRACE.max(at_rate).min(self.timeout);
+            let deadline = self.started + self.paused + client_time;
+            let frame = match tokio::time::timeout_at(deadline, self.body.frame()).await {
+                Err(_) => return Err(Stopped::Timeout),
+                Ok(None) => return Ok(None),
+                Ok(Some(Err(_))) => return Err(Stopped::Broken),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers
+            };
+            self.read = self.read.saturating_add(data.len());
+            if self.read > self.max {
+                return Err(Stopped::TooLarge);
+            }
+            if !self.reserved_up_front && !self.reservation.grow(data.len()) {
+                return Err(Stopped::Busy);
+            }
+            return Ok(Some(data));
+        }
+    }
+}
+
+/// Handles an upstream POST: `200 {"status":"ok"}` once its envelopes have
+/// been handled (not when the tools they call finish).
+pub(super) async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response<Body> {
+    let subject = match authenticate(hub, &req).await {
+        Ok(subject) => subject,
+        Err(e) => return unauthorized(&e),
+    };
+    let config = &hub.shared.config;
+    let declared = match req.headers().get(header::CONTENT_LENGTH) {
+        None => None,
+        Some(value) => match value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            Some(length) => Some(length),
+            None => {
+                return closing(error_response(
+                    StatusCode::BAD_REQUEST,
+                    "Content-Length is not a number",
+                    "BAD_REQUEST",
+                ));
+            }
+        },
+    };
+    if declared.is_some_and(|length| length > config.max_body_bytes as u64) {
+        return too_large();
+    }
+    // Checked above: the declared length fits in `max_body_bytes`.
+    let declared = declared.map(|length| length as usize);
+    let Some(reservation) = hub.bodies.reserve(declared.unwrap_or(0)) else {
+        return busy();
+    };
+    let binary = is_true_header(&req, "x-haip-binary");
+    let header_session = req
+        .headers()
+        .get("x-haip-session")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let query_session = query_param(req.uri().query(), "session");
+    let mut reader = Reader {
+        body: req.into_body(),
+        started: Instant::now(),
+        paused: Duration::ZERO,
+        read: 0,
+        timeout: config.body_read_timeout,
+        max: config.max_body_bytes,
+        reservation,
+        reserved_up_front: declared.is_some(),
+    };
+
+    // The first envelope may name the target session: read up to it.
+    let mut splitter = Splitter::default();
+    let mut ready: Vec<String> = Vec::new();
+    let mut ended = false;
+    while ready.is_empty() && !ended {
+        match reader.chunk().await {
+            // Binary bodies have no consumer (no application hook): read, dropped.
+            Ok(Some(_)) if binary => {}
+            Ok(Some(data)) => splitter.push(&data, &mut ready),
+            Ok(None) => ended = true,
+            Err(stopped) => return stopped_response(stopped, hub),
+        }
+    }
+    if ended && !binary {
+        std::mem::take(&mut splitter).finish(&mut ready);
+    }
+    let envelope_session = ready.first().and_then(|t| envelope_session(t));
+    let candidates = [
+        envelope_session.as_deref(),
+        header_session.as_deref(),
+        query_session.as_deref(),
+    ];
+    let Some(target) = hub
+        .sessions
+        .target(subject.as_deref(), candidates.into_iter().flatten())
+    else {
+        let response = error_response(
+            StatusCode::NOT_FOUND,
+            "Session not found",
+            "SESSION_NOT_FOUND",
+        );
+        // The rest of the body was not read: the connection cannot be reused.
+        return if ended { response } else { closing(response) };
+    };
+    if ready.is_empty() && ended {
+        return ok();
+    }
+    let (done_tx, done_rx) = oneshot::channel();
+    let (envelopes, envelopes_rx) = mpsc::channel(BATCH_QUEUE);
+    let batch = Batch {
+        envelopes: envelopes_rx,
+        done: done_tx,
+    };
+    if target.send(Unit::Batch(batch)).await.is_err() {
+        return gone();
+    }
+    loop {
+        for text in ready.drain(..) {
+            let waited = Instant::now();
+            if envelopes.send(text).await.is_err() {
+                return gone();
+            }
+            reader.paused += waited.elapsed();
+        }
+        if ended {
+            break;
+        }
+        match reader.chunk().await {
+            Ok(Some(_)) if binary => {}
+            Ok(Some(data)) => splitter.push(&data, &mut ready),
+            Ok(None) => {
+                ended = true;
+                if !binary {
+                    std::mem::take(&mut splitter).finish(&mut ready);
+                }
+            }
+            // What was handed over stays handled; the rest is refused.
+            Err(stopped) => return stopped_response(stopped, hub),
+        }
+    }
+    drop(envelopes);
+    if done_rx.await.is_err() {
+        return gone();
+    }
+    ok()
+}
+
+fn ok() -> Response<Body> {
+    json_response(StatusCode::OK, &json!({ "status": "ok" }))
+}
+
+fn gone() -> Response<Body> {
+    error_response(
+        StatusCode::NOT_FOUND,
+        "Session not found",
+        "SESSION_NOT_FOUND",
+    )
+}
+
+/// `Connection: close`: the rest of the request will not be read.
+fn closing(mut response: Response<Body>) -> Response<Body> {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+fn too_large() -> Response<Body> {
+    closing(error_response(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "Request body too large",
+        "MESSAGE_TOO_LARGE",
+    ))
+}
+
+fn busy() -> Response<Body> {
+    let mut response = closing(error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Too many request bodies in flight; retry shortly",
+        "SERVICE_UNAVAILABLE",
+    ));
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+fn stopped_response(stopped: Stopped, hub: &Hub) -> Response<Body> {
+    match stopped {
+        Stopped::Timeout => {
+            hub.shared.stats.closed_body_timeout.fetch_add(1, Relaxed);
+            closing(error_response(
+                StatusCode::REQUEST_TIMEOUT,
+                "Request body did not arrive in time",
+                "REQUEST_TIMEOUT",
+            ))
+        }
+        Stopped::TooLarge => too_large(),
+        Stopped::Busy => busy(),
+        Stopped::Broken => closing(error_response(
+            StatusCode::BAD_REQUEST,
+            "Request body could not be read",
+            "BAD_REQUEST",
+        )),
+    }
+}
+
+/// The envelope `session` of an upstream element, unless it is a resumption
+/// `HAI` (HAIP.md §15.4 rule 1).
+fn envelope_session(text: &str) -> Option<String> {
+    let value: Value = serde_json::from_str(text).ok()?;
+    let resumption = value["type"] == "HAI" && value["payload"].get("last_rx_seq").is_some();
+    (!resumption)
+        .then(|| value["session"].as_str().map(str::to_owned))
+        .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resumption_hai_does_not_name_the_target() {
+        assert_eq!(
+            envelope_session(r#"{"type":"PING","session":"s","payload":{}}"#).as_deref(),
+            Some("s")
+        );
+        assert_eq!(
+            envelope_session(r#"{"type":"HAI","session":"s","payload":{"last_rx_seq":"3"}}"#),
+            None
+        );
+        assert_eq!(envelope_session("not json"), None);
+    }
+
+    #[test]
+    fn the_body_budget_is_shared_and_given_back() {
+        let budget = BodyBudget::new(100);
+        let a = budget.reserve(60).expect("fits");
+        assert!(budget.reserve(41).is_none(), "60 + 41 > 100");
+        let mut b = budget.reserve(40).expect("fits exactly");
+        assert!(!b.grow(1));
+        drop(a);
+        assert!(b.grow(60));
+        assert!(budget.reserve(usize::MAX).is_none(), "no overflow");
+        drop(b);
+        assert!(budget.reserve(100).is_some());
+    }
+}
