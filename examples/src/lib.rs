@@ -4,6 +4,14 @@
 
 pub mod demo;
 
+/// Every example (and every binary that links this crate) allocates with
+/// mimalloc, which gives freed memory back to the operating system: after a
+/// spike of large messages the server's RSS comes down again, where the
+/// system allocator tends to keep it. The `haip` library itself does not
+/// choose an allocator; an application sets its own like this.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Logs to stderr, filtered by `HAIP_LOG` (e.g. `HAIP_LOG=debug`), else by
 /// `default_filter`. stderr keeps stdout free for the MCP stdio example.
 pub fn init_logging(default_filter: &str) {

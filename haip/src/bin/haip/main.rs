@@ -20,6 +20,11 @@ mod http;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// mimalloc gives freed memory back to the system, so `haip bench` stays
+/// small however much it has sent.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Args, Parser, Subcommand};
 use haip::client::{Client, ClientError, ClientOptions};
 use serde_json::{Value, json};
