@@ -44,7 +44,10 @@ pub(crate) async fn route(
         (Method::OPTIONS, _) => preflight(),
         (Method::GET, "/health") => json_response(StatusCode::OK, &hub.shared.stats.health()),
         (Method::GET, "/stats") => match authenticate(&hub, &req).await {
-            Ok(_) => json_response(StatusCode::OK, &hub.shared.stats.stats()),
+            Ok(_) => {
+                let replay_bytes = hub.shared.replay.used();
+                json_response(StatusCode::OK, &hub.shared.stats.stats(replay_bytes))
+            }
             Err(e) => unauthorized(&e),
         },
         (Method::GET, "/" | "/haip" | "/haip/websocket") if is_websocket_upgrade(&req) => {

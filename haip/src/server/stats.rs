@@ -22,8 +22,6 @@ pub(crate) struct Stats {
     pub(crate) calls_cancelled: AtomicU64,
     /// Encoded envelopes waiting for sockets, all sessions (HAIP.md §18.1).
     pub(crate) outbound_bytes: AtomicU64,
-    /// Bytes held by all replay windows.
-    pub(crate) replay_bytes: AtomicU64,
     /// Connections closed because the client did not read fast enough.
     pub(crate) closed_too_slow: AtomicU64,
     /// Connections closed after `idle_timeout` without inbound data.
@@ -59,7 +57,6 @@ impl Stats {
             calls_failed: AtomicU64::new(0),
             calls_cancelled: AtomicU64::new(0),
             outbound_bytes: AtomicU64::new(0),
-            replay_bytes: AtomicU64::new(0),
             closed_too_slow: AtomicU64::new(0),
             closed_idle: AtomicU64::new(0),
             closed_body_timeout: AtomicU64::new(0),
@@ -100,7 +97,8 @@ impl Stats {
         })
     }
 
-    pub(crate) fn stats(&self) -> Value {
+    /// The `/stats` body; `replay_bytes` is what all replay windows hold.
+    pub(crate) fn stats(&self, replay_bytes: u64) -> Value {
         let uptime = self.uptime_ms();
         let messages = self.total_messages.load(Relaxed);
         let errors = self.errors.load(Relaxed);
@@ -125,7 +123,7 @@ impl Stats {
             "uptime": uptime,
             "detachedSessions": self.detached_sessions.load(Relaxed),
             "outboundBytes": self.outbound_bytes.load(Relaxed),
-            "replayBytes": self.replay_bytes.load(Relaxed),
+            "replayBytes": replay_bytes,
             "connectionsClosed": {
                 "tooSlow": self.closed_too_slow.load(Relaxed),
                 "idle": self.closed_idle.load(Relaxed),

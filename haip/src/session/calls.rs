@@ -612,9 +612,11 @@ impl Drop for Session {
     /// The connection is gone and nothing will be delivered: stop every task.
     /// Calls still owed a `TOOL_DONE` count as cancelled.
     fn drop(&mut self) {
-        // Unsent envelopes leave the server's `outboundBytes` with the session.
+        // Unsent envelopes leave the server's `outboundBytes`, and the window
+        // the replay budget, with the session.
         let unsent = self.new_bytes as u64;
         self.shared.stats.outbound_bytes.fetch_sub(unsent, Relaxed);
+        self.shared.replay.sub(self.window_cost());
         for call in self.calls.values() {
             call.cancel.cancel();
             if call.state != State::Done {

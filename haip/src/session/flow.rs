@@ -98,15 +98,16 @@ impl InboundCredit {
         let entry = self.entry(channel);
         entry.credit.messages = entry.credit.messages.saturating_sub(1);
         entry.credit.bytes = entry.credit.bytes.saturating_sub(bytes);
-        entry.debt.messages += 1;
-        entry.debt.bytes += bytes;
+        // Client-supplied sizes: saturating, never an overflow (HAIP.md §18.1).
+        entry.debt.messages = entry.debt.messages.saturating_add(1);
+        entry.debt.bytes = entry.debt.bytes.saturating_add(bytes);
         if entry.debt.messages < batch.messages && entry.debt.bytes < batch.bytes {
             return Owed::Nothing;
         }
         let debt = std::mem::take(&mut entry.debt);
         if returns || !strict {
-            entry.credit.messages += debt.messages;
-            entry.credit.bytes += debt.bytes;
+            entry.credit.messages = entry.credit.messages.saturating_add(debt.messages);
+            entry.credit.bytes = entry.credit.bytes.saturating_add(debt.bytes);
         }
         if returns {
             Owed::Return(channel.to_owned(), debt)

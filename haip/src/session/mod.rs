@@ -4,6 +4,7 @@
 //! ([`Session::handle_event`]), and drains committed envelopes
 //! ([`Session::commit_next`]) when it can write. Nothing here touches a socket.
 
+mod binary;
 mod calls;
 mod flow;
 mod replay;
@@ -32,7 +33,7 @@ use crate::tool::{Registry, StateMap};
 
 pub(crate) use calls::Call;
 use flow::{Amount, InboundCredit, OutboundGate, Owed};
-use replay::ReplayWindow;
+use replay::{ReplayBudget, ReplayWindow};
 pub(crate) use resume::ResumeRequest;
 pub(crate) use store::{Attached, InMemorySessionStore, SessionStore, Takeover, park};
 
@@ -49,19 +50,22 @@ pub(crate) struct Shared {
     /// Validations of large params running off the session tasks, server-wide
     /// (HAIP.md §18.1: at most `max(1, cores / 2)` at once).
     pub(crate) validations: Arc<Semaphore>,
+    /// The bytes all replay windows share (HAIP.md §18.1).
+    pub(crate) replay: ReplayBudget,
 }
 
 impl Shared {
     pub(crate) fn new(config: Config, registry: Registry, state: StateMap) -> Shared {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Shared {
-            config,
             registry,
             state: Arc::new(state),
             stats: Stats::new(),
             shutdown: CancellationToken::new(),
             store: Arc::new(InMemorySessionStore::default()),
             validations: Arc::new(Semaphore::new((cores / 2).max(1))),
+            replay: ReplayBudget::new(config.replay_budget_bytes),
+            config,
         }
     }
 
@@ -171,6 +175,8 @@ pub(crate) struct Session {
     last_rx_seq: u64,
     /// Whether any accepted envelope carried a `seq` (for `strict_envelope`).
     seq_seen: bool,
+    /// An envelope waiting for its binary frame (HAIP.md §13).
+    awaited: Option<Box<binary::Awaited>>,
     received_any: bool,
 }
 
@@ -221,11 +227,17 @@ impl Session {
             subject: subject.map(Arc::from),
             last_rx_seq: 0,
             seq_seen: false,
+            awaited: None,
             received_any: false,
         };
         let hai = session.hai_payload();
         session.push(Outgoing::new(Channel::System, EventType::Hai, hai));
         session
+    }
+
+    /// What the session's replay window counts against the server's budget.
+    pub(crate) fn window_cost(&self) -> usize {
+        self.window.cost()
     }
 
     /// The session's UUID.
@@ -403,7 +415,7 @@ impl Session {
         self.next_seq += 1;
         let text = Bytes::from(env.encode(&self.id, seq, now_millis()));
         self.gate.spend(env.channel(), text.len() as u64);
-        self.window.keep(seq, text.clone());
+        self.window.keep(seq, text.clone(), &self.shared.replay);
         Some(text)
     }
 
@@ -456,6 +468,8 @@ impl Session {
     /// Handles one inbound unit (HAIP.md §2.2 steps 2–7). Oversized units are
     /// the transport's to reject (step 1), see [`Session::message_too_large`].
     pub(crate) fn handle_text(&mut self, text: &str) -> Control {
+        // A text message where a binary frame was due (HAIP.md §13).
+        self.binary_frame_missing();
         let strict_envelope = self.shared.config.strict_envelope;
         if strict_envelope && let Some(err) = strict_schema_error(text) {
             self.received_any = true;
@@ -471,44 +485,18 @@ impl Session {
             {
                 Control::Continue
             }
-            Ok(mut inbound) => {
-                self.inbound_len = text.len();
+            Ok(inbound) => {
                 self.shared.stats.total_messages.fetch_add(1, Relaxed);
                 let first = !self.received_any;
                 self.received_any = true;
-                let bytes = text.len() as u64 + inbound.bin_len.unwrap_or(0);
-                let fallback = inbound.event.default_channel().as_str();
-                // The dispatch does not read the channel: move it, don't copy it.
-                let channel =
-                    if self.inbound_credit.tracked(&inbound.channel, fallback) == inbound.channel {
-                        std::mem::take(&mut inbound.channel)
-                    } else {
-                        fallback.to_owned()
-                    };
-                let strict = self.shared.config.strict_flow_control;
-                if strict && !self.inbound_credit.has_credit(&channel, bytes) {
-                    // Step 6: dropped, not accepted (a TOOL_CALL gets no TOOL_DONE).
-                    self.error(
-                        ErrorCode::FLOW_CONTROL_VIOLATION,
-                        "Insufficient credits for channel",
-                        inbound.id.as_deref(),
-                        Some(json!({ "channel": channel, "reason": "INSUFFICIENT_CREDITS" })),
-                    );
-                    return Control::Continue;
-                }
-                let control = self.dispatch(inbound, first);
-                let returns = self.client_flow_control && self.accepts(EventType::FlowUpdate);
-                if let Owed::Return(channel, amount) = self
-                    .inbound_credit
-                    .handled(&channel, bytes, returns, strict)
+                // Two-frame binary: the envelope waits for its body.
+                if self.transport == TransportKind::WebSocket
+                    && let Some(bin_len) = inbound.bin_len
+                    && !inbound.payload.contains_key("data")
                 {
-                    self.push(Outgoing::new(
-                        Channel::System,
-                        EventType::FlowUpdate,
-                        json!({ "channel": channel, "add_messages": amount.messages, "add_bytes": amount.bytes }),
-                    ));
+                    return self.await_binary(inbound, text.len(), bin_len, first);
                 }
-                control
+                self.accept(inbound, text.len() as u64, first)
             }
             Err(err) => {
                 if err.code == ErrorCode::UNSUPPORTED_TYPE {
@@ -520,6 +508,44 @@ impl Session {
                 Control::Continue
             }
         }
+    }
+
+    /// HAIP.md §2.2 steps 6–7 for a decoded envelope of `bytes` (its text,
+    /// plus its binary body): credit, then dispatch.
+    fn accept(&mut self, mut inbound: Inbound, bytes: u64, first: bool) -> Control {
+        self.inbound_len = usize::try_from(bytes).unwrap_or(usize::MAX);
+        let fallback = inbound.event.default_channel().as_str();
+        // The dispatch does not read the channel: move it, don't copy it.
+        let channel = if self.inbound_credit.tracked(&inbound.channel, fallback) == inbound.channel
+        {
+            std::mem::take(&mut inbound.channel)
+        } else {
+            fallback.to_owned()
+        };
+        let strict = self.shared.config.strict_flow_control;
+        if strict && !self.inbound_credit.has_credit(&channel, bytes) {
+            // Step 6: dropped, not accepted (a TOOL_CALL gets no TOOL_DONE).
+            self.error(
+                ErrorCode::FLOW_CONTROL_VIOLATION,
+                "Insufficient credits for channel",
+                inbound.id.as_deref(),
+                Some(json!({ "channel": channel, "reason": "INSUFFICIENT_CREDITS" })),
+            );
+            return Control::Continue;
+        }
+        let control = self.dispatch(inbound, first);
+        let returns = self.client_flow_control && self.accepts(EventType::FlowUpdate);
+        if let Owed::Return(channel, amount) = self
+            .inbound_credit
+            .handled(&channel, bytes, returns, strict)
+        {
+            self.push(Outgoing::new(
+                Channel::System,
+                EventType::FlowUpdate,
+                json!({ "channel": channel, "add_messages": amount.messages, "add_bytes": amount.bytes }),
+            ));
+        }
+        control
     }
 
     fn decode_error(&mut self, err: DecodeError) {

@@ -1,10 +1,17 @@
 //! The replay window: every committed envelope, kept unchanged for re-sending
-//! (`REPLAY_REQUEST`, resumption; HAIP.md §11).
+//! (`REPLAY_REQUEST`, resumption; HAIP.md §11), and the server-wide budget
+//! all windows share (HAIP.md §18.1 `replay_budget_bytes`).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokio_util::sync::CancellationToken;
+
+/// What one kept envelope costs besides its text (its place in the window).
+const ENTRY_OVERHEAD: usize = 64;
 
 /// Bounds of the window.
 #[derive(Debug, Clone, Copy)]
@@ -61,18 +68,28 @@ impl ReplayWindow {
 
     /// Keeps a just-committed envelope, then evicts what the limits allow:
     /// envelopes both outside the newest `messages` and older than `age`, and
-    /// whatever exceeds the hard caps (oldest first).
-    pub(crate) fn keep(&mut self, seq: u64, text: Bytes) {
+    /// whatever exceeds the hard caps (oldest first). While the server is over
+    /// its replay budget, detached sessions are evicted first; when none is
+    /// left, this window gives up its own oldest envelopes.
+    pub(crate) fn keep(&mut self, seq: u64, text: Bytes, budget: &ReplayBudget) {
+        let cost = text.len() + ENTRY_OVERHEAD;
         self.bytes += text.len();
+        budget.add(cost);
         self.kept.push_back(Kept {
             seq,
             text,
             at: Instant::now(),
         });
-        self.evict(Instant::now());
+        self.evict(Instant::now(), budget);
+        if budget.over() && !budget.evict_detached() {
+            // Never the envelope just kept: resumption needs the newest.
+            while budget.over() && self.kept.len() > 1 {
+                self.pop_oldest(budget);
+            }
+        }
     }
 
-    fn evict(&mut self, now: Instant) {
+    fn evict(&mut self, now: Instant, budget: &ReplayBudget) {
         while let Some(front) = self.kept.front() {
             let over_hard_cap =
                 self.kept.len() > self.limits.hard_messages || self.bytes > self.limits.bytes;
@@ -81,9 +98,20 @@ impl ReplayWindow {
             if !(over_hard_cap || expired) {
                 break;
             }
-            self.bytes -= front.text.len();
-            self.kept.pop_front();
+            self.pop_oldest(budget);
         }
+    }
+
+    fn pop_oldest(&mut self, budget: &ReplayBudget) {
+        if let Some(oldest) = self.kept.pop_front() {
+            self.bytes -= oldest.text.len();
+            budget.sub(oldest.text.len() + ENTRY_OVERHEAD);
+        }
+    }
+
+    /// What this window counts against the server's replay budget.
+    pub(crate) fn cost(&self) -> usize {
+        self.bytes + self.kept.len() * ENTRY_OVERHEAD
     }
 
     /// The kept envelopes with `from <= seq <= to`, ascending; `next_seq` is the
@@ -123,6 +151,122 @@ impl ReplayWindow {
     }
 }
 
+/// The bytes all replay windows hold together, and the detached sessions that
+/// give theirs up first when that is too much (HAIP.md §18.1).
+#[derive(Debug)]
+pub(crate) struct ReplayBudget {
+    limit: usize,
+    /// Bytes of all windows (text plus bookkeeping).
+    used: AtomicU64,
+    /// Bytes of detached sessions already told to go, not yet gone.
+    leaving: AtomicU64,
+    /// Detached sessions, oldest first.
+    detached: Mutex<Detached>,
+}
+
+#[derive(Debug, Default)]
+struct Detached {
+    next: u64,
+    by_age: BTreeMap<u64, Parked>,
+}
+
+#[derive(Debug)]
+struct Parked {
+    /// What its window held when it was detached.
+    cost: usize,
+    evict: CancellationToken,
+}
+
+impl ReplayBudget {
+    pub(crate) fn new(limit: usize) -> ReplayBudget {
+        ReplayBudget {
+            limit,
+            used: AtomicU64::new(0),
+            leaving: AtomicU64::new(0),
+            detached: Mutex::new(Detached::default()),
+        }
+    }
+
+    /// Bytes held by all windows.
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Relaxed)
+    }
+
+    fn add(&self, bytes: usize) {
+        self.used.fetch_add(bytes as u64, Relaxed);
+    }
+
+    pub(crate) fn sub(&self, bytes: usize) {
+        self.used.fetch_sub(bytes as u64, Relaxed);
+    }
+
+    /// Over budget, not counting what detached sessions told to go still hold.
+    fn over(&self) -> bool {
+        let used = self.used.load(Relaxed);
+        used.saturating_sub(self.leaving.load(Relaxed)) > self.limit as u64
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Detached> {
+        // Entries are whole values; a panic elsewhere cannot leave one half-written.
+        self.detached.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a detached session whose window costs `cost`; it ends when
+    /// `evict` is cancelled. The ticket takes it off the list again.
+    pub(crate) fn detach(&self, cost: usize, evict: CancellationToken) -> DetachedTicket<'_> {
+        let mut detached = self.lock();
+        let key = detached.next;
+        detached.next += 1;
+        detached.by_age.insert(key, Parked { cost, evict });
+        DetachedTicket {
+            budget: self,
+            key,
+            cost,
+        }
+    }
+
+    /// Tells the oldest detached session to go; false when there is none.
+    fn evict_detached(&self) -> bool {
+        let mut detached = self.lock();
+        let Some((_, oldest)) = detached.by_age.pop_first() else {
+            return false;
+        };
+        drop(detached);
+        self.leaving.fetch_add(oldest.cost as u64, Relaxed);
+        tracing::debug!(
+            bytes = oldest.cost,
+            "replay budget exceeded: evicting a detached session"
+        );
+        // Its window is released when the session is dropped: `gone` then.
+        oldest.evict.cancel();
+        true
+    }
+
+    /// An evicted session's window was released.
+    fn gone(&self, cost_at_detach: usize) {
+        self.leaving.fetch_sub(cost_at_detach as u64, Relaxed);
+    }
+}
+
+/// A detached session's place on the eviction list; dropping it (the session
+/// was resumed, expired or evicted) takes it off.
+pub(crate) struct DetachedTicket<'a> {
+    budget: &'a ReplayBudget,
+    key: u64,
+    cost: usize,
+}
+
+impl DetachedTicket<'_> {
+    /// Call once the session is dropped: if the budget evicted it, what it
+    /// was expected to free has now been freed.
+    pub(crate) fn close(self) {
+        let evicted = self.budget.lock().by_age.remove(&self.key).is_none();
+        if evicted {
+            self.budget.gone(self.cost);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,9 +286,10 @@ mod tests {
 
     #[test]
     fn ranges_are_inclusive_capped_at_newest_and_too_old_says_the_oldest() {
+        let unlimited = ReplayBudget::new(usize::MAX);
         let mut w = window(3, 1 << 20);
         for seq in 1..=5 {
-            w.keep(seq, text(seq));
+            w.keep(seq, text(seq), &unlimited);
         }
         // Young envelopes stay beyond `messages` until the hard cap.
         assert_eq!(w.range(1, None, 6).unwrap().len(), 5);
@@ -160,7 +305,7 @@ mod tests {
             "seq 0 is never kept nor needed"
         );
         for seq in 6..=31 {
-            w.keep(seq, text(seq));
+            w.keep(seq, text(seq), &unlimited);
         }
         assert_eq!(
             w.range(1, None, 32),
@@ -171,6 +316,7 @@ mod tests {
 
     #[test]
     fn old_envelopes_beyond_the_message_count_expire_and_bytes_are_capped() {
+        let unlimited = ReplayBudget::new(usize::MAX);
         let mut w = ReplayWindow::new(Limits {
             messages: 2,
             age: Duration::ZERO,
@@ -178,17 +324,76 @@ mod tests {
             bytes: 1 << 20,
         });
         for seq in 1..=5 {
-            w.keep(seq, text(seq));
+            w.keep(seq, text(seq), &unlimited);
         }
-        w.evict(Instant::now() + Duration::from_millis(1));
+        w.evict(Instant::now() + Duration::from_millis(1), &unlimited);
         assert_eq!(w.range(4, None, 6).unwrap().len(), 2);
         assert!(w.range(3, None, 6).is_err());
 
         let mut w = window(100, 30);
         for seq in 1..=5 {
-            w.keep(seq, text(seq)); // 10 bytes each
+            w.keep(seq, text(seq), &unlimited); // 10 bytes each
         }
         assert!(w.bytes() <= 30);
         assert_eq!(w.range(3, None, 6).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn windows_share_the_budget_and_a_live_one_trims_itself_but_keeps_its_newest() {
+        let budget = ReplayBudget::new(3 * (10 + ENTRY_OVERHEAD));
+        let mut a = window(100, 1 << 20);
+        let mut b = window(100, 1 << 20);
+        a.keep(1, text(1), &budget);
+        a.keep(2, text(2), &budget);
+        b.keep(1, text(1), &budget);
+        assert_eq!(budget.used(), 3 * 74);
+        assert_eq!(a.cost() + b.cost(), 3 * 74);
+        // Over budget with no detached session: the committing window gives
+        // up its oldest.
+        b.keep(2, text(2), &budget);
+        assert_eq!(budget.used(), 3 * 74);
+        assert!(b.range(1, None, 3).is_err());
+        assert_eq!(b.range(2, None, 3).unwrap(), [text(2)]);
+        // Never its newest, even far over budget.
+        let tiny = ReplayBudget::new(1);
+        let mut c = window(100, 1 << 20);
+        c.keep(1, text(1), &tiny);
+        c.keep(2, text(2), &tiny);
+        assert_eq!(c.range(2, None, 3).unwrap(), [text(2)]);
+        assert!(c.range(1, None, 3).is_err());
+    }
+
+    #[test]
+    fn detached_sessions_are_evicted_oldest_first_before_live_windows_trim() {
+        let budget = ReplayBudget::new(2 * 74);
+        let mut parked = window(100, 1 << 20);
+        parked.keep(1, text(1), &budget);
+        let first = CancellationToken::new();
+        let second = CancellationToken::new();
+        let old_ticket = budget.detach(parked.cost(), first.clone());
+        let new_ticket = budget.detach(0, second.clone());
+        let mut live = window(100, 1 << 20);
+        live.keep(1, text(1), &budget);
+        assert!(!first.is_cancelled(), "within budget");
+        live.keep(2, text(2), &budget);
+        assert!(
+            first.is_cancelled(),
+            "the oldest detached session is told to go"
+        );
+        assert!(!second.is_cancelled());
+        assert_eq!(
+            live.range(1, None, 3).unwrap().len(),
+            2,
+            "the live window kept all"
+        );
+        // What the evicted one holds is not counted again meanwhile.
+        live.keep(3, text(3), &budget);
+        assert!(second.is_cancelled(), "still over: the next oldest goes");
+        // The evicted session drops its window, then closes its ticket.
+        budget.sub(parked.cost());
+        old_ticket.close();
+        new_ticket.close();
+        assert_eq!(budget.used(), 3 * 74);
+        assert_eq!(budget.leaving.load(Relaxed), 0);
     }
 }

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use super::Session;
 use crate::exec::CallEvent;
@@ -109,11 +110,16 @@ impl Drop for DetachedGuard {
 pub(crate) fn park(mut attached: Attached, store: Arc<dyn SessionStore>, shared: &super::Shared) {
     let keep = shared.config.replay_window_time;
     let shutdown = shared.shutdown.clone();
-    let stats = Arc::clone(&attached.session.shared);
-    stats.stats.detached_sessions.fetch_add(1, Relaxed);
+    let shared = Arc::clone(&attached.session.shared);
+    shared.stats.detached_sessions.fetch_add(1, Relaxed);
     tokio::spawn(async move {
         // Uncounted however the task ends.
-        let _counted = DetachedGuard(stats);
+        let _counted = DetachedGuard(Arc::clone(&shared));
+        // First to go when the server's replay windows hold too much.
+        let evict = CancellationToken::new();
+        let ticket = shared
+            .replay
+            .detach(attached.session.window_cost(), evict.clone());
         let expiry = tokio::time::sleep(keep);
         tokio::pin!(expiry);
         loop {
@@ -123,17 +129,26 @@ pub(crate) fn park(mut attached: Attached, store: Arc<dyn SessionStore>, shared:
                 request = attached.takeovers.recv() => match request {
                     Some(request) => match (*request).answer(attached) {
                         Some(kept) => attached = kept,
-                        None => return,
+                        None => {
+                            ticket.close();
+                            return;
+                        }
                     },
                     None => break,
                 },
                 Some(event) = attached.events.recv() => attached.session.handle_event(event),
                 () = &mut expiry => break,
+                () = evict.cancelled() => {
+                    tracing::debug!(session = %attached.session.id(), "parked session evicted (replay budget)");
+                    break;
+                }
                 () = shutdown.cancelled() => break,
             }
         }
         store.remove(attached.session.id());
-        tracing::debug!(session = %attached.session.id(), "parked session expired");
-        // Dropping the session cancels its calls.
+        tracing::debug!(session = %attached.session.id(), "parked session ended");
+        // Dropping the session cancels its calls and releases its window.
+        drop(attached);
+        ticket.close();
     });
 }

@@ -850,3 +850,91 @@ async fn waiting_calls_are_bounded_in_bytes() {
     h.send(call("e", "gate", json!({"blob": blob})));
     assert_eq!(h.out()[0]["payload"]["status"], "QUEUED");
 }
+
+#[tokio::test]
+async fn two_frame_binary_waits_for_its_body() {
+    let mut h = Harness::new(Config::default(), vec![]);
+    // The body arrives: the envelope is handled.
+    h.send(json!({"id": "b1", "type": "PING", "bin_len": 3, "payload": {"nonce": "n1"}}));
+    assert!(h.session.awaits_binary());
+    assert!(h.out().is_empty(), "nothing until the body is here");
+    assert_eq!(h.session.handle_binary(b"abc"), Control::Continue);
+    assert_eq!(h.out()[0]["payload"], json!({"nonce": "n1"}));
+    // A body of another length: both discarded.
+    h.send(json!({"id": "b2", "type": "PING", "bin_len": 3, "payload": {"nonce": "n2"}}));
+    h.session.handle_binary(b"abcd");
+    let out = h.out();
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0]["payload"]["code"], "BINARY_FRAME_ERROR");
+    assert_eq!(out[0]["payload"]["related_id"], "b2");
+    assert_eq!(
+        out[0]["payload"]["detail"],
+        json!({"expected": 3, "actual": 4})
+    );
+    // Text where the body was due: the error, then the text as usual.
+    h.send(json!({"id": "b3", "type": "PING", "bin_len": 3, "payload": {"nonce": "n3"}}));
+    h.send(json!({"type": "PING", "payload": {"nonce": "n4"}}));
+    let out = h.out();
+    assert_eq!(
+        out[0]["payload"]["detail"],
+        json!({"reason": "missing binary frame"})
+    );
+    assert_eq!(out[0]["payload"]["related_id"], "b3");
+    assert_eq!(out[1]["payload"], json!({"nonce": "n4"}));
+    // Nothing within the wait: the driver reports it.
+    h.send(json!({"type": "PING", "bin_len": 0, "payload": {}}));
+    h.session.binary_frame_missing();
+    assert_eq!(h.out()[0]["payload"]["code"], "BINARY_FRAME_ERROR");
+    assert!(!h.session.awaits_binary());
+    // `payload.data` means base64: no binary frame is awaited.
+    h.send(json!({"type": "PING", "bin_len": 3, "payload": {"data": "YWJj", "nonce": "n5"}}));
+    assert_eq!(h.out()[0]["payload"]["nonce"], "n5");
+    // A binary message holding an envelope, with nothing awaited: handled as text.
+    h.session
+        .handle_binary(br#"{"type":"PING","payload":{"nonce":"n6"}}"#);
+    assert_eq!(h.out()[0]["payload"], json!({"nonce": "n6"}));
+    // Other binary data: no consumer, no error.
+    h.session.handle_binary(&[0xff, 0x00]);
+    assert!(h.out().is_empty());
+}
+
+#[tokio::test]
+async fn outsized_or_overflowing_client_numbers_are_errors_not_panics() {
+    let mut h = Harness::new(Config::default(), vec![]);
+    let control = h.send(json!({"type": "PING", "bin_len": u64::MAX, "payload": {}}));
+    assert_eq!(
+        control,
+        Control::Close {
+            code: 1009,
+            reason: "message too large",
+            keep_session: true
+        }
+    );
+    assert_eq!(h.out()[0]["payload"]["code"], "MESSAGE_TOO_LARGE");
+    let mut h = Harness::new(Config::default(), vec![]);
+    h.send(
+        json!({"type": "HAI", "payload": {"capabilities": {"flow_control": {
+        "initial_credit_messages": u64::MAX, "initial_credit_bytes": u64::MAX}}}}),
+    );
+    for _ in 0..2 {
+        h.send(json!({"type": "FLOW_UPDATE", "payload": {
+            "channel": "AGENT", "add_messages": u64::MAX, "add_bytes": u64::MAX}}));
+    }
+    for _ in 0..10 {
+        h.send(json!({"type": "PING", "payload": {"nonce": "x".repeat(100_000)}}));
+    }
+    let out = h.out();
+    assert_eq!(out.iter().filter(|v| v["type"] == "PONG").count(), 10);
+}
+
+#[tokio::test]
+async fn streams_ignore_bin_len() {
+    let shared = Shared::for_tests(Config::default());
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let mut session = Session::new(shared, TransportKind::Stream, tx, None);
+    session.commit_next();
+    session.handle_text(r#"{"type":"PING","bin_len":5,"payload":{"nonce":"s"}}"#);
+    assert!(!session.awaits_binary());
+    let pong: Value = serde_json::from_slice(&session.commit_next().unwrap()).unwrap();
+    assert_eq!(pong["type"], "PONG");
+}

@@ -32,9 +32,14 @@ pub(crate) enum Unit {
     Batch(Batch),
     /// A unit over `max_message_bytes`: reported, then the connection closes.
     TooLarge,
+    /// A binary WebSocket message (HAIP.md §13).
+    Binary(Bytes),
     /// Inbound traffic with nothing to handle (a WebSocket ping or pong): it
     /// only shows the client is there (`idle_timeout`).
     Activity,
+    /// The client broke the transport's protocol: close with this code
+    /// (WebSocket 1007 for invalid UTF-8, 1002 otherwise); nothing more is read.
+    ProtocolError { code: u16, reason: &'static str },
     /// The client's side of the connection failed (a request body that broke
     /// off): the connection is lost.
     Lost,
@@ -108,6 +113,9 @@ pub(crate) struct Options {
 /// (where progress can still be merged and bytes are counted). A single
 /// larger envelope is handed over when the writer holds nothing.
 pub(crate) const WRITER_BUDGET: usize = 256 * 1024;
+
+/// How long an envelope waits for the binary frame it announced (HAIP.md §13).
+const BINARY_FRAME_WAIT: Duration = Duration::from_secs(10);
 
 /// How long a resumption waits for the session's current owner.
 const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -265,6 +273,10 @@ where
     let closed = writer.frames.closed();
     tokio::pin!(closed);
     let mut tool_changes = shared.registry.subscribe();
+    // The wait for a binary frame an envelope announced (HAIP.md §13).
+    let binary_wait = tokio::time::sleep(Duration::from_secs(86_400));
+    tokio::pin!(binary_wait);
+    let mut binary_armed = false;
     loop {
         let session = &mut attached.session;
         if let Some(overflow) = session.overflow() {
@@ -300,6 +312,15 @@ where
                 give_up.as_mut().reset(Instant::now() + CLOSE_TIMEOUT);
             }
         }
+        if attached.session.awaits_binary() != binary_armed {
+            binary_armed = !binary_armed;
+            if binary_armed {
+                binary_wait
+                    .as_mut()
+                    .reset(Instant::now() + BINARY_FRAME_WAIT);
+            }
+        }
+        let session = &mut attached.session;
         let open = close.is_none() && !shutting_down;
         let input = open && backlog_allows_input(session, writer, shared);
         // Wait for the writer when it holds envelopes the driver cannot hand
@@ -357,7 +378,13 @@ where
                         Control::Continue
                     }
                     Unit::TooLarge => session.message_too_large(),
+                    Unit::Binary(bytes) => session.handle_binary(&bytes),
                     Unit::Activity => Control::Continue,
+                    Unit::ProtocolError { code, reason } => Control::Close {
+                        code,
+                        reason,
+                        keep_session: true,
+                    },
                     Unit::Lost => return (Ended::Gone, Some(attached)),
                 };
                 match control {
@@ -379,6 +406,7 @@ where
                     writer.send(Frame::KeepAlive);
                 }
             }
+            () = &mut binary_wait, if binary_armed => session.binary_frame_missing(),
             () = &mut idle, if idle_timeout.is_some() && open => {
                 tracing::debug!("no inbound data for idle_timeout; closing");
                 shared.stats.closed_idle.fetch_add(1, Relaxed);

@@ -15,7 +15,6 @@ use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 use super::driver::{self, Ended, Frame, Unit};
 use crate::exec::CallEvent;
-use crate::protocol::is_binary_envelope;
 use crate::server::ConnectionGuard;
 use crate::session::{Attached, Session, Shared};
 
@@ -153,16 +152,28 @@ async fn run(ws: Ws, attached: Attached, shared: &Arc<Shared>) {
 fn unit_of(msg: Result<Message, WsError>) -> Option<Option<Unit>> {
     match msg {
         Ok(Message::Text(text)) => Some(Some(Unit::Text(text.as_str().to_owned()))),
-        // A binary message holding a JSON envelope is handled like text; other
-        // binary data has no consumer yet (HAIP.md §13).
-        Ok(Message::Binary(bytes)) if is_binary_envelope(&bytes) => Some(Some(Unit::Text(
-            String::from_utf8_lossy(&bytes).into_owned(),
-        ))),
+        // A two-frame body, an envelope sent as binary, or data (HAIP.md §13).
+        Ok(Message::Binary(bytes)) => Some(Some(Unit::Binary(bytes))),
         // Tungstenite answers pings itself; both show the client is there.
         Ok(Message::Ping(_) | Message::Pong(_)) => Some(Some(Unit::Activity)),
-        // Other binary data has no consumer.
-        Ok(_) => None,
+        Ok(Message::Close(_) | Message::Frame(_)) => None,
         Err(WsError::Capacity(CapacityError::MessageTooLong { .. })) => Some(Some(Unit::TooLarge)),
+        // HAIP.md §18.1: invalid UTF-8 in a text frame closes with 1007, any
+        // other breach of the WebSocket protocol with 1002.
+        Err(WsError::Utf8(e)) => {
+            tracing::debug!(error = %e, "invalid UTF-8 in a text message");
+            Some(Some(Unit::ProtocolError {
+                code: 1007,
+                reason: "invalid utf-8",
+            }))
+        }
+        Err(WsError::Protocol(e)) => {
+            tracing::debug!(error = %e, "websocket protocol error");
+            Some(Some(Unit::ProtocolError {
+                code: 1002,
+                reason: "protocol error",
+            }))
+        }
         Err(e) => {
             tracing::debug!(error = %e, "websocket read failed");
             Some(None)
