@@ -13,7 +13,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::hub::Hub;
+use super::hub::{Hub, PeerGuard};
 use crate::auth::{AuthError, AuthErrorKind, redact_uri, token_from_parts};
 use crate::protocol::{Channel, EventType, Outgoing, now_millis};
 use crate::session::{Session, TransportKind};
@@ -41,17 +41,11 @@ pub(crate) async fn route(
     let path = req.uri().path().to_owned();
     tracing::debug!(method = %req.method(), uri = %redact_uri(req.uri()), "request");
     let response = match (req.method().clone(), path.as_str()) {
-        (Method::OPTIONS, _) => preflight(),
         (Method::GET, "/health") => json_response(StatusCode::OK, &hub.shared.stats.health()),
-        (Method::GET, "/stats") => match authenticate(&hub, &req).await {
-            Ok(_) => {
-                let replay_bytes = hub.shared.replay.used();
-                json_response(StatusCode::OK, &hub.shared.stats.stats(replay_bytes))
-            }
-            Err(e) => unauthorized(&e),
-        },
-        (Method::GET, "/" | "/haip" | "/haip/websocket") if is_websocket_upgrade(&req) => {
-            upgrade(req, &hub, origin.as_deref(), over_peer_limit).await
+        (Method::GET, "/" | "/haip" | "/haip/websocket")
+            if over_peer_limit && is_websocket_upgrade(&req) =>
+        {
+            upgrade(req, &hub, origin.as_deref(), true).await
         }
         _ if over_peer_limit => {
             let mut response = error_response(
@@ -63,6 +57,17 @@ pub(crate) async fn route(
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
             response
+        }
+        (Method::OPTIONS, _) => preflight(),
+        (Method::GET, "/stats") => match authenticate(&hub, &req).await {
+            Ok(_) => {
+                let replay_bytes = hub.shared.replay.used();
+                json_response(StatusCode::OK, &hub.shared.stats.stats(replay_bytes))
+            }
+            Err(e) => unauthorized(&e),
+        },
+        (Method::GET, "/" | "/haip" | "/haip/websocket") if is_websocket_upgrade(&req) => {
+            upgrade(req, &hub, origin.as_deref(), false).await
         }
         // Only the paths above speak WebSocket (HAIP.md §15.5): an upgrade
         // anywhere else must not open an SSE or HTTP-streaming session.
@@ -322,9 +327,12 @@ async fn upgrade(
         }),
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
+    // The connection stays counted against its peer while the socket lives.
+    let counted = req.extensions_mut().remove::<Arc<PeerGuard>>();
     let shared = Arc::clone(&hub.shared);
     let handshake_timeout = hub.shared.config.handshake_timeout;
     hub.tracker.spawn(async move {
+        let _counted = counted;
         // A client that never takes the `101` does not hold a session for ever.
         let Ok(upgraded) = tokio::time::timeout(handshake_timeout, on_upgrade).await else {
             tracing::debug!("websocket upgrade not completed in time");

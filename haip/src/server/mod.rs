@@ -262,10 +262,16 @@ async fn accept_loop(listener: TcpListener, hub: Arc<Hub>) {
         let header_timeout = config.handshake_timeout;
         let hub_for_conn = Arc::clone(&hub);
         let shutdown = shutdown.clone();
+        // Shared with each request, so that a WebSocket upgrade (which
+        // outlives this HTTP connection's task) keeps the connection counted.
+        let counted = counted.map(Arc::new);
         hub.tracker.spawn(async move {
-            let _counted = counted;
-            let service =
-                service_fn(move |req| http::route(req, Arc::clone(&hub_for_conn), over_peer_limit));
+            let service = service_fn(move |mut req: hyper::Request<_>| {
+                if let Some(counted) = &counted {
+                    req.extensions_mut().insert(Arc::clone(counted));
+                }
+                http::route(req, Arc::clone(&hub_for_conn), over_peer_limit)
+            });
             // A client that never finishes its request headers is dropped
             // instead of holding a connection open for ever.
             let conn = http1::Builder::new()

@@ -129,7 +129,9 @@ pub(crate) enum Overflow {
 pub(crate) struct Backlog {
     /// Envelopes waiting, replayed ones included.
     pub(crate) envelopes: usize,
-    /// Their bytes.
+    /// The bytes of those not committed yet. Replayed envelopes are not
+    /// counted: they are held by the replay window anyway, and a client that
+    /// receives a long replay must still be able to send.
     pub(crate) bytes: usize,
 }
 
@@ -142,9 +144,8 @@ pub(crate) struct Session {
     /// Uncommitted envelopes in the outbox, and their bytes.
     new_envelopes: usize,
     new_bytes: usize,
-    /// Replayed envelopes in the outbox, and their bytes.
+    /// Replayed envelopes in the outbox.
     replay_envelopes: usize,
-    replay_bytes: usize,
     window: ReplayWindow,
     inbound_credit: InboundCredit,
     gate: OutboundGate,
@@ -208,7 +209,6 @@ impl Session {
             new_envelopes: 0,
             new_bytes: 0,
             replay_envelopes: 0,
-            replay_bytes: 0,
             window,
             inbound_credit,
             gate: OutboundGate::default(),
@@ -309,7 +309,6 @@ impl Session {
             return;
         }
         self.replay_envelopes += texts.len();
-        self.replay_bytes += texts.iter().map(Bytes::len).sum::<usize>();
         let entry = Pending::Replay(texts.into());
         if at_front {
             self.outbox.push_front(entry);
@@ -337,7 +336,7 @@ impl Session {
     pub(crate) fn backlog(&self) -> Backlog {
         Backlog {
             envelopes: self.new_envelopes + self.replay_envelopes,
-            bytes: self.new_bytes + self.replay_bytes,
+            bytes: self.new_bytes,
         }
     }
 
@@ -396,7 +395,6 @@ impl Session {
             }
             let text = text?;
             self.replay_envelopes -= 1;
-            self.replay_bytes -= text.len();
             return Some(text);
         }
         let Some(Pending::New { env, progress_of }) = self.outbox.remove(index) else {

@@ -122,28 +122,38 @@ async fn run(ws: Ws, attached: Attached, shared: &Arc<Shared>) {
     let (frames, frames_rx) = mpsc::unbounded_channel::<Frame>();
     let meter = driver::WriteMeter::new(Arc::clone(shared));
     let mut writer = tokio::spawn(write_loop(sink, frames_rx, Arc::clone(&meter)));
-    let inbound = stream
-        .take_while(|msg| std::future::ready(!matches!(msg, Ok(Message::Close(_)))))
-        .filter_map(|msg| std::future::ready(unit_of(msg)))
-        // A read error other than an oversized message ends the connection.
-        .take_while(|unit| std::future::ready(unit.is_some()))
-        .filter_map(std::future::ready);
+    let mut inbound = Box::pin(
+        stream
+            .take_while(|msg| std::future::ready(!matches!(msg, Ok(Message::Close(_)))))
+            .filter_map(|msg| std::future::ready(unit_of(msg)))
+            // A read error other than an oversized message ends the connection.
+            .take_while(|unit| std::future::ready(unit.is_some()))
+            .filter_map(std::future::ready),
+    );
     let options = driver::Options {
         heartbeat: shared.config.heartbeat_interval,
         keep_alive_frames: false,
         on_resumed: None,
     };
     let out = driver::Writer { frames, meter };
-    let (ended, attached) = driver::drive(attached, inbound, &out, shared, options).await;
+    let (ended, attached) = driver::drive(attached, &mut inbound, &out, shared, options).await;
     drop(out);
     driver::detach(ended, attached, shared);
     // The client had its time to read what was left: waiting longer helps nobody.
-    let abandoned = matches!(ended, Ended::Abandoned { .. });
-    if abandoned
-        || tokio::time::timeout(CLOSE_TIMEOUT, &mut writer)
-            .await
-            .is_err()
-    {
+    if matches!(ended, Ended::Abandoned { .. }) {
+        writer.abort();
+        return;
+    }
+    // Lingering close: while the writer finishes (the close frame last), the
+    // client's input is read and discarded until its own close, so that the
+    // socket is not reset with unread data (which would lose what was written).
+    let drain = async { while inbound.next().await.is_some() {} };
+    let finished = tokio::time::timeout(CLOSE_TIMEOUT, async {
+        let (written, ()) = tokio::join!(&mut writer, drain);
+        written
+    })
+    .await;
+    if finished.is_err() {
         writer.abort();
     }
 }
