@@ -166,8 +166,9 @@ pub(crate) struct Session {
     /// Bytes of the inbound unit being handled.
     inbound_len: usize,
     next_key: u64,
-    /// The client's `accept_events`, when it sent one.
-    accept_events: Option<FastSet<String>>,
+    /// The client's `accept_events`, when it sent one (only the names of
+    /// HAIP 1 types are kept: a long list of others costs nothing).
+    accept_events: Option<FastSet<EventType>>,
     /// Runs the client declared and has not finished (HAIP.md §8).
     runs: FastSet<String>,
     /// The authenticated subject that opened the session (`None`: auth off).
@@ -458,7 +459,7 @@ impl Session {
     fn accepts(&self, event: EventType) -> bool {
         self.accept_events
             .as_ref()
-            .is_none_or(|set| set.contains(event.as_str()))
+            .is_none_or(|set| set.contains(&event))
     }
 
     // ----- inbound ------------------------------------------------------------
@@ -682,7 +683,7 @@ impl Session {
             && self
                 .accept_events
                 .as_ref()
-                .is_some_and(|set| set.contains(EventType::ToolList.as_str()))
+                .is_some_and(|set| set.contains(&EventType::ToolList))
     }
 
     /// Sends the current `TOOL_LIST` unsolicited.

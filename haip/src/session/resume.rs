@@ -41,7 +41,7 @@ impl Session {
                 events
                     .iter()
                     .filter_map(Value::as_str)
-                    .map(str::to_owned)
+                    .filter_map(EventType::parse)
                     .collect(),
             );
         }
