@@ -203,7 +203,8 @@ async fn slow_stalled_and_lying_post_bodies_get_408_503_413() {
     let (handle, _) = start(
         builder()
             .body_read_timeout(Duration::from_secs(2))
-            .max_inflight_body_bytes(1024 * 1024),
+            .max_inflight_body_bytes(1024 * 1024)
+            .max_message_bytes(64 * 1024),
     )
     .await;
     let addr = handle.local_addr();
@@ -252,6 +253,14 @@ async fn slow_stalled_and_lying_post_bodies_get_408_503_413() {
             .await,
     );
     assert_eq!(stream.recv().await["payload"], json!({"nonce": "n"}));
+    // One envelope of a body larger than any message may be: reported and
+    // skipped, the rest of the body handled.
+    let big = json!({"type": "PING", "payload": {"nonce": "x".repeat(100_000)}});
+    let small = json!({"type": "PING", "payload": {"nonce": "after"}});
+    conn::assert_ok(&stream.post(&json!([big, small]).to_string()).await);
+    let error = stream.recv().await;
+    assert_eq!(error["payload"]["code"], "MESSAGE_TOO_LARGE", "{error}");
+    assert_eq!(stream.recv().await["payload"], json!({"nonce": "after"}));
     let stats = get_json(addr, "/stats").await;
     assert_eq!(stats["connectionsClosed"]["bodyTimeout"], 2, "{stats}");
 }

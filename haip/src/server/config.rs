@@ -167,6 +167,17 @@ impl Config {
         if self.max_outbound_message_bytes < MIN_OUTBOUND_BYTES {
             return bad("max_outbound_message_bytes", "must be at least 4096");
         }
+        // Any envelope the server builds from one inbound message must fit in
+        // one outbound message: an ERROR echoing a tool name twice beside the
+        // call id, say. Else such an envelope could not be sent, and a call
+        // could end without its TOOL_DONE.
+        if self.max_outbound_message_bytes < self.max_message_bytes.saturating_mul(3) {
+            return bad(
+                "max_outbound_message_bytes",
+                "must be at least three times max_message_bytes (the envelopes that answer a \
+                 message can repeat what it carried)",
+            );
+        }
         if self.max_outbound_bytes < MIN_OUTBOUND_BYTES {
             return bad("max_outbound_bytes", "must be at least 4096");
         }
@@ -177,5 +188,61 @@ impl Config {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rejected(config: Config) -> &'static str {
+        match config.validate() {
+            Err(Error::InvalidConfig { setting, .. }) => setting,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid_and_nonsense_names_its_setting() {
+        assert!(Config::default().validate().is_ok());
+        let zero = |f: fn(&mut Config)| {
+            let mut config = Config::default();
+            f(&mut config);
+            rejected(config)
+        };
+        assert_eq!(zero(|c| c.max_outbound_bytes = 0), "max_outbound_bytes");
+        assert_eq!(zero(|c| c.replay_budget_bytes = 0), "replay_budget_bytes");
+        assert_eq!(zero(|c| c.max_violations = 0), "max_violations");
+        assert_eq!(zero(|c| c.max_queued_bytes = 0), "max_queued_bytes");
+        assert_eq!(
+            zero(|c| c.max_inflight_body_bytes = 0),
+            "max_inflight_body_bytes"
+        );
+        assert_eq!(
+            zero(|c| c.body_read_timeout = Duration::ZERO),
+            "body_read_timeout"
+        );
+        assert_eq!(
+            zero(|c| c.handshake_timeout = Duration::ZERO),
+            "handshake_timeout"
+        );
+        assert_eq!(
+            zero(|c| c.max_connections_per_peer = Some(0)),
+            "max_connections_per_peer"
+        );
+        assert_eq!(zero(|c| c.max_outbound_bytes = 100), "max_outbound_bytes");
+        // Replies to a message can repeat what it carried: they must fit.
+        assert_eq!(
+            zero(|c| c.max_outbound_message_bytes = 3 * 1024 * 1024 - 1),
+            "max_outbound_message_bytes"
+        );
+        let mut config = Config {
+            max_message_bytes: 4096,
+            max_outbound_message_bytes: 3 * 4096,
+            ..Config::default()
+        };
+        assert!(config.validate().is_ok());
+        config.max_connections_per_peer = None;
+        assert!(config.validate().is_ok(), "no per-peer limit is a choice");
     }
 }

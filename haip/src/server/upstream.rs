@@ -1,7 +1,8 @@
 //! Upstream delivery (HAIP.md §15.4): the envelopes of a POST body go to one
 //! open stream session of the caller's subject. The body is decoded envelope
 //! by envelope as it arrives and handed to the session as the session takes
-//! it, within the limits of HAIP.md §18.1: a declared length over
+//! it (an envelope over `max_message_bytes` is reported, `MESSAGE_TOO_LARGE`,
+//! and skipped), within the limits of HAIP.md §18.1: a declared length over
 //! `max_body_bytes` is refused at once (`413`), the bytes of all bodies being
 //! read share `max_inflight_body_bytes` (`503`), and a body must arrive within
 //! `body_read_timeout` and at 1 KiB/s or better after its first 10 s (`408`).
@@ -25,7 +26,7 @@ use super::http::{
 use super::hub::Hub;
 use crate::auth::query_param;
 use crate::transport::body::Splitter;
-use crate::transport::driver::{Batch, Unit};
+use crate::transport::driver::{Batch, Element, Unit};
 
 /// Envelopes of an upstream POST decoded ahead of the session handling them.
 const BATCH_QUEUE: usize = 16;
@@ -246,10 +247,17 @@ pub(super) async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
     if target.send(Unit::Batch(batch)).await.is_err() {
         return gone();
     }
+    let max_message = config.max_message_bytes;
     loop {
         for text in ready.drain(..) {
+            // Each envelope is held to the same size as any other message.
+            let element = if text.len() > max_message {
+                Element::TooLarge
+            } else {
+                Element::Envelope(text)
+            };
             let waited = Instant::now();
-            if envelopes.send(text).await.is_err() {
+            if envelopes.send(element).await.is_err() {
                 return gone();
             }
             reader.paused += waited.elapsed();

@@ -7,6 +7,8 @@
 mod binary;
 mod calls;
 mod flow;
+#[cfg(test)]
+mod fuzz;
 mod replay;
 mod resume;
 mod store;
@@ -559,6 +561,17 @@ impl Session {
 
     /// Reports an inbound unit over `max_message_bytes`; the transport closes after it.
     pub(crate) fn message_too_large(&mut self) -> Control {
+        self.envelope_too_large();
+        Control::Close {
+            code: 1009,
+            reason: "message too large",
+            keep_session: true,
+        }
+    }
+
+    /// Reports an envelope over `max_message_bytes` that is skipped (one
+    /// element of an upstream POST: the connection is not at fault).
+    pub(crate) fn envelope_too_large(&mut self) {
         let limit = self.config().max_message_bytes;
         self.error(
             ErrorCode::MESSAGE_TOO_LARGE,
@@ -566,11 +579,6 @@ impl Session {
             None,
             Some(json!({ "limit": limit })),
         );
-        Control::Close {
-            code: 1009,
-            reason: "message too large",
-            keep_session: true,
-        }
     }
 
     fn dispatch(&mut self, msg: Inbound, first: bool) -> Control {

@@ -48,10 +48,20 @@ pub(crate) enum Unit {
 /// The envelopes of one upstream POST (HAIP.md §15.4), decoded from its body
 /// as it arrives.
 pub(crate) struct Batch {
-    /// Each envelope's text, in order; closed after the last.
-    pub(crate) envelopes: mpsc::Receiver<String>,
+    /// Each envelope, in order; closed after the last.
+    pub(crate) envelopes: mpsc::Receiver<Element>,
     /// Told when every envelope has been handled.
     pub(crate) done: oneshot::Sender<()>,
+}
+
+/// One element of an upstream POST body.
+#[derive(Debug)]
+pub(crate) enum Element {
+    /// An envelope's text.
+    Envelope(String),
+    /// An element over `max_message_bytes`: reported (`MESSAGE_TOO_LARGE`)
+    /// and skipped; the rest of the body is handled.
+    TooLarge,
 }
 
 /// One outbound frame for the transport's writer.
@@ -346,7 +356,8 @@ where
             () = &mut closed => return (Ended::Gone, Some(attached)),
             text = recv_batch(&mut batch), if input && batch.is_some() => {
                 match text {
-                    Some(text) => match session.handle_text(&text) {
+                    Some(Element::TooLarge) => session.envelope_too_large(),
+                    Some(Element::Envelope(text)) => match session.handle_text(&text) {
                         Control::Continue => {}
                         Control::Close { code, reason, keep_session } => {
                             // The POST was handled up to the envelope that
@@ -434,7 +445,7 @@ where
 }
 
 /// The next envelope of the POST being handled (`None` once it has no more).
-async fn recv_batch(batch: &mut Option<Batch>) -> Option<String> {
+async fn recv_batch(batch: &mut Option<Batch>) -> Option<Element> {
     match batch {
         Some(batch) => batch.envelopes.recv().await,
         None => std::future::pending().await,
