@@ -269,6 +269,8 @@ impl ServerBuilder {
         /// Largest single outbound envelope (default 16 MiB). A `TOOL_DONE` that
         /// would be larger becomes `TOOL_DONE ERROR` code `RESULT_TOO_LARGE`, so
         /// the call still ends exactly once; a larger progress update is dropped.
+        /// Must be at least three times `max_message_bytes`: the replies to a
+        /// message (an error naming its tool and call id) must fit.
         max_outbound_message_bytes: usize,
         /// Bytes all replay windows may hold together, server-wide (default
         /// 256 MiB). Over it, detached sessions are evicted oldest first (their
