@@ -238,6 +238,10 @@ impl Session {
         }
         self.validating -= 1;
         let name = call.tool.name().to_owned();
+        if !matches!(verdict, Validation::Valid(_)) {
+            // The call ends here: its params are no longer held.
+            self.held_bytes -= std::mem::take(&mut call.held);
+        }
         match verdict {
             Validation::Valid(params) => {
                 call.params = Some(params);

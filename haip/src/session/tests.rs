@@ -775,6 +775,23 @@ async fn large_params_are_validated_off_the_session_task_with_capped_details() {
     let text = done.to_string();
     assert!(text.len() < 4096, "{} bytes", text.len());
 
+    // A rejected call gives its params' bytes back: many in a row are all
+    // validated, none refused for the bytes the earlier ones held.
+    for i in 0..300 {
+        h.send(call(
+            &format!("bad{i}"),
+            "closed",
+            json!({"s": 7, "pad": "x".repeat(70_000)}),
+        ));
+        let out = h.run_until_done(1).await;
+        assert_eq!(
+            out.last().unwrap()["payload"]["result"]["code"],
+            "INVALID_PARAMS",
+            "call {i}"
+        );
+    }
+    assert_eq!(h.session.held_bytes, 0);
+
     // Valid large params run the tool.
     h.send(call("ok", "closed", json!({"s": "x".repeat(100_000)})));
     let out = h.run_until_done(1).await;
