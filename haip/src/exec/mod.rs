@@ -14,6 +14,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::Context;
+use crate::protocol::to_json_within;
 use crate::schema::Violations;
 use crate::tool::{Tool, ToolError};
 
@@ -88,19 +89,109 @@ pub(crate) fn validate(
 pub(crate) enum Outcome {
     /// The handler returned.
     Returned(Result<Value, ToolError>),
+    /// The handler returned a value, already checked and encoded ([`Render`]).
+    Rendered(Box<Rendered>),
     /// The handler panicked; the panic text (never sent unless `debug_errors`).
     Panicked(String),
     /// The call was cancelled (or timed out) and has stopped, by itself or aborted.
     Stopped,
 }
 
-/// The time limits of one call.
+/// The time limits of one call, and what to do with its value.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     /// The tool's timeout, if any.
     pub(crate) timeout: Option<Duration>,
     /// How long a cancelled or timed-out tool may take to stop before it is aborted.
     pub(crate) grace: Duration,
+    /// Check and encode a returned value in the call's own task.
+    pub(crate) render: Option<Render>,
+}
+
+/// How a returned value is rendered before it leaves the call's task: checked
+/// against the tool's output schema and encoded to JSON, on the blocking pool
+/// when it is large, so that a large result costs its session nothing.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Render {
+    /// The longest JSON text kept; a longer result is only measured.
+    pub(crate) max_bytes: usize,
+    /// Output-schema violations listed (`max_violations`).
+    pub(crate) max_violations: usize,
+}
+
+/// A returned value, rendered.
+#[derive(Debug)]
+pub(crate) struct Rendered {
+    /// The value's JSON text (`None` for `null`), or its length when that is
+    /// over [`Render::max_bytes`].
+    pub(crate) json: Result<Option<Vec<u8>>, usize>,
+    /// How it violates the tool's output schema.
+    pub(crate) violations: Violations,
+}
+
+/// Values whose JSON may be longer than this are rendered on the blocking pool.
+const RENDER_INLINE_BYTES: usize = 64 * 1024;
+
+impl Render {
+    async fn render(self, tool: &Tool, value: Value) -> Rendered {
+        if fits_within(&value, RENDER_INLINE_BYTES) {
+            return self.render_now(tool, value);
+        }
+        let tool = tool.clone();
+        // A render that panics is a bug of ours, not the tool's: report the
+        // value as unrenderable rather than lose the call.
+        tokio::task::spawn_blocking(move || self.render_now(&tool, value))
+            .await
+            .unwrap_or_else(|_| Rendered {
+                json: Err(usize::MAX),
+                violations: Violations::default(),
+            })
+    }
+
+    fn render_now(self, tool: &Tool, value: Value) -> Rendered {
+        let violations = tool.check_result(&value, self.max_violations);
+        let json = if value.is_null() {
+            Ok(None)
+        } else {
+            to_json_within(&value, self.max_bytes).map(Some)
+        };
+        // Dropping a large value is work too: done here, not in the session.
+        drop(value);
+        Rendered { json, violations }
+    }
+}
+
+/// Whether `value`'s JSON is at most about `budget` bytes: a quick walk that
+/// stops as soon as it is not (strings are counted as they are, so escapes
+/// make it a slight underestimate; it only decides where rendering runs).
+fn fits_within(value: &Value, budget: usize) -> bool {
+    /// Takes `cost` from what is left; false once nothing is.
+    fn spend(left: &mut usize, cost: usize) -> bool {
+        match left.checked_sub(cost) {
+            Some(rest) => {
+                *left = rest;
+                true
+            }
+            None => false,
+        }
+    }
+    fn walk(value: &Value, left: &mut usize) -> bool {
+        match value {
+            Value::String(s) => spend(left, s.len() + 2),
+            Value::Array(items) => {
+                spend(left, items.len() + 2) && items.iter().all(|item| walk(item, left))
+            }
+            Value::Object(map) => {
+                spend(left, 2)
+                    && map
+                        .iter()
+                        .all(|(key, item)| spend(left, key.len() + 4) && walk(item, left))
+            }
+            _ => spend(left, 24),
+        }
+    }
+    let mut left = budget;
+    walk(value, &mut left)
 }
 
 /// Spawns the call's task.
@@ -126,7 +217,11 @@ async fn run(
     params: Value,
     ctx: Context,
     cancel: CancellationToken,
-    Limits { timeout, grace }: Limits,
+    Limits {
+        timeout,
+        grace,
+        render,
+    }: Limits,
     events: &mpsc::UnboundedSender<CallEvent>,
 ) -> Outcome {
     let mut call = AssertUnwindSafe(tool.call(params, ctx)).catch_unwind();
@@ -138,7 +233,12 @@ async fn run(
     };
     tokio::select! {
         biased;
-        result = &mut call => return finished(result),
+        result = &mut call => return match (finished(result), render) {
+            (Outcome::Returned(Ok(value)), Some(render)) => {
+                Outcome::Rendered(Box::new(render.render(&tool, value).await))
+            }
+            (outcome, _) => outcome,
+        },
         () = cancel.cancelled() => {}
         () = deadline => {
             let _ = events.send(CallEvent::TimedOut(key));

@@ -254,6 +254,8 @@ impl ExportService {
         let limits = exec::Limits {
             timeout: tool.timeout().or(config.tool_timeout),
             grace: config.cancel_grace,
+            // MCP renders the value itself (structured content and text).
+            render: None,
         };
         exec::spawn(
             key,
@@ -365,6 +367,11 @@ impl ExportService {
                 let message = exec::panic_message(name, &text, self.shared.config.debug_errors);
                 (Ended::Failed, error_result(message, None))
             }
+            // Not asked for (`render: None`): MCP renders values itself.
+            Outcome::Rendered(_) => (
+                Ended::Failed,
+                error_result(format!("Internal error in tool {name}"), None),
+            ),
             Outcome::Stopped => (
                 Ended::Cancelled,
                 error_result(format!("Tool {name} was cancelled"), None),

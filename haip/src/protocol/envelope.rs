@@ -288,23 +288,16 @@ impl Prepared {
             out.thread_id.as_deref(),
         );
         let overhead = HEAD_MAX + frame.len();
-        let mut payload = Capped {
-            buf: Vec::new(),
-            cap: limit.saturating_sub(overhead),
-        };
-        if serde_json::to_writer(&mut payload, &out.payload).is_ok() {
-            return Ok(Prepared::from_json(
+        match to_json_within(&out.payload, limit.saturating_sub(overhead)) {
+            Ok(payload) => Ok(Prepared::from_json(
                 out.channel,
                 out.event,
-                &payload.buf,
+                &payload,
                 out.run_id.as_deref(),
                 out.thread_id.as_deref(),
-            ));
+            )),
+            Err(size) => Err(overhead.saturating_add(size)),
         }
-        drop(payload);
-        let mut counted = Counter(0);
-        let _ = serde_json::to_writer(&mut counted, &out.payload);
-        Err(overhead.saturating_add(counted.0))
     }
 
     /// An envelope whose payload is the JSON text `payload` (an object).
@@ -367,6 +360,25 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
     } else {
         let _ = serde_json::to_writer(&mut *out, s);
     }
+}
+
+/// `value` as JSON text, unless that is longer than `limit` bytes: then no
+/// more than `limit` is ever buffered, and the error is the length it has.
+pub(crate) fn to_json_within<T: serde::Serialize + ?Sized>(
+    value: &T,
+    limit: usize,
+) -> Result<Vec<u8>, usize> {
+    let mut json = Capped {
+        buf: Vec::new(),
+        cap: limit,
+    };
+    if serde_json::to_writer(&mut json, value).is_ok() {
+        return Ok(json.buf);
+    }
+    drop(json);
+    let mut counted = Counter(0);
+    let _ = serde_json::to_writer(&mut counted, value);
+    Err(counted.0)
 }
 
 /// A writer that refuses to grow past `cap` bytes.

@@ -19,8 +19,8 @@ mod event;
 mod inbound;
 
 pub use code::ErrorCode;
-pub(crate) use envelope::Prepared;
 pub use envelope::{Envelope, Outgoing};
+pub(crate) use envelope::{Prepared, to_json_within};
 pub use event::{Channel, EventType};
 pub use inbound::{DecodeError, Inbound, decode, is_binary_envelope};
 pub(crate) use inbound::{strict_schema_error, u64_loose};

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Pending, Session};
 use crate::Context;
 use crate::context::{Progress, ProgressSink, ProgressSlot};
-use crate::exec::{self, CallEvent, CallKey, Outcome, Validation};
+use crate::exec::{self, CallEvent, CallKey, Outcome, Render, Rendered, Validation};
 use crate::protocol::{Channel, ErrorCode, EventType, Inbound, Outgoing, Prepared};
 use crate::schema::Violations;
 use crate::server::Ended;
@@ -270,7 +270,8 @@ impl Session {
 
     /// Step 6: run a call in its own task.
     fn start(&mut self, key: CallKey) {
-        let config = &self.shared.config;
+        let config = Arc::clone(&self.shared);
+        let config = &config.config;
         let (grace, default_timeout, announce) = (
             config.cancel_grace,
             config.tool_timeout,
@@ -296,7 +297,14 @@ impl Session {
             self.subject.clone(),
         );
         let timeout = call.tool.timeout().or(default_timeout);
-        let limits = exec::Limits { timeout, grace };
+        let limits = exec::Limits {
+            timeout,
+            grace,
+            render: Some(Render {
+                max_bytes: config.max_outbound_message_bytes,
+                max_violations: config.max_violations,
+            }),
+        };
         exec::spawn(
             key,
             call.tool.clone(),
@@ -380,22 +388,21 @@ impl Session {
         };
         let name = call.tool.name().to_owned();
         match outcome {
+            Outcome::Rendered(rendered) => {
+                let Rendered { json, violations } = *rendered;
+                if self.output_violated(key, &name, &violations) {
+                    return;
+                }
+                let result = match json {
+                    Ok(json) => DoneResult::Json(json),
+                    Err(size) => DoneResult::TooLarge(size),
+                };
+                self.finish_done(key, "OK", result, Ended::Ok);
+            }
             Outcome::Returned(Ok(value)) => {
                 let found = call.tool.check_result(&value, self.config().max_violations);
-                if !found.is_empty() {
-                    self.shared.stats.warnings.fetch_add(1, Relaxed);
-                    tracing::warn!(tool = %name, violations = ?found.listed, total = found.total, "tool result violates its output schema");
-                    if self.shared.config.strict_output_validation {
-                        let mut result = ToolError::execution(format!(
-                            "Result of tool {name} violates its output schema"
-                        ))
-                        .with_details(found.details())
-                        .to_result();
-                        let (field, count) = found.total_field();
-                        result[field] = count.into();
-                        self.finish(key, "ERROR", Some(result), Ended::Failed);
-                        return;
-                    }
+                if self.output_violated(key, &name, &found) {
+                    return;
                 }
                 let result = (!value.is_null()).then_some(value);
                 self.finish(key, "OK", result, Ended::Ok);
@@ -416,15 +423,42 @@ impl Session {
         }
     }
 
+    /// A result that violates the tool's output schema is logged and counted
+    /// (`warnings`); with `strict_output_validation` the call ends `ERROR`
+    /// instead (then true).
+    fn output_violated(&mut self, key: CallKey, name: &str, found: &Violations) -> bool {
+        if found.is_empty() {
+            return false;
+        }
+        self.shared.stats.warnings.fetch_add(1, Relaxed);
+        tracing::warn!(tool = %name, violations = ?found.listed, total = found.total, "tool result violates its output schema");
+        if !self.shared.config.strict_output_validation {
+            return false;
+        }
+        let mut result =
+            ToolError::execution(format!("Result of tool {name} violates its output schema"))
+                .with_details(found.details())
+                .to_result();
+        let (field, count) = found.total_field();
+        result[field] = count.into();
+        self.finish(key, "ERROR", Some(result), Ended::Failed);
+        true
+    }
+
     fn finish_cancelled(&mut self, key: CallKey, reason: Option<String>) {
         let result = reason.map(|r| json!({ "reason": r }));
         self.finish(key, "CANCELLED", result, Ended::Cancelled);
     }
 
-    /// Issues the call's one `TOOL_DONE`, after any progress it reported. A
-    /// `TOOL_DONE` longer than `max_outbound_message_bytes` becomes `TOOL_DONE
-    /// ERROR` code `RESULT_TOO_LARGE` (HAIP.md §18.1): still exactly one.
+    /// Issues the call's one `TOOL_DONE`, after any progress it reported.
     fn finish(&mut self, key: CallKey, status: &str, result: Option<Value>, ended: Ended) {
+        self.finish_done(key, status, DoneResult::Value(result), ended);
+    }
+
+    /// Issues the call's one `TOOL_DONE`. One longer than
+    /// `max_outbound_message_bytes` becomes `TOOL_DONE ERROR` code
+    /// `RESULT_TOO_LARGE` (HAIP.md §18.1): still exactly one.
+    fn finish_done(&mut self, key: CallKey, status: &str, result: DoneResult, ended: Ended) {
         self.flush_progress(key);
         let limit = self.config().max_outbound_message_bytes;
         let Some(call) = self.calls.get_mut(&key) else {
@@ -438,10 +472,25 @@ impl Session {
             thread_id: call.thread_id.clone(),
             ..done
         };
-        let (env, ended) = match Prepared::within(
-            &about(tool_done(&call.call_id, status, result)),
-            limit,
-        ) {
+        let built = match result {
+            DoneResult::Value(result) => {
+                Prepared::within(&about(tool_done(&call.call_id, status, result)), limit)
+            }
+            DoneResult::Json(json) => {
+                let env = raw_tool_done(call, status, json.as_deref());
+                if env.len() > limit {
+                    Err(env.len())
+                } else {
+                    Ok(env)
+                }
+            }
+            DoneResult::TooLarge(size) => {
+                // The envelope around a result of `size` bytes.
+                let around = raw_tool_done(call, status, Some(b"")).len();
+                Err(around.saturating_add(size))
+            }
+        };
+        let (env, ended) = match built {
             Ok(env) => (env, ended),
             Err(size) => {
                 tracing::warn!(tool = %call.tool.name(), size, limit, "tool result too large to send");
@@ -628,6 +677,40 @@ impl Drop for Session {
             }
         }
     }
+}
+
+/// What a `TOOL_DONE` carries as its `result`.
+enum DoneResult {
+    /// A value (or none).
+    Value(Option<Value>),
+    /// JSON text rendered in the call's task (`None` for `null`: no `result`).
+    Json(Option<Vec<u8>>),
+    /// A rendered value longer than the limit, of this many bytes.
+    TooLarge(usize),
+}
+
+/// A `TOOL_DONE` whose `result` is JSON text already (the payload written as
+/// text: no `Value` is built for it).
+fn raw_tool_done(call: &Call, status: &str, result: Option<&[u8]>) -> Prepared {
+    let mut payload = Vec::with_capacity(48 + call.call_id.len() + result.map_or(0, <[u8]>::len));
+    payload.extend_from_slice(b"{\"call_id\":");
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut payload, &call.call_id);
+    payload.extend_from_slice(b",\"status\":\"");
+    payload.extend_from_slice(status.as_bytes());
+    payload.push(b'"');
+    if let Some(result) = result {
+        payload.extend_from_slice(b",\"result\":");
+        payload.extend_from_slice(result);
+    }
+    payload.push(b'}');
+    Prepared::from_json(
+        Channel::Agent,
+        EventType::ToolDone,
+        &payload,
+        call.run_id.as_deref(),
+        call.thread_id.as_deref(),
+    )
 }
 
 /// Params larger than this (the `TOOL_CALL`'s bytes) are validated off the

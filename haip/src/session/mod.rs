@@ -34,6 +34,7 @@ use crate::server::{Config, Stats};
 use crate::tool::{Registry, StateMap};
 
 pub(crate) use calls::Call;
+pub(crate) use calls::LARGE_PARAMS;
 use flow::{Amount, InboundCredit, OutboundGate, Owed};
 use replay::{ReplayBudget, ReplayWindow};
 pub(crate) use resume::ResumeRequest;
@@ -469,15 +470,21 @@ impl Session {
     /// Handles one inbound unit (HAIP.md §2.2 steps 2–7). Oversized units are
     /// the transport's to reject (step 1), see [`Session::message_too_large`].
     pub(crate) fn handle_text(&mut self, text: &str) -> Control {
+        let decoded = decode_unit(text, self.shared.config.strict_envelope);
+        self.handle_decoded(text.len(), decoded)
+    }
+
+    /// Handles one inbound unit of `text_len` bytes already decoded with
+    /// [`decode_unit`] (a transport decodes a large one off the session's task).
+    pub(crate) fn handle_decoded(
+        &mut self,
+        text_len: usize,
+        decoded: Result<Inbound, DecodeError>,
+    ) -> Control {
         // A text message where a binary frame was due (HAIP.md §13).
         self.binary_frame_missing();
         let strict_envelope = self.shared.config.strict_envelope;
-        if strict_envelope && let Some(err) = strict_schema_error(text) {
-            self.received_any = true;
-            self.decode_error(err);
-            return Control::Continue;
-        }
-        match decode(text) {
+        match decoded {
             // `strict_envelope`: a `seq` not above the highest seen is dropped, silently.
             Ok(inbound)
                 if strict_envelope
@@ -495,9 +502,9 @@ impl Session {
                     && let Some(bin_len) = inbound.bin_len
                     && !inbound.payload.contains_key("data")
                 {
-                    return self.await_binary(inbound, text.len(), bin_len, first);
+                    return self.await_binary(inbound, text_len, bin_len, first);
                 }
-                self.accept(inbound, text.len() as u64, first)
+                self.accept(inbound, text_len as u64, first)
             }
             Err(err) => {
                 if err.code == ErrorCode::UNSUPPORTED_TYPE {
@@ -844,6 +851,16 @@ impl Session {
         ));
         true
     }
+}
+
+/// HAIP.md §2.2 steps 2–5 (and the `strict_envelope` schema) for one inbound
+/// unit: the part of handling it that needs no session, so a transport may
+/// run it off the session's task when the unit is large.
+pub(crate) fn decode_unit(text: &str, strict_envelope: bool) -> Result<Inbound, DecodeError> {
+    if strict_envelope && let Some(err) = strict_schema_error(text) {
+        return Err(err);
+    }
+    decode(text)
 }
 
 /// `payload.run_id`, else the envelope `run_id` (HAIP.md §8).

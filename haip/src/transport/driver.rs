@@ -21,7 +21,11 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::exec::CallEvent;
-use crate::session::{Attached, Control, Overflow, ResumeRequest, Session, Shared, Takeover, park};
+use crate::protocol::{DecodeError, ErrorCode};
+use crate::session::{
+    Attached, Control, LARGE_PARAMS, Overflow, ResumeRequest, Session, Shared, Takeover,
+    decode_unit, park,
+};
 
 /// One inbound unit, already framed by the transport.
 pub(crate) enum Unit {
@@ -357,7 +361,7 @@ where
             text = recv_batch(&mut batch), if input && batch.is_some() => {
                 match text {
                     Some(Element::TooLarge) => session.envelope_too_large(),
-                    Some(Element::Envelope(text)) => match session.handle_text(&text) {
+                    Some(Element::Envelope(text)) => match handle_text(session, text, shared).await {
                         Control::Continue => {}
                         Control::Close { code, reason, keep_session } => {
                             // The POST was handled up to the envelope that
@@ -383,7 +387,7 @@ where
                     idle.as_mut().reset(Instant::now() + limit);
                 }
                 let control = match unit {
-                    Unit::Text(text) => session.handle_text(&text),
+                    Unit::Text(text) => handle_text(session, text, shared).await,
                     Unit::Batch(next) => {
                         batch = Some(next);
                         Control::Continue
@@ -442,6 +446,28 @@ where
             attached = resume_into(attached, *request, shared, &mut options).await;
         }
     }
+}
+
+/// Handles one envelope's text. A large one is decoded on the blocking pool
+/// (and dropped there), so its parsing holds up no other session on this
+/// worker; this session waits for it, keeping its order.
+async fn handle_text(session: &mut Session, text: String, shared: &Shared) -> Control {
+    if text.len() <= LARGE_PARAMS {
+        return session.handle_text(&text);
+    }
+    let strict = shared.config.strict_envelope;
+    let len = text.len();
+    let decoded = tokio::task::spawn_blocking(move || decode_unit(&text, strict))
+        .await
+        .unwrap_or_else(|_| {
+            Err(DecodeError {
+                code: ErrorCode::INVALID_MESSAGE,
+                message: "Invalid message format".to_owned(),
+                related_id: None,
+                detail: serde_json::json!({ "reason": "invalid JSON" }),
+            })
+        });
+    session.handle_decoded(len, decoded)
 }
 
 /// The next envelope of the POST being handled (`None` once it has no more).
