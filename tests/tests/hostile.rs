@@ -10,7 +10,7 @@
 //! RELIABILITY.md measures the same attacks at the defaults.
 
 #[path = "support/transports.rs"]
-#[allow(unused_macros, unused_imports, dead_code)]
+#[allow(unused_macros, unused_imports)]
 mod conn;
 mod support;
 
