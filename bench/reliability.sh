@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# The haip reliability measurement: the quickstart server (plus a `blob` tool,
+# examples/hostile/ `serve`, default settings) against hostile and slow
+# clients (examples/hostile/), on this machine's loopback.
+#
+#   bash bench/reliability.sh                          # attacks 1-8, then a 10-minute soak
+#   SOAK_SECONDS=60 bash bench/reliability.sh          # a short soak
+#   RELIABILITY_ONLY=1,4 bash bench/reliability.sh     # a subset (numbers and/or `soak`)
+#
+# Per attack 1-8: a fresh server pinned to CPU 0 on a free 127.0.0.1 port; its
+# VmRSS before; a sampler reading VmRSS every 100 ms (and VmHWM at the end)
+# while the attack runs, pinned with the attacker and its canary client to
+# CPU 1; then 10 s of quiet and VmRSS again; the server survived if its
+# process is alive and GET /health answers 200. Then 5 s of canary calls and
+# VmRSS once more (the allocator returns freed memory when it is used again).
+# Soak: `haip bench` measures the maximum echo call rate of a fresh server
+# (50 connections x 8 in flight, 5 s); then another fresh server gets half that
+# rate for SOAK_SECONDS (default 600, at most 900) of calls, cancels, abrupt
+# disconnects and resumptions, its VmRSS and open fds sampled every 5 s.
+# Raw JSON goes to target/reliability-results/; bench/reliability.py writes
+# RELIABILITY.md. Everything is bounded in time and count; only 127.0.0.1 is
+# ever contacted.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT=$ROOT/target/reliability-results
+BIN=$ROOT/target/release
+SOAK_SECONDS=${SOAK_SECONDS:-600}
+ONLY=${RELIABILITY_ONLY:-1,2,3,4,5,6,7,8,soak}
+AFTER_SECONDS=10
+
+case $SOAK_SECONDS in
+    '' | *[!0-9]*) echo "SOAK_SECONDS must be a whole number" >&2; exit 2 ;;
+esac
+if ((SOAK_SECONDS < 10 || SOAK_SECONDS > 900)); then
+    echo "SOAK_SECONDS must be between 10 and 900" >&2
+    exit 2
+fi
+if [[ ! $ONLY =~ ^((soak|[1-8]),)*(soak|[1-8])$ ]]; then
+    echo "RELIABILITY_ONLY must be a comma-separated list of 1-8 and soak" >&2
+    exit 2
+fi
+selected() { [[ ,$ONLY, == *,$1,* ]]; }
+
+COMMAND="bash bench/reliability.sh"
+if ((SOAK_SECONDS != 600)); then COMMAND="SOAK_SECONDS=$SOAK_SECONDS $COMMAND"; fi
+if [[ -n ${RELIABILITY_ONLY:-} ]]; then COMMAND="RELIABILITY_ONLY=$ONLY $COMMAND"; fi
+
+# Pinning needs two CPUs; with fewer, server and load share what there is.
+if command -v taskset >/dev/null && (($(nproc) >= 2)); then
+    PIN_SERVER=(taskset -c 0)
+    PIN_LOAD=(taskset -c 1)
+    PINNING="server on CPU 0, attacker, canary and samplers on CPU 1 (taskset)"
+else
+    PIN_SERVER=()
+    PIN_LOAD=()
+    PINNING="not pinned (fewer than 2 CPUs or no taskset)"
+fi
+
+# Attack 6 opens 10 050 connections: both sides need the descriptors.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+FD_LIMIT=$(ulimit -n)
+if [[ $FD_LIMIT != unlimited ]] && ((FD_LIMIT < 10200)) && selected 6; then
+    echo "warning: the open-file limit is $FD_LIMIT; attack 6 needs about 10 200" >&2
+fi
+
+echo "== building (release)"
+cargo build --release --quiet -p haip-examples --example hostile
+if selected soak; then
+    cargo build --release --quiet -p haip --features cli --bin haip
+fi
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+
+# Every process this script started and has not stopped yet, by pid.
+declare -A RUNNING=()
+stop_all() {
+    local pid
+    for pid in "${!RUNNING[@]}"; do
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    RUNNING=()
+}
+trap stop_all EXIT
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# health_ok PORT: GET /health answers 200 within 5 s.
+health_ok() {
+    timeout 5 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" &&
+        printf "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" >&3 &&
+        IFS= read -r line <&3 && [[ $line == "HTTP/1.1 200"* ]]' _ "$1" 2>/dev/null
+}
+
+# proc_kib PID FIELD: a /proc/PID/status field (VmRSS, VmHWM) in KiB, or null.
+proc_kib() {
+    local value
+    value=$(awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status" 2>/dev/null || true)
+    echo "${value:-null}"
+}
+
+# start_server NAME: a fresh `hostile serve` on a free port, ready; sets PID, PORT, URL.
+start_server() {
+    local log=$OUT/$1-server.log deadline
+    PORT=$(free_port)
+    HAIP_ADDR=127.0.0.1:$PORT HAIP_LOG=warn "${PIN_SERVER[@]}" "$BIN/examples/hostile" serve >"$log" 2>&1 &
+    PID=$!
+    RUNNING[$PID]=server
+    URL=ws://127.0.0.1:$PORT/haip
+    deadline=$((SECONDS + 30))
+    until health_ok "$PORT"; do
+        if ! kill -0 "$PID" 2>/dev/null; then
+            echo "error: the server exited before answering /health; its log:" >&2
+            cat "$log" >&2
+            exit 1
+        fi
+        if ((SECONDS >= deadline)); then
+            echo "error: the server does not answer /health on port $PORT after 30 s" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+}
+
+# stop_server PID: stops it; sets STOP_STATUS (0 or 143 when it was still running).
+stop_server() {
+    local pid=$1
+    STOP_STATUS=0
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || STOP_STATUS=$?
+    unset "RUNNING[$pid]"
+}
+
+# start_sampler NAME PID INTERVAL: samples VmRSS (and fds) into NAME-samples.jsonl.
+start_sampler() {
+    "${PIN_LOAD[@]}" python3 -B bench/reliability.py --sample "$2" "$3" 1200 >"$OUT/$1-samples.jsonl" &
+    SAMPLER=$!
+    RUNNING[$SAMPLER]=sampler
+}
+
+stop_sampler() {
+    kill "$SAMPLER" 2>/dev/null || true
+    wait "$SAMPLER" 2>/dev/null || true
+    unset "RUNNING[$SAMPLER]"
+}
+
+# finish_server NAME PID RSS_BEFORE: the quiet period, the survival check, then
+# 5 s of canary calls (mimalloc returns freed pages lazily, when the process
+# allocates again) and VmRSS once more; the record.
+finish_server() {
+    local name=$1 pid=$2 before=$3 hwm after after_traffic=null alive=false healthy=false
+    hwm=$(proc_kib "$pid" VmHWM)
+    sleep "$AFTER_SECONDS"
+    after=$(proc_kib "$pid" VmRSS)
+    kill -0 "$pid" 2>/dev/null && alive=true
+    health_ok "$PORT" && healthy=true
+    if [[ $alive == true ]]; then
+        timeout 60 "${PIN_LOAD[@]}" "$BIN/examples/hostile" canary "$URL" --duration 5 \
+            >"$OUT/$name-canary-after.json" 2>"$OUT/$name-canary-after.err" || true
+        after_traffic=$(proc_kib "$pid" VmRSS)
+    fi
+    stop_server "$pid"
+    cat >"$OUT/$name-server.json" <<EOF
+{"rss_before_kib": $before, "hwm_kib": $hwm, "rss_after_kib": $after, "after_seconds": $AFTER_SECONDS,
+ "rss_after_traffic_kib": $after_traffic, "alive": $alive, "health_ok": $healthy, "exit_status_on_stop": $STOP_STATUS}
+EOF
+    if [[ $alive != true || $healthy != true ]]; then
+        echo "   the server did NOT survive (alive: $alive, /health: $healthy); see ${OUT#"$ROOT"/}/$name-server.log" >&2
+    fi
+}
+
+# run_attack N ARGS...: one attack against a fresh server.
+run_attack() {
+    local n=$1 name=attack$1 before status=0
+    shift
+    echo "== attack $n"
+    start_server "$name"
+    before=$(proc_kib "$PID" VmRSS)
+    start_sampler "$name" "$PID" 0.1
+    timeout 400 "${PIN_LOAD[@]}" "$BIN/examples/hostile" "$n" "$URL" "$@" \
+        >"$OUT/$name.json" 2>"$OUT/$name.err" || status=$?
+    stop_sampler
+    if ((status != 0)); then
+        echo "   error: hostile $n exited with status $status: $(head -c 500 "$OUT/$name.err")" >&2
+    fi
+    finish_server "$name" "$PID" "$before"
+}
+
+LOADAVG_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+selected 1 && run_attack 1 --duration 30
+selected 2 && run_attack 2 --count 200
+selected 3 && run_attack 3
+selected 4 && run_attack 4
+selected 5 && run_attack 5 --duration 20
+selected 6 && run_attack 6 --count 10050
+selected 7 && run_attack 7 --count 400
+selected 8 && run_attack 8 --duration 10
+
+if selected soak; then
+    echo "== soak: measuring the maximum echo call rate (haip bench, 50 x 8, 5 s)"
+    start_server soak-bench
+    status=0
+    timeout 120 "${PIN_LOAD[@]}" "$BIN/haip" bench "$URL" \
+        --tool echo --params '{"message":"hi"}' --connections 50 --in-flight 8 \
+        --duration 5s --server-pid "$PID" --json \
+        >"$OUT/soak-bench.json" 2>"$OUT/soak-bench.err" || status=$?
+    stop_server "$PID"
+    if ((status != 0)); then
+        echo "error: haip bench exited with status $status: $(cat "$OUT/soak-bench.err")" >&2
+        exit 1
+    fi
+    RATE=$(python3 -c 'import json, sys; print(max(1, int(json.load(open(sys.argv[1]))["calls_per_second"] / 2)))' "$OUT/soak-bench.json")
+    echo "== soak: $RATE calls/s (half the maximum) for $SOAK_SECONDS s"
+    start_server soak
+    before=$(proc_kib "$PID" VmRSS)
+    start_sampler soak "$PID" 5
+    status=0
+    timeout $((SOAK_SECONDS + 180)) "${PIN_LOAD[@]}" "$BIN/examples/hostile" soak "$URL" \
+        --duration "$SOAK_SECONDS" --rate "$RATE" \
+        >"$OUT/soak.json" 2>"$OUT/soak.err" || status=$?
+    stop_sampler
+    if ((status != 0)); then
+        echo "   error: hostile soak exited with status $status: $(head -c 500 "$OUT/soak.err")" >&2
+    fi
+    finish_server soak "$PID" "$before"
+fi
+LOADAVG_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+cat >"$OUT/meta.json" <<EOF
+{
+  "nproc": $(nproc),
+  "cpu_model": $(python3 -c 'import json; print(json.dumps(next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")))'),
+  "memory_kib": $(awk '$1 == "MemTotal:" { print $2 }' /proc/meminfo),
+  "kernel": "$(uname -sr)",
+  "rustc": "$(rustc --version)",
+  "commit": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')",
+  "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
+  "only": "$ONLY",
+  "soak_seconds": $SOAK_SECONDS,
+  "after_seconds": $AFTER_SECONDS,
+  "fd_limit": "$FD_LIMIT",
+  "loadavg_before": "$LOADAVG_BEFORE",
+  "loadavg_after": "$LOADAVG_AFTER",
+  "pinning": "$PINNING",
+  "command": "$COMMAND"
+}
+EOF
+
+python3 -B bench/reliability.py "$OUT" >RELIABILITY.md
+echo "== wrote RELIABILITY.md (raw results in ${OUT#"$ROOT"/})"
