@@ -161,20 +161,41 @@ fn ping_of_len(len: usize) -> String {
     text
 }
 
-/// §2.2 step 1, §14.3, §15.4: a message or NDJSON line at `max_message_bytes`
-/// is fine, one byte over ⇒ `MESSAGE_TOO_LARGE` and close (WS 1009) or the
-/// stream ends; an upstream POST body over `max_body_bytes` ⇒ 413, and the SSE
-/// stream is unaffected.
+/// §2.2 step 1, §14.3, §15.4, §18.1: a message or NDJSON line at
+/// `max_message_bytes` is fine, one byte over ⇒ `MESSAGE_TOO_LARGE` and close
+/// (WS 1009) or the stream ends; an upstream POST body at `max_body_bytes` is
+/// handled envelope by envelope, each held to `max_message_bytes` (one over
+/// it ⇒ `MESSAGE_TOO_LARGE`, skipped); a body over `max_body_bytes` ⇒ 413,
+/// and the SSE stream is unaffected.
 async fn oversized_input_is_refused(kind: Kind) {
     let (handle, _) = start(builder().max_message_bytes(1024).max_body_bytes(4096)).await;
     let mut conn = Conn::connect(kind, handle.local_addr(), None).await;
     if kind == Kind::Sse {
-        conn.send_raw(&ping_of_len(4096)).await;
+        // Four envelopes at the message limit, newline-separated: 4099 bytes
+        // would be one too many, so the last is a byte shorter.
+        let body = [
+            ping_of_len(1024),
+            ping_of_len(1024),
+            ping_of_len(1024),
+            ping_of_len(1021),
+        ]
+        .join("\n");
+        assert_eq!(body.len(), 4096);
+        conn.send_raw(&body).await;
+        for _ in 0..4 {
+            assert_eq!(
+                conn.recv().await["type"],
+                "PONG",
+                "a body at the limit is handled"
+            );
+        }
+        conn.send_raw(&ping_of_len(1025)).await;
         assert_eq!(
-            conn.recv().await["type"],
-            "PONG",
-            "a body at the limit is handled"
+            conn.expect_error().await["code"],
+            "MESSAGE_TOO_LARGE",
+            "an envelope over the message limit is refused"
         );
+        conn.ping_marker().await;
         let response = conn.post(&ping_of_len(4097)).await;
         assert_eq!(response.status, 413, "{response:?}");
         assert_eq!(
