@@ -61,6 +61,7 @@ pub mod protocol;
 mod schema;
 mod server;
 mod session;
+mod stats;
 mod tool;
 mod transport;
 

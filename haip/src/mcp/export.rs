@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 use crate::Context;
 use crate::context::{ProgressSink, ProgressSlot};
 use crate::exec::{self, CallEvent, CallKey, Outcome};
-use crate::server::Ended;
 use crate::session::Shared;
+use crate::stats::Ended;
 use crate::tool::{Tool, ToolError};
 
 /// The subject an authenticated `/mcp` request carries into its calls.
@@ -446,12 +446,13 @@ pub(crate) struct McpHttp {
 impl McpHttp {
     /// `open_host`: accept any `Host` header (authentication is on, or the
     /// operator allowed unauthenticated non-loopback serving). Otherwise only
-    /// loopback hosts are accepted, against DNS rebinding.
-    pub(crate) fn new(shared: &Arc<Shared>, open_host: bool) -> McpHttp {
+    /// loopback hosts are accepted, against DNS rebinding. `max_body_bytes`:
+    /// the largest request body.
+    pub(crate) fn new(shared: &Arc<Shared>, open_host: bool, max_body_bytes: usize) -> McpHttp {
         use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
         let mut config = StreamableHttpServerConfig::default();
         config.cancellation_token = shared.shutdown.child_token();
-        config.max_request_body_bytes = shared.config.max_body_bytes;
+        config.max_request_body_bytes = max_body_bytes;
         if open_host {
             config = config.disable_allowed_hosts();
         }
@@ -484,7 +485,9 @@ impl McpHttp {
         &self,
         mut req: hyper::Request<hyper::body::Incoming>,
         subject: Option<String>,
-    ) -> hyper::Response<crate::server::Body> {
+    ) -> hyper::Response<
+        http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, std::convert::Infallible>,
+    > {
         use http_body_util::BodyExt;
         req.extensions_mut()
             .insert(McpSubject(subject.map(Arc::from)));

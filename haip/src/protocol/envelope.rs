@@ -340,10 +340,9 @@ impl Prepared {
         HEAD_MAX + self.tail.len()
     }
 
-    /// Commits it: the full JSON text with its identity, `seq` and `ts`.
-    pub(crate) fn encode(&self, session: &str, seq: u64, ts: u64) -> Vec<u8> {
-        let mut id = uuid::Uuid::encode_buffer();
-        let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut id);
+    /// Commits it: the full JSON text with its identity (`id`, a UUID, and
+    /// `session`), `seq` and `ts`.
+    pub(crate) fn encode(&self, id: &str, session: &str, seq: u64, ts: u64) -> Vec<u8> {
         let mut text = Vec::with_capacity(HEAD_MAX + self.tail.len());
         write_head(&mut text, id, session, seq, ts);
         text.extend_from_slice(&self.tail);
@@ -462,6 +461,8 @@ mod tests {
         }
     }
 
+    const ID: &str = "0b7e3c1a-2d4f-4a6b-8c9d-0e1f2a3b4c5d";
+
     #[test]
     fn prepared_envelopes_encode_like_outgoing_ones_within_their_length() {
         let out = Outgoing {
@@ -474,7 +475,7 @@ mod tests {
         let session = "5f0c9d2e-8a41-4c3b-9e57-1d2f3a4b5c6d";
         let prepared = Prepared::new(&out);
         for (seq, ts) in [(1, 0), (u64::MAX, u64::MAX)] {
-            let text = prepared.encode(session, seq, ts);
+            let text = prepared.encode(ID, session, seq, ts);
             assert!(
                 text.len() <= prepared.len(),
                 "{} > {}",
@@ -488,7 +489,7 @@ mod tests {
             assert_eq!(direct, prepared);
         }
         assert_eq!(
-            prepared.len() - prepared.encode(session, u64::MAX, u64::MAX).len(),
+            prepared.len() - prepared.encode(ID, session, u64::MAX, u64::MAX).len(),
             0
         );
         // Within a limit: the same envelope, or the length it would have had.
@@ -505,7 +506,7 @@ mod tests {
             None,
             None,
         );
-        let v: Value = serde_json::from_slice(&raw.encode(session, 2, 3)).unwrap();
+        let v: Value = serde_json::from_slice(&raw.encode(ID, session, 2, 3)).unwrap();
         assert_eq!(
             (v["type"].as_str(), &v["payload"]),
             (Some("PONG"), &json!({"nonce": "n"}))

@@ -64,8 +64,19 @@ impl std::fmt::Debug for ServerBuilder {
     }
 }
 
+// Builder methods that set one field each: `setters! { session: ... }` for the
+// fields of `SessionConfig`, `setters! { server: ... }` for the server's own.
 macro_rules! setters {
-    ($($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
+    (session: $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, value: $ty) -> Self {
+                self.config.session.$name = value;
+                self
+            }
+        )*
+    };
+    (server: $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
         $(
             $(#[$doc])*
             pub fn $name(mut self, value: $ty) -> Self {
@@ -104,7 +115,7 @@ impl ServerBuilder {
             self.config.allow_unauthenticated = true;
         }
         if flag("HAIP_TOOL_SCHEMA_LEGACY") {
-            self.config.tool_schema_legacy_field = true;
+            self.config.session.tool_schema_legacy_field = true;
         }
         self
     }
@@ -239,6 +250,7 @@ impl ServerBuilder {
     }
 
     setters! {
+        session:
         /// Largest WebSocket message accepted, in bytes (default 1 MiB). Larger ones
         /// get `MESSAGE_TOO_LARGE` and close 1009.
         max_message_bytes: usize,
@@ -280,20 +292,6 @@ impl ServerBuilder {
         /// Violations listed in an `INVALID_PARAMS` error (default 20); each quotes
         /// at most 64 characters of the offending value, and `total` counts them all.
         max_violations: usize,
-        /// Bytes of upstream POST bodies being read, server-wide (default
-        /// 128 MiB); a POST that would exceed it gets `503` with `Retry-After`.
-        max_inflight_body_bytes: usize,
-        /// Time an upstream POST body may take to arrive (default 30 s; after the
-        /// first 10 s it must also average at least 1 KiB/s), else `408` and the
-        /// connection is closed.
-        body_read_timeout: Duration,
-        /// Time a client may take to send its request headers, and to complete a
-        /// WebSocket upgrade (default 10 s).
-        handshake_timeout: Duration,
-        /// Apply [`max_connections_per_peer`](Self::max_connections_per_peer) to
-        /// loopback peers too (default off: a local reverse proxy speaks for many
-        /// clients).
-        limit_loopback_peers: bool,
         /// How long a cancelled or timed-out tool may take to stop before it is aborted (default 5 s).
         cancel_grace: Duration,
         /// Send `TOOL_UPDATE RUNNING` when a call starts executing (default off).
@@ -309,10 +307,6 @@ impl ServerBuilder {
         strict_output_validation: bool,
         /// Put panic texts in `INTERNAL_ERROR` messages (default off; for development only).
         debug_errors: bool,
-        /// Largest upstream POST body, in bytes (default 10 MiB); larger ones get `413`.
-        max_body_bytes: usize,
-        /// Serve a non-loopback address without authentication (default off: refused at start).
-        allow_unauthenticated: bool,
         /// Envelopes always kept for replay and resumption (default 1000, at most
         /// 10 000; up to ten times as many are kept while younger than
         /// `replay_window_time`).
@@ -340,15 +334,37 @@ impl ServerBuilder {
         strict_envelope: bool,
     }
 
+    setters! {
+        server:
+        /// Bytes of upstream POST bodies being read, server-wide (default
+        /// 128 MiB); a POST that would exceed it gets `503` with `Retry-After`.
+        max_inflight_body_bytes: usize,
+        /// Time an upstream POST body may take to arrive (default 30 s; after the
+        /// first 10 s it must also average at least 1 KiB/s), else `408` and the
+        /// connection is closed.
+        body_read_timeout: Duration,
+        /// Time a client may take to send its request headers, and to complete a
+        /// WebSocket upgrade (default 10 s).
+        handshake_timeout: Duration,
+        /// Apply [`max_connections_per_peer`](Self::max_connections_per_peer) to
+        /// loopback peers too (default off: a local reverse proxy speaks for many
+        /// clients).
+        limit_loopback_peers: bool,
+        /// Largest upstream POST body, in bytes (default 10 MiB); larger ones get `413`.
+        max_body_bytes: usize,
+        /// Serve a non-loopback address without authentication (default off: refused at start).
+        allow_unauthenticated: bool,
+    }
+
     /// Timeout for tools that set none themselves (default: none).
     pub fn tool_timeout(mut self, timeout: Duration) -> Self {
-        self.config.tool_timeout = Some(timeout);
+        self.config.session.tool_timeout = Some(timeout);
         self
     }
 
     /// Interval of the server's heartbeat `PING` (default 30 s; `Duration::ZERO` disables it).
     pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
-        self.config.heartbeat_interval = (!interval.is_zero()).then_some(interval);
+        self.config.session.heartbeat_interval = (!interval.is_zero()).then_some(interval);
         self
     }
 
@@ -356,7 +372,7 @@ impl ServerBuilder {
     /// count) for this long, with 1001 `idle`, keeping the session for
     /// resumption (default 5 min; `Duration::ZERO` never closes them).
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.config.idle_timeout = (!timeout.is_zero()).then_some(timeout);
+        self.config.session.idle_timeout = (!timeout.is_zero()).then_some(timeout);
         self
     }
 
@@ -403,7 +419,12 @@ impl ServerBuilder {
             registry.register(tool);
         }
         Ok(Server {
-            shared: Arc::new(Shared::new(self.config, registry, self.state)),
+            shared: Arc::new(Shared::new(
+                self.config.session.clone(),
+                registry,
+                self.state,
+            )),
+            config: Arc::new(self.config),
             auth,
             cors: Cors {
                 origins: self.cors_origins,

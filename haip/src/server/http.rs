@@ -323,14 +323,14 @@ async fn upgrade(
                 events_tx,
                 subject,
             );
-            ws::Admission::Session(Box::new(session), events_rx, guard)
+            ws::Admission::Session(Box::new(session), events_rx, Box::new(guard))
         }),
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     // The connection stays counted against its peer while the socket lives.
     let counted = req.extensions_mut().remove::<Arc<PeerGuard>>();
     let shared = Arc::clone(&hub.shared);
-    let handshake_timeout = hub.shared.config.handshake_timeout;
+    let handshake_timeout = hub.config.handshake_timeout;
     hub.tracker.spawn(async move {
         let _counted = counted;
         // A client that never takes the `101` does not hold a session for ever.

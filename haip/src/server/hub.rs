@@ -14,6 +14,8 @@ use crate::session::Shared;
 use crate::transport::driver::Unit;
 
 pub(crate) struct Hub {
+    /// The server's own settings; what sessions read is in `shared.config`.
+    pub(crate) config: Arc<super::Config>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) sessions: Sessions,
     /// Bytes of upstream POST bodies being read (`max_inflight_body_bytes`).

@@ -4,7 +4,6 @@ mod builder;
 mod config;
 mod http;
 mod hub;
-mod stats;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -20,10 +19,6 @@ use tokio_util::task::TaskTracker;
 
 pub use builder::ServerBuilder;
 pub(crate) use config::Config;
-#[cfg(feature = "mcp")]
-pub(crate) use http::Body;
-pub(crate) use hub::ConnectionGuard;
-pub(crate) use stats::{Ended, Stats};
 
 use crate::Error;
 use crate::auth::Authenticator;
@@ -69,6 +64,8 @@ pub async fn serve() -> Result<(), Error> {
 /// # Ok(()) }
 /// ```
 pub struct Server {
+    /// The server's own settings (listener, HTTP, authentication).
+    config: Arc<Config>,
     shared: Arc<Shared>,
     auth: Option<Arc<dyn Authenticator>>,
     cors: Cors,
@@ -87,7 +84,7 @@ pub(crate) struct McpSettings {
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("addr", &self.shared.config.addr)
+            .field("addr", &self.config.addr)
             .finish_non_exhaustive()
     }
 }
@@ -100,7 +97,7 @@ impl Server {
 
     /// Binds the listen address and serves in the background.
     pub async fn start(self) -> Result<ServerHandle, Error> {
-        let addr = self.shared.config.addr.clone();
+        let addr = self.config.addr.clone();
         let listener = TcpListener::bind(&addr)
             .await
             .map_err(|source| Error::Bind {
@@ -110,7 +107,7 @@ impl Server {
         let local_addr = listener.local_addr()?;
         if !local_addr.ip().is_loopback()
             && self.auth.is_none()
-            && !self.shared.config.allow_unauthenticated
+            && !self.config.allow_unauthenticated
         {
             return Err(Error::UnauthenticatedBind { addr });
         }
@@ -123,13 +120,14 @@ impl Server {
         let tracker = TaskTracker::new();
         #[cfg(feature = "mcp")]
         let mcp = self.mcp.endpoint.then(|| {
-            let open_host = self.auth.is_some() || self.shared.config.allow_unauthenticated;
-            crate::mcp::export::McpHttp::new(&self.shared, open_host)
+            let open_host = self.auth.is_some() || self.config.allow_unauthenticated;
+            crate::mcp::export::McpHttp::new(&self.shared, open_host, self.config.max_body_bytes)
         });
         let hub = Arc::new(Hub {
+            config: Arc::clone(&self.config),
             shared: Arc::clone(&self.shared),
             sessions: Sessions::default(),
-            bodies: upstream::BodyBudget::new(self.shared.config.max_inflight_body_bytes),
+            bodies: upstream::BodyBudget::new(self.config.max_inflight_body_bytes),
             peers: Peers::default(),
             auth: self.auth,
             cors: self.cors,
@@ -248,7 +246,7 @@ async fn accept_loop(listener: TcpListener, hub: Arc<Hub>) {
             },
         };
         let _ = stream.set_nodelay(true);
-        let config = &hub.shared.config;
+        let config = &hub.config;
         let counted = hub.peers.admit(
             peer.ip(),
             config.max_connections_per_peer,

@@ -157,7 +157,7 @@ pub(super) async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
         Ok(subject) => subject,
         Err(e) => return unauthorized(&e),
     };
-    let config = &hub.shared.config;
+    let config = &hub.config;
     let declared = match req.headers().get(header::CONTENT_LENGTH) {
         None => None,
         Some(value) => match value
@@ -247,7 +247,7 @@ pub(super) async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
     if target.send(Unit::Batch(batch)).await.is_err() {
         return gone();
     }
-    let max_message = config.max_message_bytes;
+    let max_message = config.session.max_message_bytes;
     loop {
         for text in ready.drain(..) {
             // Each envelope is held to the same size as any other message.

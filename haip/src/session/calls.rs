@@ -14,7 +14,7 @@ use crate::context::{Progress, ProgressSink, ProgressSlot};
 use crate::exec::{self, CallEvent, CallKey, Outcome, Render, Rendered, Validation};
 use crate::protocol::{Channel, ErrorCode, EventType, Inbound, Outgoing, Prepared};
 use crate::schema::Violations;
-use crate::server::Ended;
+use crate::stats::Ended;
 use crate::tool::{Tool, ToolError};
 
 /// One accepted call.
@@ -66,9 +66,7 @@ impl Session {
         let call_id = match payload.get("call_id") {
             Some(Value::String(s)) => s.clone(),
             Some(Value::Number(n)) => n.to_string(),
-            _ => id
-                .clone()
-                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            _ => id.clone().unwrap_or_else(|| self.shared.ids.fresh()),
         };
         let about = |out: Outgoing| Outgoing {
             run_id: run_id.clone(),
@@ -88,7 +86,7 @@ impl Session {
             return;
         }
         self.shared.stats.calls_total.fetch_add(1, Relaxed);
-        let received = Instant::now();
+        let received = self.shared.clock.now();
         // Step 3: lookup.
         let name = match payload.get("tool") {
             Some(Value::String(name)) => Some(name.clone()),
@@ -114,9 +112,10 @@ impl Session {
                 Some(ToolError::new(ErrorCode::TOOL_NOT_FOUND, message).to_result()),
             );
             self.push(about(done));
-            self.shared
-                .stats
-                .call_ended(Ended::Failed, Some(received.elapsed()));
+            self.shared.stats.call_ended(
+                Ended::Failed,
+                Some(self.shared.clock.now().saturating_duration_since(received)),
+            );
             return;
         };
         // Step 4: validate; large params off the session task (HAIP.md §18.1).
@@ -130,9 +129,10 @@ impl Session {
             let found = tool.check_params(&params, self.config().max_violations);
             if !found.is_empty() {
                 self.push(about(invalid_params(&call_id, tool.name(), &found)));
-                self.shared
-                    .stats
-                    .call_ended(Ended::Failed, Some(received.elapsed()));
+                self.shared.stats.call_ended(
+                    Ended::Failed,
+                    Some(self.shared.clock.now().saturating_duration_since(received)),
+                );
                 return;
             }
         }
@@ -147,9 +147,10 @@ impl Session {
         if !start_now && too_many {
             let error = ToolError::new(ErrorCode::RATE_LIMITED, "Too many tool calls in flight");
             self.push(about(tool_done(&call_id, "ERROR", Some(error.to_result()))));
-            self.shared
-                .stats
-                .call_ended(Ended::Failed, Some(received.elapsed()));
+            self.shared.stats.call_ended(
+                Ended::Failed,
+                Some(self.shared.clock.now().saturating_duration_since(received)),
+            );
             return;
         }
         let key = CallKey(self.next_key);
@@ -466,7 +467,11 @@ impl Session {
         };
         call.slot.close();
         call.state = State::Done;
-        let latency = call.received.elapsed();
+        let latency = self
+            .shared
+            .clock
+            .now()
+            .saturating_duration_since(call.received);
         let about = |done: Outgoing| Outgoing {
             run_id: call.run_id.clone(),
             thread_id: call.thread_id.clone(),

@@ -60,7 +60,7 @@ use super::{Backlog, Control, Overflow, Session, Shared, TransportKind};
 use crate::Context;
 use crate::exec::CallEvent;
 use crate::protocol::{Channel, ErrorCode, EventType, Inbound, decode, is_binary_envelope};
-use crate::server::Config;
+use crate::session::SessionConfig as Config;
 use crate::tool::{Registry, Tool, ToolError, builtin};
 
 /// Cases of the decoder-only property (cheap: no session).

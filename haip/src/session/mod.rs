@@ -6,6 +6,8 @@
 
 mod binary;
 mod calls;
+mod clock;
+mod config;
 mod flow;
 #[cfg(test)]
 mod fuzz;
@@ -28,21 +30,25 @@ use crate::exec::{CallEvent, CallKey};
 use crate::hash::{FastMap, FastSet};
 use crate::protocol::{
     ACCEPT_MAJOR, Channel, DecodeError, ErrorCode, EventType, HAIP_VERSION, Inbound, Outgoing,
-    Prepared, decode, now_millis, strict_schema_error,
+    Prepared, decode, strict_schema_error,
 };
-use crate::server::{Config, Stats};
+use crate::stats::Stats;
 use crate::tool::{Registry, StateMap};
 
 pub(crate) use calls::Call;
 pub(crate) use calls::LARGE_PARAMS;
+pub(crate) use clock::{Clock, ID_LEN, IdSource, RandomIds, SystemClock};
+#[cfg(test)]
+pub(crate) use clock::{CountingIds, FakeClock};
+pub(crate) use config::{SessionConfig, invalid};
 use flow::{Amount, InboundCredit, OutboundGate, Owed};
 use replay::{ReplayBudget, ReplayWindow};
 pub(crate) use resume::ResumeRequest;
-pub(crate) use store::{Attached, InMemorySessionStore, SessionStore, Takeover, park};
+pub(crate) use store::{Attached, InMemorySessionStore, SessionStore, Takeover};
 
 /// What a session shares with the rest of the server.
 pub(crate) struct Shared {
-    pub(crate) config: Config,
+    pub(crate) config: SessionConfig,
     pub(crate) registry: Registry,
     pub(crate) state: Arc<StateMap>,
     pub(crate) stats: Stats,
@@ -55,10 +61,14 @@ pub(crate) struct Shared {
     pub(crate) validations: Arc<Semaphore>,
     /// The bytes all replay windows share (HAIP.md §18.1).
     pub(crate) replay: ReplayBudget,
+    /// The time, for the sessions (never read from the system directly).
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Fresh ids, for the sessions.
+    pub(crate) ids: Arc<dyn IdSource>,
 }
 
 impl Shared {
-    pub(crate) fn new(config: Config, registry: Registry, state: StateMap) -> Shared {
+    pub(crate) fn new(config: SessionConfig, registry: Registry, state: StateMap) -> Shared {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Shared {
             registry,
@@ -68,13 +78,23 @@ impl Shared {
             store: Arc::new(InMemorySessionStore::default()),
             validations: Arc::new(Semaphore::new((cores / 2).max(1))),
             replay: ReplayBudget::new(config.replay_budget_bytes),
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(RandomIds),
             config,
         }
     }
 
+    /// The same, on another clock and id source (tests drive a fake clock).
+    #[cfg(test)]
+    pub(crate) fn with_time(mut self, clock: Arc<dyn Clock>, ids: Arc<dyn IdSource>) -> Shared {
+        self.clock = clock;
+        self.ids = ids;
+        self
+    }
+
     /// A server's shared state with `config`, the built-in tools and nothing else.
     #[cfg(test)]
-    pub(crate) fn for_tests(config: Config) -> Arc<Shared> {
+    pub(crate) fn for_tests(config: SessionConfig) -> Arc<Shared> {
         let registry = Registry::default();
         for tool in crate::tool::builtin::tools() {
             registry.register(tool);
@@ -205,8 +225,8 @@ impl Session {
             },
         );
         let mut session = Session {
+            id: Arc::from(shared.ids.fresh()),
             shared,
-            id: Arc::from(uuid::Uuid::new_v4().hyphenated().to_string()),
             transport,
             next_seq: 1,
             outbox: VecDeque::new(),
@@ -244,6 +264,11 @@ impl Session {
         self.window.cost()
     }
 
+    /// What the session shares with the rest of the server.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// The session's UUID.
     pub(crate) fn id(&self) -> &str {
         &self.id
@@ -259,7 +284,7 @@ impl Session {
         self.subject.as_ref()
     }
 
-    fn config(&self) -> &Config {
+    fn config(&self) -> &SessionConfig {
         &self.shared.config
     }
 
@@ -415,9 +440,17 @@ impl Session {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        let text = Bytes::from(env.encode(&self.id, seq, now_millis()));
+        let mut id = [0u8; ID_LEN];
+        let id = self.shared.ids.write(&mut id);
+        let ts = self.shared.clock.unix_millis();
+        let text = Bytes::from(env.encode(id, &self.id, seq, ts));
         self.gate.spend(env.channel(), text.len() as u64);
-        self.window.keep(seq, text.clone(), &self.shared.replay);
+        self.window.keep(
+            seq,
+            text.clone(),
+            self.shared.clock.now(),
+            &self.shared.replay,
+        );
         Some(text)
     }
 
@@ -795,7 +828,7 @@ impl Session {
     }
 
     fn run_started(&mut self, msg: &Inbound) {
-        let run_id = run_id_of(msg).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let run_id = run_id_of(msg).unwrap_or_else(|| self.shared.ids.fresh());
         if self.runs.contains(&run_id) {
             return;
         }
@@ -843,7 +876,7 @@ impl Session {
         if !self.accepts(EventType::Ping) {
             return false;
         }
-        let nonce = uuid::Uuid::new_v4().hyphenated().to_string();
+        let nonce = self.shared.ids.fresh();
         self.push(Outgoing::new(
             Channel::System,
             EventType::Ping,

@@ -26,8 +26,8 @@ pub(crate) struct Limits {
     pub(crate) bytes: usize,
 }
 
-impl From<&crate::server::Config> for Limits {
-    fn from(config: &crate::server::Config) -> Limits {
+impl From<&super::SessionConfig> for Limits {
+    fn from(config: &super::SessionConfig) -> Limits {
         Limits {
             messages: config.replay_window_messages,
             age: config.replay_window_time,
@@ -71,16 +71,12 @@ impl ReplayWindow {
     /// whatever exceeds the hard caps (oldest first). While the server is over
     /// its replay budget, detached sessions are evicted first; when none is
     /// left, this window gives up its own oldest envelopes.
-    pub(crate) fn keep(&mut self, seq: u64, text: Bytes, budget: &ReplayBudget) {
+    pub(crate) fn keep(&mut self, seq: u64, text: Bytes, now: Instant, budget: &ReplayBudget) {
         let cost = text.len() + ENTRY_OVERHEAD;
         self.bytes += text.len();
         budget.add(cost);
-        self.kept.push_back(Kept {
-            seq,
-            text,
-            at: Instant::now(),
-        });
-        self.evict(Instant::now(), budget);
+        self.kept.push_back(Kept { seq, text, at: now });
+        self.evict(now, budget);
         if budget.over() && !budget.evict_detached() {
             // Never the envelope just kept: resumption needs the newest.
             while budget.over() && self.kept.len() > 1 {
@@ -289,7 +285,7 @@ mod tests {
         let unlimited = ReplayBudget::new(usize::MAX);
         let mut w = window(3, 1 << 20);
         for seq in 1..=5 {
-            w.keep(seq, text(seq), &unlimited);
+            w.keep(seq, text(seq), Instant::now(), &unlimited);
         }
         // Young envelopes stay beyond `messages` until the hard cap.
         assert_eq!(w.range(1, None, 6).unwrap().len(), 5);
@@ -305,7 +301,7 @@ mod tests {
             "seq 0 is never kept nor needed"
         );
         for seq in 6..=31 {
-            w.keep(seq, text(seq), &unlimited);
+            w.keep(seq, text(seq), Instant::now(), &unlimited);
         }
         assert_eq!(
             w.range(1, None, 32),
@@ -324,7 +320,7 @@ mod tests {
             bytes: 1 << 20,
         });
         for seq in 1..=5 {
-            w.keep(seq, text(seq), &unlimited);
+            w.keep(seq, text(seq), Instant::now(), &unlimited);
         }
         w.evict(Instant::now() + Duration::from_millis(1), &unlimited);
         assert_eq!(w.range(4, None, 6).unwrap().len(), 2);
@@ -332,7 +328,7 @@ mod tests {
 
         let mut w = window(100, 30);
         for seq in 1..=5 {
-            w.keep(seq, text(seq), &unlimited); // 10 bytes each
+            w.keep(seq, text(seq), Instant::now(), &unlimited); // 10 bytes each
         }
         assert!(w.bytes() <= 30);
         assert_eq!(w.range(3, None, 6).unwrap().len(), 3);
@@ -343,22 +339,22 @@ mod tests {
         let budget = ReplayBudget::new(3 * (10 + ENTRY_OVERHEAD));
         let mut a = window(100, 1 << 20);
         let mut b = window(100, 1 << 20);
-        a.keep(1, text(1), &budget);
-        a.keep(2, text(2), &budget);
-        b.keep(1, text(1), &budget);
+        a.keep(1, text(1), Instant::now(), &budget);
+        a.keep(2, text(2), Instant::now(), &budget);
+        b.keep(1, text(1), Instant::now(), &budget);
         assert_eq!(budget.used(), 3 * 74);
         assert_eq!(a.cost() + b.cost(), 3 * 74);
         // Over budget with no detached session: the committing window gives
         // up its oldest.
-        b.keep(2, text(2), &budget);
+        b.keep(2, text(2), Instant::now(), &budget);
         assert_eq!(budget.used(), 3 * 74);
         assert!(b.range(1, None, 3).is_err());
         assert_eq!(b.range(2, None, 3).unwrap(), [text(2)]);
         // Never its newest, even far over budget.
         let tiny = ReplayBudget::new(1);
         let mut c = window(100, 1 << 20);
-        c.keep(1, text(1), &tiny);
-        c.keep(2, text(2), &tiny);
+        c.keep(1, text(1), Instant::now(), &tiny);
+        c.keep(2, text(2), Instant::now(), &tiny);
         assert_eq!(c.range(2, None, 3).unwrap(), [text(2)]);
         assert!(c.range(1, None, 3).is_err());
     }
@@ -367,15 +363,15 @@ mod tests {
     fn detached_sessions_are_evicted_oldest_first_before_live_windows_trim() {
         let budget = ReplayBudget::new(2 * 74);
         let mut parked = window(100, 1 << 20);
-        parked.keep(1, text(1), &budget);
+        parked.keep(1, text(1), Instant::now(), &budget);
         let first = CancellationToken::new();
         let second = CancellationToken::new();
         let old_ticket = budget.detach(parked.cost(), first.clone());
         let new_ticket = budget.detach(0, second.clone());
         let mut live = window(100, 1 << 20);
-        live.keep(1, text(1), &budget);
+        live.keep(1, text(1), Instant::now(), &budget);
         assert!(!first.is_cancelled(), "within budget");
-        live.keep(2, text(2), &budget);
+        live.keep(2, text(2), Instant::now(), &budget);
         assert!(
             first.is_cancelled(),
             "the oldest detached session is told to go"
@@ -387,7 +383,7 @@ mod tests {
             "the live window kept all"
         );
         // What the evicted one holds is not counted again meanwhile.
-        live.keep(3, text(3), &budget);
+        live.keep(3, text(3), Instant::now(), &budget);
         assert!(second.is_cancelled(), "still over: the next oldest goes");
         // The evicted session drops its window, then closes its ticket.
         budget.sub(parked.cost());

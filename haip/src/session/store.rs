@@ -1,13 +1,12 @@
 //! Where sessions live beyond their connection (HAIP.md §11.3): the
-//! [`SessionStore`] seam, an in-memory implementation, and the task that keeps
-//! a disconnected ("parked") session running until it is resumed or expires.
+//! [`SessionStore`] seam and an in-memory implementation. The task that keeps
+//! a disconnected ("parked") session running is the driver's
+//! (`transport::driver::park`).
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
 
 use super::Session;
 use crate::exec::CallEvent;
@@ -93,62 +92,4 @@ impl SessionStore for InMemorySessionStore {
     fn remove(&self, id: &str) {
         self.lock().remove(id);
     }
-}
-
-struct DetachedGuard(Arc<super::Shared>);
-
-impl Drop for DetachedGuard {
-    fn drop(&mut self) {
-        self.0.stats.detached_sessions.fetch_sub(1, Relaxed);
-    }
-}
-
-/// Keeps a disconnected session running for `keep`: its calls run on and
-/// their envelopes are committed to it (kept in the replay window), until a
-/// new connection takes it over or it expires. On expiry its calls are
-/// cancelled with nothing sent (and counted as cancelled).
-pub(crate) fn park(mut attached: Attached, store: Arc<dyn SessionStore>, shared: &super::Shared) {
-    let keep = shared.config.replay_window_time;
-    let shutdown = shared.shutdown.clone();
-    let shared = Arc::clone(&attached.session.shared);
-    shared.stats.detached_sessions.fetch_add(1, Relaxed);
-    tokio::spawn(async move {
-        // Uncounted however the task ends.
-        let _counted = DetachedGuard(Arc::clone(&shared));
-        // First to go when the server's replay windows hold too much.
-        let evict = CancellationToken::new();
-        let ticket = shared
-            .replay
-            .detach(attached.session.window_cost(), evict.clone());
-        let expiry = tokio::time::sleep(keep);
-        tokio::pin!(expiry);
-        loop {
-            // Commit whatever is due, so it is kept for replay.
-            while attached.session.commit_next().is_some() {}
-            tokio::select! {
-                request = attached.takeovers.recv() => match request {
-                    Some(request) => match (*request).answer(attached) {
-                        Some(kept) => attached = kept,
-                        None => {
-                            ticket.close();
-                            return;
-                        }
-                    },
-                    None => break,
-                },
-                Some(event) = attached.events.recv() => attached.session.handle_event(event),
-                () = &mut expiry => break,
-                () = evict.cancelled() => {
-                    tracing::debug!(session = %attached.session.id(), "parked session evicted (replay budget)");
-                    break;
-                }
-                () = shutdown.cancelled() => break,
-            }
-        }
-        store.remove(attached.session.id());
-        tracing::debug!(session = %attached.session.id(), "parked session ended");
-        // Dropping the session cancels its calls and releases its window.
-        drop(attached);
-        ticket.close();
-    });
 }

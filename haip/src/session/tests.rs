@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use super::*;
 use crate::Context;
 use crate::exec::CallEvent;
-use crate::server::Config;
+use crate::session::SessionConfig as Config;
 use crate::tool::{Registry, Tool, ToolError, builtin};
 
 struct Harness {
@@ -52,6 +52,13 @@ impl Harness {
             all.push(v);
         }
         all
+    }
+
+    /// Drains a replay: re-sent envelopes keep their old `seq`.
+    fn session_replay(&mut self) -> Vec<Value> {
+        std::iter::from_fn(|| self.session.commit_next())
+            .map(|text| serde_json::from_slice(&text).unwrap())
+            .collect()
     }
 
     /// Feeds call events until `done` TOOL_DONEs have been committed.
@@ -954,4 +961,79 @@ async fn streams_ignore_bin_len() {
     assert!(!session.awaits_binary());
     let pong: Value = serde_json::from_slice(&session.commit_next().unwrap()).unwrap();
     assert_eq!(pong["type"], "PONG");
+}
+
+/// A session on a fake clock with counting ids, outside any runtime.
+fn on_fake_clock(config: Config) -> (Harness, Arc<FakeClock>) {
+    let clock = Arc::new(FakeClock::new());
+    let shared = Shared::new(config, Registry::default(), Default::default())
+        .with_time(clock.clone(), Arc::new(CountingIds::default()));
+    let (tx, events) = mpsc::unbounded_channel();
+    let mut h = Harness {
+        session: Session::new(Arc::new(shared), TransportKind::WebSocket, tx, None),
+        events,
+        seq: 0,
+    };
+    assert_eq!(h.out()[0]["type"], "HAI");
+    (h, clock)
+}
+
+fn ping(h: &mut Harness, n: usize) {
+    for i in 0..n {
+        h.send(json!({"type": "PING", "payload": {"nonce": format!("n{i}")}}));
+    }
+    assert_eq!(h.out().len(), n, "one PONG per PING");
+}
+
+#[test]
+fn ids_and_timestamps_come_from_the_injected_sources() {
+    let (mut h, clock) = on_fake_clock(Config::default());
+    assert_eq!(h.session.id(), "00000000-0000-4000-8000-000000000001");
+    clock.advance(Duration::from_millis(1234));
+    h.send(json!({"type": "PING", "payload": {"nonce": "a"}}));
+    let pong = &h.out()[0];
+    assert_eq!(pong["ts"], (1_767_225_600_000u64 + 1234).to_string());
+    assert_eq!(pong["id"], "00000000-0000-4000-8000-000000000003");
+    // A call without a call id or an envelope id gets the next one.
+    let nameless = json!({"type": "TOOL_CALL", "payload": {"tool": "nope", "params": {}}});
+    h.send(nameless);
+    let error = &h.out()[0];
+    assert_eq!(error["payload"]["code"], "TOOL_NOT_FOUND", "{error}");
+    // Ids in order: the session (1), HAI (2), the PONG (3), the call (4), the ERROR (5).
+    assert_eq!(
+        error["payload"]["detail"]["call_id"],
+        "00000000-0000-4000-8000-000000000004"
+    );
+    assert_eq!(error["id"], "00000000-0000-4000-8000-000000000005");
+}
+
+#[test]
+fn replay_keeps_young_envelopes_and_lets_old_ones_expire_on_the_clock() {
+    let config = Config {
+        replay_window_messages: 10,
+        replay_window_time: Duration::from_secs(60),
+        ..Config::default()
+    };
+    let (mut h, clock) = on_fake_clock(config);
+    ping(&mut h, 30); // seq 2..=31, HAI is 1
+    // Young: everything is kept (up to 10 × replay_window_messages).
+    h.send(json!({"type": "REPLAY_REQUEST", "payload": {"from_seq": "1"}}));
+    let replayed = h.session_replay();
+    assert_eq!(replayed.len(), 31, "all 31 envelopes replayed");
+    // A minute later, the next commit lets all but the newest 10 go.
+    clock.advance(Duration::from_secs(61));
+    ping(&mut h, 1); // seq 32
+    h.send(json!({"type": "REPLAY_REQUEST", "payload": {"from_seq": "1"}}));
+    let answer = h.out();
+    assert_eq!(answer[0]["payload"]["code"], "REPLAY_TOO_OLD", "{answer:?}");
+    assert_eq!(answer[0]["payload"]["detail"]["oldest_seq"], "23");
+    // That ERROR was seq 33 and pushed seq 23 out. 59 s on, seq 32 and 33
+    // are still young; the next commit (34) keeps the newest 10: 25..=34.
+    clock.advance(Duration::from_secs(59));
+    ping(&mut h, 1);
+    h.send(json!({"type": "REPLAY_REQUEST", "payload": {"from_seq": "25"}}));
+    let kept = h.session_replay();
+    assert_eq!(kept.len(), 10, "seq 25..=34 kept");
+    assert_eq!(kept[0]["seq"], "25");
+    assert_eq!(kept[9]["seq"], "34");
 }

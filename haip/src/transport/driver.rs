@@ -19,12 +19,13 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
 
 use crate::exec::CallEvent;
 use crate::protocol::{DecodeError, ErrorCode};
 use crate::session::{
-    Attached, Control, LARGE_PARAMS, Overflow, ResumeRequest, Session, Shared, Takeover,
-    decode_unit, park,
+    Attached, Control, LARGE_PARAMS, Overflow, ResumeRequest, Session, SessionStore, Shared,
+    Takeover, decode_unit,
 };
 
 /// One inbound unit, already framed by the transport.
@@ -223,6 +224,64 @@ pub(crate) fn attach(
         events,
         takeovers,
     }
+}
+
+struct DetachedGuard(Arc<Shared>);
+
+impl Drop for DetachedGuard {
+    fn drop(&mut self) {
+        self.0.stats.detached_sessions.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Keeps a disconnected session running for `keep`: its calls run on and
+/// their envelopes are committed to it (kept in the replay window), until a
+/// new connection takes it over or it expires. On expiry its calls are
+/// cancelled with nothing sent (and counted as cancelled).
+fn park(mut attached: Attached, store: Arc<dyn SessionStore>, shared: &Shared) {
+    let keep = shared.config.replay_window_time;
+    let shutdown = shared.shutdown.clone();
+    let shared = Arc::clone(attached.session.shared());
+    shared.stats.detached_sessions.fetch_add(1, Relaxed);
+    tokio::spawn(async move {
+        // Uncounted however the task ends.
+        let _counted = DetachedGuard(Arc::clone(&shared));
+        // First to go when the server's replay windows hold too much.
+        let evict = CancellationToken::new();
+        let ticket = shared
+            .replay
+            .detach(attached.session.window_cost(), evict.clone());
+        let expiry = tokio::time::sleep(keep);
+        tokio::pin!(expiry);
+        loop {
+            // Commit whatever is due, so it is kept for replay.
+            while attached.session.commit_next().is_some() {}
+            tokio::select! {
+                request = attached.takeovers.recv() => match request {
+                    Some(request) => match (*request).answer(attached) {
+                        Some(kept) => attached = kept,
+                        None => {
+                            ticket.close();
+                            return;
+                        }
+                    },
+                    None => break,
+                },
+                Some(event) = attached.events.recv() => attached.session.handle_event(event),
+                () = &mut expiry => break,
+                () = evict.cancelled() => {
+                    tracing::debug!(session = %attached.session.id(), "parked session evicted (replay budget)");
+                    break;
+                }
+                () = shutdown.cancelled() => break,
+            }
+        }
+        store.remove(attached.session.id());
+        tracing::debug!(session = %attached.session.id(), "parked session ended");
+        // Dropping the session cancels its calls and releases its window.
+        drop(attached);
+        ticket.close();
+    });
 }
 
 /// After the connection: parks the session for resumption, or forgets it.

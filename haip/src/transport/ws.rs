@@ -15,7 +15,6 @@ use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 use super::driver::{self, Ended, Frame, Unit};
 use crate::exec::CallEvent;
-use crate::server::ConnectionGuard;
 use crate::session::{Attached, Session, Shared};
 
 type Ws = WebSocketStream<TokioIo<Upgraded>>;
@@ -44,11 +43,12 @@ pub(crate) fn config(
 
 /// What an upgraded connection does.
 pub(crate) enum Admission {
-    /// Run this session; the guard keeps it counted while it runs.
+    /// Run this session, keeping the third part alive while it runs (the
+    /// server's guard that counts the connection).
     Session(
         Box<Session>,
         mpsc::UnboundedReceiver<CallEvent>,
-        ConnectionGuard,
+        Box<dyn Send>,
     ),
     /// Send one envelope (an auth failure's `ERROR`), then close.
     Refuse {
