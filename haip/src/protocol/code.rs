@@ -85,6 +85,13 @@ impl fmt::Display for ErrorCode {
     }
 }
 
+impl serde::Serialize for ErrorCode {
+    /// As the plain string it is on the wire.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
 impl From<&'static str> for ErrorCode {
     fn from(code: &'static str) -> Self {
         ErrorCode(Cow::Borrowed(code))
