@@ -34,6 +34,21 @@ impl Outgoing {
         }
     }
 
+    /// An envelope with a typed payload (encoded strictly) and no run or
+    /// thread id; its type is the payload's.
+    ///
+    /// ```
+    /// use haip::protocol::payload::Ping;
+    /// use haip::protocol::{Channel, EventType, Outgoing};
+    ///
+    /// let pong = Outgoing::with_payload(Channel::System, &Ping::new("n-1").pong());
+    /// assert_eq!(pong.event, EventType::Pong);
+    /// assert_eq!(pong.payload["nonce"], "n-1");
+    /// ```
+    pub fn with_payload<P: super::payload::Payload>(channel: Channel, payload: &P) -> Outgoing {
+        Outgoing::new(channel, P::EVENT, payload.to_value())
+    }
+
     /// Commits it straight to its JSON text, without building an [`Envelope`]:
     /// what the server does for every envelope it sends.
     pub fn encode(&self, session: &str, seq: u64, ts: u64) -> Vec<u8> {

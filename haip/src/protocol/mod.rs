@@ -12,11 +12,16 @@
 //! assert_eq!(inbound.event, EventType::Ping);
 //! assert_eq!(inbound.channel, "SYSTEM"); // the type's default channel
 //! ```
+//!
+//! [`payload`] types each event's payload: [`payload::InboundEvent::decode`]
+//! reads an accepted envelope's payload once, leniently, and the payload
+//! types encode strictly.
 
 mod code;
 mod envelope;
 mod event;
 mod inbound;
+pub mod payload;
 
 pub use code::ErrorCode;
 pub use envelope::{Envelope, Outgoing};
