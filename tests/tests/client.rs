@@ -16,6 +16,14 @@ async fn lists_tools_and_reads_schemas() {
     let client = within("connect", Client::connect(&url)).await.unwrap();
     assert!(!client.session_id().is_empty());
     assert_eq!(client.server_hai()["haip_version"], "1.1.2");
+    // The same HAI, typed.
+    let hai = client.hai();
+    assert_eq!(hai.haip_version.as_deref(), Some("1.1.2"));
+    assert!(hai.is_compatible());
+    assert_eq!(hai.accepted_events().map(|e| e.len()), Some(22));
+    let capabilities = hai.capabilities.as_ref().unwrap();
+    assert_eq!(capabilities.binary_frames, Some(true));
+    assert!(capabilities.flow_control.is_some());
     let names: Vec<String> = within("list", client.list_tools())
         .await
         .unwrap()

@@ -1,17 +1,23 @@
 //! The client's connection: a writer task, a reader task routing envelopes to
 //! whoever waits for them (requests in order, calls by `call_id`).
+//!
+//! Envelopes are read with the protocol's own decoder and payloads through
+//! the typed payloads of [`crate::protocol::payload`], written the same way.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use super::{ClientError, ClientOptions, Outcome, Update};
+use crate::protocol::payload::{self, Hai, Payload, Ping, ToolDone, ToolUpdate};
+use crate::protocol::{Channel, EventType, Inbound, decode};
 
 /// Where a call's envelopes go.
 pub(super) struct Waiter {
@@ -19,7 +25,8 @@ pub(super) struct Waiter {
     pub(super) done: oneshot::Sender<Result<Outcome, ClientError>>,
 }
 
-type Reply = oneshot::Sender<Result<Value, ClientError>>;
+/// Where the payload of a request's reply goes.
+type Reply = oneshot::Sender<Result<Map<String, Value>, ClientError>>;
 
 #[derive(Default)]
 struct Routes {
@@ -31,7 +38,9 @@ struct Routes {
 
 pub(super) struct Connection {
     session_id: String,
+    /// The server's `HAI` payload, as sent and typed.
     hai: Value,
+    hai_typed: Hai,
     outgoing: mpsc::Sender<Message>,
     routes: Arc<Mutex<Routes>>,
     /// Serialises "queue the waiter, then send", so replies match requests.
@@ -52,6 +61,38 @@ const OUTGOING: usize = 256;
 
 fn lock(routes: &Mutex<Routes>) -> std::sync::MutexGuard<'_, Routes> {
     routes.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A client envelope: `id`, `type`, `channel` and the payload. The server
+/// needs nothing else (HAIP.md §2.1).
+#[derive(Serialize)]
+struct Envelope<'a, P> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    event: &'static str,
+    channel: &'static str,
+    payload: &'a P,
+}
+
+/// A text message carrying `payload`, encoded strictly, without building a `Value`.
+fn message<P: Payload>(id: &str, channel: Channel, payload: &P) -> Message {
+    let envelope = Envelope {
+        id,
+        event: P::EVENT.as_str(),
+        channel: channel.as_str(),
+        payload,
+    };
+    // The payload types serialise only string-keyed maps: this cannot fail.
+    Message::text(serde_json::to_string(&envelope).unwrap_or_default())
+}
+
+fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// A reply the client cannot read.
+fn protocol_error(e: payload::PayloadError) -> ClientError {
+    ClientError::Protocol(e.to_string())
 }
 
 impl Connection {
@@ -83,15 +124,19 @@ impl Connection {
         let hai = loop {
             match stream.next().await {
                 Some(Ok(Message::Text(text))) => {
-                    let envelope: Value = serde_json::from_str(&text).map_err(|e| {
-                        ClientError::Protocol(format!("first message is not JSON: {e}"))
+                    let inbound = decode(&text).map_err(|e| {
+                        ClientError::Protocol(format!("first message is not an envelope: {e}"))
                     })?;
-                    match envelope["type"].as_str() {
-                        Some("HAI") => break envelope,
-                        Some("ERROR") => return Err(server_error(&envelope["payload"])),
+                    match inbound.event {
+                        EventType::Hai => break inbound,
+                        EventType::Error => {
+                            return Err(payload::Error::from_payload(inbound.payload)
+                                .map_or_else(protocol_error, server_error));
+                        }
                         _ => {
                             return Err(ClientError::Protocol(format!(
-                                "expected HAI first, got {envelope}"
+                                "expected HAI first, got {}",
+                                text.as_str()
                             )));
                         }
                     }
@@ -106,7 +151,11 @@ impl Connection {
                 None => return Err(ClientError::Closed),
             }
         };
-        let session_id = hai["session"].as_str().unwrap_or_default().to_owned();
+        let Inbound {
+            session, payload, ..
+        } = hai;
+        let hai = Value::Object(payload.clone());
+        let hai_typed = Hai::from_payload(payload).map_err(protocol_error)?;
         let routes = Arc::new(Mutex::new(Routes::default()));
         let (outgoing, mut queued) = mpsc::channel::<Message>(OUTGOING);
         let writer = tokio::spawn(async move {
@@ -129,18 +178,20 @@ impl Connection {
             let outgoing = outgoing.clone();
             tokio::spawn(async move {
                 while let Some(Ok(message)) = stream.next().await {
+                    // Anything that is not a HAIP envelope is not for us.
                     if let Message::Text(text) = message
-                        && let Ok(envelope) = serde_json::from_str::<Value>(&text)
+                        && let Ok(inbound) = decode(&text)
                     {
-                        route(&routes, &outgoing, envelope);
+                        route(&routes, &outgoing, inbound);
                     }
                 }
                 close_all(&routes);
             })
         };
         Ok(Connection {
-            session_id,
-            hai: hai["payload"].clone(),
+            session_id: session.unwrap_or_default(),
+            hai,
+            hai_typed,
             outgoing,
             routes,
             send_order: tokio::sync::Mutex::new(()),
@@ -156,29 +207,30 @@ impl Connection {
         &self.hai
     }
 
-    fn envelope(id: &str, event: &str, channel: &str, payload: Value) -> Message {
-        Message::text(
-            json!({ "id": id, "type": event, "channel": channel, "payload": payload }).to_string(),
-        )
+    pub(super) fn hai_typed(&self) -> &Hai {
+        &self.hai_typed
     }
 
     /// Sends an envelope nobody waits a reply for.
-    pub(super) async fn send(
+    pub(super) async fn send<P: Payload>(
         &self,
-        event: &str,
-        channel: &str,
-        payload: Value,
+        channel: Channel,
+        payload: &P,
     ) -> Result<(), ClientError> {
-        let id = uuid::Uuid::new_v4().to_string();
         self.outgoing
-            .send(Connection::envelope(&id, event, channel, payload))
+            .send(message(&new_id(), channel, payload))
             .await
             .map_err(|_| ClientError::Closed)
     }
 
-    /// Sends a request answered in order (`TOOL_LIST`, `TOOL_SCHEMA`).
-    pub(super) async fn request(&self, event: &str, payload: Value) -> Result<Value, ClientError> {
-        let id = uuid::Uuid::new_v4().to_string();
+    /// Sends a request answered in order (`TOOL_LIST`, `TOOL_SCHEMA`);
+    /// returns the reply's payload.
+    pub(super) async fn request<P: Payload>(
+        &self,
+        payload: &P,
+    ) -> Result<Map<String, Value>, ClientError> {
+        let id = new_id();
+        let text = message(&id, Channel::User, payload);
         let (reply, answer) = oneshot::channel();
         {
             let _order = self.send_order.lock().await;
@@ -187,10 +239,10 @@ impl Connection {
                 if routes.closed {
                     return Err(ClientError::Closed);
                 }
-                routes.requests.push_back((id.clone(), reply));
+                routes.requests.push_back((id, reply));
             }
             self.outgoing
-                .send(Connection::envelope(&id, event, "USER", payload))
+                .send(text)
                 .await
                 .map_err(|_| ClientError::Closed)?;
         }
@@ -211,52 +263,67 @@ impl Connection {
     }
 }
 
-fn server_error(payload: &Value) -> ClientError {
+fn server_error(error: payload::Error) -> ClientError {
     ClientError::Server {
-        code: payload["code"].as_str().unwrap_or("ERROR").to_owned(),
-        message: payload["message"].as_str().unwrap_or_default().to_owned(),
+        code: error.code.as_str().to_owned(),
+        message: error.message,
     }
 }
 
 /// Hands one envelope to whoever waits for it.
-fn route(routes: &Mutex<Routes>, outgoing: &mpsc::Sender<Message>, envelope: Value) {
-    let payload = &envelope["payload"];
-    let call_id = payload["call_id"].as_str();
-    let mut routes = lock(routes);
-    match envelope["type"].as_str().unwrap_or_default() {
-        "TOOL_UPDATE" => {
-            if let Some(waiter) = call_id.and_then(|id| routes.calls.get(id)) {
+fn route(routes: &Mutex<Routes>, outgoing: &mpsc::Sender<Message>, inbound: Inbound) {
+    let Inbound { event, payload, .. } = inbound;
+    match event {
+        EventType::ToolUpdate => {
+            // An update that cannot be read is progress lost, nothing more:
+            // the call still ends with its TOOL_DONE.
+            let Ok(update) = ToolUpdate::from_payload(payload) else {
+                return;
+            };
+            if let Some(waiter) = lock(routes).calls.get(&update.call_id) {
                 // A reader that falls behind loses intermediate updates only.
                 let _ = waiter.updates.try_send(Update {
-                    status: payload["status"].as_str().unwrap_or_default().to_owned(),
-                    progress: payload["progress"].as_f64(),
-                    partial: payload.get("partial").cloned(),
+                    status: update.status.as_str().to_owned(),
+                    progress: update.progress.and_then(|p| p.as_f64()),
+                    partial: update.partial,
                 });
             }
         }
-        "TOOL_DONE" => {
-            if let Some(waiter) = call_id.and_then(|id| routes.calls.remove(id)) {
-                let _ = waiter.done.send(Ok(Outcome::from_done(payload)));
+        EventType::ToolDone => {
+            // A TOOL_DONE that cannot be read still ends its call, as an error.
+            let (call_id, outcome) = match ToolDone::from_payload(payload) {
+                Ok(done) => (done.call_id, Ok(Outcome::from(done.outcome))),
+                Err(e) => match e.call_id.clone() {
+                    Some(call_id) => (call_id, Err(protocol_error(e))),
+                    None => return,
+                },
+            };
+            if let Some(waiter) = lock(routes).calls.remove(&call_id) {
+                let _ = waiter.done.send(outcome);
             }
         }
-        "TOOL_LIST" | "TOOL_SCHEMA" => {
-            if let Some((_, reply)) = routes.requests.pop_front() {
-                let _ = reply.send(Ok(payload.clone()));
+        EventType::ToolList | EventType::ToolSchema => {
+            if let Some((_, reply)) = lock(routes).requests.pop_front() {
+                let _ = reply.send(Ok(payload));
             }
         }
-        "ERROR" => {
-            let related = payload["related_id"].as_str();
+        EventType::Error => {
+            let Ok(error) = payload::Error::from_payload(payload) else {
+                return;
+            };
+            let mut routes = lock(routes);
             let front = routes.requests.front().map(|(id, _)| id.as_str());
-            if related.is_some()
-                && related == front
+            if error.related_id.is_some()
+                && error.related_id.as_deref() == front
                 && let Some((_, reply)) = routes.requests.pop_front()
             {
-                let _ = reply.send(Err(server_error(payload)));
+                let _ = reply.send(Err(server_error(error)));
             }
         }
-        "PING" => {
-            let pong = json!({ "type": "PONG", "channel": "SYSTEM", "payload": payload });
-            let _ = outgoing.try_send(Message::text(pong.to_string()));
+        EventType::Ping => {
+            if let Ok(ping) = Ping::from_payload(payload) {
+                let _ = outgoing.try_send(message(&new_id(), Channel::System, &ping.pong()));
+            }
         }
         _ => {}
     }
@@ -271,5 +338,168 @@ fn close_all(routes: &Mutex<Routes>) {
     }
     for (_, waiter) in routes.calls.drain() {
         let _ = waiter.done.send(Err(ClientError::Closed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::protocol::payload::ToolCall;
+
+    struct Harness {
+        routes: Mutex<Routes>,
+        outgoing: mpsc::Sender<Message>,
+        sent: mpsc::Receiver<Message>,
+    }
+
+    impl Harness {
+        fn new() -> Harness {
+            let (outgoing, sent) = mpsc::channel(8);
+            Harness {
+                routes: Mutex::new(Routes::default()),
+                outgoing,
+                sent,
+            }
+        }
+
+        fn receive(&self, envelope: Value) {
+            route(
+                &self.routes,
+                &self.outgoing,
+                decode(&envelope.to_string()).unwrap(),
+            );
+        }
+
+        fn call(
+            &self,
+            call_id: &str,
+        ) -> (
+            mpsc::Receiver<Update>,
+            oneshot::Receiver<Result<Outcome, ClientError>>,
+        ) {
+            let (updates, updates_rx) = mpsc::channel(8);
+            let (done, done_rx) = oneshot::channel();
+            lock(&self.routes)
+                .calls
+                .insert(call_id.to_owned(), Waiter { updates, done });
+            (updates_rx, done_rx)
+        }
+
+        fn request(&self, id: &str) -> oneshot::Receiver<Result<Map<String, Value>, ClientError>> {
+            let (reply, answer) = oneshot::channel();
+            lock(&self.routes)
+                .requests
+                .push_back((id.to_owned(), reply));
+            answer
+        }
+    }
+
+    #[test]
+    fn updates_and_outcomes_reach_their_call() {
+        let h = Harness::new();
+        let (mut updates, mut done) = h.call("c-1");
+        h.receive(json!({"type": "TOOL_UPDATE", "payload": {"call_id": "c-1", "status": "RUNNING", "progress": 40, "partial": {"rows": 4}}}));
+        // Unreadable updates are dropped; updates of other calls are not ours.
+        h.receive(json!({"type": "TOOL_UPDATE", "payload": {"call_id": "c-1"}}));
+        h.receive(
+            json!({"type": "TOOL_UPDATE", "payload": {"call_id": "c-2", "status": "RUNNING"}}),
+        );
+        assert_eq!(
+            updates.try_recv().unwrap(),
+            Update {
+                status: "RUNNING".into(),
+                progress: Some(40.0),
+                partial: Some(json!({"rows": 4})),
+            }
+        );
+        assert!(updates.try_recv().is_err());
+        h.receive(json!({"type": "TOOL_DONE", "payload": {"call_id": "c-1", "status": "ERROR",
+            "result": {"error": "Invalid params for tool add", "code": "INVALID_PARAMS", "details": [{"path": "/a"}], "total": 1}}}));
+        assert_eq!(
+            done.try_recv().unwrap().unwrap(),
+            Outcome::Error {
+                code: "INVALID_PARAMS".into(),
+                message: "Invalid params for tool add".into(),
+                details: Some(json!([{"path": "/a"}])),
+            }
+        );
+        let (_, mut done) = h.call("7");
+        // No status: OK; a numeric call id is its text.
+        h.receive(json!({"type": "TOOL_DONE", "payload": {"call_id": 7, "result": 3}}));
+        assert_eq!(
+            done.try_recv().unwrap().unwrap(),
+            Outcome::Ok(Some(json!(3)))
+        );
+        let (_, mut done) = h.call("c-3");
+        h.receive(json!({"type": "TOOL_DONE", "payload": {"call_id": "c-3", "status": "CANCELLED", "result": {"reason": "enough"}}}));
+        assert_eq!(
+            done.try_recv().unwrap().unwrap(),
+            Outcome::Cancelled(Some("enough".into()))
+        );
+    }
+
+    #[test]
+    fn an_unreadable_tool_done_still_ends_its_call() {
+        let h = Harness::new();
+        let (_, mut done) = h.call("c-1");
+        h.receive(json!({"type": "TOOL_DONE", "payload": {"call_id": "c-1", "status": "FAILED"}}));
+        let err = done.try_recv().unwrap().unwrap_err();
+        assert!(
+            matches!(&err, ClientError::Protocol(text) if text.contains("payload.status")),
+            "{err}"
+        );
+        assert!(lock(&h.routes).calls.is_empty());
+    }
+
+    #[test]
+    fn replies_and_errors_answer_requests_in_order() {
+        let h = Harness::new();
+        let mut first = h.request("r-1");
+        let mut second = h.request("r-2");
+        // An ERROR about something else is not an answer.
+        h.receive(json!({"type": "ERROR", "payload": {"code": "X", "message": "m", "related_id": "other"}}));
+        h.receive(json!({"type": "TOOL_LIST", "payload": {"tools": []}}));
+        assert_eq!(
+            Value::Object(first.try_recv().unwrap().unwrap()),
+            json!({"tools": []})
+        );
+        h.receive(json!({"type": "ERROR", "payload": {"code": "TOOL_NOT_FOUND", "message": "Tool nope not found", "related_id": "r-2"}}));
+        let err = second.try_recv().unwrap().unwrap_err();
+        assert!(
+            matches!(&err, ClientError::Server { code, message } if code == "TOOL_NOT_FOUND" && message == "Tool nope not found"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn pings_are_answered_with_the_same_nonce() {
+        let mut h = Harness::new();
+        h.receive(json!({"type": "PING", "payload": {"nonce": "n-1"}}));
+        h.receive(json!({"type": "PING", "payload": {}}));
+        for expected in [json!({"nonce": "n-1"}), json!({})] {
+            let Message::Text(text) = h.sent.try_recv().unwrap() else {
+                panic!("a text message")
+            };
+            let pong: Value = serde_json::from_str(text.as_str()).unwrap();
+            assert_eq!(
+                (&pong["type"], &pong["channel"], &pong["payload"]),
+                (&json!("PONG"), &json!("SYSTEM"), &expected)
+            );
+            assert!(uuid::Uuid::parse_str(pong["id"].as_str().unwrap()).is_ok());
+        }
+    }
+
+    #[test]
+    fn requests_are_written_strictly() {
+        let call = ToolCall::new("c-1", "echo", json!({"message": "hi"}));
+        let Message::Text(text) = message("e-1", Channel::User, &call) else {
+            panic!("a text message")
+        };
+        assert_eq!(
+            text.as_str(),
+            r#"{"id":"e-1","type":"TOOL_CALL","channel":"USER","payload":{"call_id":"c-1","tool":"echo","params":{"message":"hi"}}}"#
+        );
     }
 }

@@ -24,9 +24,13 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::protocol::Channel;
+use crate::protocol::payload::{
+    self, Hai, Payload, ToolCall, ToolCancel, ToolListRequest, ToolOutcome, ToolSchemaRequest,
+};
 use connection::{Connection, Waiter};
 
 /// Why a client operation failed.
@@ -131,25 +135,17 @@ impl std::fmt::Display for Outcome {
     }
 }
 
-impl Outcome {
-    pub(crate) fn from_done(payload: &Value) -> Outcome {
-        let result = payload.get("result").cloned();
-        match payload["status"].as_str().unwrap_or("OK") {
-            "CANCELLED" => Outcome::Cancelled(
-                result
-                    .as_ref()
-                    .and_then(|r| r["reason"].as_str())
-                    .map(str::to_owned),
-            ),
-            "ERROR" => {
-                let result = result.unwrap_or(Value::Null);
-                Outcome::Error {
-                    code: result["code"].as_str().unwrap_or("ERROR").to_owned(),
-                    message: result["error"].as_str().unwrap_or_default().to_owned(),
-                    details: result.get("details").cloned(),
-                }
-            }
-            _ => Outcome::Ok(result),
+impl From<ToolOutcome> for Outcome {
+    /// A decoded `TOOL_DONE`'s outcome, as the client reports it.
+    fn from(outcome: ToolOutcome) -> Outcome {
+        match outcome {
+            ToolOutcome::Ok(result) => Outcome::Ok(result),
+            ToolOutcome::Error(failure) => Outcome::Error {
+                code: failure.code.as_str().to_owned(),
+                message: failure.message,
+                details: failure.details,
+            },
+            ToolOutcome::Cancelled(reason) => Outcome::Cancelled(reason),
         }
     }
 }
@@ -194,36 +190,50 @@ impl Client {
         self.conn.session_id()
     }
 
-    /// The server's `HAI` payload (version, capabilities).
+    /// The server's `HAI` payload (version, capabilities), as JSON.
     pub fn server_hai(&self) -> &Value {
         self.conn.hai()
     }
 
+    /// The server's `HAI` payload, typed.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), haip::client::ClientError> {
+    /// let client = haip::client::Client::connect("ws://127.0.0.1:8080/haip").await?;
+    /// let binary = client.hai().capabilities.as_ref().and_then(|c| c.binary_frames);
+    /// # Ok(()) }
+    /// ```
+    pub fn hai(&self) -> &Hai {
+        self.conn.hai_typed()
+    }
+
     /// The server's tools, in its order.
     pub async fn list_tools(&self) -> Result<Vec<ToolInfo>, ClientError> {
-        let reply = self.conn.request("TOOL_LIST", json!({})).await?;
-        let tools = reply["tools"]
-            .as_array()
-            .ok_or_else(|| ClientError::Protocol(format!("TOOL_LIST without tools: {reply}")))?;
-        Ok(tools
-            .iter()
+        let reply = self.conn.request(&ToolListRequest {}).await?;
+        let list = payload::ToolList::from_payload(reply)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        Ok(list
+            .tools
+            .into_iter()
             .map(|t| ToolInfo {
-                name: t["name"].as_str().unwrap_or_default().to_owned(),
-                description: t["description"].as_str().unwrap_or_default().to_owned(),
+                name: t.name,
+                description: t.description,
             })
             .collect())
     }
 
     /// A tool's schemas.
     pub async fn schema(&self, tool: &str) -> Result<ToolSchema, ClientError> {
-        let reply = self
-            .conn
-            .request("TOOL_SCHEMA", json!({ "tool": tool }))
-            .await?;
+        let request = ToolSchemaRequest {
+            tool: tool.to_owned(),
+        };
+        let reply = self.conn.request(&request).await?;
+        let schema = payload::ToolSchema::from_payload(reply)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
         Ok(ToolSchema {
-            tool: reply["tool"].as_str().unwrap_or(tool).to_owned(),
-            input_schema: reply.get("inputSchema").cloned().unwrap_or(Value::Null),
-            output_schema: reply.get("outputSchema").cloned(),
+            tool: schema.tool,
+            input_schema: schema.input_schema,
+            output_schema: schema.output_schema,
         })
     }
 
@@ -239,8 +249,8 @@ impl Client {
                 done: done_tx,
             },
         );
-        let payload = json!({ "call_id": call_id, "tool": tool, "params": params });
-        if let Err(e) = self.conn.send("TOOL_CALL", "USER", payload).await {
+        let request = ToolCall::new(call_id.clone(), tool, params);
+        if let Err(e) = self.conn.send(Channel::User, &request).await {
             self.conn.forget_call(&call_id);
             return Err(e);
         }
@@ -269,11 +279,11 @@ impl Client {
 
     /// Asks the server to cancel a call.
     pub async fn cancel(&self, call_id: &str, reason: Option<&str>) -> Result<(), ClientError> {
-        let mut payload = json!({ "call_id": call_id });
-        if let Some(reason) = reason {
-            payload["reason"] = Value::from(reason);
-        }
-        self.conn.send("TOOL_CANCEL", "USER", payload).await
+        let request = ToolCancel {
+            call_id: call_id.to_owned(),
+            reason: reason.map(str::to_owned),
+        };
+        self.conn.send(Channel::User, &request).await
     }
 }
 
