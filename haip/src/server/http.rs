@@ -13,11 +13,12 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::driver;
 use super::hub::{Hub, PeerGuard};
 use crate::auth::{AuthError, AuthErrorKind, redact_uri, token_from_parts};
 use crate::protocol::{Channel, EventType, Outgoing, now_millis};
 use crate::session::{Session, TransportKind};
-use crate::transport::driver;
+use crate::transport::frame::{WriteMeter, Writer};
 use crate::transport::stream::{self, Framing};
 use crate::transport::ws;
 
@@ -308,7 +309,7 @@ async fn upgrade(
     // and close 1008 (HAIP.md §17); no session is created or counted.
     let admission = match authenticate(hub, &req).await {
         _ if refuse => None,
-        Err(e) => Some(ws::Admission::Refuse {
+        Err(e) => Some(driver::Admission::Refuse {
             envelope: auth_error_envelope(&e),
             code: 1008,
             reason: e.message(),
@@ -323,7 +324,7 @@ async fn upgrade(
                 events_tx,
                 subject,
             );
-            ws::Admission::Session(Box::new(session), events_rx, Box::new(guard))
+            driver::Admission::Session(Box::new(session), events_rx, guard)
         }),
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
@@ -340,11 +341,12 @@ async fn upgrade(
         };
         match upgraded {
             Ok(upgraded) => match admission {
-                Some(admission) => ws::serve(upgraded, shared, admission).await,
+                Some(admission) => driver::serve_ws(upgraded, shared, admission).await,
                 None => {
                     ws::refuse(
                         upgraded,
                         shared.config.max_message_bytes,
+                        None,
                         1013,
                         "too many sessions",
                     )
@@ -427,8 +429,8 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
     let session_id = session.id().to_owned();
     let (inbound_tx, inbound_rx) = mpsc::channel(stream::INBOUND_QUEUE);
     let (frames, frames_rx) = mpsc::unbounded_channel();
-    let meter = driver::WriteMeter::new(Arc::clone(&hub.shared));
-    let out = driver::Writer {
+    let meter = WriteMeter::new(Arc::clone(&hub.shared));
+    let out = Writer {
         frames,
         meter: Arc::clone(&meter),
     };
@@ -455,7 +457,7 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
     let shared = Arc::clone(&hub.shared);
     hub.tracker.spawn(async move {
         let _guards = (guard, entry);
-        stream::run(session, events_rx, inbound_rx, out, &shared, on_resumed).await;
+        driver::run_stream(session, events_rx, inbound_rx, out, &shared, on_resumed).await;
     });
 
     let body = StreamBody::new(stream::body(frames_rx, framing, meter));

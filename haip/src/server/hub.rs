@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::auth::Authenticator;
 use crate::session::Shared;
-use crate::transport::driver::Unit;
+use crate::transport::frame::Unit;
 
 pub(crate) struct Hub {
     /// The server's own settings; what sessions read is in `shared.config`.

@@ -2,6 +2,7 @@
 
 mod builder;
 mod config;
+mod driver;
 mod http;
 mod hub;
 mod upstream;

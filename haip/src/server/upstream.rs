@@ -26,7 +26,7 @@ use super::http::{
 use super::hub::Hub;
 use crate::auth::query_param;
 use crate::transport::body::Splitter;
-use crate::transport::driver::{Batch, Element, Unit};
+use crate::transport::frame::{Batch, Element, Unit};
 
 /// Envelopes of an upstream POST decoded ahead of the session handling them.
 const BATCH_QUEUE: usize = 16;

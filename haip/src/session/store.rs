@@ -1,7 +1,7 @@
 //! Where sessions live beyond their connection (HAIP.md §11.3): the
 //! [`SessionStore`] seam and an in-memory implementation. The task that keeps
 //! a disconnected ("parked") session running is the driver's
-//! (`transport::driver::park`).
+//! (`server::driver`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,8 @@
-//! Transports: thin adapters between a connection and a session. The loop they
-//! share is in `driver`; each adds only its framing.
+//! Transports: framing only. Each turns a connection into inbound units and a
+//! writer for outbound frames (`frame`); the server's driver runs the session
+//! over them.
 
 pub(crate) mod body;
-pub(crate) mod driver;
+pub(crate) mod frame;
 pub(crate) mod stream;
 pub(crate) mod ws;

@@ -5,7 +5,6 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -13,9 +12,11 @@ use http_body_util::BodyExt;
 use hyper::body::{Frame as BodyFrame, Incoming};
 use tokio::sync::mpsc;
 
-use super::driver::{self, Frame, Unit};
-use crate::exec::CallEvent;
-use crate::session::{Session, Shared};
+#[cfg(test)]
+use super::frame::Writer;
+use super::frame::{Frame, Unit, WriteMeter};
+#[cfg(test)]
+use crate::session::Shared;
 
 /// How envelopes are framed in the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,47 +37,16 @@ impl Framing {
     }
 }
 
-/// Streams never wait longer than this between heartbeats (HAIP.md §9): stream
-/// clients and proxies give up on silent connections.
-const STREAM_HEARTBEAT_CAP: Duration = Duration::from_secs(15);
-
 /// Inbound units queued per stream session (upstream POSTs and NDJSON lines
 /// wait beyond this). Each may be up to `max_message_bytes`, so few.
 pub(crate) const INBOUND_QUEUE: usize = 4;
-
-/// Runs a stream session until the client goes away (the body is dropped),
-/// shutdown, or the connection must close; then parks it for resumption.
-/// `on_resumed` learns the session id if the client resumes another session.
-pub(crate) async fn run(
-    session: Session,
-    events: mpsc::UnboundedReceiver<CallEvent>,
-    mut inbound: mpsc::Receiver<Unit>,
-    out: driver::Writer,
-    shared: &Shared,
-    on_resumed: driver::OnResumed,
-) {
-    let heartbeat = shared
-        .config
-        .heartbeat_interval
-        .map(|interval| interval.min(STREAM_HEARTBEAT_CAP));
-    let options = driver::Options {
-        heartbeat,
-        keep_alive_frames: true,
-        on_resumed: Some(on_resumed),
-    };
-    let inbound = futures_util::stream::poll_fn(move |cx| inbound.poll_recv(cx));
-    let attached = driver::attach(session, events, shared);
-    let (ended, attached) = driver::drive(attached, inbound, &out, shared, options).await;
-    tracing::debug!(?ended, "stream session ended");
-    driver::detach(ended, attached, shared);
-}
 
 /// The response body: frames from the session, formatted for `framing`. An
 /// envelope counts as written (`meter`) once hyper has taken it.
 pub(crate) fn body(
     frames: mpsc::UnboundedReceiver<Frame>,
     framing: Framing,
-    meter: Arc<driver::WriteMeter>,
+    meter: Arc<WriteMeter>,
 ) -> impl futures_util::Stream<Item = Result<BodyFrame<Bytes>, Infallible>> + Send + 'static {
     futures_util::stream::unfold(Some(frames), move |state| {
         let meter = Arc::clone(&meter);
@@ -190,8 +160,8 @@ mod tests {
             ),
         ] {
             let (frames, rx) = mpsc::unbounded_channel();
-            let meter = driver::WriteMeter::new(Shared::for_tests(Default::default()));
-            let writer = driver::Writer {
+            let meter = WriteMeter::new(Shared::for_tests(Default::default()));
+            let writer = Writer {
                 frames,
                 meter: Arc::clone(&meter),
             };

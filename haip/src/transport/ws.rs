@@ -1,21 +1,22 @@
-//! WebSocket: the glue between a tungstenite connection and a session.
+//! WebSocket framing: a tungstenite connection as inbound units and a writer
+//! task for outbound frames. The driver (`server::driver`) runs the session.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{SinkExt, Stream, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
-use super::driver::{self, Ended, Frame, Unit};
-use crate::exec::CallEvent;
-use crate::session::{Attached, Session, Shared};
+use super::frame::{Frame, Unit, WRITER_BUDGET, WriteMeter, Writer};
 
 type Ws = WebSocketStream<TokioIo<Upgraded>>;
 
@@ -34,58 +35,11 @@ pub(crate) fn config(
         .read_buffer_size(2048)
         .max_write_buffer_size(
             max_outbound_message_bytes
-                .saturating_add(driver::WRITER_BUDGET)
+                .saturating_add(WRITER_BUDGET)
                 .saturating_add(64 * 1024),
         )
         .max_message_size(Some(max_message_bytes))
         .max_frame_size(Some(max_message_bytes))
-}
-
-/// What an upgraded connection does.
-pub(crate) enum Admission {
-    /// Run this session, keeping the third part alive while it runs (the
-    /// server's guard that counts the connection).
-    Session(
-        Box<Session>,
-        mpsc::UnboundedReceiver<CallEvent>,
-        Box<dyn Send>,
-    ),
-    /// Send one envelope (an auth failure's `ERROR`), then close.
-    Refuse {
-        envelope: String,
-        code: u16,
-        reason: &'static str,
-    },
-}
-
-/// Runs the upgraded connection until it closes.
-pub(crate) async fn serve(upgraded: Upgraded, shared: Arc<Shared>, admission: Admission) {
-    let config = config(
-        shared.config.max_message_bytes,
-        shared.config.max_outbound_message_bytes,
-    );
-    let ws =
-        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
-    match admission {
-        Admission::Session(session, events, _counted) => {
-            let span = tracing::debug_span!("session", id = %session.id());
-            let _enter = span.enter();
-            let attached = driver::attach(*session, events, &shared);
-            run(ws, attached, &shared).await;
-        }
-        Admission::Refuse {
-            envelope,
-            code,
-            reason,
-        } => {
-            let (mut sink, _) = ws.split();
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
-                sink.feed(Message::text(envelope)).await?;
-                sink.send(close_frame(code, reason)).await
-            })
-            .await;
-        }
-    }
 }
 
 /// The `Sec-WebSocket-Accept` value for a client's `Sec-WebSocket-Key`.
@@ -93,10 +47,12 @@ pub(crate) fn accept_key(key: &[u8]) -> String {
     tokio_tungstenite::tungstenite::handshake::derive_accept_key(key)
 }
 
-/// Closes at once with `code` (no session: `max_sessions` reached).
+/// Refuses an upgraded connection: sends `envelope` (an auth failure's
+/// `ERROR`), if any, then closes with `code` and `reason`.
 pub(crate) async fn refuse(
     upgraded: Upgraded,
     max_message_bytes: usize,
+    envelope: Option<String>,
     code: u16,
     reason: &'static str,
 ) {
@@ -104,7 +60,13 @@ pub(crate) async fn refuse(
     let ws =
         WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
     let (mut sink, _) = ws.split();
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close_frame(code, reason))).await;
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+        if let Some(envelope) = envelope {
+            sink.feed(Message::text(envelope)).await?;
+        }
+        sink.send(close_frame(code, reason)).await
+    })
+    .await;
 }
 
 fn close_frame(code: u16, reason: &'static str) -> Message {
@@ -114,47 +76,74 @@ fn close_frame(code: u16, reason: &'static str) -> Message {
     }))
 }
 
-/// Drives the session over the connection; once the driver is done, the
-/// session is parked (or forgotten) at once, and the writer gets
-/// [`CLOSE_TIMEOUT`] to write what it holds and the close frame.
-async fn run(ws: Ws, attached: Attached, shared: &Arc<Shared>) {
-    let (sink, stream) = ws.split();
-    let (frames, frames_rx) = mpsc::unbounded_channel::<Frame>();
-    let meter = driver::WriteMeter::new(Arc::clone(shared));
-    let mut writer = tokio::spawn(write_loop(sink, frames_rx, Arc::clone(&meter)));
-    let mut inbound = Box::pin(
-        stream
-            .take_while(|msg| std::future::ready(!matches!(msg, Ok(Message::Close(_)))))
-            .filter_map(|msg| std::future::ready(unit_of(msg)))
-            // A read error other than an oversized message ends the connection.
-            .take_while(|unit| std::future::ready(unit.is_some()))
-            .filter_map(std::future::ready),
-    );
-    let options = driver::Options {
-        heartbeat: shared.config.heartbeat_interval,
-        keep_alive_frames: false,
-        on_resumed: None,
-    };
-    let out = driver::Writer { frames, meter };
-    let (ended, attached) = driver::drive(attached, &mut inbound, &out, shared, options).await;
-    drop(out);
-    driver::detach(ended, attached, shared);
-    // The client had its time to read what was left: waiting longer helps nobody.
-    if matches!(ended, Ended::Abandoned { .. }) {
-        writer.abort();
-        return;
+/// An upgraded WebSocket connection, framed for the driver: inbound units in,
+/// frames out through a writer task.
+pub(crate) struct Connection {
+    /// Text, binary, ping/pong activity and protocol errors, until the client's
+    /// close or a broken read.
+    pub(crate) inbound: Pin<Box<dyn Stream<Item = Unit> + Send>>,
+    /// Where the driver hands frames to the writer task.
+    pub(crate) out: Writer,
+    writer: JoinHandle<()>,
+}
+
+impl Connection {
+    /// Frames `upgraded` (HAIP.md §18.1 sizes from the settings); `meter` counts
+    /// what the writer holds.
+    pub(crate) async fn accept(
+        upgraded: Upgraded,
+        max_message_bytes: usize,
+        max_outbound_message_bytes: usize,
+        meter: Arc<WriteMeter>,
+    ) -> Connection {
+        let config = config(max_message_bytes, max_outbound_message_bytes);
+        let ws =
+            WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
+                .await;
+        let (sink, stream) = ws.split();
+        let (frames, frames_rx) = mpsc::unbounded_channel::<Frame>();
+        let writer = tokio::spawn(write_loop(sink, frames_rx, Arc::clone(&meter)));
+        let inbound = Box::pin(
+            stream
+                .take_while(|msg| std::future::ready(!matches!(msg, Ok(Message::Close(_)))))
+                .filter_map(|msg| std::future::ready(unit_of(msg)))
+                // A read error other than an oversized message ends the connection.
+                .take_while(|unit| std::future::ready(unit.is_some()))
+                .filter_map(std::future::ready),
+        );
+        Connection {
+            inbound,
+            out: Writer { frames, meter },
+            writer,
+        }
     }
-    // Lingering close: while the writer finishes (the close frame last), the
-    // client's input is read and discarded until its own close, so that the
-    // socket is not reset with unread data (which would lose what was written).
-    let drain = async { while inbound.next().await.is_some() {} };
-    let finished = tokio::time::timeout(CLOSE_TIMEOUT, async {
-        let (written, ()) = tokio::join!(&mut writer, drain);
-        written
-    })
-    .await;
-    if finished.is_err() {
-        writer.abort();
+
+    /// Ends the connection once the driver is done with it. `abandon`: the
+    /// client had its time to read what was left, so the writer stops at once.
+    /// Otherwise a lingering close: the writer gets [`CLOSE_TIMEOUT`] to write
+    /// what it holds and the close frame, while the client's input is read and
+    /// discarded until its own close, so that the socket is not reset with
+    /// unread data (which would lose what was written).
+    pub(crate) async fn finish(self, abandon: bool) {
+        let Connection {
+            mut inbound,
+            out,
+            mut writer,
+        } = self;
+        drop(out);
+        if abandon {
+            writer.abort();
+            return;
+        }
+        let drain = async { while inbound.next().await.is_some() {} };
+        let finished = tokio::time::timeout(CLOSE_TIMEOUT, async {
+            let (written, ()) = tokio::join!(&mut writer, drain);
+            written
+        })
+        .await;
+        if finished.is_err() {
+            writer.abort();
+        }
     }
 }
 
@@ -194,7 +183,7 @@ fn unit_of(msg: Result<Message, WsError>) -> Option<Option<Unit>> {
 async fn write_loop(
     mut sink: futures_util::stream::SplitSink<Ws, Message>,
     mut rx: mpsc::UnboundedReceiver<Frame>,
-    meter: Arc<driver::WriteMeter>,
+    meter: Arc<WriteMeter>,
 ) {
     while let Some(frame) = rx.recv().await {
         let mut closing = false;

@@ -1,7 +1,8 @@
-//! The loop every transport runs: inbound units and call events into the
-//! session, committed envelopes out to the transport's writer, heartbeat,
-//! idle timeout, back-pressure and graceful shutdown. Transports only adapt
-//! their framing.
+//! The connection driver, the one loop that runs every session: inbound units
+//! and call events into the session, committed envelopes out to the
+//! transport's writer, heartbeat, idle timeout, back-pressure and graceful
+//! shutdown; then detaching the session, and running it parked until it is
+//! resumed or expires. Transports only frame (`transport::{ws, stream}`).
 //!
 //! Back-pressure (HAIP.md §18.1): the writer is handed committed envelopes
 //! only while it holds less than [`WRITER_BUDGET`] bytes, so a client that
@@ -12,12 +13,12 @@
 //! slow` and the session kept for resumption.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use tokio::sync::{Notify, mpsc, oneshot};
+use hyper::upgrade::Upgraded;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -27,58 +28,8 @@ use crate::session::{
     Attached, Control, LARGE_PARAMS, Overflow, ResumeRequest, Session, SessionStore, Shared,
     Takeover, decode_unit,
 };
-
-/// One inbound unit, already framed by the transport.
-pub(crate) enum Unit {
-    /// One envelope's text (a WebSocket text message, an NDJSON line, ...).
-    Text(String),
-    /// The envelopes of one upstream POST, handled in order as they arrive
-    /// and as the connection drains.
-    Batch(Batch),
-    /// A unit over `max_message_bytes`: reported, then the connection closes.
-    TooLarge,
-    /// A binary WebSocket message (HAIP.md §13).
-    Binary(Bytes),
-    /// Inbound traffic with nothing to handle (a WebSocket ping or pong): it
-    /// only shows the client is there (`idle_timeout`).
-    Activity,
-    /// The client broke the transport's protocol: close with this code
-    /// (WebSocket 1007 for invalid UTF-8, 1002 otherwise); nothing more is read.
-    ProtocolError { code: u16, reason: &'static str },
-    /// The client's side of the connection failed (a request body that broke
-    /// off): the connection is lost.
-    Lost,
-}
-
-/// The envelopes of one upstream POST (HAIP.md §15.4), decoded from its body
-/// as it arrives.
-pub(crate) struct Batch {
-    /// Each envelope, in order; closed after the last.
-    pub(crate) envelopes: mpsc::Receiver<Element>,
-    /// Told when every envelope has been handled.
-    pub(crate) done: oneshot::Sender<()>,
-}
-
-/// One element of an upstream POST body.
-#[derive(Debug)]
-pub(crate) enum Element {
-    /// An envelope's text.
-    Envelope(String),
-    /// An element over `max_message_bytes`: reported (`MESSAGE_TOO_LARGE`)
-    /// and skipped; the rest of the body is handled.
-    TooLarge,
-}
-
-/// One outbound frame for the transport's writer.
-#[derive(Debug)]
-pub(crate) enum Frame {
-    /// A committed envelope's JSON text (UTF-8).
-    Envelope(Bytes),
-    /// A keep-alive with no envelope (an SSE comment), for clients that filter `PING`.
-    KeepAlive,
-    /// The last frame: close with this code and reason (WebSocket) or end the stream.
-    Close { code: u16, reason: &'static str },
-}
+use crate::transport::frame::{Batch, Element, Frame, Unit, WRITER_BUDGET, WriteMeter, Writer};
+use crate::transport::ws;
 
 /// How the session's connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,12 +74,6 @@ pub(crate) struct Options {
     pub(crate) on_resumed: Option<OnResumed>,
 }
 
-/// Bytes of committed envelopes a writer may hold that it has not written
-/// yet; beyond them, envelopes wait uncommitted in the session's outbox
-/// (where progress can still be merged and bytes are counted). A single
-/// larger envelope is handed over when the writer holds nothing.
-pub(crate) const WRITER_BUDGET: usize = 256 * 1024;
-
 /// How long an envelope waits for the binary frame it announced (HAIP.md §13).
 const BINARY_FRAME_WAIT: Duration = Duration::from_secs(10);
 
@@ -138,78 +83,88 @@ const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the last frames may take once shutdown has cancelled the calls.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The bytes a connection's writer holds but has not written yet, shared by
-/// the driver (which adds) and the writer (which takes away and wakes the
-/// driver). Counted in the server's `outboundBytes` too.
-pub(crate) struct WriteMeter {
-    bytes: AtomicUsize,
-    drained: Notify,
-    shared: Arc<Shared>,
+/// Streams never wait longer than this between heartbeats (HAIP.md §9): stream
+/// clients and proxies give up on silent connections.
+const STREAM_HEARTBEAT_CAP: Duration = Duration::from_secs(15);
+
+/// What an upgraded WebSocket connection does.
+pub(crate) enum Admission {
+    /// Run this session, keeping the guard (the connection's count) alive
+    /// while it runs.
+    Session(
+        Box<Session>,
+        mpsc::UnboundedReceiver<CallEvent>,
+        super::hub::ConnectionGuard,
+    ),
+    /// Send one envelope (an auth failure's `ERROR`), then close.
+    Refuse {
+        envelope: String,
+        code: u16,
+        reason: &'static str,
+    },
 }
 
-impl WriteMeter {
-    pub(crate) fn new(shared: Arc<Shared>) -> Arc<WriteMeter> {
-        Arc::new(WriteMeter {
-            bytes: AtomicUsize::new(0),
-            drained: Notify::new(),
-            shared,
-        })
-    }
-
-    /// Bytes handed to the writer and not yet written.
-    pub(crate) fn bytes(&self) -> usize {
-        self.bytes.load(Relaxed)
-    }
-
-    fn handed(&self, bytes: usize) {
-        self.bytes.fetch_add(bytes, Relaxed);
-        let gauge = &self.shared.stats.outbound_bytes;
-        gauge.fetch_add(bytes as u64, Relaxed);
-    }
-
-    /// The writer wrote `bytes`: count them out and wake the driver.
-    pub(crate) fn written(&self, bytes: usize) {
-        self.bytes.fetch_sub(bytes, Relaxed);
-        let gauge = &self.shared.stats.outbound_bytes;
-        gauge.fetch_sub(bytes as u64, Relaxed);
-        self.drained.notify_one();
-    }
-}
-
-impl Drop for WriteMeter {
-    fn drop(&mut self) {
-        // Frames the writer never wrote leave the server's count with it.
-        let unwritten = *self.bytes.get_mut() as u64;
-        self.shared
-            .stats
-            .outbound_bytes
-            .fetch_sub(unwritten, Relaxed);
-    }
-}
-
-/// The writer's end of a connection: frames go out through `frames`, and
-/// `meter` counts what has not been written yet.
-pub(crate) struct Writer {
-    pub(crate) frames: mpsc::UnboundedSender<Frame>,
-    pub(crate) meter: Arc<WriteMeter>,
-}
-
-impl Writer {
-    /// Hands over one frame; false when the writer has gone.
-    pub(crate) fn send(&self, frame: Frame) -> bool {
-        if let Frame::Envelope(text) = &frame {
-            self.meter.handed(text.len());
+/// Runs an upgraded WebSocket connection until it closes: attach, drive,
+/// detach (park or forget), then close the connection.
+pub(crate) async fn serve_ws(upgraded: Upgraded, shared: Arc<Shared>, admission: Admission) {
+    let (session, events, _counted) = match admission {
+        Admission::Session(session, events, guard) => (session, events, guard),
+        Admission::Refuse {
+            envelope,
+            code,
+            reason,
+        } => {
+            let limit = shared.config.max_message_bytes;
+            ws::refuse(upgraded, limit, Some(envelope), code, reason).await;
+            return;
         }
-        match self.frames.send(frame) {
-            Ok(()) => true,
-            Err(mpsc::error::SendError(frame)) => {
-                if let Frame::Envelope(text) = &frame {
-                    self.meter.written(text.len());
-                }
-                false
-            }
-        }
-    }
+    };
+    let span = tracing::debug_span!("session", id = %session.id());
+    let _enter = span.enter();
+    let meter = WriteMeter::new(Arc::clone(&shared));
+    let mut conn = ws::Connection::accept(
+        upgraded,
+        shared.config.max_message_bytes,
+        shared.config.max_outbound_message_bytes,
+        meter,
+    )
+    .await;
+    let attached = attach(*session, events, &shared);
+    let options = Options {
+        heartbeat: shared.config.heartbeat_interval,
+        keep_alive_frames: false,
+        on_resumed: None,
+    };
+    let (ended, attached) = drive(attached, &mut conn.inbound, &conn.out, &shared, options).await;
+    detach(ended, attached, &shared);
+    conn.finish(matches!(ended, Ended::Abandoned { .. })).await;
+}
+
+/// Runs a stream session until the client goes away (the body is dropped),
+/// shutdown, or the connection must close; then parks it for resumption.
+/// `on_resumed` learns the session id if the client resumes another session.
+pub(crate) async fn run_stream(
+    session: Session,
+    events: mpsc::UnboundedReceiver<CallEvent>,
+    mut inbound: mpsc::Receiver<Unit>,
+    out: Writer,
+    shared: &Shared,
+    on_resumed: OnResumed,
+) {
+    let heartbeat = shared
+        .config
+        .heartbeat_interval
+        .map(|interval| interval.min(STREAM_HEARTBEAT_CAP));
+    let options = Options {
+        heartbeat,
+        keep_alive_frames: true,
+        on_resumed: Some(on_resumed),
+    };
+    let inbound = futures_util::stream::poll_fn(move |cx| inbound.poll_recv(cx));
+    let attached = attach(session, events, shared);
+    let (ended, attached) = drive(attached, inbound, &out, shared, options).await;
+    tracing::debug!(?ended, "stream session ended");
+    detach(ended, attached, shared);
 }
 
 /// Puts a new session on a connection: registers it for resumption.
@@ -415,7 +370,7 @@ where
             }
             Some(event) = attached.events.recv() => session.handle_event(event),
             Some(request) = attached.takeovers.recv(), if !shutting_down => takeover = Some(request),
-            () = writer.meter.drained.notified(), if wait_writer => {}
+            () = writer.meter.drained(), if wait_writer => {}
             () = &mut closed => return (Ended::Gone, Some(attached)),
             text = recv_batch(&mut batch), if input && batch.is_some() => {
                 match text {
