@@ -12,6 +12,7 @@ use futures_util::FutureExt;
 use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::Context;
 use crate::protocol::to_json_within;
@@ -49,11 +50,90 @@ pub(crate) enum Validation {
     Failed,
 }
 
-/// Validates large params on the blocking pool, at most as many at once
-/// server-wide as `limiter` has permits, so one client's huge params cannot
-/// starve other sessions (HAIP.md §18.1). Reports [`CallEvent::Validated`]
-/// unless the call is cancelled first.
-pub(crate) fn validate(
+/// The one place tool tasks are spawned, for HAIP sessions and the MCP export
+/// alike: every call task (and every off-session validation) runs on the
+/// server's [`TaskTracker`], so shutdown waits for them to stop. Cheap to
+/// clone.
+#[derive(Clone)]
+pub(crate) struct CallRunner {
+    tasks: TaskTracker,
+    /// Validations of large params at once, server-wide (HAIP.md §18.1).
+    validators: Arc<Semaphore>,
+}
+
+impl CallRunner {
+    /// A runner allowing `validators` large-params validations at once.
+    pub(crate) fn new(validators: usize) -> CallRunner {
+        CallRunner {
+            tasks: TaskTracker::new(),
+            validators: Arc::new(Semaphore::new(validators.max(1))),
+        }
+    }
+
+    /// The server's task tracker: call tasks, and the server's own tasks.
+    pub(crate) fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+
+    /// Whether every validator is busy (a large call will wait, `QUEUED`).
+    pub(crate) fn validators_busy(&self) -> bool {
+        self.validators.available_permits() == 0
+    }
+
+    /// The validators' semaphore (tests occupy it).
+    #[cfg(test)]
+    pub(crate) fn validators(&self) -> &Arc<Semaphore> {
+        &self.validators
+    }
+
+    /// Runs a call in its own task: the handler with timeout, panic capture
+    /// and cancellation (grace, then abort). Reports exactly one
+    /// [`CallEvent::Finished`] (after [`CallEvent::TimedOut`] on a timeout).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn spawn(
+        &self,
+        key: CallKey,
+        tool: Tool,
+        params: Value,
+        ctx: Context,
+        cancel: CancellationToken,
+        limits: Limits,
+        events: mpsc::UnboundedSender<CallEvent>,
+    ) {
+        self.tasks.spawn(async move {
+            let outcome = run(key, tool, params, ctx, cancel, limits, &events).await;
+            // The session may be gone (connection closed); then nobody is waiting.
+            let _ = events.send(CallEvent::Finished(key, Box::new(outcome)));
+        });
+    }
+
+    /// Validates large params on the blocking pool, at most as many at once
+    /// server-wide as there are validators, so one client's huge params cannot
+    /// starve other sessions (HAIP.md §18.1). Reports [`CallEvent::Validated`]
+    /// unless the call is cancelled first.
+    pub(crate) fn validate(
+        &self,
+        key: CallKey,
+        tool: Tool,
+        params: Value,
+        max_violations: usize,
+        cancel: CancellationToken,
+        events: mpsc::UnboundedSender<CallEvent>,
+    ) {
+        let limiter = Arc::clone(&self.validators);
+        self.tasks.spawn(validate(
+            key,
+            tool,
+            params,
+            max_violations,
+            limiter,
+            cancel,
+            events,
+        ));
+    }
+}
+
+async fn validate(
     key: CallKey,
     tool: Tool,
     params: Value,
@@ -62,7 +142,7 @@ pub(crate) fn validate(
     cancel: CancellationToken,
     events: mpsc::UnboundedSender<CallEvent>,
 ) {
-    tokio::spawn(async move {
+    {
         let permit = tokio::select! {
             permit = limiter.acquire_owned() => permit,
             () = cancel.cancelled() => return,
@@ -81,7 +161,7 @@ pub(crate) fn validate(
         let verdict = checked.unwrap_or(Validation::Failed);
         // The session may be gone (connection closed); then nobody is waiting.
         let _ = events.send(CallEvent::Validated(key, Box::new(verdict)));
-    });
+    }
 }
 
 /// How a call's task ended.
@@ -192,23 +272,6 @@ fn fits_within(value: &Value, budget: usize) -> bool {
     }
     let mut left = budget;
     walk(value, &mut left)
-}
-
-/// Spawns the call's task.
-pub(crate) fn spawn(
-    key: CallKey,
-    tool: Tool,
-    params: Value,
-    ctx: Context,
-    cancel: CancellationToken,
-    limits: Limits,
-    events: mpsc::UnboundedSender<CallEvent>,
-) {
-    tokio::spawn(async move {
-        let outcome = run(key, tool, params, ctx, cancel, limits, &events).await;
-        // The session may be gone (connection closed); then nobody is waiting.
-        let _ = events.send(CallEvent::Finished(key, Box::new(outcome)));
-    });
 }
 
 async fn run(

@@ -134,7 +134,7 @@ impl ServerHandler for ExportService {
         let ended = self.ended.clone();
         let shutdown = self.shared.shutdown.clone();
         let peer = context.peer;
-        tokio::spawn(async move {
+        self.shared.runner.tasks().spawn(async move {
             loop {
                 tokio::select! {
                     () = ended.cancelled() => break,
@@ -257,7 +257,7 @@ impl ExportService {
             // MCP renders the value itself (structured content and text).
             render: None,
         };
-        exec::spawn(
+        self.shared.runner.spawn(
             key,
             tool.clone(),
             params,
@@ -300,7 +300,7 @@ impl ExportService {
                     // stops the task within `cancel_grace`, and the slot is
                     // released only then.
                     slot.close();
-                    tokio::spawn(async move {
+                    self.shared.runner.tasks().spawn(async move {
                         while let Some(event) = events.recv().await {
                             if matches!(event, CallEvent::Finished(..)) {
                                 break;

@@ -198,7 +198,8 @@ fn park(mut attached: Attached, store: Arc<dyn SessionStore>, shared: &Shared) {
     let shutdown = shared.shutdown.clone();
     let shared = Arc::clone(attached.session.shared());
     shared.stats.detached_sessions.fetch_add(1, Relaxed);
-    tokio::spawn(async move {
+    let tasks = shared.runner.tasks().clone();
+    tasks.spawn(async move {
         // Uncounted however the task ends.
         let _counted = DetachedGuard(Arc::clone(&shared));
         // First to go when the server's replay windows hold too much.

@@ -118,7 +118,7 @@ impl Server {
         } else {
             eprintln!("haip listening on {log_url}");
         }
-        let tracker = TaskTracker::new();
+        let tracker = self.shared.runner.tasks().clone();
         #[cfg(feature = "mcp")]
         let mcp = self.mcp.endpoint.then(|| {
             let open_host = self.auth.is_some() || self.config.allow_unauthenticated;
@@ -181,7 +181,7 @@ impl Server {
     /// ```
     pub async fn run_mcp_stdio(self) -> Result<(), Error> {
         use rmcp::ServiceExt;
-        let tracker = TaskTracker::new();
+        let tracker = self.shared.runner.tasks().clone();
         crate::mcp::start_imports(&self.mcp.imports, &self.shared, &tracker).await;
         let service = crate::mcp::export::ExportService::new(Arc::clone(&self.shared), None);
         let result = match service
@@ -341,9 +341,10 @@ impl ServerHandle {
         self.inner.shared.registry.snapshot().tools().to_vec()
     }
 
-    /// Shuts down gracefully and waits until every connection has closed:
-    /// stops accepting, cancels running calls (each still gets its `TOOL_DONE`),
-    /// closes WebSockets with 1001.
+    /// Shuts down gracefully and waits until every connection has closed and
+    /// every call's task has stopped: stops accepting, cancels running calls
+    /// (each still gets its `TOOL_DONE`; a tool that ignores cancellation is
+    /// aborted after `cancel_grace`), closes WebSockets with 1001.
     pub async fn shutdown(&self) {
         self.inner.shared.shutdown.cancel();
         if let Some(accept) = self.inner.accept.lock().await.take() {

@@ -177,15 +177,13 @@ impl Session {
             call.held = size;
             self.held_bytes += size;
             self.validating += 1;
-            let limiter = Arc::clone(&self.shared.validations);
             // Every validator busy: the call waits, and says so.
-            let waits = limiter.available_permits() == 0;
-            exec::validate(
+            let waits = self.shared.runner.validators_busy();
+            self.shared.runner.validate(
                 key,
                 call.tool.clone(),
                 params,
                 max_violations,
-                limiter,
                 cancel,
                 self.events.clone(),
             );
@@ -306,7 +304,7 @@ impl Session {
                 max_violations: config.max_violations,
             }),
         };
-        exec::spawn(
+        self.shared.runner.spawn(
             key,
             call.tool.clone(),
             params,

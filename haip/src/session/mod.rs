@@ -23,10 +23,10 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::exec::{CallEvent, CallKey};
+use crate::exec::{CallEvent, CallKey, CallRunner};
 use crate::hash::{FastMap, FastSet};
 use crate::protocol::{
     ACCEPT_MAJOR, Channel, DecodeError, ErrorCode, EventType, HAIP_VERSION, Inbound, Outgoing,
@@ -56,9 +56,9 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CancellationToken,
     /// Sessions by id, live or parked, for resumption.
     pub(crate) store: Arc<dyn SessionStore>,
-    /// Validations of large params running off the session tasks, server-wide
-    /// (HAIP.md §18.1: at most `max(1, cores / 2)` at once).
-    pub(crate) validations: Arc<Semaphore>,
+    /// Where call tasks and large-params validations run (HAIP.md §18.1: at
+    /// most `max(1, cores / 2)` validations at once), on the server's tracker.
+    pub(crate) runner: CallRunner,
     /// The bytes all replay windows share (HAIP.md §18.1).
     pub(crate) replay: ReplayBudget,
     /// The time, for the sessions (never read from the system directly).
@@ -76,7 +76,7 @@ impl Shared {
             stats: Stats::new(),
             shutdown: CancellationToken::new(),
             store: Arc::new(InMemorySessionStore::default()),
-            validations: Arc::new(Semaphore::new((cores / 2).max(1))),
+            runner: CallRunner::new(cores / 2),
             replay: ReplayBudget::new(config.replay_budget_bytes),
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),

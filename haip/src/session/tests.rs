@@ -812,7 +812,7 @@ async fn large_params_are_validated_off_the_session_task_with_capped_details() {
 #[tokio::test]
 async fn a_call_waiting_for_a_validator_is_queued_and_can_be_cancelled() {
     let mut h = Harness::new(Config::default(), vec![closed_tool()]);
-    let limiter = Arc::clone(&h.session.shared.validations);
+    let limiter = Arc::clone(h.session.shared.runner.validators());
     let permits = limiter.available_permits() as u32;
     let busy = limiter.acquire_many(permits).await.unwrap();
     h.send(call("w", "closed", json!({"s": "x".repeat(100_000)})));
