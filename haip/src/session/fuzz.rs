@@ -15,7 +15,9 @@
 //!    invalid, absent and large params; `TOOL_CANCEL`, runs, `PING`,
 //!    `REPLAY_REQUEST`, pauses, `FLOW_UPDATE`s with extreme numbers, `HAI`s,
 //!    two-frame binary (right, wrong and missing frames), junk — interleaved with
-//!    draining the outbox, letting tool tasks run and letting time pass, under a
+//!    draining the outbox, letting tool tasks run and letting time pass (the
+//!    runtime's paused clock and the session's injected one together, up to
+//!    400 s at a step, past `replay_window_time`), under a
 //!    handful of configurations (small slot and queue limits, strict flow
 //!    control, a tight outbox, small outbound messages, short timeouts). At the
 //!    end the harness resumes every channel, winds the calls down (server
@@ -56,7 +58,7 @@ use proptest::strategy::Union;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Semaphore, mpsc};
 
-use super::{Backlog, Control, Overflow, Session, Shared, TransportKind};
+use super::{Backlog, Control, FakeClock, Overflow, RandomIds, Session, Shared, TransportKind};
 use crate::Context;
 use crate::exec::CallEvent;
 use crate::protocol::{Channel, ErrorCode, EventType, Inbound, decode, is_binary_envelope};
@@ -312,6 +314,8 @@ struct Run {
     session: Session,
     events: mpsc::UnboundedReceiver<CallEvent>,
     shared: Arc<Shared>,
+    /// The session's clock: moved with the runtime's paused one.
+    clock: Arc<FakeClock>,
     gate: Arc<Semaphore>,
     websocket: bool,
     /// Fresh committed envelopes, in `seq` order.
@@ -343,7 +347,10 @@ impl Run {
         for tool in builtin::tools().into_iter().chain(fuzz_tools(&gate)) {
             registry.register(tool);
         }
-        let shared = Arc::new(Shared::new(config, registry, Default::default()));
+        let clock = Arc::new(FakeClock::new());
+        let shared = Shared::new(config, registry, Default::default())
+            .with_time(clock.clone(), Arc::new(RandomIds));
+        let shared = Arc::new(shared);
         let (tx, events) = mpsc::unbounded_channel();
         let transport = if websocket {
             TransportKind::WebSocket
@@ -355,6 +362,7 @@ impl Run {
             session,
             events,
             shared,
+            clock,
             gate,
             websocket,
             out: Vec::new(),
@@ -1934,7 +1942,10 @@ fn step() -> impl Strategy<Value = Step> {
         (4, (1u8..6).prop_map(Step::Progress).boxed()),
         (
             1,
-            select(vec![1u64, 60, 6000]).prop_map(Step::Sleep).boxed(),
+            // 400 s: beyond `replay_window_time`, old envelopes expire.
+            select(vec![1u64, 60, 6000, 400_000])
+                .prop_map(Step::Sleep)
+                .boxed(),
         ),
         (1, (1u8..4).prop_map(Step::Release).boxed()),
         (1, Just(Step::Heartbeat).boxed()),
@@ -2121,6 +2132,9 @@ impl Run {
                 self.check()
             }
             Step::Sleep(ms) => {
+                // The session's clock and the tools' clock move together:
+                // replay windows expire as tools time out.
+                self.clock.advance(Duration::from_millis(*ms));
                 tokio::time::sleep(Duration::from_millis(*ms)).await;
                 self.pump();
                 self.check()
