@@ -24,9 +24,10 @@
 //!   `TOOL_DONE`; not `TOOL_CANCEL`, whose non-string `call_id` HAIP.md §6.7
 //!   ignores);
 //! * fills in the fallbacks HAIP.md defines from the envelope
-//!   ([`InboundEvent::decode`] only): a `TOOL_CALL` without a usable `call_id`
-//!   takes the envelope `id`, else a new UUID (§6.4 step 1); a `RUN_*` without
-//!   a payload `run_id` takes the envelope's (§8);
+//!   ([`InboundEvent::decode`], [`InboundEvent::decode_with`] only): a
+//!   `TOOL_CALL` without a usable `call_id` takes the envelope `id`, else a
+//!   new UUID (with `decode_with`, the caller's id) (§6.4 step 1); a `RUN_*`
+//!   without a payload `run_id` takes the envelope's (§8);
 //! * fails, with a [`PayloadError`] naming the field and what was wrong with
 //!   it, only where the receiver cannot act without the field. For an inbound
 //!   envelope [`PayloadError::reply`] is the `ERROR` HAIP.md prescribes, or
@@ -399,7 +400,7 @@ pub struct Hai {
     pub haip_version: Option<String>,
     /// `accept_major`: the protocol majors the sender speaks; `None` when
     /// absent or not an array. Elements that are not a non-negative integer
-    /// or a decimal string are dropped.
+    /// or its decimal string (`"1"`; not `"01"`, HAIP.md §3.2) are dropped.
     pub accept_major: Option<Vec<u64>>,
     /// `accept_events`: the types the sender wants unsolicited (HAIP.md §3.3);
     /// `None` when absent or not an array. Non-string elements are dropped;
@@ -486,6 +487,16 @@ impl Hai {
     }
 }
 
+/// One `accept_major` element: a non-negative integer, or its canonical
+/// decimal string (HAIP.md §3.2 names `1` and `"1"`; `"01"` is neither).
+fn major(value: &Value) -> Option<u64> {
+    match value {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => u64_loose(value).filter(|n| itoa::Buffer::new().format(*n) == s),
+        _ => None,
+    }
+}
+
 fn all_event_names() -> Vec<String> {
     EventType::ALL
         .iter()
@@ -499,7 +510,7 @@ impl Payload for Hai {
     fn from_payload(payload: Map<String, Value>) -> Result<Hai, PayloadError> {
         let mut r = Reader::new(EventType::Hai, payload);
         let accept_major = match r.take("accept_major") {
-            Some(Value::Array(majors)) => Some(majors.iter().filter_map(u64_loose).collect()),
+            Some(Value::Array(majors)) => Some(majors.iter().filter_map(major).collect()),
             _ => None,
         };
         let accept_events = match r.take("accept_events") {
@@ -734,7 +745,8 @@ impl Payload for ToolSchema {
 ///
 /// Decoding never fails: HAIP.md §6.4 answers every shape of call. A
 /// `call_id` that is neither a string nor a number is absent (then
-/// [`InboundEvent::decode`] takes the envelope `id`, else a new UUID;
+/// [`InboundEvent::decode`] takes the envelope `id`, else a new UUID
+/// ([`InboundEvent::decode_with`]: else the caller's id);
 /// [`Payload::from_payload`] has no envelope and reports it missing). A
 /// `tool` that is not a string is `None` (the server answers
 /// `TOOL_NOT_FOUND`, `Tool name missing`). `params` absent or `null` is `{}`.
@@ -901,6 +913,26 @@ impl ToolUpdate {
     }
 }
 
+impl ToolUpdate {
+    /// The payload as a JSON object, `partial` moved in rather than copied
+    /// (what [`Payload::to_value`] builds, without cloning a tool's value).
+    pub fn into_value(self) -> Value {
+        let mut payload = Map::new();
+        payload.insert("call_id".into(), Value::String(self.call_id));
+        payload.insert(
+            "status".into(),
+            Value::String(self.status.as_str().to_owned()),
+        );
+        if let Some(progress) = self.progress {
+            payload.insert("progress".into(), Value::Number(progress));
+        }
+        if let Some(partial) = self.partial {
+            payload.insert("partial".into(), partial);
+        }
+        Value::Object(payload)
+    }
+}
+
 impl Payload for ToolUpdate {
     const EVENT: EventType = EventType::ToolUpdate;
 
@@ -1051,6 +1083,23 @@ impl ToolFailure {
         self
     }
 
+    /// As a JSON object, moved rather than copied.
+    fn into_value(self) -> Value {
+        let mut result = Map::new();
+        result.insert("error".into(), Value::String(self.message));
+        result.insert("code".into(), Value::String(self.code.as_str().to_owned()));
+        if let Some(details) = self.details {
+            result.insert("details".into(), details);
+        }
+        if let Some(total) = self.total {
+            result.insert("total".into(), total.into());
+        }
+        if let Some(total) = self.total_at_least {
+            result.insert("total_at_least".into(), total.into());
+        }
+        Value::Object(result)
+    }
+
     fn from_map(map: Map<String, Value>) -> Result<ToolFailure, PayloadError> {
         let mut r = Reader::new(EventType::ToolDone, map);
         r.prefix = "result.";
@@ -1092,6 +1141,28 @@ impl ToolDone {
     /// The `status` it is sent with.
     pub fn status(&self) -> ToolStatus {
         self.outcome.status()
+    }
+
+    /// The payload as a JSON object, the result moved in rather than copied
+    /// (what [`Payload::to_value`] builds, without cloning a tool's value).
+    pub fn into_value(self) -> Value {
+        let status = self.status();
+        let mut payload = Map::new();
+        payload.insert("call_id".into(), Value::String(self.call_id));
+        payload.insert("status".into(), status.as_str().into());
+        let result = match self.outcome {
+            ToolOutcome::Ok(value) => value.filter(|v| !v.is_null()),
+            ToolOutcome::Error(failure) => Some(failure.into_value()),
+            ToolOutcome::Cancelled(reason) => reason.map(|reason| {
+                let mut result = Map::new();
+                result.insert("reason".into(), Value::String(reason));
+                Value::Object(result)
+            }),
+        };
+        if let Some(result) = result {
+            payload.insert("result".into(), result);
+        }
+        Value::Object(payload)
     }
 
     /// The `result` to write, if any.
@@ -1666,6 +1737,28 @@ impl InboundEvent {
     /// assert_eq!(reply.detail.unwrap()["reason"], "invalid from_seq");
     /// ```
     pub fn decode(inbound: &mut Inbound) -> Result<InboundEvent, PayloadError> {
+        InboundEvent::decode_with(inbound, || uuid::Uuid::new_v4().to_string())
+    }
+
+    /// [`InboundEvent::decode`], with the caller making the id of a
+    /// `TOOL_CALL` that has neither a usable `call_id` nor an envelope `id`
+    /// (HAIP.md §6.4 step 1): `fresh` is called then, and only then. A server
+    /// session passes its own id source, so that every id it hands out comes
+    /// from one place (and tests can predict them).
+    ///
+    /// ```
+    /// use haip::protocol::decode;
+    /// use haip::protocol::payload::InboundEvent;
+    ///
+    /// let mut inbound = decode(r#"{"type":"TOOL_CALL","payload":{"tool":"echo"}}"#).unwrap();
+    /// let event = InboundEvent::decode_with(&mut inbound, || "call-7".to_owned()).unwrap();
+    /// let InboundEvent::ToolCall(call) = event else { panic!() };
+    /// assert_eq!(call.call_id, "call-7");
+    /// ```
+    pub fn decode_with(
+        inbound: &mut Inbound,
+        fresh: impl FnOnce() -> String,
+    ) -> Result<InboundEvent, PayloadError> {
         let acted_on = match inbound.event {
             EventType::ToolList => !inbound.payload.get("tools").is_some_and(Value::is_array),
             EventType::ToolSchema => {
@@ -1701,13 +1794,8 @@ impl InboundEvent {
             }
             EventType::ToolCall => {
                 let id = &inbound.id;
-                ToolCall::decode(payload, || {
-                    Some(
-                        id.clone()
-                            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
-                    )
-                })
-                .map(InboundEvent::ToolCall)
+                ToolCall::decode(payload, || Some(id.clone().unwrap_or_else(fresh)))
+                    .map(InboundEvent::ToolCall)
             }
             EventType::ToolCancel => {
                 ToolCancel::from_payload(payload).map(InboundEvent::ToolCancel)
@@ -1849,6 +1937,7 @@ mod tests {
             ..ToolUpdate::new("c-4", UpdateStatus::Running)
         };
         assert_eq!(round_trip(&update), update);
+        assert_eq!(update.clone().into_value(), update.to_value());
         for done in [
             ToolDone::ok("c-1", Some(json!({"echoed": "hi"}))),
             ToolDone::ok("c-1", None),
@@ -2238,6 +2327,20 @@ mod tests {
     }
 
     #[test]
+    fn accept_major_takes_1_or_its_decimal_string_only() {
+        let majors = |v: Value| {
+            let hai = Hai::from_payload(map(json!({ "accept_major": v }))).unwrap();
+            (hai.accept_major.clone(), hai.is_compatible())
+        };
+        assert_eq!(majors(json!([1])), (Some(vec![1]), true));
+        assert_eq!(majors(json!(["1", 2])), (Some(vec![1, 2]), true));
+        // HAIP.md §3.2: an array containing neither `1` nor `"1"`.
+        assert_eq!(majors(json!(["01", 1.0, "x"])), (Some(vec![]), false));
+        assert_eq!(majors(json!(["2"])), (Some(vec![2]), false));
+        assert_eq!(majors(json!("1")), (None, true));
+    }
+
+    #[test]
     fn wrong_types_are_clear_errors() {
         let err = |r: Result<(), PayloadError>| r.unwrap_err().to_string();
         let check = |text: String, expected: &str| assert_eq!(text, expected);
@@ -2541,6 +2644,7 @@ mod tests {
             prop_assert_eq!(through_text(&done).unwrap(), done.clone());
             let value: Value = serde_json::from_slice(&done.to_json()).unwrap();
             prop_assert_eq!(value, done.to_value());
+            prop_assert_eq!(done.clone().into_value(), done.to_value());
         }
 
         #[test]
