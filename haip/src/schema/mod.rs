@@ -165,7 +165,10 @@ impl Violations {
     }
 
     /// The count to report beside the details: `("total", n)`, or
-    /// `("total_at_least", n)` when counting stopped early.
+    /// `("total_at_least", n)` when counting stopped early. (The session
+    /// writes `total` or `total_at_least` of a typed `ToolFailure` from
+    /// `total` and `exhaustive`; this names the wire field, for tests.)
+    #[cfg(test)]
     pub(crate) fn total_field(&self) -> (&'static str, usize) {
         if self.exhaustive {
             ("total", self.total)

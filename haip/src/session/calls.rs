@@ -5,17 +5,20 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Number, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::{Pending, Session};
 use crate::Context;
 use crate::context::{Progress, ProgressSink, ProgressSlot};
 use crate::exec::{self, CallEvent, CallKey, Outcome, Render, Rendered, Validation};
+use crate::protocol::payload::{
+    ToolCall, ToolDone, ToolFailure, ToolOutcome, ToolStatus, ToolUpdate, UpdateStatus,
+};
 use crate::protocol::{Channel, ErrorCode, EventType, Inbound, Outgoing, Prepared};
 use crate::schema::Violations;
 use crate::stats::Ended;
-use crate::tool::{Tool, ToolError};
+use crate::tool::Tool;
 
 /// One accepted call.
 pub(crate) struct Call {
@@ -50,24 +53,23 @@ enum State {
 }
 
 impl Session {
-    pub(super) fn handle_tool_call(&mut self, msg: Inbound) {
+    /// A `TOOL_CALL` (HAIP.md §6.4), its payload decoded from `msg` (step 1,
+    /// the call id, included: see `InboundEvent::decode_with`).
+    pub(super) fn handle_tool_call(&mut self, msg: Inbound, call: ToolCall) {
         let Inbound {
             id,
             run_id,
             thread_id,
-            mut payload,
             ..
         } = msg;
-        let run_id = match payload.get("run_id") {
-            Some(Value::String(r)) if run_id.is_none() => Some(r.clone()),
-            _ => run_id,
-        };
-        // Step 1: the call id.
-        let call_id = match payload.get("call_id") {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            _ => id.clone().unwrap_or_else(|| self.shared.ids.fresh()),
-        };
+        let ToolCall {
+            call_id,
+            tool: name,
+            params,
+            run_id: payload_run_id,
+        } = call;
+        // The envelope's run id first, else the payload's (the upstream CLI).
+        let run_id = run_id.or(payload_run_id);
         let about = |out: Outgoing| Outgoing {
             run_id: run_id.clone(),
             thread_id: thread_id.clone(),
@@ -88,10 +90,6 @@ impl Session {
         self.shared.stats.calls_total.fetch_add(1, Relaxed);
         let received = self.shared.clock.now();
         // Step 3: lookup.
-        let name = match payload.get("tool") {
-            Some(Value::String(name)) => Some(name.clone()),
-            _ => None,
-        };
         let tool = name.as_deref().and_then(|n| self.shared.registry.get(n));
         let Some(tool) = tool else {
             let message = match &name {
@@ -106,29 +104,23 @@ impl Session {
                 run_id.as_deref(),
                 thread_id.as_deref(),
             );
-            let done = tool_done(
-                &call_id,
-                "ERROR",
-                Some(ToolError::new(ErrorCode::TOOL_NOT_FOUND, message).to_result()),
-            );
-            self.push(about(done));
+            let failure = ToolFailure::new(ErrorCode::TOOL_NOT_FOUND, message);
+            self.push(about(tool_done(ToolDone::failed(call_id, failure))));
             self.shared.stats.call_ended(
                 Ended::Failed,
                 Some(self.shared.clock.now().saturating_duration_since(received)),
             );
             return;
         };
-        // Step 4: validate; large params off the session task (HAIP.md §18.1).
-        let params = match payload.remove("params") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(p) => p,
-        };
+        // Step 4: validate (`params` absent or null is `{}` already); large
+        // params off the session task (HAIP.md §18.1).
         let size = self.inbound_len;
         let large = size > LARGE_PARAMS;
         if !large {
             let found = tool.check_params(&params, self.config().max_violations);
             if !found.is_empty() {
-                self.push(about(invalid_params(&call_id, tool.name(), &found)));
+                let failure = invalid_params(tool.name(), &found);
+                self.push(about(tool_done(ToolDone::failed(call_id, failure))));
                 self.shared.stats.call_ended(
                     Ended::Failed,
                     Some(self.shared.clock.now().saturating_duration_since(received)),
@@ -145,8 +137,9 @@ impl Session {
         let too_many = self.waiting.len() + self.validating >= config.max_queued_calls
             || self.held_bytes.saturating_add(size) > config.max_queued_bytes;
         if !start_now && too_many {
-            let error = ToolError::new(ErrorCode::RATE_LIMITED, "Too many tool calls in flight");
-            self.push(about(tool_done(&call_id, "ERROR", Some(error.to_result()))));
+            let failure =
+                ToolFailure::new(ErrorCode::RATE_LIMITED, "Too many tool calls in flight");
+            self.push(about(tool_done(ToolDone::failed(call_id, failure))));
             self.shared.stats.call_ended(
                 Ended::Failed,
                 Some(self.shared.clock.now().saturating_duration_since(received)),
@@ -222,7 +215,7 @@ impl Session {
             && !call.queued_sent
         {
             call.queued_sent = true;
-            self.push_update(key, json!({ "status": "QUEUED" }));
+            self.push_update(key, UpdateStatus::Queued);
         }
     }
 
@@ -252,16 +245,16 @@ impl Session {
                 }
             }
             Validation::Invalid(found) => {
-                let result = invalid_params_result(&name, &found);
-                self.finish(key, "ERROR", Some(result), Ended::Failed);
+                let failure = invalid_params(&name, &found);
+                self.finish(key, ToolOutcome::Error(failure), Ended::Failed);
                 self.calls.remove(&key);
             }
             Validation::Failed => {
-                let error = ToolError::new(
+                let failure = ToolFailure::new(
                     ErrorCode::INTERNAL_ERROR,
                     format!("Internal error validating params for tool {name}"),
                 );
-                self.finish(key, "ERROR", Some(error.to_result()), Ended::Failed);
+                self.finish(key, ToolOutcome::Error(failure), Ended::Failed);
                 self.calls.remove(&key);
             }
         }
@@ -315,7 +308,7 @@ impl Session {
         );
         self.running += 1;
         if announce {
-            self.push_update(key, json!({ "status": "RUNNING" }));
+            self.push_update(key, UpdateStatus::Running);
         }
     }
 
@@ -353,11 +346,11 @@ impl Session {
                     .or(self.shared.config.tool_timeout)
                     .unwrap_or_default()
                     .as_millis();
-                let error = ToolError::new(
+                let failure = ToolFailure::new(
                     ErrorCode::TIMEOUT,
                     format!("Tool {} timed out after {ms} ms", call.tool.name()),
                 );
-                self.finish(key, "ERROR", Some(error.to_result()), Ended::Failed);
+                self.finish(key, ToolOutcome::Error(failure), Ended::Failed);
                 if let Some(call) = self.calls.get_mut(&key) {
                     call.state = State::Done; // keeps its slot until the task stops
                 }
@@ -396,7 +389,7 @@ impl Session {
                     Ok(json) => DoneResult::Json(json),
                     Err(size) => DoneResult::TooLarge(size),
                 };
-                self.finish_done(key, "OK", result, Ended::Ok);
+                self.finish_done(key, result, Ended::Ok);
             }
             Outcome::Returned(Ok(value)) => {
                 let found = call.tool.check_result(&value, self.config().max_violations);
@@ -404,21 +397,21 @@ impl Session {
                     return;
                 }
                 let result = (!value.is_null()).then_some(value);
-                self.finish(key, "OK", result, Ended::Ok);
+                self.finish(key, ToolOutcome::Ok(result), Ended::Ok);
             }
             Outcome::Returned(Err(e)) if e.is_cancelled() => {
-                self.finish(key, "CANCELLED", None, Ended::Cancelled)
+                self.finish(key, ToolOutcome::Cancelled(None), Ended::Cancelled)
             }
             Outcome::Returned(Err(e)) => {
-                self.finish(key, "ERROR", Some(e.to_result()), Ended::Failed)
+                self.finish(key, ToolOutcome::Error(e.into_failure()), Ended::Failed)
             }
             Outcome::Panicked(text) => {
                 let message = exec::panic_message(&name, &text, self.shared.config.debug_errors);
-                let error = ToolError::new(ErrorCode::INTERNAL_ERROR, message);
-                self.finish(key, "ERROR", Some(error.to_result()), Ended::Failed);
+                let failure = ToolFailure::new(ErrorCode::INTERNAL_ERROR, message);
+                self.finish(key, ToolOutcome::Error(failure), Ended::Failed);
             }
             // Stopped without a cancel from us: only when the session is going away.
-            Outcome::Stopped => self.finish(key, "CANCELLED", None, Ended::Cancelled),
+            Outcome::Stopped => self.finish(key, ToolOutcome::Cancelled(None), Ended::Cancelled),
         }
     }
 
@@ -434,30 +427,28 @@ impl Session {
         if !self.shared.config.strict_output_validation {
             return false;
         }
-        let mut result =
-            ToolError::execution(format!("Result of tool {name} violates its output schema"))
-                .with_details(found.details())
-                .to_result();
-        let (field, count) = found.total_field();
-        result[field] = count.into();
-        self.finish(key, "ERROR", Some(result), Ended::Failed);
+        let failure = ToolFailure::new(
+            ErrorCode::TOOL_EXECUTION_ERROR,
+            format!("Result of tool {name} violates its output schema"),
+        );
+        let failure = counted(failure.with_details(found.details()), found);
+        self.finish(key, ToolOutcome::Error(failure), Ended::Failed);
         true
     }
 
     fn finish_cancelled(&mut self, key: CallKey, reason: Option<String>) {
-        let result = reason.map(|r| json!({ "reason": r }));
-        self.finish(key, "CANCELLED", result, Ended::Cancelled);
+        self.finish(key, ToolOutcome::Cancelled(reason), Ended::Cancelled);
     }
 
     /// Issues the call's one `TOOL_DONE`, after any progress it reported.
-    fn finish(&mut self, key: CallKey, status: &str, result: Option<Value>, ended: Ended) {
-        self.finish_done(key, status, DoneResult::Value(result), ended);
+    fn finish(&mut self, key: CallKey, outcome: ToolOutcome, ended: Ended) {
+        self.finish_done(key, DoneResult::Outcome(outcome), ended);
     }
 
     /// Issues the call's one `TOOL_DONE`. One longer than
     /// `max_outbound_message_bytes` becomes `TOOL_DONE ERROR` code
     /// `RESULT_TOO_LARGE` (HAIP.md §18.1): still exactly one.
-    fn finish_done(&mut self, key: CallKey, status: &str, result: DoneResult, ended: Ended) {
+    fn finish_done(&mut self, key: CallKey, result: DoneResult, ended: Ended) {
         self.flush_progress(key);
         let limit = self.config().max_outbound_message_bytes;
         let Some(call) = self.calls.get_mut(&key) else {
@@ -476,11 +467,15 @@ impl Session {
             ..done
         };
         let built = match result {
-            DoneResult::Value(result) => {
-                Prepared::within(&about(tool_done(&call.call_id, status, result)), limit)
+            DoneResult::Outcome(outcome) => {
+                let done = ToolDone {
+                    call_id: call.call_id.clone(),
+                    outcome,
+                };
+                Prepared::within(&about(tool_done(done)), limit)
             }
             DoneResult::Json(json) => {
-                let env = raw_tool_done(call, status, json.as_deref());
+                let env = raw_tool_done(call, json.as_deref());
                 if env.len() > limit {
                     Err(env.len())
                 } else {
@@ -489,7 +484,7 @@ impl Session {
             }
             DoneResult::TooLarge(size) => {
                 // The envelope around a result of `size` bytes.
-                let around = raw_tool_done(call, status, Some(b"")).len();
+                let around = raw_tool_done(call, Some(b"")).len();
                 Err(around.saturating_add(size))
             }
         };
@@ -497,13 +492,13 @@ impl Session {
             Ok(env) => (env, ended),
             Err(size) => {
                 tracing::warn!(tool = %call.tool.name(), size, limit, "tool result too large to send");
-                let error = ToolError::new(
+                let failure = ToolFailure::new(
                     ErrorCode::RESULT_TOO_LARGE,
                     format!("Result of {size} bytes exceeds {limit}"),
                 )
                 .with_details(json!({ "size": size, "limit": limit }));
-                let done = tool_done(&call.call_id, "ERROR", Some(error.to_result()));
-                (Prepared::new(&about(done)), Ended::Failed)
+                let done = ToolDone::failed(call.call_id.clone(), failure);
+                (Prepared::new(&about(tool_done(done))), Ended::Failed)
             }
         };
         let call_id = call.call_id.clone();
@@ -522,16 +517,9 @@ impl Session {
         let Some(Progress { percent, partial }) = call.slot.take() else {
             return;
         };
-        let mut update = json!({ "status": "RUNNING" });
-        if let Some(percent) = percent {
-            update["progress"] = Value::Number(percent);
-        }
-        if let Some(partial) = partial {
-            update["partial"] = partial;
-        }
         let pending = call.progress_pending;
         let env = Prepared::within(
-            &self.update(key, update),
+            &update(call, UpdateStatus::Running, percent, partial),
             self.config().max_outbound_message_bytes,
         );
         let env = match env {
@@ -560,26 +548,10 @@ impl Session {
         self.push_prepared(env, Some(key));
     }
 
-    /// A `TOOL_UPDATE` of the call with these payload fields after `call_id`.
-    fn update(&self, key: CallKey, fields: Value) -> Outgoing {
-        let call = self.calls.get(&key);
-        let mut payload = json!({ "call_id": call.map(|c| c.call_id.as_str()) });
-        if let (Value::Object(p), Value::Object(f)) = (&mut payload, fields) {
-            p.extend(f);
-        }
-        Outgoing {
-            channel: Channel::Agent,
-            event: EventType::ToolUpdate,
-            payload,
-            run_id: call.and_then(|c| c.run_id.clone()),
-            thread_id: call.and_then(|c| c.thread_id.clone()),
-        }
-    }
-
     /// A `QUEUED`, `RUNNING` (announce) or `CANCELLING` update: never merged.
-    fn push_update(&mut self, key: CallKey, fields: Value) {
-        if self.calls.contains_key(&key) {
-            let out = self.update(key, fields);
+    fn push_update(&mut self, key: CallKey, status: UpdateStatus) {
+        if let Some(call) = self.calls.get(&key) {
+            let out = update(call, status, None, None);
             self.push(out);
         }
     }
@@ -607,13 +579,13 @@ impl Session {
                     // A validation still waiting for its turn stops waiting.
                     call.cancel.cancel();
                 }
-                self.push_update(key, json!({ "status": "CANCELLING" }));
+                self.push_update(key, UpdateStatus::Cancelling);
                 self.finish_cancelled(key, reason);
                 self.calls.remove(&key);
             }
             State::Running => {
                 self.flush_progress(key);
-                self.push_update(key, json!({ "status": "CANCELLING" }));
+                self.push_update(key, UpdateStatus::Cancelling);
                 if let Some(call) = self.calls.get_mut(&key) {
                     call.slot.close();
                     call.state = State::Cancelling;
@@ -682,31 +654,21 @@ impl Drop for Session {
     }
 }
 
-/// What a `TOOL_DONE` carries as its `result`.
+/// How a call ended, for its `TOOL_DONE`.
 enum DoneResult {
-    /// A value (or none).
-    Value(Option<Value>),
-    /// JSON text rendered in the call's task (`None` for `null`: no `result`).
+    /// Any status, the result (if any) a value.
+    Outcome(ToolOutcome),
+    /// `OK`, the value JSON text rendered in the call's task (`None` for
+    /// `null`: no `result`).
     Json(Option<Vec<u8>>),
-    /// A rendered value longer than the limit, of this many bytes.
+    /// `OK`, but the rendered value is longer than the limit: this many bytes.
     TooLarge(usize),
 }
 
-/// A `TOOL_DONE` whose `result` is JSON text already (the payload written as
-/// text: no `Value` is built for it).
-fn raw_tool_done(call: &Call, status: &str, result: Option<&[u8]>) -> Prepared {
-    let mut payload = Vec::with_capacity(48 + call.call_id.len() + result.map_or(0, <[u8]>::len));
-    payload.extend_from_slice(b"{\"call_id\":");
-    // Writing a string into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut payload, &call.call_id);
-    payload.extend_from_slice(b",\"status\":\"");
-    payload.extend_from_slice(status.as_bytes());
-    payload.push(b'"');
-    if let Some(result) = result {
-        payload.extend_from_slice(b",\"result\":");
-        payload.extend_from_slice(result);
-    }
-    payload.push(b'}');
+/// A `TOOL_DONE OK` whose `result` is JSON text already (the payload written
+/// as text: no `Value` is built for it).
+fn raw_tool_done(call: &Call, result: Option<&[u8]>) -> Prepared {
+    let payload = ToolDone::json_from_parts(&call.call_id, ToolStatus::Ok, result);
     Prepared::from_json(
         Channel::Agent,
         EventType::ToolDone,
@@ -720,26 +682,52 @@ fn raw_tool_done(call: &Call, status: &str, result: Option<&[u8]>) -> Prepared {
 /// session task (HAIP.md §18.1).
 pub(crate) const LARGE_PARAMS: usize = 64 * 1024;
 
-/// The `TOOL_DONE ERROR INVALID_PARAMS` of a call whose params were rejected.
-fn invalid_params(call_id: &str, tool: &str, found: &Violations) -> Outgoing {
-    tool_done(call_id, "ERROR", Some(invalid_params_result(tool, found)))
-}
-
+/// The `TOOL_DONE ERROR` result of a call whose params were rejected:
 /// `{error, code: INVALID_PARAMS, details: [..max_violations], total}`
 /// (`total_at_least` when counting stopped early).
-fn invalid_params_result(tool: &str, found: &Violations) -> Value {
-    let mut result = ToolError::invalid_params(format!("Invalid params for tool {tool}"))
-        .with_details(found.details())
-        .to_result();
-    let (field, count) = found.total_field();
-    result[field] = count.into();
-    result
+fn invalid_params(tool: &str, found: &Violations) -> ToolFailure {
+    let failure = ToolFailure::new(
+        ErrorCode::INVALID_PARAMS,
+        format!("Invalid params for tool {tool}"),
+    );
+    counted(failure.with_details(found.details()), found)
 }
 
-fn tool_done(call_id: &str, status: &str, result: Option<Value>) -> Outgoing {
-    let mut payload = json!({ "call_id": call_id, "status": status });
-    if let Some(result) = result {
-        payload["result"] = result;
+/// `failure` with the count of the violations its details list: `total`, or
+/// `total_at_least` when counting stopped early.
+fn counted(mut failure: ToolFailure, found: &Violations) -> ToolFailure {
+    let count = Some(found.total as u64);
+    if found.exhaustive {
+        failure.total = count;
+    } else {
+        failure.total_at_least = count;
     }
-    Outgoing::new(Channel::Agent, EventType::ToolDone, payload)
+    failure
+}
+
+/// A `TOOL_UPDATE` about `call`, `partial` moved into the payload, not copied.
+fn update(
+    call: &Call,
+    status: UpdateStatus,
+    progress: Option<Number>,
+    partial: Option<Value>,
+) -> Outgoing {
+    let update = ToolUpdate {
+        call_id: call.call_id.clone(),
+        status,
+        progress,
+        partial,
+    };
+    Outgoing {
+        channel: Channel::Agent,
+        event: EventType::ToolUpdate,
+        payload: update.into_value(),
+        run_id: call.run_id.clone(),
+        thread_id: call.thread_id.clone(),
+    }
+}
+
+/// A `TOOL_DONE`, its result moved into the payload, not copied.
+fn tool_done(done: ToolDone) -> Outgoing {
+    Outgoing::new(Channel::Agent, EventType::ToolDone, done.into_value())
 }

@@ -28,6 +28,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::exec::{CallEvent, CallKey, CallRunner};
 use crate::hash::{FastMap, FastSet};
+use crate::protocol::payload::{
+    self, Hai, InboundEvent, LastRxSeq, Payload, ReplayRequest, RunStarted, ToolSchemaRequest,
+};
 use crate::protocol::{
     ACCEPT_MAJOR, Channel, DecodeError, ErrorCode, EventType, HAIP_VERSION, Inbound, Outgoing,
     Prepared, decode, strict_schema_error,
@@ -454,6 +457,28 @@ impl Session {
         Some(text)
     }
 
+    /// Queues a typed payload, written straight to JSON text (no `Value`).
+    fn push_payload<P: Payload>(&mut self, channel: Channel, payload: &P) {
+        let env = Prepared::from_json(channel, P::EVENT, &payload.to_json(), None, None);
+        self.push_prepared(env, None);
+    }
+
+    /// Sends the `ERROR` a payload that could not be used is answered with.
+    fn reply_error(&mut self, reply: payload::Error) {
+        let payload::Error {
+            code,
+            message,
+            related_id,
+            detail,
+        } = reply;
+        self.error(
+            code,
+            message,
+            related_id.as_deref(),
+            detail.map(Value::Object),
+        );
+    }
+
     fn error(
         &mut self,
         code: ErrorCode,
@@ -621,92 +646,79 @@ impl Session {
         );
     }
 
-    fn dispatch(&mut self, msg: Inbound, first: bool) -> Control {
+    fn dispatch(&mut self, mut msg: Inbound, first: bool) -> Control {
         if let Some(seq) = msg.seq {
             self.last_rx_seq = self.last_rx_seq.max(seq);
             self.seq_seen = true;
         }
-        match msg.event {
-            EventType::Hai => return self.handle_hai(&msg, first),
-            EventType::Ping => {
-                let payload = match msg.payload.get("nonce") {
-                    Some(nonce) => json!({ "nonce": nonce }),
-                    None => json!({}),
-                };
-                self.push(Outgoing::new(Channel::System, EventType::Pong, payload));
+        // The payload is decoded once, here; a `TOOL_CALL` without a call id
+        // or an envelope id takes one from the session's id source.
+        let ids = &self.shared.ids;
+        let event = match InboundEvent::decode_with(&mut msg, || ids.fresh()) {
+            Ok(event) => event,
+            Err(e) => {
+                // HAIP.md prescribes an ERROR for some (§6.3, §8, §11.2) and
+                // silence for the rest (§6.7, §12.2).
+                if let Some(reply) = e.reply() {
+                    self.reply_error(reply);
+                }
+                return Control::Continue;
             }
-            // A `tools` array is a client advertising its own tools: no reply.
-            EventType::ToolList if !msg.payload.get("tools").is_some_and(Value::is_array) => {
+        };
+        match event {
+            InboundEvent::Hai(hai) => return self.handle_hai(&msg, hai, first),
+            InboundEvent::Ping(ping) => self.push_payload(Channel::System, &ping.pong()),
+            InboundEvent::ToolList(_) => {
                 let payload = self.tool_list();
                 self.push(Outgoing::new(Channel::Agent, EventType::ToolList, payload));
             }
-            EventType::ToolSchema => self.handle_tool_schema(&msg),
-            EventType::ToolCall => self.handle_tool_call(msg),
-            EventType::ToolCancel => {
-                if let Some(Value::String(call_id)) = msg.payload.get("call_id") {
-                    let reason = msg.payload.get("reason").and_then(Value::as_str);
-                    self.cancel_call(call_id, reason.map(str::to_owned));
-                }
-            }
-            EventType::RunStarted => self.run_started(&msg),
-            EventType::RunFinished | EventType::RunCancel => self.run_finished(&msg),
-            EventType::RunError => {
-                if let Some(run_id) = run_id_of(&msg) {
+            InboundEvent::ToolSchema(request) => self.handle_tool_schema(&msg, request),
+            InboundEvent::ToolCall(call) => self.handle_tool_call(msg, call),
+            InboundEvent::ToolCancel(cancel) => self.cancel_call(&cancel.call_id, cancel.reason),
+            InboundEvent::RunStarted(run) => self.run_started(&msg, run),
+            InboundEvent::RunFinished(run) => self.run_finished(&msg, &run.run_id, false),
+            InboundEvent::RunCancel(run) => self.run_finished(&msg, &run.run_id, true),
+            InboundEvent::RunError(run) => {
+                if let Some(run_id) = run.run_id {
                     self.runs.remove(&run_id);
                 }
             }
-            EventType::ReplayRequest => self.handle_replay_request(&msg),
-            EventType::FlowUpdate => {
-                let add = |key| msg.payload.get(key).and_then(Value::as_u64).unwrap_or(0);
-                if let Some(Value::String(channel)) = msg.payload.get("channel") {
-                    let amount = Amount {
-                        messages: add("add_messages"),
-                        bytes: add("add_bytes"),
-                    };
-                    self.gate.grant(channel, amount);
-                }
+            InboundEvent::ReplayRequest(request) => self.handle_replay_request(&msg, request),
+            InboundEvent::FlowUpdate(flow) => {
+                let amount = Amount {
+                    messages: flow.add_messages.map_or(0, u64::from),
+                    bytes: flow.add_bytes.map_or(0, u64::from),
+                };
+                self.gate.grant(&flow.channel, amount);
             }
-            EventType::PauseChannel => {
-                if let Some(Value::String(channel)) = msg.payload.get("channel") {
-                    self.gate.pause(channel);
-                }
-            }
-            EventType::ResumeChannel => {
-                if let Some(Value::String(channel)) = msg.payload.get("channel") {
-                    self.gate.resume(channel);
-                }
-            }
+            InboundEvent::PauseChannel(pause) => self.gate.pause(&pause.channel),
+            InboundEvent::ResumeChannel(resume) => self.gate.resume(&resume.channel),
             // Accepted and handed to no hook yet: text, audio, inbound tool
-            // traffic the server does not act on (§6.8), PONG, ERROR, flow control.
+            // traffic the server does not act on (§6.8), PONG, ERROR, a client
+            // advertising its own tools.
             _ => {}
         }
         Control::Continue
     }
 
-    fn handle_hai(&mut self, msg: &Inbound, first: bool) -> Control {
-        let p = &msg.payload;
-        if let Some(Value::Array(majors)) = p.get("accept_major") {
-            let compatible = majors
-                .iter()
-                .any(|m| m.as_u64() == Some(1) || m.as_str() == Some("1"));
-            if !compatible {
-                self.error(
-                    ErrorCode::VERSION_INCOMPATIBLE,
-                    "No common protocol major version",
-                    msg.id.as_deref(),
-                    Some(json!({ "supported_major": ACCEPT_MAJOR })),
-                );
-                return Control::Close {
-                    code: 1002,
-                    reason: "version incompatible",
-                    keep_session: false,
-                };
-            }
+    fn handle_hai(&mut self, msg: &Inbound, hai: Hai, first: bool) -> Control {
+        if !hai.is_compatible() {
+            self.error(
+                ErrorCode::VERSION_INCOMPATIBLE,
+                "No common protocol major version",
+                msg.id.as_deref(),
+                Some(json!({ "supported_major": ACCEPT_MAJOR })),
+            );
+            return Control::Close {
+                code: 1002,
+                reason: "version incompatible",
+                keep_session: false,
+            };
         }
         let resuming =
-            p.contains_key("last_rx_seq") && msg.session.as_deref().is_some_and(|s| s != &*self.id);
+            hai.last_rx_seq.is_some() && msg.session.as_deref().is_some_and(|s| s != &*self.id);
         if !resuming {
-            self.apply_hai_settings(p);
+            self.apply_hai_settings(&hai);
             if self.wants_tool_push() {
                 self.push_tool_list();
             }
@@ -714,12 +726,15 @@ impl Session {
             // The connection's driver looks the session up and takes it over.
             return Control::Resume(Box::new(ResumeRequest {
                 session: msg.session.clone().unwrap_or_default(),
-                last_rx_seq: p.get("last_rx_seq").and_then(crate::protocol::u64_loose),
+                last_rx_seq: match hai.last_rx_seq {
+                    Some(LastRxSeq::Seq(seq)) => Some(seq),
+                    _ => None,
+                },
                 related_id: msg.id.clone(),
-                hai: p.clone(),
+                hai,
             }));
         } else {
-            self.resume_failed("not first message", msg.id.as_deref(), p);
+            self.resume_failed("not first message", msg.id.as_deref(), &hai);
         }
         Control::Continue
     }
@@ -756,21 +771,9 @@ impl Session {
         json!({ "tools": tools })
     }
 
-    fn handle_tool_schema(&mut self, msg: &Inbound) {
-        let p = &msg.payload;
-        if p.contains_key("schema") || p.contains_key("inputSchema") {
-            return; // a client advertising its own tool
-        }
-        let Some(Value::String(name)) = p.get("tool") else {
-            self.error(
-                ErrorCode::INVALID_MESSAGE,
-                "Invalid message format",
-                msg.id.as_deref(),
-                Some(json!({ "reason": "missing tool" })),
-            );
-            return;
-        };
-        let Some(tool) = self.shared.registry.get(name) else {
+    fn handle_tool_schema(&mut self, msg: &Inbound, request: ToolSchemaRequest) {
+        let name = request.tool;
+        let Some(tool) = self.shared.registry.get(&name) else {
             self.error(
                 ErrorCode::TOOL_NOT_FOUND,
                 format!("Tool {name} not found"),
@@ -793,30 +796,9 @@ impl Session {
         ));
     }
 
-    fn handle_replay_request(&mut self, msg: &Inbound) {
-        let from = msg
-            .payload
-            .get("from_seq")
-            .and_then(crate::protocol::u64_loose);
-        let to = msg.payload.get("to_seq");
-        let reason = if from.is_none() {
-            Some("invalid from_seq")
-        } else if to.is_some_and(|v| crate::protocol::u64_loose(v).is_none()) {
-            Some("invalid to_seq")
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
-            self.error(
-                ErrorCode::INVALID_MESSAGE,
-                "Invalid message format",
-                msg.id.as_deref(),
-                Some(json!({ "reason": reason })),
-            );
-            return;
-        }
-        let to = to.and_then(crate::protocol::u64_loose);
-        match self.window.range(from.unwrap_or(0), to, self.next_seq) {
+    fn handle_replay_request(&mut self, msg: &Inbound, request: ReplayRequest) {
+        let ReplayRequest { from_seq, to_seq } = request;
+        match self.window.range(from_seq, to_seq, self.next_seq) {
             Ok(texts) => self.push_replay(texts, false),
             Err(too_old) => self.error(
                 ErrorCode::REPLAY_TOO_OLD,
@@ -827,8 +809,8 @@ impl Session {
         }
     }
 
-    fn run_started(&mut self, msg: &Inbound) {
-        let run_id = run_id_of(msg).unwrap_or_else(|| self.shared.ids.fresh());
+    fn run_started(&mut self, msg: &Inbound, run: RunStarted) {
+        let run_id = run.run_id.unwrap_or_else(|| self.shared.ids.fresh());
         if self.runs.contains(&run_id) {
             return;
         }
@@ -845,21 +827,12 @@ impl Session {
         self.runs.insert(run_id);
     }
 
-    /// `RUN_FINISHED` closes a run; `RUN_CANCEL` also cancels every active call
-    /// that carried its id (HAIP.md §8).
-    fn run_finished(&mut self, msg: &Inbound) {
-        let Some(run_id) = run_id_of(msg) else {
-            self.error(
-                ErrorCode::MISSING_RUN_ID,
-                "Run ID is required",
-                msg.id.as_deref(),
-                None,
-            );
-            return;
-        };
-        let was_active = self.runs.remove(&run_id);
-        let cancelled = msg.event == EventType::RunCancel
-            && self.cancel_run_calls(&run_id, "run cancelled") > 0;
+    /// `RUN_FINISHED` closes a run; `RUN_CANCEL` (`cancel`) also cancels every
+    /// active call that carried its id (HAIP.md §8). A missing run id was
+    /// answered `MISSING_RUN_ID` when the payload was decoded.
+    fn run_finished(&mut self, msg: &Inbound, run_id: &str, cancel: bool) {
+        let was_active = self.runs.remove(run_id);
+        let cancelled = cancel && self.cancel_run_calls(run_id, "run cancelled") > 0;
         if !was_active && !cancelled {
             self.error(
                 ErrorCode::RUN_NOT_FOUND,
@@ -894,12 +867,4 @@ pub(crate) fn decode_unit(text: &str, strict_envelope: bool) -> Result<Inbound, 
         return Err(err);
     }
     decode(text)
-}
-
-/// `payload.run_id`, else the envelope `run_id` (HAIP.md §8).
-fn run_id_of(msg: &Inbound) -> Option<String> {
-    match msg.payload.get("run_id") {
-        Some(Value::String(id)) => Some(id.clone()),
-        _ => msg.run_id.clone(),
-    }
 }

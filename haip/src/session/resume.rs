@@ -1,10 +1,11 @@
 //! Resumption (HAIP.md §11.3): what a session checks before another
 //! connection takes it over, and how it greets the client afterwards.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::flow::Amount;
 use super::{Session, TransportKind};
+use crate::protocol::payload::Hai;
 use crate::protocol::{Channel, ErrorCode, EventType, Outgoing, Prepared};
 
 /// A client `HAI` asking to resume another session, as the first envelope
@@ -17,31 +18,27 @@ pub(crate) struct ResumeRequest {
     pub(crate) last_rx_seq: Option<u64>,
     /// The `HAI`'s envelope id, for `related_id`.
     pub(crate) related_id: Option<String>,
-    /// The `HAI` payload; its settings apply to whichever session the
-    /// connection ends up on.
-    pub(crate) hai: Map<String, Value>,
+    /// The `HAI`; its settings apply to whichever session the connection
+    /// ends up on.
+    pub(crate) hai: Hai,
 }
 
 impl Session {
     /// Applies a client `HAI`'s settings (HAIP.md §3.2).
-    pub(super) fn apply_hai_settings(&mut self, p: &Map<String, Value>) {
-        if let Some(Value::Object(flow)) = p.get("capabilities").and_then(|c| c.get("flow_control"))
-        {
+    pub(super) fn apply_hai_settings(&mut self, hai: &Hai) {
+        if let Some(flow) = hai.capabilities.as_ref().and_then(|c| c.flow_control) {
             self.client_flow_control = true;
-            let field = |key| flow.get(key).and_then(Value::as_u64);
-            if let (Some(messages), Some(bytes)) = (
-                field("initial_credit_messages"),
-                field("initial_credit_bytes"),
-            ) {
+            if let (Some(messages), Some(bytes)) =
+                (flow.initial_credit_messages, flow.initial_credit_bytes)
+            {
                 self.gate.advertise(Amount { messages, bytes });
             }
         }
-        if let Some(Value::Array(events)) = p.get("accept_events") {
+        if let Some(events) = &hai.accept_events {
             self.accept_events = Some(
                 events
                     .iter()
-                    .filter_map(Value::as_str)
-                    .filter_map(EventType::parse)
+                    .filter_map(|name| EventType::parse(name))
                     .collect(),
             );
         }
@@ -63,12 +60,7 @@ impl Session {
 
     /// The connection stays on this (fresh) session: `RESUME_FAILED`, and the
     /// `HAI` is otherwise processed as usual.
-    pub(crate) fn resume_failed(
-        &mut self,
-        reason: &str,
-        related_id: Option<&str>,
-        hai: &Map<String, Value>,
-    ) {
+    pub(crate) fn resume_failed(&mut self, reason: &str, related_id: Option<&str>, hai: &Hai) {
         self.error(
             ErrorCode::RESUME_FAILED,
             "Session cannot be resumed",
@@ -81,12 +73,7 @@ impl Session {
     /// This session was just taken over by a new connection whose client saw
     /// everything up to `last_rx_seq`: re-send what it missed, unchanged and in
     /// order, then commit a `HAI` confirming the resumption.
-    pub(crate) fn resumed(
-        &mut self,
-        last_rx_seq: u64,
-        hai: &Map<String, Value>,
-        transport: TransportKind,
-    ) {
+    pub(crate) fn resumed(&mut self, last_rx_seq: u64, hai: &Hai, transport: TransportKind) {
         self.transport = transport;
         self.apply_hai_settings(hai);
         let missed = self

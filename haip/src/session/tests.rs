@@ -637,7 +637,11 @@ async fn a_resumed_session_replays_what_the_client_missed_then_confirms() {
     assert_eq!(h.session.can_resume_from(4), Err("invalid last_rx_seq"));
     assert_eq!(h.session.can_resume_from(3), Ok(()));
     assert_eq!(h.session.can_resume_from(0), Ok(()));
-    h.session.resumed(1, &Map::new(), TransportKind::Stream);
+    h.session.resumed(
+        1,
+        &crate::protocol::payload::Hai::default(),
+        TransportKind::Stream,
+    );
     let mut texts = Vec::new();
     while let Some(text) = h.session.commit_next() {
         texts.push(serde_json::from_slice::<Value>(&text).unwrap());

@@ -1,8 +1,9 @@
 use std::fmt;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::protocol::ErrorCode;
+use crate::protocol::payload::ToolFailure;
 
 /// The error a tool returns: a code, a human-readable message and optional details.
 ///
@@ -88,13 +89,12 @@ impl ToolError {
         self.cancelled
     }
 
-    /// The `TOOL_DONE` error result object.
-    pub(crate) fn to_result(&self) -> Value {
-        let mut result = json!({ "error": self.message, "code": self.code.as_str() });
-        if let Some(details) = &self.details {
-            result["details"] = details.clone();
+    /// The `TOOL_DONE` error result, its parts moved rather than copied.
+    pub(crate) fn into_failure(self) -> ToolFailure {
+        ToolFailure {
+            details: self.details,
+            ..ToolFailure::new(self.code, self.message)
         }
-        result
     }
 }
 
