@@ -308,22 +308,24 @@ async fn a_client_that_never_reads_is_throttled_then_closed_and_the_server_stays
         .await;
     assert_eq!(done["result"], json!({"echoed": "still here"}));
 
-    // Reading now drains what was buffered, then the close: the flooder sent
-    // nothing the server read for `idle_timeout`.
+    // Reading now drains what was buffered, then the close: either the
+    // flooder sent nothing the server read for `idle_timeout` (1001), or the
+    // calls read before the pause produced more than the budget behind the
+    // envelope being written (1008; how many were read before the pause
+    // depends on how fast the tools ran meanwhile).
     let (texts, ended) = flooder.read_to_end().await;
     eprintln!(
         "flooder: {sent} calls sent; read {} messages, then {ended:?}",
         texts.len()
     );
     assert!(!texts.is_empty());
-    match &ended {
-        Ended::Closed(Some((code, reason))) => {
-            assert_eq!((*code, reason.as_str()), (1001, "idle"), "{ended:?}");
-        }
-        other => panic!("expected close 1001 idle, got {other:?}"),
-    }
-    stats_until(addr, "the idle close counted", |s| {
-        s["connectionsClosed"]["idle"].as_u64() >= Some(1)
+    let counter = match &ended {
+        Ended::Closed(Some((1001, reason))) if reason == "idle" => "idle",
+        Ended::Closed(Some((1008, reason))) if reason == "too slow" => "tooSlow",
+        other => panic!("expected close 1001 idle or 1008 too slow, got {other:?}"),
+    };
+    stats_until(addr, "the close counted", |s| {
+        s["connectionsClosed"][counter].as_u64() >= Some(1)
     })
     .await;
     let mut client = Client::connect(&url).await;
