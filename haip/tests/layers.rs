@@ -22,7 +22,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("context", &["protocol", "tool", "exec", "hash", "error"]),
     (
         "exec",
-        &["protocol", "schema", "tool", "context", "hash", "error"],
+        &[
+            "protocol", "schema", "tool", "context", "stats", "hash", "error",
+        ],
     ),
     ("stats", &["protocol"]),
     // The session core.

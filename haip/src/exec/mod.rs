@@ -7,6 +7,7 @@ use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use futures_util::FutureExt;
 use serde_json::Value;
@@ -15,8 +16,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::Context;
-use crate::protocol::to_json_within;
+use crate::protocol::payload::{ToolFailure, ToolOutcome};
+use crate::protocol::{ErrorCode, to_json_within};
 use crate::schema::Violations;
+use crate::stats::{Ended, Stats};
 use crate::tool::{Tool, ToolError};
 
 /// Identifies one accepted call inside a session (call ids may be reused once a
@@ -340,4 +343,102 @@ fn panic_text(panic: &(dyn Any + Send)) -> String {
     } else {
         "non-string panic payload".to_owned()
     }
+}
+
+/// What decides how an outcome completes a call (the session's settings).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Policy {
+    /// Output-schema violations listed (`max_violations`).
+    pub(crate) max_violations: usize,
+    /// A result that violates the output schema fails the call.
+    pub(crate) strict_output_validation: bool,
+    /// Put panic texts in `INTERNAL_ERROR` messages.
+    pub(crate) debug_errors: bool,
+}
+
+/// How a finished call completes: the one mapping from [`Outcome`], shared by
+/// HAIP sessions and the MCP export; each protocol only renders it (a
+/// `TOOL_DONE`, a `CallToolResult`).
+#[derive(Debug)]
+pub(crate) enum Completion {
+    /// The call ended with this outcome.
+    Done(ToolOutcome),
+    /// It succeeded with a value the call's task already checked and encoded:
+    /// its JSON text (`None` for `null`), or the length it would have had.
+    Encoded(Result<Option<Vec<u8>>, usize>),
+}
+
+/// Completes a call of `tool` that ended with `outcome`. A result that violates
+/// the output schema is logged and counted (`warnings`); with
+/// `strict_output_validation` it fails the call instead. A panic becomes
+/// `INTERNAL_ERROR` (its text only with `debug_errors`); a tool that stopped
+/// after a cancel, or said it was cancelled, is `CANCELLED`.
+pub(crate) fn complete(
+    tool: &Tool,
+    outcome: Outcome,
+    policy: Policy,
+    stats: &Stats,
+) -> (Completion, Ended) {
+    let done = |outcome: ToolOutcome, ended| (Completion::Done(outcome), ended);
+    let name = tool.name();
+    match outcome {
+        Outcome::Rendered(rendered) => {
+            let Rendered { json, violations } = *rendered;
+            match violated(name, &violations, policy, stats) {
+                Some(failure) => done(ToolOutcome::Error(failure), Ended::Failed),
+                None => (Completion::Encoded(json), Ended::Ok),
+            }
+        }
+        Outcome::Returned(Ok(value)) => {
+            let found = tool.check_result(&value, policy.max_violations);
+            match violated(name, &found, policy, stats) {
+                Some(failure) => done(ToolOutcome::Error(failure), Ended::Failed),
+                None => done(
+                    ToolOutcome::Ok((!value.is_null()).then_some(value)),
+                    Ended::Ok,
+                ),
+            }
+        }
+        Outcome::Returned(Err(e)) if e.is_cancelled() => {
+            done(ToolOutcome::Cancelled(None), Ended::Cancelled)
+        }
+        Outcome::Returned(Err(e)) => done(ToolOutcome::Error(e.into_failure()), Ended::Failed),
+        Outcome::Panicked(text) => {
+            let message = panic_message(name, &text, policy.debug_errors);
+            let failure = ToolFailure::new(ErrorCode::INTERNAL_ERROR, message);
+            done(ToolOutcome::Error(failure), Ended::Failed)
+        }
+        // Stopped after a cancel (the client's, a timeout's, shutdown's).
+        Outcome::Stopped => done(ToolOutcome::Cancelled(None), Ended::Cancelled),
+    }
+}
+
+/// Logs and counts a result that violates the output schema; the failure it
+/// becomes with `strict_output_validation`.
+fn violated(name: &str, found: &Violations, policy: Policy, stats: &Stats) -> Option<ToolFailure> {
+    if found.is_empty() {
+        return None;
+    }
+    stats.warnings.fetch_add(1, Relaxed);
+    tracing::warn!(tool = %name, violations = ?found.listed, total = found.total, "tool result violates its output schema");
+    if !policy.strict_output_validation {
+        return None;
+    }
+    let failure = ToolFailure::new(
+        ErrorCode::TOOL_EXECUTION_ERROR,
+        format!("Result of tool {name} violates its output schema"),
+    );
+    Some(counted(failure.with_details(found.details()), found))
+}
+
+/// `failure` with the count of the violations its details list: `total`, or
+/// `total_at_least` when counting stopped early.
+pub(crate) fn counted(mut failure: ToolFailure, found: &Violations) -> ToolFailure {
+    let count = Some(found.total as u64);
+    if found.exhaustive {
+        failure.total = count;
+    } else {
+        failure.total_at_least = count;
+    }
+    failure
 }

@@ -19,10 +19,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Context;
 use crate::context::{ProgressSink, ProgressSlot};
-use crate::exec::{self, CallEvent, CallKey, Outcome};
+use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy};
+use crate::protocol::payload::{ToolFailure, ToolOutcome};
 use crate::session::Shared;
 use crate::stats::Ended;
-use crate::tool::{Tool, ToolError};
+use crate::tool::Tool;
 
 /// The subject an authenticated `/mcp` request carries into its calls.
 #[derive(Clone)]
@@ -333,50 +334,36 @@ impl ExportService {
             }
             Stop::Outcome(outcome) => outcome,
         };
-        match outcome {
-            Outcome::Returned(Ok(value)) => {
-                let found = tool.check_result(&value, self.shared.config.max_violations);
-                if !found.is_empty() {
-                    self.shared.stats.warnings.fetch_add(1, Relaxed);
-                    tracing::warn!(tool = %name, violations = ?found.listed, total = found.total, "tool result violates its output schema");
-                    if self.shared.config.strict_output_validation {
-                        let details = found.details();
-                        let text = format!("Result of tool {name} violates its output schema");
-                        return (Ended::Failed, error_result(text, Some(details)));
-                    }
-                }
-                (Ended::Ok, success_result(tool, value))
+        let config = &self.shared.config;
+        let policy = Policy {
+            max_violations: config.max_violations,
+            strict_output_validation: config.strict_output_validation,
+            debug_errors: config.debug_errors,
+        };
+        let (completion, ended) = exec::complete(tool, outcome, policy, &self.shared.stats);
+        let result = match completion {
+            Completion::Done(ToolOutcome::Ok(value)) => {
+                success_result(tool, value.unwrap_or(Value::Null))
             }
-            Outcome::Returned(Err(e)) if e.is_cancelled() => (
-                Ended::Cancelled,
-                error_result(format!("Tool {name} was cancelled"), None),
-            ),
-            Outcome::Returned(Err(e)) => {
+            Completion::Done(ToolOutcome::Cancelled(_)) => {
+                error_result(format!("Tool {name} was cancelled"), None)
+            }
+            Completion::Done(ToolOutcome::Error(failure)) => {
                 // An imported tool's `isError` blocks pass through as they are.
-                let blocks = e
-                    .details()
+                let blocks = failure
+                    .details
+                    .as_ref()
                     .filter(|_| tool.mcp_content())
                     .and_then(passthrough_blocks);
-                let result = match blocks {
+                match blocks {
                     Some(blocks) => CallToolResult::error(blocks),
-                    None => tool_error_result(&e),
-                };
-                (Ended::Failed, result)
-            }
-            Outcome::Panicked(text) => {
-                let message = exec::panic_message(name, &text, self.shared.config.debug_errors);
-                (Ended::Failed, error_result(message, None))
+                    None => failure_result(failure),
+                }
             }
             // Not asked for (`render: None`): MCP renders values itself.
-            Outcome::Rendered(_) => (
-                Ended::Failed,
-                error_result(format!("Internal error in tool {name}"), None),
-            ),
-            Outcome::Stopped => (
-                Ended::Cancelled,
-                error_result(format!("Tool {name} was cancelled"), None),
-            ),
-        }
+            Completion::Encoded(_) => error_result(format!("Internal error in tool {name}"), None),
+        };
+        (ended, result)
     }
 }
 
@@ -418,10 +405,10 @@ fn passthrough_blocks(value: &Value) -> Option<Vec<ContentBlock>> {
 }
 
 /// A tool error the model can read: the message, then the code and any details.
-fn tool_error_result(e: &ToolError) -> CallToolResult {
+fn failure_result(failure: ToolFailure) -> CallToolResult {
     error_result(
-        format!("{} ({})", e.message(), e.code()),
-        e.details().cloned(),
+        format!("{} ({})", failure.message, failure.code),
+        failure.details,
     )
 }
 
@@ -498,6 +485,7 @@ impl McpHttp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tool::ToolError;
     use serde_json::json;
 
     fn tool(output: Option<Value>) -> Tool {
@@ -575,7 +563,7 @@ mod tests {
     #[test]
     fn tool_errors_are_readable_text() {
         let e = ToolError::execution("no such user").with_details(json!({"id": 3}));
-        let r = tool_error_result(&e);
+        let r = failure_result(e.into_failure());
         assert_eq!(r.is_error, Some(true));
         assert_eq!(
             r.content[0].as_text().unwrap().text,

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Pending, Session};
 use crate::Context;
 use crate::context::{Progress, ProgressSink, ProgressSlot};
-use crate::exec::{self, CallEvent, CallKey, Outcome, Render, Rendered, Validation};
+use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Render, Validation};
 use crate::protocol::payload::{
     ToolCall, ToolDone, ToolFailure, ToolOutcome, ToolStatus, ToolUpdate, UpdateStatus,
 };
@@ -378,62 +378,19 @@ impl Session {
         let Some(call) = self.calls.get(&key) else {
             return;
         };
-        let name = call.tool.name().to_owned();
-        match outcome {
-            Outcome::Rendered(rendered) => {
-                let Rendered { json, violations } = *rendered;
-                if self.output_violated(key, &name, &violations) {
-                    return;
-                }
-                let result = match json {
-                    Ok(json) => DoneResult::Json(json),
-                    Err(size) => DoneResult::TooLarge(size),
-                };
-                self.finish_done(key, result, Ended::Ok);
-            }
-            Outcome::Returned(Ok(value)) => {
-                let found = call.tool.check_result(&value, self.config().max_violations);
-                if self.output_violated(key, &name, &found) {
-                    return;
-                }
-                let result = (!value.is_null()).then_some(value);
-                self.finish(key, ToolOutcome::Ok(result), Ended::Ok);
-            }
-            Outcome::Returned(Err(e)) if e.is_cancelled() => {
-                self.finish(key, ToolOutcome::Cancelled(None), Ended::Cancelled)
-            }
-            Outcome::Returned(Err(e)) => {
-                self.finish(key, ToolOutcome::Error(e.into_failure()), Ended::Failed)
-            }
-            Outcome::Panicked(text) => {
-                let message = exec::panic_message(&name, &text, self.shared.config.debug_errors);
-                let failure = ToolFailure::new(ErrorCode::INTERNAL_ERROR, message);
-                self.finish(key, ToolOutcome::Error(failure), Ended::Failed);
-            }
-            // Stopped without a cancel from us: only when the session is going away.
-            Outcome::Stopped => self.finish(key, ToolOutcome::Cancelled(None), Ended::Cancelled),
-        }
-    }
-
-    /// A result that violates the tool's output schema is logged and counted
-    /// (`warnings`); with `strict_output_validation` the call ends `ERROR`
-    /// instead (then true).
-    fn output_violated(&mut self, key: CallKey, name: &str, found: &Violations) -> bool {
-        if found.is_empty() {
-            return false;
-        }
-        self.shared.stats.warnings.fetch_add(1, Relaxed);
-        tracing::warn!(tool = %name, violations = ?found.listed, total = found.total, "tool result violates its output schema");
-        if !self.shared.config.strict_output_validation {
-            return false;
-        }
-        let failure = ToolFailure::new(
-            ErrorCode::TOOL_EXECUTION_ERROR,
-            format!("Result of tool {name} violates its output schema"),
-        );
-        let failure = counted(failure.with_details(found.details()), found);
-        self.finish(key, ToolOutcome::Error(failure), Ended::Failed);
-        true
+        let config = self.config();
+        let policy = Policy {
+            max_violations: config.max_violations,
+            strict_output_validation: config.strict_output_validation,
+            debug_errors: config.debug_errors,
+        };
+        let (completion, ended) = exec::complete(&call.tool, outcome, policy, &self.shared.stats);
+        let result = match completion {
+            Completion::Done(outcome) => DoneResult::Outcome(outcome),
+            Completion::Encoded(Ok(json)) => DoneResult::Json(json),
+            Completion::Encoded(Err(size)) => DoneResult::TooLarge(size),
+        };
+        self.finish_done(key, result, ended);
     }
 
     fn finish_cancelled(&mut self, key: CallKey, reason: Option<String>) {
@@ -690,19 +647,7 @@ fn invalid_params(tool: &str, found: &Violations) -> ToolFailure {
         ErrorCode::INVALID_PARAMS,
         format!("Invalid params for tool {tool}"),
     );
-    counted(failure.with_details(found.details()), found)
-}
-
-/// `failure` with the count of the violations its details list: `total`, or
-/// `total_at_least` when counting stopped early.
-fn counted(mut failure: ToolFailure, found: &Violations) -> ToolFailure {
-    let count = Some(found.total as u64);
-    if found.exhaustive {
-        failure.total = count;
-    } else {
-        failure.total_at_least = count;
-    }
-    failure
+    exec::counted(failure.with_details(found.details()), found)
 }
 
 /// A `TOOL_UPDATE` about `call`, `partial` moved into the payload, not copied.
