@@ -3,7 +3,7 @@
 use syn::meta::ParseNestedMeta;
 use syn::{LitStr, Path};
 
-use crate::check::Errors;
+use crate::errors::Errors;
 
 /// The options of one `#[haip_tool(...)]`.
 #[derive(Default)]
@@ -84,6 +84,13 @@ impl Options {
             errors.push(e);
         }
         options
+    }
+
+    /// The crate root generated code names (`::haip` unless `crate = "..."`).
+    pub(crate) fn crate_path(&self) -> Path {
+        self.krate
+            .clone()
+            .unwrap_or_else(|| syn::parse_quote!(::haip))
     }
 }
 

@@ -2,23 +2,15 @@
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};
+use syn::LitStr;
 use syn::spanned::Spanned;
-use syn::{LitStr, Path};
 
 use crate::attr::Options;
 use crate::doc;
 use crate::model::{Output, ParamKind, ToolFn};
 
-/// The crate root generated code names (`::haip` unless `crate = "..."`).
-pub(crate) fn crate_path(options: &Options) -> Path {
-    options
-        .krate
-        .clone()
-        .unwrap_or_else(|| syn::parse_quote!(::haip))
-}
-
 pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
-    let krate = crate_path(options);
+    let krate = options.crate_path();
     let krate_str = quote!(#krate).to_string().replace(' ', "");
     let serde_path = LitStr::new(
         &format!("{krate_str}::__private::serde"),

@@ -7,15 +7,14 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use crate::attr::Options;
-use crate::check::Errors;
-use crate::expand::crate_path;
+use crate::errors::Errors;
 use crate::model::{ParamKind, ToolFn};
 
 pub(crate) fn fallback(model: &ToolFn, options: &Options, errors: &Errors) -> TokenStream {
     let func = &model.func;
     let vis = &func.vis;
     let name = model.name();
-    let krate = crate_path(options);
+    let krate = options.crate_path();
     let errors = errors.to_compile_errors();
     if model
         .params

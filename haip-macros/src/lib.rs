@@ -4,9 +4,13 @@
 //! crate to its own version; generated code names the runtime only through
 //! `::haip::__private`.
 
+// Phases, in order: `attr` (options) → `model` (the function) → `check`
+// (rules) → `expand` (or `fallback` when there are errors). Each imports only
+// earlier phases and the shared `errors` and `doc`.
 mod attr;
 mod check;
 mod doc;
+mod errors;
 mod expand;
 mod fallback;
 mod model;
@@ -142,7 +146,7 @@ use quote::quote;
 /// ```
 #[proc_macro_attribute]
 pub fn haip_tool(args: TokenStream, item: TokenStream) -> TokenStream {
-    let mut errors = check::Errors::default();
+    let mut errors = errors::Errors::default();
     let options = attr::Options::parse(args.into(), &mut errors);
     let func = match syn::parse::<syn::ItemFn>(item.clone()) {
         Ok(func) => func,

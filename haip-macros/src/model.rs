@@ -6,8 +6,8 @@ use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::{Expr, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Type};
 
-use crate::check::Errors;
 use crate::doc::{self, DocPiece};
+use crate::errors::Errors;
 
 pub(crate) struct ToolFn {
     /// The user's function, with parameter attributes (docs, `#[haip(...)]`) removed.
