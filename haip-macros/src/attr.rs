@@ -1,5 +1,7 @@
-//! Parsing `#[haip_tool(...)]` options.
+//! Parsing the options of `#[haip_tool(...)]` and `#[haip::data(...)]`: the
+//! first phase, before the function is looked at.
 
+use proc_macro2::{Span, TokenStream};
 use syn::meta::ParseNestedMeta;
 use syn::{LitStr, Path};
 
@@ -19,29 +21,10 @@ const KNOWN: &str = "`name`, `description`, `timeout`, `crate`";
 
 impl Options {
     /// Parses the attribute's arguments, recording every mistake in `errors`.
-    pub(crate) fn parse(args: proc_macro2::TokenStream, errors: &mut Errors) -> Options {
+    pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Options {
         let mut options = Options::default();
-        let mut seen: Vec<String> = Vec::new();
-        let parser = syn::meta::parser(|meta| {
-            let key = meta
-                .path
-                .get_ident()
-                .map(ToString::to_string)
-                .unwrap_or_else(|| {
-                    quote::ToTokens::to_token_stream(&meta.path)
-                        .to_string()
-                        .replace(' ', "")
-                });
-            if seen.contains(&key) {
-                errors.push(syn::Error::new_spanned(
-                    &meta.path,
-                    format!("`{key}` set more than once"),
-                ));
-                skip_value(&meta)?;
-                return Ok(());
-            }
-            seen.push(key.clone());
-            match key.as_str() {
+        parse_keys(args, KNOWN, errors, |key, meta, errors| {
+            match key {
                 "name" => {
                     let lit: LitStr = meta.value()?.parse()?;
                     if let Err(message) = validate_name(&lit.value()) {
@@ -57,40 +40,125 @@ impl Options {
                         Err(message) => errors.push(syn::Error::new(lit.span(), message)),
                     }
                 }
-                "crate" => {
-                    let lit: LitStr = meta.value()?.parse()?;
-                    match lit.parse::<Path>() {
-                        Ok(path) => options.krate = Some(path),
-                        Err(_) => errors.push(syn::Error::new(
-                            lit.span(),
-                            format!(
-                                "`crate` must be a path, e.g. \"::haip\"; got \"{}\"",
-                                lit.value()
-                            ),
-                        )),
-                    }
-                }
-                _ => {
-                    errors.push(syn::Error::new_spanned(
-                        &meta.path,
-                        format!("unknown argument `{key}`; expected one of: {KNOWN}"),
-                    ));
-                    skip_value(&meta)?;
-                }
+                "crate" => options.krate = parse_crate(meta, errors)?,
+                _ => return Ok(false),
             }
-            Ok(())
+            Ok(true)
         });
-        if let Err(e) = syn::parse::Parser::parse2(parser, args) {
-            errors.push(e);
-        }
         options
     }
 
     /// The crate root generated code names (`::haip` unless `crate = "..."`).
     pub(crate) fn crate_path(&self) -> Path {
-        self.krate
-            .clone()
-            .unwrap_or_else(|| syn::parse_quote!(::haip))
+        crate_path(self.krate.as_ref())
+    }
+}
+
+/// The options of one `#[haip::data(...)]`: `crate = "..."` only.
+#[derive(Default)]
+pub(crate) struct DataOptions {
+    pub(crate) krate: Option<Path>,
+}
+
+impl DataOptions {
+    /// Parses the attribute's arguments, recording every mistake in `errors`.
+    pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> DataOptions {
+        let mut options = DataOptions::default();
+        parse_keys(args, "`crate`", errors, |key, meta, errors| {
+            if key != "crate" {
+                return Ok(false);
+            }
+            options.krate = parse_crate(meta, errors)?;
+            Ok(true)
+        });
+        options
+    }
+
+    /// The crate root generated code names (`::haip` unless `crate = "..."`).
+    pub(crate) fn crate_path(&self) -> Path {
+        crate_path(self.krate.as_ref())
+    }
+}
+
+fn crate_path(krate: Option<&Path>) -> Path {
+    krate.cloned().unwrap_or_else(|| syn::parse_quote!(::haip))
+}
+
+/// The `crate = "..."` values serde's and schemars' derives need:
+/// `"<krate>::__private::serde"` and `"<krate>::__private::schemars"`.
+pub(crate) fn derive_crates(krate: &Path) -> (LitStr, LitStr) {
+    let root = quote::quote!(#krate).to_string().replace(' ', "");
+    (
+        LitStr::new(&format!("{root}::__private::serde"), Span::call_site()),
+        LitStr::new(&format!("{root}::__private::schemars"), Span::call_site()),
+    )
+}
+
+/// Walks `key = value` arguments: a repeated key is an error, `handle` takes
+/// the known ones (returning `false` for an unknown key, reported with `known`).
+fn parse_keys(
+    args: TokenStream,
+    known: &str,
+    errors: &mut Errors,
+    mut handle: impl FnMut(&str, &ParseNestedMeta<'_>, &mut Errors) -> syn::Result<bool>,
+) {
+    let mut seen: Vec<String> = Vec::new();
+    let mut found = Vec::new();
+    let parser = syn::meta::parser(|meta| {
+        let key = meta
+            .path
+            .get_ident()
+            .map(ToString::to_string)
+            .unwrap_or_else(|| {
+                quote::ToTokens::to_token_stream(&meta.path)
+                    .to_string()
+                    .replace(' ', "")
+            });
+        if seen.contains(&key) {
+            found.push(syn::Error::new_spanned(
+                &meta.path,
+                format!("`{key}` set more than once"),
+            ));
+            skip_value(&meta)?;
+            return Ok(());
+        }
+        seen.push(key.clone());
+        let mut inner = Errors::default();
+        let handled = handle(&key, &meta, &mut inner)?;
+        found.extend(inner.into_vec());
+        if !handled {
+            found.push(syn::Error::new_spanned(
+                &meta.path,
+                format!("unknown argument `{key}`; expected one of: {known}"),
+            ));
+            skip_value(&meta)?;
+        }
+        Ok(())
+    });
+    let result = syn::parse::Parser::parse2(parser, args);
+    for error in found {
+        errors.push(error);
+    }
+    if let Err(e) = result {
+        errors.push(e);
+    }
+}
+
+/// `crate = "path"`.
+fn parse_crate(meta: &ParseNestedMeta<'_>, errors: &mut Errors) -> syn::Result<Option<Path>> {
+    let lit: LitStr = meta.value()?.parse()?;
+    match lit.parse::<Path>() {
+        Ok(path) => Ok(Some(path)),
+        Err(_) => {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`crate` must be a path, e.g. \"::haip\"; got \"{}\"",
+                    lit.value()
+                ),
+            ));
+            Ok(None)
+        }
     }
 }
 
@@ -195,6 +263,32 @@ mod tests {
         assert_eq!(messages.len(), 2, "{messages:?}");
         assert!(messages[0].starts_with("unknown argument `nmae`"));
         assert_eq!(messages[1], "`timeout` set more than once");
+    }
+
+    #[test]
+    fn data_takes_only_a_crate() {
+        let mut errors = Errors::default();
+        let o = DataOptions::parse(quote!(crate = "my_haip"), &mut errors);
+        assert!(errors.is_empty());
+        let krate = o.krate.as_ref().unwrap();
+        assert_eq!(quote!(#krate).to_string(), "my_haip");
+        let (serde, schemars) = derive_crates(&o.crate_path());
+        assert_eq!(serde.value(), "my_haip::__private::serde");
+        assert_eq!(schemars.value(), "my_haip::__private::schemars");
+        let o = DataOptions::parse(quote!(), &mut errors);
+        assert_eq!(
+            derive_crates(&o.crate_path()).0.value(),
+            "::haip::__private::serde"
+        );
+        let mut errors = Errors::default();
+        DataOptions::parse(quote!(crate = "a", crate = "b", name = "x"), &mut errors);
+        let messages = errors.messages();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert_eq!(messages[0], "`crate` set more than once");
+        assert_eq!(
+            messages[1],
+            "unknown argument `name`; expected one of: `crate`"
+        );
     }
 
     #[test]

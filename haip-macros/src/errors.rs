@@ -16,6 +16,10 @@ impl Errors {
         self.errors.is_empty()
     }
 
+    pub(crate) fn into_vec(self) -> Vec<syn::Error> {
+        self.errors
+    }
+
     pub(crate) fn to_compile_errors(&self) -> proc_macro2::TokenStream {
         self.errors
             .iter()

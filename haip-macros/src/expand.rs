@@ -5,21 +5,13 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::LitStr;
 use syn::spanned::Spanned;
 
-use crate::attr::Options;
+use crate::attr::{self, Options};
 use crate::doc;
 use crate::model::{Output, ParamKind, ToolFn};
 
 pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
     let krate = options.crate_path();
-    let krate_str = quote!(#krate).to_string().replace(' ', "");
-    let serde_path = LitStr::new(
-        &format!("{krate_str}::__private::serde"),
-        proc_macro2::Span::call_site(),
-    );
-    let schemars_path = LitStr::new(
-        &format!("{krate_str}::__private::schemars"),
-        proc_macro2::Span::call_site(),
-    );
+    let (serde_path, schemars_path) = attr::derive_crates(&krate);
 
     let func = &model.func;
     let vis = &func.vis;

@@ -184,26 +184,29 @@ pub fn haip_tool(args: TokenStream, item: TokenStream) -> TokenStream {
 ///     Subtract,
 /// }
 /// ```
+///
+/// # Options
+///
+/// `#[haip::data(crate = "path")]` names the `haip` crate when it is renamed
+/// (default `::haip`), as `#[haip_tool(crate = "...")]` does.
 #[proc_macro_attribute]
 pub fn data(args: TokenStream, item: TokenStream) -> TokenStream {
-    let args: proc_macro2::TokenStream = args.into();
+    let mut errors = errors::Errors::default();
+    let options = attr::DataOptions::parse(args.into(), &mut errors);
     let item: proc_macro2::TokenStream = item.into();
-    let mut out = proc_macro2::TokenStream::new();
-    if !args.is_empty() {
-        out.extend(
-            syn::Error::new_spanned(&args, "#[haip::data] takes no arguments").to_compile_error(),
-        );
-    }
-    let krate: syn::Path = syn::parse_quote!(::haip);
-    out.extend(quote! {
+    let krate = options.crate_path();
+    let (serde_path, schemars_path) = attr::derive_crates(&krate);
+    let errors = errors.to_compile_errors();
+    quote! {
+        #errors
         #[derive(
             #krate::__private::serde::Serialize,
             #krate::__private::serde::Deserialize,
             #krate::__private::schemars::JsonSchema
         )]
-        #[serde(crate = "::haip::__private::serde")]
-        #[schemars(crate = "::haip::__private::schemars")]
+        #[serde(crate = #serde_path)]
+        #[schemars(crate = #schemars_path)]
         #item
-    });
-    out.into()
+    }
+    .into()
 }
