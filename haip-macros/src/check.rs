@@ -1,10 +1,22 @@
-//! Semantic rules for `#[haip_tool]` functions. Every violation is collected,
-//! so one build reports all of them.
+//! The rules of `#[haip_tool]` functions, in two kinds:
+//!
+//! - **syntactic** ([`check`]): generics, receivers, qualifiers, `impl Trait`
+//!   parameters. Every violation is collected, so one build reports all of them.
+//! - **by role** ([`role_checks`]): whether a parameter is data, injected
+//!   (`Context`, `State<T>`) or the whole params (`Params<T>`) is decided by
+//!   its type's `ToolArg` implementation, which only the compiler knows. These
+//!   rules become compile-time assertions (`const _: () = ...`) at the user's
+//!   token, evaluated by rustc.
+
+use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{GenericParam, Path, Type};
 
 use crate::errors::Errors;
-use crate::model::{ParamKind, ToolFn};
+use crate::model::{Param, ToolFn};
 
-/// Checks the function against the rules of `#[haip_tool]`.
+/// Checks the function against the syntactic rules of `#[haip_tool]`.
 pub(crate) fn check(model: &ToolFn, errors: &mut Errors) {
     let sig = &model.func.sig;
     if !sig.generics.params.is_empty() {
@@ -43,69 +55,159 @@ pub(crate) fn check(model: &ToolFn, errors: &mut Errors) {
             "#[haip_tool] functions cannot be variadic",
         ));
     }
-
-    let mut contexts = 0;
-    let mut whole_params = 0;
-    let args = model.args().count();
+    if let Some(span) = model.receiver {
+        errors.push(syn::Error::new(
+            span,
+            "#[haip_tool] cannot take `self`: use a free function, and `haip::State<T>` for shared state",
+        ));
+    }
     for param in &model.params {
-        match &param.kind {
-            ParamKind::Receiver(span) => errors.push(syn::Error::new(
-                *span,
-                "#[haip_tool] cannot take `self`: use a free function, and `haip::State<T>` for shared state",
-            )),
-            ParamKind::Arg => {
-                if param.ident.is_none() {
-                    errors.push(syn::Error::new(
-                        param.pat_span,
-                        "use a plain identifier here: a tool parameter's name is its property name in the input schema",
-                    ));
-                }
-                if let syn::Type::ImplTrait(t) = &param.ty {
-                    errors.push(syn::Error::new_spanned(
-                        t,
-                        "`impl Trait` parameters make the function generic; name a concrete type",
-                    ));
-                }
-            }
-            ParamKind::Context => {
-                contexts += 1;
-                if contexts == 2 {
-                    errors.push(syn::Error::new_spanned(
-                        &param.ty,
-                        "a tool takes at most one `Context`; clone it where you need it twice",
-                    ));
-                }
-            }
-            ParamKind::State => {}
-            ParamKind::Params(_) => {
-                whole_params += 1;
-                if whole_params == 2 {
-                    errors.push(syn::Error::new_spanned(&param.ty, "a tool takes at most one `Params<T>`"));
-                } else if args > 0 {
-                    errors.push(syn::Error::new_spanned(
-                        &param.ty,
-                        "`Params<T>` must be the only parameter taken from params: move the other parameters into `T`",
-                    ));
-                }
-            }
-        }
-        if let Some((_, span)) = &param.default
-            && !matches!(param.kind, ParamKind::Arg)
-        {
-            errors.push(syn::Error::new(
-                *span,
-                "`#[haip(default = ...)]` applies only to parameters taken from params",
+        if let Type::ImplTrait(t) = &param.ty {
+            errors.push(syn::Error::new_spanned(
+                t,
+                "`impl Trait` parameters make the function generic; name a concrete type",
             ));
         }
-        if !matches!(param.kind, ParamKind::Arg) {
-            for attr in &param.field_attrs {
-                errors.push(syn::Error::new_spanned(
-                    attr,
-                    "serde and schemars attributes apply only to parameters taken from params; put them on the fields of `T` in `Params<T>`",
-                ));
-            }
+    }
+}
+
+/// The rules that depend on what each parameter is, as compile-time
+/// assertions: the role of each parameter (`ToolArg::ROLE`) is an associated
+/// const of the generated type (`__HAIP_ROLE_<i>`, all of them in
+/// `__HAIP_ROLES`), and each rule is a `const _` that panics, at the offending
+/// token, when it is broken.
+///
+/// Parameters whose type cannot be named outside the function (a generic
+/// parameter, `impl Trait`, `Self`) are left out, so these checks can run
+/// beside the syntactic errors too. Nothing is emitted for a method (there is
+/// no type to hold the roles).
+pub(crate) fn role_checks(model: &ToolFn, krate: &Path) -> TokenStream {
+    if model.receiver.is_some() {
+        return TokenStream::new();
+    }
+    let private = quote!(#krate::__private);
+    let generics: Vec<String> = model
+        .func
+        .sig
+        .generics
+        .params
+        .iter()
+        .map(|g| match g {
+            GenericParam::Type(t) => t.ident.to_string(),
+            GenericParam::Lifetime(l) => l.lifetime.ident.to_string(),
+            GenericParam::Const(c) => c.ident.to_string(),
+        })
+        .collect();
+    let closed: Vec<(usize, &Param)> = model
+        .params
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| is_closed(p.ty.to_token_stream(), &generics))
+        .collect();
+    let name = model.name();
+    let count = closed.len();
+    let role_consts = closed.iter().map(|(i, p)| {
+        let ty = &p.ty;
+        let role = role_const(*i);
+        quote_spanned!(ty.span()=> const #role: #private::ArgRole = <#ty as #private::ToolArg>::ROLE;)
+    });
+    let roles = closed.iter().map(|(i, _)| role_const(*i));
+    let mut out = quote! {
+        #[allow(dead_code, clippy::all, clippy::pedantic)]
+        impl #name {
+            #(#role_consts)*
+            const __HAIP_ROLES: [#private::ArgRole; #count] = [#(Self::#roles),*];
+        }
+    };
+    let roles = quote!(&#name::__HAIP_ROLES);
+    for (i, (_, param)) in closed.iter().enumerate() {
+        if param.ident.is_none() {
+            let panic = spanned_panic(
+                &param.pat,
+                "use a plain identifier here: a tool parameter's name is its property name in the input schema",
+            );
+            out.extend(quote! {
+                const _: () = if #private::is_data(#roles, #i) { #panic };
+            });
+        }
+        let ty = &param.ty;
+        let second_context = spanned_panic(
+            ty,
+            "a tool takes at most one `Context`; clone it where you need it twice",
+        );
+        let second_params = spanned_panic(ty, "a tool takes at most one `Params<T>`");
+        let beside_data = spanned_panic(
+            ty,
+            "`Params<T>` must be the only parameter taken from params: move the other parameters into `T`",
+        );
+        out.extend(quote! {
+            const _: () = if #private::second_context(#roles, #i) {
+                #second_context
+            } else if #private::second_params(#roles, #i) {
+                #second_params
+            } else if #private::params_beside_data(#roles, #i) {
+                #beside_data
+            };
+        });
+        if let Some((_, attr)) = &param.default {
+            let panic = spanned_panic(
+                attr,
+                "`#[haip(default = ...)]` applies only to parameters taken from params",
+            );
+            out.extend(quote! {
+                const _: () = if !#private::is_data(#roles, #i) { #panic };
+            });
+        }
+        for attr in &param.field_attrs {
+            let panic = spanned_panic(
+                attr,
+                "serde and schemars attributes apply only to parameters taken from params; put them on the fields of `T` in `Params<T>`",
+            );
+            out.extend(quote! {
+                const _: () = if !#private::is_data(#roles, #i) { #panic };
+            });
         }
     }
+    out
+}
+
+/// `__HAIP_ROLE_<index>`: the role of parameter `index`, the one place a
+/// parameter type is asked to be a `ToolArg` (so a bad type is one error, at
+/// that type). Generated code reaches the type through
+/// `Checked<{ <fn>::__HAIP_ROLE_<index> as u8 }, T>`.
+pub(crate) fn role_const(index: usize) -> syn::Ident {
+    quote::format_ident!("__HAIP_ROLE_{}", index)
+}
+
+/// Whether a type can be named outside the function: no `impl Trait`, no
+/// `Self` and none of the function's generic parameters (types, lifetimes,
+/// consts) appear in it.
+fn is_closed(tokens: TokenStream, generics: &[String]) -> bool {
+    tokens.into_iter().all(|token| match token {
+        TokenTree::Ident(ident) => {
+            let ident = ident.to_string();
+            ident != "impl" && ident != "Self" && !generics.contains(&ident)
+        }
+        TokenTree::Group(group) => is_closed(group.stream(), generics),
+        _ => true,
+    })
+}
+
+/// `::core::panic!(message)`, spanning the tokens of `at` (first to last), so
+/// the compile-time error underlines them.
+fn spanned_panic(at: &dyn ToTokens, message: &str) -> TokenStream {
+    let tokens = at.to_token_stream();
+    let start = tokens
+        .clone()
+        .into_iter()
+        .next()
+        .map_or_else(Span::call_site, |t| t.span());
+    let end = tokens.into_iter().last().map_or(start, |t| t.span());
+    let mut args = Group::new(Delimiter::Parenthesis, quote_spanned!(end=> #message));
+    args.set_span(end);
+    let mut out = quote_spanned!(start=> ::core::panic!);
+    out.extend([TokenTree::Group(args)]);
+    out
 }
 
 #[cfg(test)]
@@ -120,43 +222,79 @@ mod tests {
         errors.messages()
     }
 
-    #[test]
-    fn accepted_forms_have_no_errors() {
-        assert!(messages(parse_quote! { async fn ok(a: u8, ctx: Context) -> u8 { a } }).is_empty());
-        assert!(messages(parse_quote! { fn ok(Params(p): Params<P>, s: State<S>) {} }).is_empty());
+    fn role_checks_of(f: syn::ItemFn) -> String {
+        let mut errors = Errors::default();
+        let model = ToolFn::parse(f, &mut errors);
+        role_checks(&model, &parse_quote!(::haip)).to_string()
     }
 
     #[test]
-    fn every_mistake_is_reported_at_once() {
+    fn accepted_forms_have_no_syntactic_errors() {
+        assert!(messages(parse_quote! { async fn ok(a: u8, ctx: Context) -> u8 { a } }).is_empty());
+        assert!(messages(parse_quote! { fn ok(Params(p): Params<P>, s: State<S>) {} }).is_empty());
+        // Decided by the types' roles, at compile time, not here.
+        assert!(
+            messages(parse_quote! { fn ok((a, b): (u8, u8), c1: Context, c2: Context) {} })
+                .is_empty()
+        );
+        assert!(messages(parse_quote! { fn ok(a: u8, Params(p): Params<P>) {} }).is_empty());
+    }
+
+    #[test]
+    fn every_syntactic_mistake_is_reported_at_once() {
         let m = messages(parse_quote! {
-            async fn bad<T>(&self, (a, b): (u8, u8), c1: Context, c2: Context, #[haip(default = 1)] c3: State<X>) where T: Copy {}
+            async fn bad<T>(&self, a: impl Into<String>) where T: Copy {}
         });
-        assert_eq!(m.len(), 6, "{m:#?}");
+        assert_eq!(m.len(), 4, "{m:#?}");
         assert!(m[0].contains("cannot be generic"));
         assert!(m[1].contains("`where` clause"));
         assert!(m[2].contains("cannot take `self`"));
-        assert!(m[3].contains("plain identifier"));
-        assert!(m[4].contains("at most one `Context`"));
-        assert!(m[5].contains("applies only to parameters taken from params"));
-    }
-
-    #[test]
-    fn qualifiers_impl_trait_and_misplaced_attributes_are_rejected() {
-        let m = messages(parse_quote! { const unsafe extern "C" fn f(a: impl Into<String>) {} });
-        assert_eq!(m.len(), 4, "{m:#?}");
+        assert!(m[3].contains("`impl Trait`"));
+        let m = messages(parse_quote! { const unsafe extern "C" fn f(a: u8) {} });
+        assert_eq!(m.len(), 3, "{m:#?}");
         assert!(m[0].contains("`const`"));
         assert!(m[1].contains("`unsafe`"));
         assert!(m[2].contains("`extern`"));
-        assert!(m[3].contains("`impl Trait`"));
-        let m = messages(parse_quote! { async fn f(#[schemars(length(min = 1))] ctx: Context) {} });
-        assert_eq!(m.len(), 1, "{m:#?}");
-        assert!(m[0].contains("only to parameters taken from params"));
     }
 
     #[test]
-    fn params_must_stand_alone() {
-        let m = messages(parse_quote! { fn f(a: u8, Params(p): Params<P>) {} });
-        assert_eq!(m.len(), 1);
-        assert!(m[0].contains("must be the only parameter"));
+    fn role_rules_become_assertions_at_the_users_tokens() {
+        let out = role_checks_of(parse_quote! {
+            async fn f((a, b): (u8, u8), #[haip(default = 1)] #[serde(rename = "x")] c: Context) {}
+        });
+        for needle in [
+            "const __HAIP_ROLE_0 : :: haip :: __private :: ArgRole = < (u8 , u8) as :: haip :: __private :: ToolArg > :: ROLE ;",
+            "const __HAIP_ROLE_1 : :: haip :: __private :: ArgRole = < Context as :: haip :: __private :: ToolArg > :: ROLE ;",
+            "const __HAIP_ROLES : [:: haip :: __private :: ArgRole ; 2usize] = [Self :: __HAIP_ROLE_0 , Self :: __HAIP_ROLE_1]",
+        ] {
+            assert!(out.contains(needle), "{needle}: {out}");
+        }
+        for needle in [
+            "is_data (& f :: __HAIP_ROLES , 0usize)",
+            "use a plain identifier here",
+            "second_context (& f :: __HAIP_ROLES , 1usize)",
+            "at most one `Params<T>`",
+            "must be the only parameter taken from params",
+            "applies only to parameters taken from params\"",
+            "serde and schemars attributes apply only",
+        ] {
+            assert!(out.contains(needle), "{needle}: {out}");
+        }
+    }
+
+    #[test]
+    fn open_types_and_methods_get_no_role_checks() {
+        let out = role_checks_of(parse_quote! {
+            fn f<'a, T, const N: usize>(a: T, b: &'a str, c: [u8; N], d: impl Copy, e: Vec<Self>, g: u8) {}
+        });
+        assert!(
+            out.contains("[:: haip :: __private :: ArgRole ; 1usize] = [Self :: __HAIP_ROLE_5]"),
+            "{out}"
+        );
+        assert!(
+            out.contains("const __HAIP_ROLE_5 : :: haip :: __private :: ArgRole = < u8 as"),
+            "{out}"
+        );
+        assert!(role_checks_of(parse_quote! { fn f(&self, a: u8) {} }).is_empty());
     }
 }

@@ -1,14 +1,16 @@
-//! What `#[haip_tool]` emits when the function breaks its rules: the user's
-//! function unchanged (minus parameter attributes), every error, and a stand-in
-//! for the generated type so call sites such as `add::tool()` still compile
-//! and the only errors shown are the real ones.
+//! What `#[haip_tool]` emits when the function breaks its syntactic rules:
+//! the user's function unchanged (minus parameter attributes), every error,
+//! the role checks that can still run, and a stand-in for the generated type
+//! so call sites such as `add::tool()` still compile and the only errors shown
+//! are the real ones.
 
 use proc_macro2::TokenStream;
 use quote::quote;
 
 use crate::attr::Options;
+use crate::check;
 use crate::errors::Errors;
-use crate::model::{ParamKind, ToolFn};
+use crate::model::ToolFn;
 
 pub(crate) fn fallback(model: &ToolFn, options: &Options, errors: &Errors) -> TokenStream {
     let func = &model.func;
@@ -16,20 +18,19 @@ pub(crate) fn fallback(model: &ToolFn, options: &Options, errors: &Errors) -> To
     let name = model.name();
     let krate = options.crate_path();
     let errors = errors.to_compile_errors();
-    if model
-        .params
-        .iter()
-        .any(|p| matches!(p.kind, ParamKind::Receiver(_)))
-    {
+    if model.receiver.is_some() {
         // A method lives in an `impl` block, where no stand-in type can go.
         return quote! { #errors #func };
     }
+    let role_checks = check::role_checks(model, &krate);
     quote! {
         #errors
         #func
 
         #[allow(non_camel_case_types, dead_code)]
         #vis struct #name {}
+
+        #role_checks
 
         #[allow(dead_code)]
         impl #name {

@@ -61,8 +61,8 @@ use quote::quote;
 ///   checked at compile time).
 /// - **Description**: the doc comment (lines of a paragraph joined by spaces,
 ///   paragraphs by a blank line), or `description = "..."`.
-/// - **Input schema**: one property per parameter, described by the parameter's
-///   doc comment. `Option<T>` parameters are optional;
+/// - **Input schema**: one property per data parameter (see below), described
+///   by the parameter's doc comment. `Option<T>` parameters are optional;
 ///   `#[haip(default = <expr>)]` makes a parameter optional with that default.
 ///   Any `Deserialize + JsonSchema` type works, schemars validation attributes
 ///   included. A single `haip::Params<T>` parameter makes `T` the whole input
@@ -73,10 +73,30 @@ use quote::quote;
 /// - **Errors**: `Err(e)` with any `E: Display` ends the call with
 ///   `TOOL_EXECUTION_ERROR` and `e`'s message; `haip::ToolError` chooses the code
 ///   and details itself.
-/// - **Injected parameters** (not in the schema): `haip::Context` (progress,
-///   cancellation) and `haip::State<T>` (state given to
-///   `Server::builder().state(...)`; missing state is a start-up error).
 /// - An `async fn` runs as a task; a plain `fn` runs on the blocking thread pool.
+///
+/// # How parameters and results are classified
+///
+/// By their types, never by how they are spelled: the macro does not look at
+/// type names, the compiler resolves each parameter's type and the return type.
+///
+/// - `haip::Context` (progress, cancellation) and `haip::State<T>` (state
+///   given to `Server::builder().state(...)`; missing state is a start-up
+///   error) are **injected**: not in the schema, whatever the parameter is
+///   called and however the type is imported or aliased.
+/// - `haip::Params<T>` is the **whole params object**: the input schema is
+///   `T`'s.
+/// - Every other type is **data**, a property of the params object, and needs
+///   `Deserialize + JsonSchema`. A type of your own is data even when it is
+///   named `State`, `Context` or `Params`.
+/// - A return type that *is* `Result<T, E>`, under any alias or path
+///   (`std::io::Result<T>`, `type Res<T> = Result<T, MyError>`), is fallible:
+///   `Ok(T)` is the result, `Err(E)` a tool error. Any other type, including a
+///   type of your own named `Result`, is the result itself.
+///
+/// This is resolved when the crate compiles and when the tool is built (the
+/// input schema drops the injected parameters once, in `try_tool()`); nothing
+/// is decided per call.
 ///
 /// # Options
 ///
@@ -97,12 +117,24 @@ use quote::quote;
 ///
 /// # Compile errors
 ///
-/// Generic functions, `self` receivers, patterns instead of parameter names,
-/// two `Context`s, `Params<T>` beside other parameters, unknown or repeated
-/// options, an invalid name or timeout, and parameter or return types without
-/// the needed traits are compile errors at the offending token, all reported in
-/// one build. The function itself is still emitted, so the rest of the crate
+/// Every mistake is a compile error at the offending token, all reported in
+/// one build; the function itself is still emitted, so the rest of the crate
 /// keeps compiling.
+///
+/// - Found by the macro, from the syntax: generic functions, `self`
+///   receivers, `const`/`unsafe`/`extern` functions, `impl Trait` parameters,
+///   unknown or repeated options, an invalid name or timeout.
+/// - Found by the compiler, from the types: a parameter type that is neither
+///   data (`Deserialize + JsonSchema`) nor `Context`/`State<T>`/`Params<T>`,
+///   a result type without `Serialize + JsonSchema`, an error type without
+///   `Display`.
+/// - Found by compile-time assertions (`const` items the compiler evaluates,
+///   reported as "evaluation panicked: ..." at your token), because they depend
+///   on what each parameter's type is: a pattern (not a plain name) for a data
+///   parameter, two `Context`s, two `Params<T>`, `Params<T>` beside data
+///   parameters, `#[haip(default = ...)]` or serde/schemars attributes on a
+///   parameter that is not data. None of the rules waits until the tool is
+///   built or called.
 ///
 /// # Equivalent code
 ///
@@ -111,31 +143,56 @@ use quote::quote;
 /// ```ignore
 /// struct add {}
 ///
+/// // What each parameter is, asked of its type (the one place a type that is
+/// // neither data nor injectable is reported), and the compile-time rules:
+/// // one `const` per rule and parameter.
+/// impl add {
+///     const __HAIP_ROLE_0: ArgRole = <f64 as ToolArg>::ROLE;
+///     const __HAIP_ROLE_1: ArgRole = <f64 as ToolArg>::ROLE;
+///     const __HAIP_ROLES: [ArgRole; 2] = [Self::__HAIP_ROLE_0, Self::__HAIP_ROLE_1];
+/// }
+/// const _: () = if __private::second_context(&add::__HAIP_ROLES, 1) {
+///     panic!("a tool takes at most one `Context`; ...")
+/// } else if /* ... */ { /* ... */ };
+///
 /// impl add {
 ///     pub fn tool() -> ::haip::Tool { Self::try_tool().unwrap() /* with a clear message */ }
 ///
 ///     pub fn try_tool() -> Result<::haip::Tool, ::haip::Error> {
 ///         use ::haip::__private as __haip;
 ///
+///         // `f64` again, reached through its role (see `__private::Checked`).
+///         type __HaipArg0 = <Checked<{ add::__HAIP_ROLE_0 as u8 }, f64> as Arg>::Is;
+///         type __HaipArg1 = <Checked<{ add::__HAIP_ROLE_1 as u8 }, f64> as Arg>::Is;
+///
+///         // One field per parameter: `T` for data, a placeholder that
+///         // deserialises from nothing for `Context` and `State<T>`.
 ///         #[derive(Deserialize, JsonSchema)]    // through ::haip::__private
 ///         #[serde(deny_unknown_fields)]
 ///         struct __HaipArgs {
 ///             /// First operand.
-///             a: f64,
+///             a: <__HaipArg0 as ToolArg>::Field,
 ///             /// Second operand.
-///             b: f64,
+///             b: <__HaipArg1 as ToolArg>::Field,
 ///         }
-///
-///         // Spanned checks: `f64: Deserialize + JsonSchema`, `Sum: Serialize + JsonSchema`.
 ///
 ///         ::haip::Tool::builder("add")
 ///             .description("Add two numbers.")
-///             .input_schema(__haip::input_schema_for::<__HaipArgs>())
-///             .output_schema(__haip::output_schema_for::<Sum>().unwrap())
+///             // Drops injected parameters; `T`'s schema for a `Params<T>`.
+///             .input_schema(__haip::args_input_schema::<__HaipArgs>(&[/* name and role of each */]))
+///             // `T` of a `Result<T, E>` (found by the type system), else the type.
+///             .output_schema((&Returns::<Sum>::new()).haip_output().schema().unwrap())
 ///             .handler(|params, ctx| async move {
+///                 // (A `Params<T>` deserialises the whole params into `T` instead.)
 ///                 let args: __HaipArgs = __haip::deserialize_params("add", params)?;
-///                 let out = add(args.a, args.b).await;
-///                 __haip::serialize_output("add", out)
+///                 let out = add(
+///                     <__HaipArg0 as ToolArg>::from_field(args.a, &ctx)?,
+///                     <__HaipArg1 as ToolArg>::from_field(args.b, &ctx)?,
+///                 ).await;
+///                 // Plain value: serialised. `Result`: `Ok` serialised, `Err` a tool error.
+///                 (&Returns::<Sum>::new()).haip_output().split(out)
+///                     .map_err(/* ToolError as is, other errors by Display */)
+///                     .and_then(|v| __haip::serialize_output("add", v))
 ///             })
 ///             .build()
 ///     }

@@ -1,10 +1,16 @@
-//! The annotated function, as the macro sees it: which parameters come from
-//! params, which are injected, and what the return type means. The model keeps
-//! the original syntax so every error points at the user's token.
+//! The annotated function, as the macro sees it: its parameters (name or
+//! pattern, type, docs, `#[haip(...)]` options, field attributes) and its
+//! return type. The model keeps the original syntax so every error points at
+//! the user's token.
+//!
+//! It does not say which parameters are data and which are injected, nor
+//! whether the return type is a `Result`: type names prove nothing (a user's
+//! `State<T>` or `Result` is an ordinary type, an alias of `Result` has any
+//! name), so the generated code asks the type system (`ToolArg`, `Returns`).
 
 use proc_macro2::Span;
 use syn::spanned::Spanned;
-use syn::{Expr, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Type};
+use syn::{Expr, FnArg, Ident, ItemFn, Pat, ReturnType, Type};
 
 use crate::doc::{self, DocPiece};
 use crate::errors::Errors;
@@ -13,6 +19,9 @@ pub(crate) struct ToolFn {
     /// The user's function, with parameter attributes (docs, `#[haip(...)]`) removed.
     pub(crate) func: ItemFn,
     pub(crate) docs: Vec<DocPiece>,
+    /// `self`, `&self`, ...: rejected by the checks.
+    pub(crate) receiver: Option<Span>,
+    /// The typed parameters, in order.
     pub(crate) params: Vec<Param>,
     pub(crate) output: Output,
 }
@@ -20,12 +29,11 @@ pub(crate) struct ToolFn {
 pub(crate) struct Param {
     /// The identifier, when the pattern is a plain one.
     pub(crate) ident: Option<Ident>,
-    pub(crate) pat_span: Span,
+    pub(crate) pat: Pat,
     pub(crate) ty: Type,
-    pub(crate) kind: ParamKind,
     pub(crate) docs: Vec<DocPiece>,
-    /// `#[haip(default = ...)]`, with the attribute's span.
-    pub(crate) default: Option<(Expr, Span)>,
+    /// `#[haip(default = ...)]`: the value and the attribute.
+    pub(crate) default: Option<(Expr, syn::Attribute)>,
     /// `#[serde(...)]`, `#[schemars(...)]` and `#[validate(...)]`: moved onto
     /// the generated field, where their derives read them.
     pub(crate) field_attrs: Vec<syn::Attribute>,
@@ -34,87 +42,62 @@ pub(crate) struct Param {
 /// Parameter attributes that belong to the generated args field.
 const FIELD_ATTRS: [&str; 3] = ["serde", "schemars", "validate"];
 
-// A handful of these exist per macro call; boxing would buy nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone)]
-pub(crate) enum ParamKind {
-    /// A schema property.
-    Arg,
-    /// `haip::Context`.
-    Context,
-    /// `haip::State<T>`.
-    State,
-    /// `haip::Params<T>`: `T` is the whole params object.
-    Params(Type),
-    /// `self`, `&self`, ...: rejected by the checks.
-    Receiver(Span),
-}
-
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Output {
-    /// No return type, or `()`.
+    /// No return type, or `()`: no result, no output schema.
     Unit,
-    /// `T`.
-    Value(Type),
-    /// `Result<T, E>` (or an alias such as `io::Result<T>`, where `E` is unnamed).
-    Fallible { ok: Type, err: Option<Type> },
+    /// Any other type, `Result<T, E>` (under any name) included.
+    Returns(Type),
 }
 
 impl ToolFn {
     pub(crate) fn parse(mut func: ItemFn, errors: &mut Errors) -> ToolFn {
         let docs = doc::collect(&func.attrs);
+        let mut receiver = None;
         let mut params = Vec::new();
         for arg in func.sig.inputs.iter_mut() {
-            match arg {
-                FnArg::Receiver(r) => params.push(Param {
-                    ident: None,
-                    pat_span: r.span(),
-                    ty: (*r.ty).clone(),
-                    kind: ParamKind::Receiver(r.span()),
-                    docs: Vec::new(),
-                    default: None,
-                    field_attrs: Vec::new(),
-                }),
-                FnArg::Typed(pt) => {
-                    let docs = doc::collect(&pt.attrs);
-                    let default = parse_param_attrs(&pt.attrs, errors);
-                    let field_attrs = pt
-                        .attrs
-                        .iter()
-                        .filter(|a| FIELD_ATTRS.iter().any(|name| a.path().is_ident(name)))
-                        .cloned()
-                        .collect();
-                    // These attributes are ours; rustc rejects doc comments on parameters.
-                    pt.attrs.retain(|a| {
-                        !a.path().is_ident("doc")
-                            && !a.path().is_ident("haip")
-                            && !FIELD_ATTRS.iter().any(|name| a.path().is_ident(name))
-                    });
-                    let ident = match &*pt.pat {
-                        Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
-                            Some(p.ident.clone())
-                        }
-                        _ => None,
-                    };
-                    params.push(Param {
-                        ident,
-                        pat_span: pt.pat.span(),
-                        ty: (*pt.ty).clone(),
-                        kind: classify(&pt.ty),
-                        docs,
-                        default,
-                        field_attrs,
-                    });
+            let pt = match arg {
+                FnArg::Receiver(r) => {
+                    receiver = Some(r.span());
+                    continue;
                 }
-            }
+                FnArg::Typed(pt) => pt,
+            };
+            let docs = doc::collect(&pt.attrs);
+            let default = parse_param_attrs(&pt.attrs, errors);
+            let field_attrs = pt
+                .attrs
+                .iter()
+                .filter(|a| FIELD_ATTRS.iter().any(|name| a.path().is_ident(name)))
+                .cloned()
+                .collect();
+            // These attributes are ours; rustc rejects doc comments on parameters.
+            pt.attrs.retain(|a| {
+                !a.path().is_ident("doc")
+                    && !a.path().is_ident("haip")
+                    && !FIELD_ATTRS.iter().any(|name| a.path().is_ident(name))
+            });
+            let ident = match &*pt.pat {
+                Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => Some(p.ident.clone()),
+                _ => None,
+            };
+            params.push(Param {
+                ident,
+                pat: (*pt.pat).clone(),
+                ty: (*pt.ty).clone(),
+                docs,
+                default,
+                field_attrs,
+            });
         }
         let output = match &func.sig.output {
-            ReturnType::Default => Output::Unit,
-            ReturnType::Type(_, ty) => classify_output(ty),
+            ReturnType::Type(_, ty) if !is_unit(ty) => Output::Returns((**ty).clone()),
+            _ => Output::Unit,
         };
         ToolFn {
             func,
             docs,
+            receiver,
             params,
             output,
         }
@@ -123,25 +106,43 @@ impl ToolFn {
     pub(crate) fn name(&self) -> &Ident {
         &self.func.sig.ident
     }
+}
 
-    /// The parameters that become schema properties.
-    pub(crate) fn args(&self) -> impl Iterator<Item = &Param> {
-        self.params
-            .iter()
-            .filter(|p| matches!(p.kind, ParamKind::Arg))
+impl Param {
+    /// The parameter's field in the generated args struct: its name (a
+    /// property name, for data), or a stand-in for a pattern (valid only for
+    /// injected parameters and `Params<T>`).
+    pub(crate) fn field(&self, index: usize) -> Ident {
+        match &self.ident {
+            Some(ident) => ident.clone(),
+            None => quote::format_ident!("__haip_arg_{}", index),
+        }
     }
 
-    /// The `Params<T>` parameter's `T`, if there is one.
-    pub(crate) fn whole_params(&self) -> Option<&Type> {
-        self.params.iter().find_map(|p| match &p.kind {
-            ParamKind::Params(inner) => Some(inner),
-            _ => None,
-        })
+    /// The field's name as serde sees it (without `r#`).
+    pub(crate) fn field_name(&self, index: usize) -> String {
+        self.field(index)
+            .to_string()
+            .trim_start_matches("r#")
+            .to_owned()
+    }
+}
+
+/// `()`, the only return type known without the type system: written out, it
+/// cannot be anything else.
+fn is_unit(ty: &Type) -> bool {
+    match ty {
+        Type::Tuple(t) => t.elems.is_empty(),
+        Type::Paren(p) => is_unit(&p.elem),
+        _ => false,
     }
 }
 
 /// `#[haip(default = <expr>)]`; every other key is an error.
-fn parse_param_attrs(attrs: &[syn::Attribute], errors: &mut Errors) -> Option<(Expr, Span)> {
+fn parse_param_attrs(
+    attrs: &[syn::Attribute],
+    errors: &mut Errors,
+) -> Option<(Expr, syn::Attribute)> {
     let mut default = None;
     for attr in attrs.iter().filter(|a| a.path().is_ident("haip")) {
         let result = attr.parse_nested_meta(|meta| {
@@ -153,7 +154,7 @@ fn parse_param_attrs(attrs: &[syn::Attribute], errors: &mut Errors) -> Option<(E
                         "`default` set more than once",
                     ));
                 } else {
-                    default = Some((expr, attr.span()));
+                    default = Some((expr, attr.clone()));
                 }
                 Ok(())
             } else {
@@ -167,66 +168,10 @@ fn parse_param_attrs(attrs: &[syn::Attribute], errors: &mut Errors) -> Option<(E
     default
 }
 
-fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
-    match ty {
-        Type::Path(p) if p.qself.is_none() => p.path.segments.last(),
-        _ => None,
-    }
-}
-
-fn first_type_arg(segment: &syn::PathSegment) -> Option<&Type> {
-    type_args(segment).next()
-}
-
-fn type_args(segment: &syn::PathSegment) -> impl Iterator<Item = &Type> {
-    let args = match &segment.arguments {
-        PathArguments::AngleBracketed(a) => Some(&a.args),
-        _ => None,
-    };
-    args.into_iter().flatten().filter_map(|a| match a {
-        GenericArgument::Type(t) => Some(t),
-        _ => None,
-    })
-}
-
-fn classify(ty: &Type) -> ParamKind {
-    let Some(segment) = last_segment(ty) else {
-        return ParamKind::Arg;
-    };
-    match segment.ident.to_string().as_str() {
-        "Context" if segment.arguments.is_none() => ParamKind::Context,
-        "State" if first_type_arg(segment).is_some() => ParamKind::State,
-        "Params" => match first_type_arg(segment) {
-            Some(inner) => ParamKind::Params(inner.clone()),
-            None => ParamKind::Arg,
-        },
-        _ => ParamKind::Arg,
-    }
-}
-
-fn classify_output(ty: &Type) -> Output {
-    if let Type::Tuple(t) = ty
-        && t.elems.is_empty()
-    {
-        return Output::Unit;
-    }
-    if let Some(segment) = last_segment(ty)
-        && segment.ident == "Result"
-    {
-        let mut args = type_args(segment);
-        if let Some(ok) = args.next() {
-            return Output::Fallible {
-                ok: ok.clone(),
-                err: args.next().cloned(),
-            };
-        }
-    }
-    Output::Value(ty.clone())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use quote::ToTokens;
     use syn::parse_quote;
 
     fn parse(f: ItemFn) -> (ToolFn, Vec<String>) {
@@ -235,8 +180,12 @@ mod tests {
         (model, errors.messages())
     }
 
+    fn tokens(t: &impl ToTokens) -> String {
+        t.to_token_stream().to_string()
+    }
+
     #[test]
-    fn parameters_are_classified() {
+    fn parameters_keep_their_syntax_and_options() {
         let (m, errors) = parse(parse_quote! {
             async fn t(
                 /// First.
@@ -244,52 +193,77 @@ mod tests {
                 #[haip(default = 3)] b: u32,
                 ctx: haip::Context,
                 db: State<Db>,
-                c: Option<String>,
+                #[schemars(length(min = 1))] c: Option<String>,
             ) -> Result<Out, haip::ToolError> { todo!() }
         });
         assert!(errors.is_empty(), "{errors:?}");
-        let kinds: Vec<&str> = m
-            .params
-            .iter()
-            .map(|p| match p.kind {
-                ParamKind::Arg => "arg",
-                ParamKind::Context => "context",
-                ParamKind::State => "state",
-                ParamKind::Params(_) => "params",
-                ParamKind::Receiver(_) => "self",
-            })
-            .collect();
-        assert_eq!(kinds, ["arg", "arg", "context", "state", "arg"]);
-        assert_eq!(m.args().count(), 3);
+        assert!(m.receiver.is_none());
+        let names: Vec<String> = m.params.iter().map(|p| tokens(&p.ident)).collect();
+        assert_eq!(names, ["a", "b", "ctx", "db", "c"]);
+        let types: Vec<String> = m.params.iter().map(|p| tokens(&p.ty)).collect();
+        assert_eq!(
+            types,
+            [
+                "f64",
+                "u32",
+                "haip :: Context",
+                "State < Db >",
+                "Option < String >"
+            ]
+        );
         assert_eq!(
             doc::description(&m.params[0].docs).unwrap().to_string(),
             "\"First.\""
         );
-        assert!(m.params[1].default.is_some());
-        assert!(matches!(m.output, Output::Fallible { err: Some(_), .. }));
+        assert_eq!(tokens(&m.params[1].default.as_ref().unwrap().0), "3");
+        assert!(m.params.iter().take(4).all(|p| p.field_attrs.is_empty()));
+        assert_eq!(
+            tokens(&m.params[4].field_attrs[0]),
+            "# [schemars (length (min = 1))]"
+        );
+        // Type names mean nothing to the model: the return type is just a type.
+        assert!(
+            matches!(&m.output, Output::Returns(ty) if tokens(ty) == "Result < Out , haip :: ToolError >")
+        );
         // Parameter attributes are stripped from the emitted function.
-        let emitted = quote::quote!(#(m.func)).to_string();
+        let emitted = tokens(&m.func);
         assert!(!emitted.contains("haip (default"), "{emitted}");
+        assert!(!emitted.contains("schemars"), "{emitted}");
+        assert!(!emitted.contains("First."), "{emitted}");
     }
 
     #[test]
-    fn outputs_are_classified() {
+    fn outputs() {
         let (m, _) = parse(parse_quote! { fn t() {} });
         assert!(matches!(m.output, Output::Unit));
         let (m, _) = parse(parse_quote! { fn t() -> () {} });
         assert!(matches!(m.output, Output::Unit));
-        let (m, _) = parse(parse_quote! { fn t() -> std::io::Result<u8> { todo!() } });
-        assert!(matches!(m.output, Output::Fallible { err: None, .. }));
-        let (m, _) = parse(parse_quote! { fn t() -> Vec<u8> { todo!() } });
-        assert!(matches!(m.output, Output::Value(_)));
+        for ty in [
+            quote::quote!(std::io::Result<u8>),
+            quote::quote!(Res<u8>),
+            quote::quote!(Result),
+            quote::quote!(Vec<u8>),
+        ] {
+            let (m, _) = parse(parse_quote! { fn t() -> #ty { todo!() } });
+            assert!(
+                matches!(&m.output, Output::Returns(t) if tokens(t) == ty.to_string()),
+                "{ty}"
+            );
+        }
     }
 
     #[test]
-    fn whole_params_and_patterns() {
-        let (m, _) =
-            parse(parse_quote! { async fn t(Params(q): Params<Query>, (a, b): (u8, u8)) {} });
-        assert!(m.whole_params().is_some());
-        assert!(m.params[1].ident.is_none());
+    fn patterns_receivers_and_field_names() {
+        let (m, _) = parse(
+            parse_quote! { async fn t(&self, Params(q): Params<Query>, r#type: u8, (a, b): (u8, u8)) {} },
+        );
+        assert!(m.receiver.is_some());
+        assert_eq!(m.params.len(), 3);
+        assert!(m.params[0].ident.is_none());
+        assert_eq!(m.params[0].field(0).to_string(), "__haip_arg_0");
+        assert_eq!(m.params[1].field(1).to_string(), "r#type");
+        assert_eq!(m.params[1].field_name(1), "type");
+        assert!(m.params[2].ident.is_none());
     }
 
     #[test]
@@ -297,5 +271,7 @@ mod tests {
         let (_, errors) = parse(parse_quote! { fn t(#[haip(defualt = 1)] a: u8) {} });
         assert_eq!(errors.len(), 1);
         assert!(errors[0].contains("expected `default"), "{errors:?}");
+        let (_, errors) = parse(parse_quote! { fn t(#[haip(default = 1, default = 2)] a: u8) {} });
+        assert_eq!(errors, ["`default` set more than once"]);
     }
 }

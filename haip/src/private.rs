@@ -50,16 +50,6 @@ pub(crate) fn annotated_tools() -> Result<Vec<(Tool, String)>, Error> {
         .collect()
 }
 
-/// Adds what an injected parameter needs to the tool being built.
-pub fn inject<I: Injected>(builder: ToolBuilder) -> ToolBuilder {
-    builder.inject::<I>()
-}
-
-/// Takes an injected parameter from the context.
-pub fn extract<I: Injected>(ctx: &Context) -> Result<I, ToolError> {
-    I::extract(ctx)
-}
-
 /// Sets the output schema, when the return type has one.
 pub fn output_schema(builder: ToolBuilder, schema: Option<Value>) -> ToolBuilder {
     builder.maybe_output_schema(schema)
@@ -513,24 +503,6 @@ impl<T: Serialize + schemars::JsonSchema> ToolOutput for T {}
 )]
 pub trait ToolErrorType: Display {}
 impl<E: Display> ToolErrorType for E {}
-
-/// Compile-time check at a parameter's type: it can come from params.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be a tool parameter",
-    label = "needs `Deserialize` and `JsonSchema`",
-    note = "derive them with `#[haip::data]` (or `#[derive(serde::Deserialize, schemars::JsonSchema)]`)"
-)]
-pub trait ToolParam {}
-impl<T: DeserializeOwned + schemars::JsonSchema> ToolParam for T {}
-
-/// Spanned bound checks emitted by the macro.
-pub fn assert_param<T: ToolParam>() {}
-/// See [`assert_param`].
-pub fn assert_output<T: ToolOutput>() {}
-/// See [`assert_param`].
-pub fn assert_error<E: ToolErrorType>() {}
-/// See [`assert_param`].
-pub fn assert_injected<I: Injected>() {}
 
 /// `Duration::from_millis`, so generated code needs no `std` path.
 pub const fn millis(ms: u64) -> std::time::Duration {
