@@ -16,11 +16,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::Context;
+use crate::context::{ProgressSink, ProgressSlot};
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
 use crate::protocol::{ErrorCode, to_json_within};
 use crate::schema::Violations;
 use crate::stats::{Ended, Stats};
-use crate::tool::{Tool, ToolError};
+use crate::tool::{StateMap, Tool, ToolError};
 
 /// Identifies one accepted call inside a session (call ids may be reused once a
 /// call is done, these never are).
@@ -110,6 +111,53 @@ impl CallRunner {
         });
     }
 
+    /// Runs a call a session core asked for ([`Start`]): its [`Context`] is
+    /// built here, its progress and its end reported on `events`.
+    pub(crate) fn start(&self, start: Start, events: &mpsc::UnboundedSender<CallEvent>) {
+        let Start {
+            key,
+            tool,
+            params,
+            call_id,
+            session_id,
+            cancel,
+            slot,
+            state,
+            subject,
+            limits,
+        } = start;
+        let sink = ProgressSink {
+            key,
+            slot,
+            events: events.clone(),
+        };
+        let ctx = Context::new(
+            call_id,
+            session_id,
+            cancel.clone(),
+            Some(sink),
+            Some(state),
+            subject,
+        );
+        self.spawn(key, tool, params, ctx, cancel, limits, events.clone());
+    }
+
+    /// Validates params a session core handed off ([`Validate`]).
+    pub(crate) fn start_validation(
+        &self,
+        validate: Validate,
+        events: &mpsc::UnboundedSender<CallEvent>,
+    ) {
+        let Validate {
+            key,
+            tool,
+            params,
+            max_violations,
+            cancel,
+        } = validate;
+        self.validate(key, tool, params, max_violations, cancel, events.clone());
+    }
+
     /// Validates large params on the blocking pool, at most as many at once
     /// server-wide as there are validators, so one client's huge params cannot
     /// starve other sessions (HAIP.md §18.1). Reports [`CallEvent::Validated`]
@@ -167,6 +215,45 @@ async fn validate(
     }
 }
 
+/// A call a session core decided to run: everything its task needs but the
+/// channel its events go to, which the driver running the session owns.
+pub(crate) struct Start {
+    /// The call, inside its session.
+    pub(crate) key: CallKey,
+    /// The tool to run.
+    pub(crate) tool: Tool,
+    /// Its params, validated.
+    pub(crate) params: Value,
+    /// The call's id, for [`Context::call_id`].
+    pub(crate) call_id: String,
+    /// The session's id, for [`Context::session_id`].
+    pub(crate) session_id: Arc<str>,
+    /// Cancelled when the call is (by the client, a timeout, shutdown).
+    pub(crate) cancel: CancellationToken,
+    /// Where the call's latest progress waits for the session.
+    pub(crate) slot: Arc<ProgressSlot>,
+    /// The server's shared state, for `State<T>` parameters.
+    pub(crate) state: Arc<StateMap>,
+    /// The authenticated subject, when authentication is on.
+    pub(crate) subject: Option<Arc<str>>,
+    /// Time limits and rendering.
+    pub(crate) limits: Limits,
+}
+
+/// Large params a session core hands off to be validated off its task.
+pub(crate) struct Validate {
+    /// The call, inside its session.
+    pub(crate) key: CallKey,
+    /// The tool whose input schema applies.
+    pub(crate) tool: Tool,
+    /// The params.
+    pub(crate) params: Value,
+    /// Violations listed at most.
+    pub(crate) max_violations: usize,
+    /// Cancelled when the call is: a validation still waiting stops.
+    pub(crate) cancel: CancellationToken,
+}
+
 /// How a call's task ended.
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -183,9 +270,13 @@ pub(crate) enum Outcome {
 /// The time limits of one call, and what to do with its value.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
-    /// The tool's timeout, if any.
+    /// The tool's timeout, if the task keeps it (the MCP export). A session
+    /// core keeps its calls' deadlines itself and passes none: it cancels
+    /// the call when one passes.
     pub(crate) timeout: Option<Duration>,
-    /// How long a cancelled or timed-out tool may take to stop before it is aborted.
+    /// How long a cancelled or timed-out tool may take to stop before it is
+    /// aborted. Kept by the task, so that a call stops even when its session
+    /// is gone; a session core also keeps it, for the `TOOL_DONE` it owes.
     pub(crate) grace: Duration,
     /// Check and encode a returned value in the call's own task.
     pub(crate) render: Option<Render>,

@@ -1,8 +1,11 @@
-//! The connection driver, the one loop that runs every session: inbound units
-//! and call events into the session, committed envelopes out to the
-//! transport's writer, heartbeat, idle timeout, back-pressure and graceful
-//! shutdown; then detaching the session, and running it parked until it is
-//! resumed or expires. Transports only frame (`transport::{ws, stream}`).
+//! The connection driver, the one loop that runs every session: inbound units,
+//! call events and the session's own deadlines (`poll_timeout`) into the
+//! session, what it asks for (`poll_action`: calls to start on the call
+//! runner, keep-alives) carried out, committed envelopes out to the
+//! transport's writer, back-pressure and graceful shutdown; then detaching the
+//! session, and running it parked until it is resumed or expires. The session
+//! decides; this is the only place that awaits. Transports only frame
+//! (`transport::{ws, stream}`).
 //!
 //! Back-pressure (HAIP.md §18.1): the writer is handed committed envelopes
 //! only while it holds less than [`WRITER_BUDGET`] bytes, so a client that
@@ -19,14 +22,13 @@ use std::time::Duration;
 use futures_util::{Stream, StreamExt};
 use hyper::upgrade::Upgraded;
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::exec::CallEvent;
 use crate::protocol::{DecodeError, ErrorCode};
 use crate::session::{
-    Attached, Control, LARGE_PARAMS, Overflow, ResumeRequest, Session, SessionStore, Shared,
-    Takeover, decode_unit,
+    Action, Attached, Control, LARGE_PARAMS, Overflow, ResumeRequest, Session, SessionStore,
+    Shared, Takeover, decode_unit,
 };
 use crate::transport::frame::{Batch, Element, Frame, Unit, WRITER_BUDGET, WriteMeter, Writer};
 use crate::transport::ws;
@@ -66,16 +68,9 @@ pub(crate) type OnResumed = Box<dyn FnMut(&str) + Send>;
 
 /// Per-transport settings of the loop.
 pub(crate) struct Options {
-    /// Interval of heartbeat `PING`s (`None`: off).
-    pub(crate) heartbeat: Option<Duration>,
-    /// Send [`Frame::KeepAlive`] when the client filters heartbeat `PING`s.
-    pub(crate) keep_alive_frames: bool,
     /// Told the session id after the connection resumed another session.
     pub(crate) on_resumed: Option<OnResumed>,
 }
-
-/// How long an envelope waits for the binary frame it announced (HAIP.md §13).
-const BINARY_FRAME_WAIT: Duration = Duration::from_secs(10);
 
 /// How long a resumption waits for the session's current owner.
 const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -83,19 +78,11 @@ const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the last frames may take once shutdown has cancelled the calls.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Streams never wait longer than this between heartbeats (HAIP.md §9): stream
-/// clients and proxies give up on silent connections.
-const STREAM_HEARTBEAT_CAP: Duration = Duration::from_secs(15);
-
 /// What an upgraded WebSocket connection does.
 pub(crate) enum Admission {
     /// Run this session, keeping the guard (the connection's count) alive
     /// while it runs.
-    Session(
-        Box<Session>,
-        mpsc::UnboundedReceiver<CallEvent>,
-        super::hub::ConnectionGuard,
-    ),
+    Session(Box<Session>, super::hub::ConnectionGuard),
     /// Send one envelope (an auth failure's `ERROR`), then close.
     Refuse {
         envelope: String,
@@ -107,8 +94,8 @@ pub(crate) enum Admission {
 /// Runs an upgraded WebSocket connection until it closes: attach, drive,
 /// detach (park or forget), then close the connection.
 pub(crate) async fn serve_ws(upgraded: Upgraded, shared: Arc<Shared>, admission: Admission) {
-    let (session, events, _counted) = match admission {
-        Admission::Session(session, events, guard) => (session, events, guard),
+    let (session, _counted) = match admission {
+        Admission::Session(session, guard) => (session, guard),
         Admission::Refuse {
             envelope,
             code,
@@ -129,12 +116,8 @@ pub(crate) async fn serve_ws(upgraded: Upgraded, shared: Arc<Shared>, admission:
         meter,
     )
     .await;
-    let attached = attach(*session, events, &shared);
-    let options = Options {
-        heartbeat: shared.config.heartbeat_interval,
-        keep_alive_frames: false,
-        on_resumed: None,
-    };
+    let attached = attach(*session, &shared);
+    let options = Options { on_resumed: None };
     let (ended, attached) = drive(attached, &mut conn.inbound, &conn.out, &shared, options).await;
     detach(ended, attached, &shared);
     conn.finish(matches!(ended, Ended::Abandoned { .. })).await;
@@ -145,39 +128,75 @@ pub(crate) async fn serve_ws(upgraded: Upgraded, shared: Arc<Shared>, admission:
 /// `on_resumed` learns the session id if the client resumes another session.
 pub(crate) async fn run_stream(
     session: Session,
-    events: mpsc::UnboundedReceiver<CallEvent>,
     mut inbound: mpsc::Receiver<Unit>,
     out: Writer,
     shared: &Shared,
     on_resumed: OnResumed,
 ) {
-    let heartbeat = shared
-        .config
-        .heartbeat_interval
-        .map(|interval| interval.min(STREAM_HEARTBEAT_CAP));
     let options = Options {
-        heartbeat,
-        keep_alive_frames: true,
         on_resumed: Some(on_resumed),
     };
     let inbound = futures_util::stream::poll_fn(move |cx| inbound.poll_recv(cx));
-    let attached = attach(session, events, shared);
+    let attached = attach(session, shared);
     let (ended, attached) = drive(attached, inbound, &out, shared, options).await;
     tracing::debug!(?ended, "stream session ended");
     detach(ended, attached, shared);
 }
 
-/// Puts a new session on a connection: registers it for resumption.
-pub(crate) fn attach(
-    session: Session,
-    events: mpsc::UnboundedReceiver<CallEvent>,
-    shared: &Shared,
-) -> Attached {
+/// Puts a new session on a connection: registers it for resumption, and
+/// opens the channel its calls report on.
+pub(crate) fn attach(session: Session, shared: &Shared) -> Attached {
     let takeovers = shared.store.register(session.id());
+    let (events_tx, events) = mpsc::unbounded_channel();
     Attached {
         session: Box::new(session),
+        events_tx,
         events,
         takeovers,
+    }
+}
+
+/// Carries out what the session asked for: its calls and validations go to
+/// the call runner; a keep-alive frame goes out when nothing else is flowing
+/// (`writer` is `None` for a parked session).
+fn perform(attached: &mut Attached, shared: &Shared, writer: Option<&Writer>) {
+    while let Some(action) = attached.session.poll_action() {
+        match action {
+            Action::Start(start) => shared.runner.start(*start, &attached.events_tx),
+            Action::Validate(validate) => shared
+                .runner
+                .start_validation(*validate, &attached.events_tx),
+            Action::KeepAlive => {
+                if let Some(writer) = writer
+                    && writer.meter.bytes() == 0
+                {
+                    writer.send(Frame::KeepAlive);
+                }
+            }
+        }
+    }
+}
+
+/// A sleep until the session's next deadline, re-armed only when it moves.
+struct Alarm {
+    at: Option<std::time::Instant>,
+}
+
+impl Alarm {
+    /// Arms `sleep` for the session's next deadline, if that changed.
+    fn arm(&mut self, session: &Session, sleep: std::pin::Pin<&mut tokio::time::Sleep>) {
+        let next = session.poll_timeout();
+        if next != self.at {
+            self.at = next;
+            if let Some(at) = next {
+                sleep.reset(Instant::from_std(at));
+            }
+        }
+    }
+
+    /// The sleep fired: re-arm on the next turn even if the deadline is the same.
+    fn fired(&mut self) {
+        self.at = None;
     }
 }
 
@@ -195,6 +214,7 @@ impl Drop for DetachedGuard {
 /// cancelled with nothing sent (and counted as cancelled).
 fn park(mut attached: Attached, store: Arc<dyn SessionStore>, shared: &Shared) {
     let keep = shared.config.replay_window_time;
+    attached.session.disconnected();
     let shutdown = shared.shutdown.clone();
     let shared = Arc::clone(attached.session.shared());
     shared.stats.detached_sessions.fetch_add(1, Relaxed);
@@ -209,9 +229,15 @@ fn park(mut attached: Attached, store: Arc<dyn SessionStore>, shared: &Shared) {
             .detach(attached.session.window_cost(), evict.clone());
         let expiry = tokio::time::sleep(keep);
         tokio::pin!(expiry);
+        // The session's own deadlines: its calls' timeouts and grace periods.
+        let timer = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(timer);
+        let mut alarm = Alarm { at: None };
         loop {
+            perform(&mut attached, &shared, None);
             // Commit whatever is due, so it is kept for replay.
             while attached.session.commit_next().is_some() {}
+            alarm.arm(&attached.session, timer.as_mut());
             tokio::select! {
                 request = attached.takeovers.recv() => match request {
                     Some(request) => match (*request).answer(attached) {
@@ -224,6 +250,11 @@ fn park(mut attached: Attached, store: Arc<dyn SessionStore>, shared: &Shared) {
                     None => break,
                 },
                 Some(event) = attached.events.recv() => attached.session.handle_event(event),
+                () = &mut timer, if alarm.at.is_some() => {
+                    alarm.fired();
+                    // A parked session has no connection to close.
+                    let _ = attached.session.handle_timeout(shared.clock.now());
+                }
                 () = &mut expiry => break,
                 () = evict.cancelled() => {
                     tracing::debug!(session = %attached.session.id(), "parked session evicted (replay budget)");
@@ -276,13 +307,10 @@ where
     S: Stream<Item = Unit>,
 {
     tokio::pin!(inbound);
-    // `interval` needs a period even when the heartbeat is off; it never fires then.
-    let period = options.heartbeat.unwrap_or(Duration::from_secs(3600));
-    let mut heartbeat = tokio::time::interval_at(Instant::now() + period, period);
-    heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let idle_timeout = shared.config.idle_timeout;
-    let idle = tokio::time::sleep(idle_timeout.unwrap_or(Duration::from_secs(86_400)));
-    tokio::pin!(idle);
+    // The session's deadlines: heartbeat, idle, binary frame, its calls'.
+    let timer = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(timer);
+    let mut alarm = Alarm { at: None };
 
     let mut shutting_down = false;
     // Shutdown is bounded even for a client that stops reading: calls get
@@ -302,11 +330,8 @@ where
     let closed = writer.frames.closed();
     tokio::pin!(closed);
     let mut tool_changes = shared.registry.subscribe();
-    // The wait for a binary frame an envelope announced (HAIP.md §13).
-    let binary_wait = tokio::time::sleep(Duration::from_secs(86_400));
-    tokio::pin!(binary_wait);
-    let mut binary_armed = false;
     loop {
+        perform(&mut attached, shared, Some(writer));
         let session = &mut attached.session;
         if let Some(overflow) = session.overflow() {
             let reason = match overflow {
@@ -341,15 +366,7 @@ where
                 give_up.as_mut().reset(Instant::now() + CLOSE_TIMEOUT);
             }
         }
-        if attached.session.awaits_binary() != binary_armed {
-            binary_armed = !binary_armed;
-            if binary_armed {
-                binary_wait
-                    .as_mut()
-                    .reset(Instant::now() + BINARY_FRAME_WAIT);
-            }
-        }
-        let session = &mut attached.session;
+        alarm.arm(session, timer.as_mut());
         let open = close.is_none() && !shutting_down;
         let input = open && backlog_allows_input(session, writer, shared);
         // Wait for the writer when it holds envelopes the driver cannot hand
@@ -398,9 +415,7 @@ where
             }
             unit = inbound.next(), if input && batch.is_none() => {
                 let Some(unit) = unit else { return (Ended::Gone, Some(attached)) };
-                if let Some(limit) = idle_timeout {
-                    idle.as_mut().reset(Instant::now() + limit);
-                }
+                session.touch(shared.clock.now());
                 let control = match unit {
                     Unit::Text(text) => handle_text(session, text, shared).await,
                     Unit::Batch(next) => {
@@ -430,17 +445,14 @@ where
                     session.push_tool_list();
                 }
             }
-            _ = heartbeat.tick(), if options.heartbeat.is_some() => {
-                // A keep-alive is only useful when nothing else is flowing.
-                if !session.heartbeat() && options.keep_alive_frames && writer.meter.bytes() == 0 {
-                    writer.send(Frame::KeepAlive);
+            () = &mut timer, if alarm.at.is_some() => {
+                alarm.fired();
+                // Only the idle timeout closes, and only an open connection.
+                if let Control::Close { code, reason, keep_session } = session.handle_timeout(shared.clock.now())
+                    && open
+                {
+                    close = Some((code, reason, keep_session));
                 }
-            }
-            () = &mut binary_wait, if binary_armed => session.binary_frame_missing(),
-            () = &mut idle, if idle_timeout.is_some() && open => {
-                tracing::debug!("no inbound data for idle_timeout; closing");
-                shared.stats.closed_idle.fetch_add(1, Relaxed);
-                close = Some((1001, "idle", true));
             }
         }
         if let Some(request) = takeover {
@@ -515,6 +527,7 @@ async fn resume_into(
             resumed
                 .session
                 .resumed(request.last_rx_seq.unwrap_or(0), &request.hai, transport);
+            resumed.session.connected(shared.clock.now());
             tracing::debug!(session = %resumed.session.id(), "session resumed");
             if let Some(on_resumed) = options.on_resumed.as_mut() {
                 on_resumed(resumed.session.id());

@@ -317,14 +317,8 @@ async fn upgrade(
         // Registered before the response goes out, so `activeConnections`
         // already counts it when the client sees `open` (HAIP.md §15.1).
         Ok(subject) => hub.admit().map(|guard| {
-            let (events_tx, events_rx) = mpsc::unbounded_channel();
-            let session = Session::new(
-                Arc::clone(&hub.shared),
-                TransportKind::WebSocket,
-                events_tx,
-                subject,
-            );
-            driver::Admission::Session(Box::new(session), events_rx, guard)
+            let session = Session::new(Arc::clone(&hub.shared), TransportKind::WebSocket, subject);
+            driver::Admission::Session(Box::new(session), guard)
         }),
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
@@ -419,11 +413,9 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
             "TOO_MANY_SESSIONS",
         );
     };
-    let (events_tx, events_rx) = mpsc::unbounded_channel();
     let session = Session::new(
         Arc::clone(&hub.shared),
         TransportKind::Stream,
-        events_tx,
         subject.clone(),
     );
     let session_id = session.id().to_owned();
@@ -457,7 +449,7 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
     let shared = Arc::clone(&hub.shared);
     hub.tracker.spawn(async move {
         let _guards = (guard, entry);
-        driver::run_stream(session, events_rx, inbound_rx, out, &shared, on_resumed).await;
+        driver::run_stream(session, inbound_rx, out, &shared, on_resumed).await;
     });
 
     let body = StreamBody::new(stream::body(frames_rx, framing, meter));

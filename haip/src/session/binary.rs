@@ -34,12 +34,14 @@ impl Session {
             expected: bin_len,
             first,
         }));
+        let now = self.shared.clock.now();
+        self.arm_binary(now);
         Control::Continue
     }
 
-    /// Whether an envelope is waiting for its binary frame (the transport
-    /// gives it the binary frame wait, 10 s, then calls
-    /// [`Session::binary_frame_missing`]).
+    /// Whether an envelope is waiting for its binary frame (for 10 s of
+    /// connected time: then [`Session::handle_timeout`] reports it missing).
+    #[cfg(test)]
     pub(crate) fn awaits_binary(&self) -> bool {
         self.awaited.is_some()
     }

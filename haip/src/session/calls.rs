@@ -8,9 +8,8 @@ use std::time::Instant;
 use serde_json::{Number, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::{Pending, Session};
-use crate::Context;
-use crate::context::{Progress, ProgressSink, ProgressSlot};
+use super::{Action, Pending, Session};
+use crate::context::{Progress, ProgressSlot};
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Render, Validation};
 use crate::protocol::payload::{
     ToolCall, ToolDone, ToolFailure, ToolOutcome, ToolStatus, ToolUpdate, UpdateStatus,
@@ -32,6 +31,9 @@ pub(crate) struct Call {
     cancel: CancellationToken,
     slot: Arc<ProgressSlot>,
     received: Instant,
+    /// The call's timeout while it runs, the end of its grace period while it
+    /// is cancelled (see `session::timers`).
+    pub(super) deadline: Option<Instant>,
     cancel_reason: Option<String>,
     /// A progress update of this call is waiting in the outbox.
     pub(super) progress_pending: bool,
@@ -160,6 +162,7 @@ impl Session {
             cancel: cancel.clone(),
             slot: Arc::new(ProgressSlot::default()),
             received,
+            deadline: None,
             cancel_reason: None,
             progress_pending: false,
             held: 0,
@@ -172,14 +175,14 @@ impl Session {
             self.validating += 1;
             // Every validator busy: the call waits, and says so.
             let waits = self.shared.runner.validators_busy();
-            self.shared.runner.validate(
-                key,
-                call.tool.clone(),
-                params,
-                max_violations,
-                cancel,
-                self.events.clone(),
-            );
+            self.actions
+                .push_back(Action::Validate(Box::new(exec::Validate {
+                    key,
+                    tool: call.tool.clone(),
+                    params,
+                    max_violations,
+                    cancel,
+                })));
             self.calls.insert(key, call);
             if waits {
                 self.announce_queued(key);
@@ -260,55 +263,98 @@ impl Session {
         }
     }
 
-    /// Step 6: run a call in its own task.
+    /// Step 6: run a call in its own task ([`Action::Start`]), its timeout
+    /// kept here.
     fn start(&mut self, key: CallKey) {
-        let config = Arc::clone(&self.shared);
-        let config = &config.config;
+        let config = &self.shared.config;
         let (grace, default_timeout, announce) = (
             config.cancel_grace,
             config.tool_timeout,
             config.announce_running,
         );
+        let render = Render {
+            max_bytes: config.max_outbound_message_bytes,
+            max_violations: config.max_violations,
+        };
         let Some(call) = self.calls.get_mut(&key) else {
             return;
         };
         call.state = State::Running;
         self.held_bytes -= std::mem::take(&mut call.held);
         let params = call.params.take().unwrap_or(Value::Null);
-        let sink = ProgressSink {
-            key,
-            slot: Arc::clone(&call.slot),
-            events: self.events.clone(),
-        };
-        let ctx = Context::new(
-            call.call_id.clone(),
-            Arc::clone(&self.id),
-            call.cancel.clone(),
-            Some(sink),
-            Some(Arc::clone(&self.shared.state)),
-            self.subject.clone(),
-        );
         let timeout = call.tool.timeout().or(default_timeout);
-        let limits = exec::Limits {
-            timeout,
-            grace,
-            render: Some(Render {
-                max_bytes: config.max_outbound_message_bytes,
-                max_violations: config.max_violations,
-            }),
-        };
-        self.shared.runner.spawn(
+        let start = exec::Start {
             key,
-            call.tool.clone(),
+            tool: call.tool.clone(),
             params,
-            ctx,
-            call.cancel.clone(),
-            limits,
-            self.events.clone(),
-        );
+            call_id: call.call_id.clone(),
+            session_id: Arc::clone(&self.id),
+            cancel: call.cancel.clone(),
+            slot: Arc::clone(&call.slot),
+            state: Arc::clone(&self.shared.state),
+            subject: self.subject.clone(),
+            limits: exec::Limits {
+                timeout: None,
+                grace,
+                render: Some(render),
+            },
+        };
+        self.actions.push_back(Action::Start(Box::new(start)));
         self.running += 1;
+        if let Some(timeout) = timeout {
+            let at = self.shared.clock.now() + timeout;
+            self.arm_call(key, at);
+        }
         if announce {
             self.push_update(key, UpdateStatus::Running);
+        }
+    }
+
+    /// A call's deadline passed (see `session::timers`): a running call timed
+    /// out; a cancelled one's grace period ran out.
+    pub(super) fn call_deadline(&mut self, key: CallKey, at: Instant) {
+        let Some(call) = self.calls.get(&key) else {
+            return;
+        };
+        if call.deadline != Some(at) {
+            return; // an earlier deadline of a call that moved on
+        }
+        match call.state {
+            State::Running => self.timed_out(key),
+            State::Cancelling => {
+                // The task is being aborted (the runner keeps the same grace)
+                // and keeps its slot until it stops; the client hears now.
+                let reason = call.cancel_reason.clone();
+                self.finish_cancelled(key, reason);
+            }
+            State::Validating | State::Queued | State::Done => {}
+        }
+    }
+
+    /// A running call's timeout elapsed: its `TOOL_DONE TIMEOUT` now, and the
+    /// task is cancelled (it keeps its slot until it stops, within the grace).
+    fn timed_out(&mut self, key: CallKey) {
+        let Some(call) = self.calls.get(&key) else {
+            return;
+        };
+        if call.state != State::Running {
+            return;
+        }
+        let ms = call
+            .tool
+            .timeout()
+            .or(self.shared.config.tool_timeout)
+            .unwrap_or_default()
+            .as_millis();
+        let failure = ToolFailure::new(
+            ErrorCode::TIMEOUT,
+            format!("Tool {} timed out after {ms} ms", call.tool.name()),
+        );
+        self.finish(key, ToolOutcome::Error(failure), Ended::Failed);
+        if let Some(call) = self.calls.get_mut(&key) {
+            call.state = State::Done; // keeps its slot until the task stops
+            call.deadline = None;
+            call.cancel.cancel();
         }
     }
 
@@ -333,28 +379,9 @@ impl Session {
                     self.flush_progress(key);
                 }
             }
-            CallEvent::TimedOut(key) => {
-                let Some(call) = self.calls.get(&key) else {
-                    return;
-                };
-                if call.state != State::Running {
-                    return;
-                }
-                let ms = call
-                    .tool
-                    .timeout()
-                    .or(self.shared.config.tool_timeout)
-                    .unwrap_or_default()
-                    .as_millis();
-                let failure = ToolFailure::new(
-                    ErrorCode::TIMEOUT,
-                    format!("Tool {} timed out after {ms} ms", call.tool.name()),
-                );
-                self.finish(key, ToolOutcome::Error(failure), Ended::Failed);
-                if let Some(call) = self.calls.get_mut(&key) {
-                    call.state = State::Done; // keeps its slot until the task stops
-                }
-            }
+            // A session's calls are timed here (`session::timers`); a task
+            // that keeps its own timeout says so the same way.
+            CallEvent::TimedOut(key) => self.timed_out(key),
             CallEvent::Validated(key, verdict) => self.validated(key, *verdict),
             CallEvent::Finished(key, outcome) => {
                 self.running = self.running.saturating_sub(1);
@@ -549,6 +576,10 @@ impl Session {
                     call.cancel_reason = reason;
                     call.cancel.cancel();
                 }
+                // `TOOL_DONE CANCELLED` when the task stops, at the latest
+                // when the grace period ends.
+                let at = self.shared.clock.now() + self.shared.config.cancel_grace;
+                self.arm_call(key, at);
             }
             State::Cancelling | State::Done => {}
         }

@@ -33,13 +33,15 @@ pub(crate) trait IdSource: Send + Sync + 'static {
 /// The length of a hyphenated UUID.
 pub(crate) const ID_LEN: usize = 36;
 
-/// The system's clocks.
+/// The system's clocks. Monotonic time is read through the runtime, so that
+/// the session's deadlines and the driver's sleeps agree (also on a runtime
+/// whose clock a test paused).
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
-        Instant::now()
+        tokio::time::Instant::now().into_std()
     }
 
     fn unix_millis(&self) -> u64 {

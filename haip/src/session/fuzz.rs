@@ -58,7 +58,9 @@ use proptest::strategy::Union;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Semaphore, mpsc};
 
-use super::{Backlog, Control, FakeClock, Overflow, RandomIds, Session, Shared, TransportKind};
+use super::{
+    Action, Backlog, Clock, Control, FakeClock, Overflow, RandomIds, Session, Shared, TransportKind,
+};
 use crate::Context;
 use crate::exec::CallEvent;
 use crate::protocol::{Channel, ErrorCode, EventType, Inbound, decode, is_binary_envelope};
@@ -299,6 +301,8 @@ struct Awaiting {
     expected: u64,
     /// Whether its id was fresh when it arrived.
     fresh: bool,
+    /// When it arrived (the session's clock): the frame is due 10 s later.
+    since: std::time::Instant,
 }
 
 /// A session with no socket, the transport and client around it, and the
@@ -312,6 +316,7 @@ struct Awaiting {
 /// unit causes on `SYSTEM` is committed in between.
 struct Run {
     session: Session,
+    events_tx: mpsc::UnboundedSender<CallEvent>,
     events: mpsc::UnboundedReceiver<CallEvent>,
     shared: Arc<Shared>,
     /// The session's clock: moved with the runtime's paused one.
@@ -357,9 +362,10 @@ impl Run {
         } else {
             TransportKind::Stream
         };
-        let session = Session::new(Arc::clone(&shared), transport, tx, None);
+        let session = Session::new(Arc::clone(&shared), transport, None);
         let mut run = Run {
             session,
+            events_tx: tx,
             events,
             shared,
             clock,
@@ -452,6 +458,7 @@ impl Run {
                         inbound,
                         expected,
                         fresh,
+                        since: self.clock.now(),
                     });
                 }
             } else if inbound.event == EventType::ToolCall {
@@ -606,17 +613,51 @@ impl Run {
         Ok(())
     }
 
+    /// Does what the session asked, as the driver would: its calls and
+    /// validations go to the call runner (keep-alives go nowhere).
+    fn act(&mut self) {
+        let runner = self.shared.runner.clone();
+        while let Some(action) = self.session.poll_action() {
+            match action {
+                Action::Start(start) => runner.start(*start, &self.events_tx),
+                Action::Validate(validate) => runner.start_validation(*validate, &self.events_tx),
+                Action::KeepAlive => {}
+            }
+        }
+    }
+
     /// Feeds every call event that is ready.
     fn pump(&mut self) {
+        self.act();
         while let Ok(event) = self.events.try_recv() {
             self.session.handle_event(event);
+            self.act();
         }
+    }
+
+    /// Lets `by` pass on the session's clock (the runtime's has already)
+    /// and handles the deadlines due: timeouts, grace periods, the binary
+    /// frame wait, heartbeats.
+    fn elapse(&mut self, by: Duration) -> Result<(), String> {
+        self.clock.advance(by);
+        let now = self.clock.now();
+        let control = self.session.handle_timeout(now);
+        if self
+            .awaiting
+            .as_ref()
+            .is_some_and(|a| now >= a.since + super::timers::BINARY_FRAME_WAIT)
+        {
+            self.frame_missing();
+        }
+        self.act();
+        self.after(control)
     }
 
     // ----- outbound ---------------------------------------------------------
 
     /// Commits and checks everything that may go out.
     fn drain(&mut self) -> Result<(), String> {
+        self.act();
         while let Some(text) = self.session.commit_next() {
             self.observe(text)?;
         }
@@ -736,15 +777,28 @@ impl Run {
             self.text(&resume.to_string())?;
             self.text(&grant.to_string())?;
         }
+        let mut waited = Duration::ZERO;
         loop {
             self.pump();
             self.drain()?;
             if self.session.is_idle() {
                 break;
             }
-            match tokio::time::timeout(HANG, self.events.recv()).await {
+            // A call event, or else the session's next deadline (its calls'
+            // timeouts and grace periods), the two clocks moving together.
+            let until = self
+                .session
+                .poll_timeout()
+                .map_or(HANG, |at| at.saturating_duration_since(self.clock.now()))
+                .min(HANG.saturating_sub(waited));
+            let started = tokio::time::Instant::now();
+            let event = tokio::time::timeout(until, self.events.recv()).await;
+            let passed = started.elapsed();
+            waited += passed;
+            match event {
                 Ok(Some(event)) => self.session.handle_event(event),
                 Ok(None) => return Err("the call event channel closed".into()),
+                Err(_) if waited < HANG => {}
                 Err(_) => {
                     let owed: Vec<&str> = self
                         .calls
@@ -757,6 +811,7 @@ impl Run {
                     ));
                 }
             }
+            self.elapse(passed)?;
         }
         // No call is active now, and the client resumed every channel: this
         // changes nothing, unless a resume was lost (then the check below
@@ -2134,9 +2189,10 @@ impl Run {
             Step::Sleep(ms) => {
                 // The session's clock and the tools' clock move together:
                 // replay windows expire as tools time out.
-                self.clock.advance(Duration::from_millis(*ms));
+                self.act();
                 tokio::time::sleep(Duration::from_millis(*ms)).await;
                 self.pump();
+                self.elapse(Duration::from_millis(*ms))?;
                 self.check()
             }
             Step::Release(n) => {

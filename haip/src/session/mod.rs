@@ -1,8 +1,14 @@
-//! The per-session state machine, independent of any transport.
+//! The per-session state machine, independent of any transport: driven,
+//! never driving (the handle/poll split of ARCHITECTURE.md).
 //!
-//! A transport feeds it inbound text ([`Session::handle_text`]) and call events
-//! ([`Session::handle_event`]), and drains committed envelopes
-//! ([`Session::commit_next`]) when it can write. Nothing here touches a socket.
+//! Inputs: inbound units ([`Session::handle_text`], [`Session::handle_binary`]),
+//! call events from the call runner ([`Session::handle_event`]) and the passing
+//! of time ([`Session::handle_timeout`]). Outputs: committed envelopes
+//! ([`Session::commit_next`]), what to do next ([`Session::poll_action`]: run a
+//! call, validate params, send a keep-alive) and when to wake
+//! ([`Session::poll_timeout`]); each handler returns a [`Control`] (go on,
+//! close, resume another session). It never spawns, never awaits, never reads
+//! the system clock or makes ids itself: time and ids are injected.
 
 mod binary;
 mod calls;
@@ -16,6 +22,7 @@ mod resume;
 mod store;
 #[cfg(test)]
 mod tests;
+mod timers;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -23,10 +30,9 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::exec::{CallEvent, CallKey, CallRunner};
+use crate::exec::{self, CallKey, CallRunner};
 use crate::hash::{FastMap, FastSet};
 use crate::protocol::payload::{
     self, Hai, InboundEvent, LastRxSeq, Payload, ReplayRequest, RunStarted, ToolSchemaRequest,
@@ -48,6 +54,7 @@ use flow::{Amount, InboundCredit, OutboundGate, Owed};
 use replay::{ReplayBudget, ReplayWindow};
 pub(crate) use resume::ResumeRequest;
 pub(crate) use store::{Attached, InMemorySessionStore, SessionStore, Takeover};
+use timers::{Deadlines, Timers};
 
 /// What a session shares with the rest of the server.
 pub(crate) struct Shared {
@@ -128,6 +135,17 @@ pub(crate) enum Control {
     Resume(Box<ResumeRequest>),
 }
 
+/// What the session asks of whoever drives it ([`Session::poll_action`]).
+pub(crate) enum Action {
+    /// Run a call: hand it to the call runner.
+    Start(Box<exec::Start>),
+    /// Validate large params off the session's task.
+    Validate(Box<exec::Validate>),
+    /// A heartbeat was due but the client filters `PING`s: on a stream, send
+    /// a transport keep-alive if nothing else is flowing (HAIP.md §9).
+    KeepAlive,
+}
+
 /// An outbound envelope waiting to be written.
 enum Pending {
     /// Not yet committed; progress updates remember their call so a newer
@@ -177,7 +195,12 @@ pub(crate) struct Session {
     gate: OutboundGate,
     /// The client's `HAI` asked for flow control (`capabilities.flow_control`).
     client_flow_control: bool,
-    events: mpsc::UnboundedSender<CallEvent>,
+    /// What the driver is to do next, in order.
+    actions: VecDeque<Action>,
+    /// Heartbeat, idle timeout, binary frame wait.
+    timers: Timers,
+    /// Call timeouts and cancel grace periods.
+    deadlines: Deadlines,
     calls: FastMap<CallKey, Call>,
     /// call_id → key, for calls whose `TOOL_DONE` is not yet issued.
     active_ids: FastMap<String, CallKey>,
@@ -209,11 +232,11 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// A fresh session; its `HAI` is already in the outbox.
+    /// A fresh session, on a connection from now on; its `HAI` is already in
+    /// the outbox.
     pub(crate) fn new(
         shared: Arc<Shared>,
         transport: TransportKind,
-        events: mpsc::UnboundedSender<CallEvent>,
         subject: Option<String>,
     ) -> Session {
         let window = ReplayWindow::new(replay::Limits::from(&shared.config));
@@ -240,7 +263,9 @@ impl Session {
             inbound_credit,
             gate: OutboundGate::default(),
             client_flow_control: false,
-            events,
+            actions: VecDeque::new(),
+            timers: Timers::default(),
+            deadlines: Deadlines::new(),
             calls: FastMap::default(),
             active_ids: FastMap::default(),
             waiting: VecDeque::new(),
@@ -259,7 +284,14 @@ impl Session {
         };
         let hai = session.hai_payload();
         session.push(Outgoing::new(Channel::System, EventType::Hai, hai));
+        let now = session.shared.clock.now();
+        session.connected(now);
         session
+    }
+
+    /// The next thing the driver is to do, in the order the session decided them.
+    pub(crate) fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
     }
 
     /// What the session's replay window counts against the server's budget.

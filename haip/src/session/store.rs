@@ -11,10 +11,12 @@ use tokio::sync::{mpsc, oneshot};
 use super::Session;
 use crate::exec::CallEvent;
 
-/// A session with everything that keeps it running: its call events and the
-/// queue through which another connection may take it over.
+/// A session with everything that keeps it running: the channel its calls
+/// report on and the queue through which another connection may take it over.
 pub(crate) struct Attached {
     pub(crate) session: Box<Session>,
+    /// Given to the call runner with each call the session starts.
+    pub(crate) events_tx: mpsc::UnboundedSender<CallEvent>,
     pub(crate) events: mpsc::UnboundedReceiver<CallEvent>,
     pub(crate) takeovers: mpsc::Receiver<Box<Takeover>>,
 }
