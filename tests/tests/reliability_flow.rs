@@ -103,7 +103,18 @@ async fn credit_limited_client(strict: bool) {
         returned, CALLS as i64,
         "every handled call's credit came back"
     );
-    c.ping_marker().await;
+    // Nothing else is owed, except maybe the return of the SYSTEM credit the
+    // client's last FLOW_UPDATEs spent (it follows them, so it may come after
+    // the last TOOL_DONE).
+    c.request("PING", json!({ "nonce": "end" })).await;
+    loop {
+        let env = c.recv().await;
+        match env["type"].as_str() {
+            Some("PONG") => break,
+            Some("FLOW_UPDATE") if env["payload"]["channel"] == "SYSTEM" => {}
+            _ => panic!("expected nothing but SYSTEM credit before the PONG, got {env}"),
+        }
+    }
     c.close().await;
     handle.shutdown().await;
 }

@@ -3,6 +3,7 @@
 //! exactly one [`CallEvent::Finished`].
 
 use std::any::Any;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
@@ -90,30 +91,21 @@ impl CallRunner {
         &self.validators
     }
 
-    /// Runs a call in its own task: the handler with timeout, panic capture
-    /// and cancellation (grace, then abort). Reports exactly one
-    /// [`CallEvent::Finished`] (after [`CallEvent::TimedOut`] on a timeout).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn spawn(
+    /// Runs a call (for a session core, or the MCP export): its [`Context`]
+    /// is built here, its progress reported on `events`; the handler runs with
+    /// timeout, panic capture and cancellation (grace, then abort).
+    ///
+    /// The call is first polled once right here, on the caller's task: most
+    /// tools finish without waiting for anything, and such a call's outcome is
+    /// returned at once, which spares it a task, a channel message and two
+    /// wake-ups. Otherwise it goes on in its own task (where a tool that
+    /// waits for something would be anyway), which reports
+    /// [`CallEvent::Finished`] on `events`.
+    pub(crate) fn start(
         &self,
-        key: CallKey,
-        tool: Tool,
-        params: Value,
-        ctx: Context,
-        cancel: CancellationToken,
-        limits: Limits,
-        events: mpsc::UnboundedSender<CallEvent>,
-    ) {
-        self.tasks.spawn(async move {
-            let outcome = run(key, tool, params, ctx, cancel, limits, &events).await;
-            // The session may be gone (connection closed); then nobody is waiting.
-            let _ = events.send(CallEvent::Finished(key, Box::new(outcome)));
-        });
-    }
-
-    /// Runs a call a session core asked for ([`Start`]): its [`Context`] is
-    /// built here, its progress and its end reported on `events`.
-    pub(crate) fn start(&self, start: Start, events: &mpsc::UnboundedSender<CallEvent>) {
+        start: Start,
+        events: &mpsc::UnboundedSender<CallEvent>,
+    ) -> Option<(CallKey, Box<Outcome>)> {
         let Start {
             key,
             tool,
@@ -139,7 +131,23 @@ impl CallRunner {
             Some(state),
             subject,
         );
-        self.spawn(key, tool, params, ctx, cancel, limits, events.clone());
+        let events = events.clone();
+        let mut call = Box::pin(async move {
+            let outcome = run(key, tool, params, ctx, cancel, limits, &events).await;
+            (outcome, events)
+        });
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if let std::task::Poll::Ready((outcome, _)) = call.as_mut().poll(&mut cx) {
+            return Some((key, Box::new(outcome)));
+        }
+        // Polled again in its task at once: whatever it waits for learns the
+        // task's waker then (a future heeds the waker of its latest poll).
+        self.tasks.spawn(async move {
+            let (outcome, events) = call.await;
+            // The session may be gone (connection closed); then nobody is waiting.
+            let _ = events.send(CallEvent::Finished(key, Box::new(outcome)));
+        });
+        None
     }
 
     /// Validates params a session core handed off ([`Validate`]).

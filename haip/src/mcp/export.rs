@@ -17,8 +17,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::Context;
-use crate::context::{ProgressSink, ProgressSlot};
+use crate::context::ProgressSlot;
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy};
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
 use crate::session::Shared;
@@ -240,33 +239,30 @@ impl ExportService {
         let slot = Arc::new(ProgressSlot::default());
         // Server shutdown cancels the call as well as the client's cancellation.
         let cancel = self.shared.shutdown.child_token();
-        let ctx = Context::new(
-            format!("mcp-{n}"),
-            Arc::clone(&self.session_id),
-            cancel.clone(),
-            Some(ProgressSink {
-                key,
-                slot: Arc::clone(&slot),
-                events: events_tx.clone(),
-            }),
-            Some(Arc::clone(&self.shared.state)),
-            subject,
-        );
         let limits = exec::Limits {
             timeout: tool.timeout().or(config.tool_timeout),
             grace: config.cancel_grace,
             // MCP renders the value itself (structured content and text).
             render: None,
         };
-        self.shared.runner.spawn(
+        let start = exec::Start {
             key,
-            tool.clone(),
+            tool: tool.clone(),
             params,
-            ctx,
-            cancel.clone(),
+            call_id: format!("mcp-{n}"),
+            session_id: Arc::clone(&self.session_id),
+            cancel: cancel.clone(),
+            slot: Arc::clone(&slot),
+            state: Arc::clone(&self.shared.state),
+            subject,
             limits,
-            events_tx,
-        );
+        };
+        // A call that finished on its first poll is done here and now.
+        if let Some((_, outcome)) = self.shared.runner.start(start, &events_tx) {
+            return Stop::Outcome(*outcome);
+        }
+        // Only the call's task reports now: its end closes the channel.
+        drop(events_tx);
         let token = context.meta.get_progress_token();
         loop {
             let event = tokio::select! {
@@ -485,6 +481,7 @@ impl McpHttp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Context;
     use crate::tool::ToolError;
     use serde_json::json;
 

@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::exec::CallEvent;
 use crate::protocol::{DecodeError, ErrorCode};
 use crate::session::{
     Action, Attached, Control, LARGE_PARAMS, Overflow, ResumeRequest, Session, SessionStore,
@@ -162,7 +163,14 @@ pub(crate) fn attach(session: Session, shared: &Shared) -> Attached {
 fn perform(attached: &mut Attached, shared: &Shared, writer: Option<&Writer>) {
     while let Some(action) = attached.session.poll_action() {
         match action {
-            Action::Start(start) => shared.runner.start(*start, &attached.events_tx),
+            Action::Start(start) => {
+                // A call that finished on its first poll ends here and now.
+                if let Some((key, outcome)) = shared.runner.start(*start, &attached.events_tx) {
+                    attached
+                        .session
+                        .handle_event(CallEvent::Finished(key, outcome));
+                }
+            }
             Action::Validate(validate) => shared
                 .runner
                 .start_validation(*validate, &attached.events_tx),

@@ -619,7 +619,11 @@ impl Run {
         let runner = self.shared.runner.clone();
         while let Some(action) = self.session.poll_action() {
             match action {
-                Action::Start(start) => runner.start(*start, &self.events_tx),
+                Action::Start(start) => {
+                    if let Some((key, outcome)) = runner.start(*start, &self.events_tx) {
+                        self.session.handle_event(CallEvent::Finished(key, outcome));
+                    }
+                }
                 Action::Validate(validate) => runner.start_validation(*validate, &self.events_tx),
                 Action::KeepAlive => {}
             }

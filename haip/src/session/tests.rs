@@ -61,7 +61,11 @@ impl Harness {
         while let Some(action) = self.session.poll_action() {
             let runner = &self.session.shared().runner;
             match action {
-                Action::Start(start) if self.run_calls => runner.start(*start, &self.events_tx),
+                Action::Start(start) if self.run_calls => {
+                    if let Some((key, outcome)) = runner.start(*start, &self.events_tx) {
+                        self.session.handle_event(CallEvent::Finished(key, outcome));
+                    }
+                }
                 Action::Validate(validate) if self.run_calls => {
                     runner.start_validation(*validate, &self.events_tx);
                 }
