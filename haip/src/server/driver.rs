@@ -29,7 +29,7 @@ use crate::exec::CallEvent;
 use crate::protocol::{DecodeError, ErrorCode};
 use crate::session::{
     Action, Attached, Control, LARGE_PARAMS, Overflow, ResumeRequest, Session, SessionStore,
-    Shared, Takeover, decode_unit,
+    Shared, Takeover, decode_unit, next_event,
 };
 use crate::transport::frame::{Batch, Element, Frame, Unit, WRITER_BUDGET, WriteMeter, Writer};
 use crate::transport::ws;
@@ -144,17 +144,10 @@ pub(crate) async fn run_stream(
     detach(ended, attached, shared);
 }
 
-/// Puts a new session on a connection: registers it for resumption, and
-/// opens the channel its calls report on.
+/// Puts a new session on a connection: registers it for resumption.
 pub(crate) fn attach(session: Session, shared: &Shared) -> Attached {
     let takeovers = shared.store.register(session.id());
-    let (events_tx, events) = mpsc::unbounded_channel();
-    Attached {
-        session: Box::new(session),
-        events_tx,
-        events,
-        takeovers,
-    }
+    Attached::new(session, takeovers)
 }
 
 /// Carries out what the session asked for: its calls and validations go to
@@ -165,7 +158,7 @@ fn perform(attached: &mut Attached, shared: &Shared, writer: Option<&Writer>) {
         match action {
             Action::Start(start) => {
                 // A call that finished on its first poll ends here and now.
-                if let Some((key, outcome)) = shared.runner.start(*start, &attached.events_tx) {
+                if let Some((key, outcome)) = shared.runner.start(*start, attached.events_tx()) {
                     attached
                         .session
                         .handle_event(CallEvent::Finished(key, outcome));
@@ -173,7 +166,7 @@ fn perform(attached: &mut Attached, shared: &Shared, writer: Option<&Writer>) {
             }
             Action::Validate(validate) => shared
                 .runner
-                .start_validation(*validate, &attached.events_tx),
+                .start_validation(*validate, attached.events_tx()),
             Action::KeepAlive => {
                 if let Some(writer) = writer
                     && writer.meter.bytes() == 0
@@ -247,17 +240,14 @@ fn park(mut attached: Attached, store: Arc<dyn SessionStore>, shared: &Shared) {
             while attached.session.commit_next().is_some() {}
             alarm.arm(&attached.session, timer.as_mut());
             tokio::select! {
-                request = attached.takeovers.recv() => match request {
-                    Some(request) => match (*request).answer(attached) {
-                        Some(kept) => attached = kept,
-                        None => {
-                            ticket.close();
-                            return;
-                        }
-                    },
-                    None => break,
+                request = attached.takeovers.recv() => match (*request).answer(attached) {
+                    Some(kept) => attached = kept,
+                    None => {
+                        ticket.close();
+                        return;
+                    }
                 },
-                Some(event) = attached.events.recv() => attached.session.handle_event(event),
+                Some(event) = next_event(&mut attached.events) => attached.session.handle_event(event),
                 () = &mut timer, if alarm.at.is_some() => {
                     alarm.fired();
                     // A parked session has no connection to close.
@@ -394,8 +384,8 @@ where
                 let keep = close.is_none_or(|(_, _, keep)| keep);
                 return (Ended::Abandoned { keep }, Some(attached));
             }
-            Some(event) = attached.events.recv() => session.handle_event(event),
-            Some(request) = attached.takeovers.recv(), if !shutting_down => takeover = Some(request),
+            Some(event) = next_event(&mut attached.events) => session.handle_event(event),
+            request = attached.takeovers.recv(), if !shutting_down => takeover = Some(request),
             () = writer.meter.drained(), if wait_writer => {}
             () = &mut closed => return (Ended::Gone, Some(attached)),
             text = recv_batch(&mut batch), if input && batch.is_some() => {
@@ -478,7 +468,8 @@ where
         }
         if let Some(request) = resume {
             // The rest of a POST that asked to resume goes to the resumed session.
-            attached = resume_into(attached, *request, shared, &mut options).await;
+            // Boxed: a rare wait, kept out of every session's loop state.
+            attached = Box::pin(resume_into(attached, *request, shared, &mut options)).await;
         }
     }
 }
@@ -490,6 +481,11 @@ async fn handle_text(session: &mut Session, text: String, shared: &Shared) -> Co
     if text.len() <= LARGE_PARAMS {
         return session.handle_text(&text);
     }
+    // Boxed: a rare wait, kept out of every session's loop state.
+    Box::pin(handle_large_text(session, text, shared)).await
+}
+
+async fn handle_large_text(session: &mut Session, text: String, shared: &Shared) -> Control {
     let strict = shared.config.strict_envelope;
     let len = text.len();
     let decoded = tokio::task::spawn_blocking(move || decode_unit(&text, strict))

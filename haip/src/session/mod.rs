@@ -53,7 +53,7 @@ pub(crate) use config::{SessionConfig, invalid};
 use flow::{Amount, InboundCredit, OutboundGate, Owed};
 use replay::{ReplayBudget, ReplayWindow};
 pub(crate) use resume::ResumeRequest;
-pub(crate) use store::{Attached, InMemorySessionStore, SessionStore, Takeover};
+pub(crate) use store::{Attached, InMemorySessionStore, SessionStore, Takeover, next_event};
 use timers::{Deadlines, Timers};
 
 /// What a session shares with the rest of the server.

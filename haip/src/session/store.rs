@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::Session;
 use crate::exec::CallEvent;
@@ -15,10 +15,45 @@ use crate::exec::CallEvent;
 /// report on and the queue through which another connection may take it over.
 pub(crate) struct Attached {
     pub(crate) session: Box<Session>,
+    /// The channel the session's calls report on, opened with its first
+    /// call (an idle session does without: about 1.3 KiB).
+    pub(crate) events: Option<CallEvents>,
+    pub(crate) takeovers: Takeovers,
+}
+
+/// Both ends of the channel a session's calls report on.
+pub(crate) struct CallEvents {
     /// Given to the call runner with each call the session starts.
-    pub(crate) events_tx: mpsc::UnboundedSender<CallEvent>,
-    pub(crate) events: mpsc::UnboundedReceiver<CallEvent>,
-    pub(crate) takeovers: mpsc::Receiver<Box<Takeover>>,
+    pub(crate) tx: mpsc::UnboundedSender<CallEvent>,
+    pub(crate) rx: mpsc::UnboundedReceiver<CallEvent>,
+}
+
+impl Attached {
+    /// A session with no calls yet, and the queue for its takeovers.
+    pub(crate) fn new(session: Session, takeovers: Takeovers) -> Attached {
+        Attached {
+            session: Box::new(session),
+            events: None,
+            takeovers,
+        }
+    }
+
+    /// Where the session's calls report, the channel opened if need be.
+    pub(crate) fn events_tx(&mut self) -> &mpsc::UnboundedSender<CallEvent> {
+        let events = self.events.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            CallEvents { tx, rx }
+        });
+        &events.tx
+    }
+}
+
+/// The next event of a session's calls; never, while it has had none.
+pub(crate) async fn next_event(events: &mut Option<CallEvents>) -> Option<CallEvent> {
+    match events {
+        Some(events) => events.rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// A request from a new connection to take a session over.
@@ -55,13 +90,114 @@ impl Takeover {
     }
 }
 
+/// Where takeover requests for one session arrive, one at a time: the
+/// session's end ([`Takeovers`]) and the store's ([`TakeoverAddress`]). A
+/// mutex and two notifications, about a tenth of a channel's memory: every
+/// session, idle or not, has one.
+#[derive(Default)]
+struct Mailbox {
+    state: Mutex<MailboxState>,
+    /// A request was put in.
+    arrived: Notify,
+    /// The request was taken out, or the session ended.
+    freed: Notify,
+}
+
+#[derive(Default)]
+struct MailboxState {
+    request: Option<Box<Takeover>>,
+    /// The session ended: nothing will be taken out again.
+    closed: bool,
+}
+
+impl Mailbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, MailboxState> {
+        // The state is whole values: a panic elsewhere cannot leave it half-written.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The session's end of its takeover mailbox. Dropping it (the session
+/// ended) refuses any request still waiting, and every later one.
+pub(crate) struct Takeovers(Arc<Mailbox>);
+
+impl Takeovers {
+    /// The next takeover request for the session.
+    pub(crate) async fn recv(&self) -> Box<Takeover> {
+        loop {
+            let arrived = self.0.arrived.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            if let Some(request) = self.0.lock().request.take() {
+                self.0.freed.notify_one();
+                return request;
+            }
+            arrived.await;
+        }
+    }
+}
+
+impl Drop for Takeovers {
+    fn drop(&mut self) {
+        let waiting = {
+            let mut state = self.0.lock();
+            state.closed = true;
+            state.request.take()
+        };
+        // Its reply channel closes with it: the asker hears at once.
+        drop(waiting);
+        self.0.freed.notify_waiters();
+    }
+}
+
+/// Where takeover requests for a session are sent (what the store keeps).
+#[derive(Clone)]
+pub(crate) struct TakeoverAddress(Arc<Mailbox>);
+
+impl TakeoverAddress {
+    /// A new mailbox: the address and the session's end.
+    pub(crate) fn new() -> (TakeoverAddress, Takeovers) {
+        let mailbox = Arc::new(Mailbox::default());
+        (TakeoverAddress(Arc::clone(&mailbox)), Takeovers(mailbox))
+    }
+
+    /// Puts a request in once the mailbox is free; gives it back if the
+    /// session ended.
+    pub(crate) async fn send(&self, request: Box<Takeover>) -> Result<(), Box<Takeover>> {
+        let mut request = Some(request);
+        loop {
+            let freed = self.0.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let mut state = self.0.lock();
+                if state.closed {
+                    return Err(request.take().expect("kept until sent"));
+                }
+                if state.request.is_none() {
+                    state.request = request.take();
+                    drop(state);
+                    self.0.arrived.notify_one();
+                    return Ok(());
+                }
+            }
+            freed.await;
+        }
+    }
+
+    /// Whether the session ended.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.0.lock().closed
+    }
+}
+
 /// The session table behind resumption. In memory by default; the seam is
 /// where a store shared by several servers would plug in.
 pub(crate) trait SessionStore: Send + Sync + 'static {
-    /// Registers a session; returns the queue its owner watches for takeovers.
-    fn register(&self, id: &str) -> mpsc::Receiver<Box<Takeover>>;
+    /// Registers a session; returns the mailbox its owner watches for takeovers.
+    fn register(&self, id: &str) -> Takeovers;
     /// Where to send a takeover request for `id`, if the session is known.
-    fn find(&self, id: &str) -> Option<mpsc::Sender<Box<Takeover>>>;
+    fn find(&self, id: &str) -> Option<TakeoverAddress>;
     /// Forgets a session (it ended or expired).
     fn remove(&self, id: &str);
 }
@@ -69,29 +205,84 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
 /// The default [`SessionStore`]: a map in this process.
 #[derive(Default)]
 pub(crate) struct InMemorySessionStore {
-    sessions: Mutex<HashMap<String, mpsc::Sender<Box<Takeover>>>>,
+    sessions: Mutex<HashMap<String, TakeoverAddress>>,
 }
 
 impl InMemorySessionStore {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<Box<Takeover>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, TakeoverAddress>> {
         // Entries are whole values: a panic elsewhere cannot leave one half-written.
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl SessionStore for InMemorySessionStore {
-    fn register(&self, id: &str) -> mpsc::Receiver<Box<Takeover>> {
+    fn register(&self, id: &str) -> Takeovers {
         // One pending request is plenty: a second asker waits or times out.
-        let (tx, rx) = mpsc::channel(1);
-        self.lock().insert(id.to_owned(), tx);
-        rx
+        let (address, takeovers) = TakeoverAddress::new();
+        self.lock().insert(id.to_owned(), address);
+        takeovers
     }
 
-    fn find(&self, id: &str) -> Option<mpsc::Sender<Box<Takeover>>> {
-        self.lock().get(id).filter(|tx| !tx.is_closed()).cloned()
+    fn find(&self, id: &str) -> Option<TakeoverAddress> {
+        self.lock().get(id).filter(|to| !to.is_closed()).cloned()
     }
 
     fn remove(&self, id: &str) {
         self.lock().remove(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn request() -> (
+        Box<Takeover>,
+        oneshot::Receiver<Result<Attached, &'static str>>,
+    ) {
+        let (reply, answer) = oneshot::channel();
+        let request = Box::new(Takeover {
+            subject: None,
+            last_rx_seq: 0,
+            reply,
+        });
+        (request, answer)
+    }
+
+    #[tokio::test]
+    async fn takeover_requests_arrive_one_at_a_time_and_end_with_the_session() {
+        let store = InMemorySessionStore::default();
+        let takeovers = store.register("s");
+        let address = store.find("s").expect("registered");
+        assert!(store.find("other").is_none());
+        // The first request goes in; a second waits until it is taken out.
+        let (first, _first_answer) = request();
+        address.send(first).await.map_err(|_| ()).expect("room");
+        let (second, mut second_answer) = request();
+        let waiting = tokio::spawn({
+            let address = address.clone();
+            async move { address.send(second).await.is_ok() }
+        });
+        let taken = tokio::time::timeout(Duration::from_secs(5), takeovers.recv())
+            .await
+            .expect("the first request");
+        assert_eq!(taken.last_rx_seq, 0);
+        let sent = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the second request goes in once the first is out")
+            .unwrap();
+        assert!(sent);
+        // The session ends with the second request unanswered: its asker
+        // hears at once, and the session is no longer found.
+        drop(takeovers);
+        assert!(matches!(
+            second_answer.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        ));
+        assert!(store.find("s").is_none());
+        let (third, _) = request();
+        assert!(address.send(third).await.is_err(), "refused, not queued");
     }
 }
