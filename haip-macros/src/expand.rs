@@ -5,8 +5,8 @@
 //! the return type is probed for `Result<T, E>` through `Returns`, all at
 //! compile time or once when the tool is built, never per call.
 
-use proc_macro2::TokenStream;
-use quote::{format_ident, quote, quote_spanned};
+use proc_macro2::{TokenStream, TokenTree};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::LitStr;
 use syn::spanned::Spanned;
 
@@ -42,6 +42,7 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
     let mut prepares = Vec::new();
     let mut arg_schemas = Vec::new();
     let mut arg_types = Vec::new();
+    let mut injects = Vec::new();
     for (i, p) in model.params.iter().enumerate() {
         let ty = &p.ty;
         let field = p.field(i);
@@ -67,8 +68,17 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
         let attrs = &p.field_attrs;
         fields.push(quote! { #docs #(#attrs)* #default #field: #field_ty });
         whole_fields.push(quote! { #field: #as_arg::whole_field(#tool_name, &mut __whole)? });
-        call_args.push(quote! { #as_arg::from_field(__args.#field, &__ctx)? });
-        prepares.push(quote! { let __builder = #as_arg::prepare(__builder); });
+        // What the runtime injects, asked once (a `State<T>` whose `T` cannot
+        // be shared is reported here, across the parameter's type); the
+        // handler uses the answer's function pointers, which need no bound.
+        let inject = format_ident!("__haip_inject_{}", i);
+        // rustc blames the argument or, when the type is only known late
+        // (through `Checked`), the whole call: both span the type.
+        let injected = spanning(ty, quote!(__haip::injected::<#arg>()));
+        let glue = spanning(ty, quote!(__haip::InjectedArg::glue(#injected)));
+        injects.push(quote! { let #inject = #glue; });
+        call_args.push(quote! { #as_arg::from_parts(__args.#field, (#inject.extract)(&__ctx)?) });
+        prepares.push(quote! { let __builder = (#inject.prepare)(__builder); });
         arg_schemas.push(quote! { __haip::arg_schema::<#arg>(#name) });
     }
     let parse_args = if model.params.is_empty() {
@@ -85,32 +95,44 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
         }
     };
 
-    let (convert, output_schema) = match &model.output {
+    // `Result<T, E>` under any name is found by the type system (autoref
+    // specialisation on `Returns<R>`); anything else is a plain value. `T`
+    // must be a `ToolOutput` and `E` a `ToolErrorType`: each is asked once,
+    // across the return type, and the rest uses the functions they give.
+    let (glue, convert, output_schema) = match &model.output {
         Output::Unit => (
+            quote!(),
             quote! {
                 let () = __out;
                 ::core::result::Result::Ok(__haip::serde_json::Value::Null)
             },
             quote!(::core::option::Option::None),
         ),
-        // `Result<T, E>` under any name is found by the type system (autoref
-        // specialisation on `Returns<R>`); anything else is a plain value.
-        // All spanned at the return type: a missing bound is reported there
-        // (once: rustc merges identical errors at one span).
-        Output::Returns(ret) => (
-            quote_spanned! {ret.span()=>
-                (&__haip::Returns::<#ret>::new())
-                    .haip_output()
-                    .split(__out)
-                    .map_err(|__e| (&__haip::ErrWrap::new(__e)).haip_tool_error())
-                    .and_then(|__v| __haip::serialize_output(#tool_name, __v))
-            },
-            quote_spanned!(ret.span()=> (&__haip::Returns::<#ret>::new()).haip_output().schema()),
-        ),
+        Output::Returns(ret) => {
+            let returns = quote!((&__haip::Returns::<#ret>::new()).haip_output());
+            let ok_type = spanning(ret, quote!(#returns.ok_type()));
+            let err_type = spanning(ret, quote!(#returns.err_type()));
+            let output_glue = spanning(ret, quote!(__haip::ToolOutput::glue(#ok_type)));
+            let error_glue = spanning(ret, quote!(__haip::ToolErrorType::glue(#err_type)));
+            (
+                quote! {
+                    let __haip_output = #output_glue;
+                    let __haip_error = #error_glue;
+                },
+                quote! {
+                    (&__haip::Returns::<#ret>::new())
+                        .haip_output()
+                        .split(__out)
+                        .map_err(|__e| (&__haip::ErrWrap::new(__e, __haip_error)).haip_tool_error())
+                        .and_then(|__v| (__haip_output.to_json)(#tool_name, __v))
+                },
+                quote!((__haip_output.schema)()),
+            )
+        }
     };
     let handler = if func.sig.asyncness.is_some() {
         quote! {
-            .handler(|__params: __haip::serde_json::Value, __ctx: __haip::Context| async move {
+            .handler(move |__params: __haip::serde_json::Value, __ctx: __haip::Context| async move {
                 let __args: __HaipArgs = #parse_args;
                 let __out = #fn_name(#(#call_args),*).await;
                 #convert
@@ -118,7 +140,7 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
         }
     } else {
         quote! {
-            .blocking_handler(|__params: __haip::serde_json::Value, __ctx: __haip::Context| {
+            .blocking_handler(move |__params: __haip::serde_json::Value, __ctx: __haip::Context| {
                 let __args: __HaipArgs = #parse_args;
                 let __out = #fn_name(#(#call_args),*);
                 #convert
@@ -178,6 +200,8 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
                 #[schemars(crate = #schemars_path)]
                 struct __HaipArgs { #(#fields,)* }
                 #(#defaults)*
+                #(#injects)*
+                #glue
 
                 let __builder = __haip::Tool::builder(#tool_name)
                     .description(#description)
@@ -198,6 +222,24 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
             }
         }
     }
+}
+
+/// `expr` spanning all of `at`: its top-level tokens at the first token of
+/// `at`, its last one at the last token, so rustc underlines all of `at` for an
+/// error in `expr` or any part of it (a `Span` covers one token on stable, and
+/// a span joined from the user's and the macro's tokens is the macro's).
+/// `expr` must name no local variable at its top level: a user's span may
+/// carry a `macro_rules!` hygiene context.
+fn spanning(at: &dyn ToTokens, expr: TokenStream) -> TokenStream {
+    let mut spans = at.to_token_stream().into_iter().map(|t| t.span());
+    let start = spans.next().unwrap_or_else(proc_macro2::Span::call_site);
+    let end = spans.last().unwrap_or(start);
+    let mut tokens: Vec<TokenTree> = expr.into_iter().collect();
+    let last = tokens.len().saturating_sub(1);
+    for (i, token) in tokens.iter_mut().enumerate() {
+        token.set_span(if i == last { end } else { start });
+    }
+    tokens.into_iter().collect()
 }
 
 #[cfg(test)]
@@ -230,11 +272,49 @@ mod tests {
             "ctx : < __HaipArg1 as __haip :: ToolArg > :: Field",
             "__haip_arg_2 : < __HaipArg2 as __haip :: ToolArg > :: Field",
             "__haip :: arg_schema :: < __HaipArg0 > (\"a\")",
-            "< __HaipArg1 as __haip :: ToolArg > :: from_field (__args . ctx , & __ctx) ?",
+            "< __HaipArg1 as __haip :: ToolArg > :: from_parts (__args . ctx , (__haip_inject_1 . extract) (& __ctx) ?)",
             "__haip :: Returns :: < Result < u8 , E > > :: new ()",
         ] {
             assert!(out.contains(needle), "{needle}: {out}");
         }
+    }
+
+    #[test]
+    fn each_role_is_asked_once() {
+        let out = expand_fn(
+            parse_quote! {
+                fn t(a: A, b: State<S>) -> Result<u8, E> { todo!() }
+            },
+            quote!(),
+        );
+        // One question per parameter and per side of the result; everything
+        // else goes through the answers, so a missing bound is one error.
+        let count = |needle: &str| out.matches(needle).count();
+        assert_eq!(count("__haip :: InjectedArg :: glue"), 2, "{out}");
+        assert_eq!(
+            count(
+                "let __haip_inject_0 = __haip :: InjectedArg :: glue (__haip :: injected :: < __HaipArg0 > ())"
+            ),
+            1,
+            "{out}"
+        );
+        assert_eq!(count("__haip :: ToolOutput :: glue"), 1, "{out}");
+        assert_eq!(count("__haip :: ToolErrorType :: glue"), 1, "{out}");
+        assert_eq!(count(". ok_type ()"), 1, "{out}");
+        assert_eq!(count(". err_type ()"), 1, "{out}");
+        assert_eq!(count("(__haip_output . to_json)"), 1, "{out}");
+        assert_eq!(count("(__haip_output . schema) ()"), 1, "{out}");
+    }
+
+    #[test]
+    fn spanning_keeps_the_tokens() {
+        let ty: syn::Type = parse_quote!(Result<u8, Oops>);
+        let out = spanning(&ty, quote!(__haip::ToolOutput::glue(x.ok_type())));
+        assert_eq!(
+            out.to_string(),
+            quote!(__haip::ToolOutput::glue(x.ok_type())).to_string()
+        );
+        assert!(spanning(&ty, TokenStream::new()).is_empty());
     }
 
     #[test]

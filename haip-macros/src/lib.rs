@@ -124,10 +124,16 @@ use quote::quote;
 /// - Found by the macro, from the syntax: generic functions, `self`
 ///   receivers, `const`/`unsafe`/`extern` functions, `impl Trait` parameters,
 ///   unknown or repeated options, an invalid name or timeout.
-/// - Found by the compiler, from the types: a parameter type that is neither
-///   data (`Deserialize + JsonSchema`) nor `Context`/`State<T>`/`Params<T>`,
-///   a result type without `Serialize + JsonSchema`, an error type without
-///   `Display`.
+/// - Found by the compiler, from the types, one error per mistake in haip's
+///   words: a parameter type that is neither data (`Deserialize + JsonSchema`)
+///   nor `Context`/`State<T>`/`Params<T>` ("`Plain` cannot be a tool
+///   parameter: derive `Deserialize` and `JsonSchema` (`#[haip::data]` does
+///   both)", at the parameter's type), a `State<T>` whose `T` is not
+///   `Send + Sync + 'static`, a result type without `Serialize + JsonSchema`
+///   and an error type without `Display` (at the return type). Each role is
+///   one trait asked once (`ToolArg`, `InjectedArg`, `ToolOutput`,
+///   `ToolErrorType`); the generated code uses the answers, so a missing
+///   bound is never reported again from inside it.
 /// - Found by compile-time assertions (`const` items the compiler evaluates,
 ///   reported as "evaluation panicked: ..." at your token), because they depend
 ///   on what each parameter's type is: a pattern (not a plain name) for a data
@@ -165,6 +171,16 @@ use quote::quote;
 ///         type __HaipArg0 = <Checked<{ add::__HAIP_ROLE_0 as u8 }, f64> as Arg>::Is;
 ///         type __HaipArg1 = <Checked<{ add::__HAIP_ROLE_1 as u8 }, f64> as Arg>::Is;
 ///
+///         // What the runtime injects for each parameter (`NotInjected` for
+///         // data), asked once, at the parameter's type: plain functions.
+///         let __haip_inject_0 = __haip::InjectedArg::glue(__haip::injected::<__HaipArg0>());
+///         let __haip_inject_1 = __haip::InjectedArg::glue(__haip::injected::<__HaipArg1>());
+///         // `T` of a `Result<T, E>` (found by the type system), else the type,
+///         // and `E` (`Infallible` for a plain value): asked once each, at the
+///         // return type.
+///         let __haip_output = __haip::ToolOutput::glue((&Returns::<Sum>::new()).haip_output().ok_type());
+///         let __haip_error = __haip::ToolErrorType::glue((&Returns::<Sum>::new()).haip_output().err_type());
+///
 ///         // One field per parameter: `T` for data, a placeholder that
 ///         // deserialises from nothing for `Context` and `State<T>`.
 ///         #[derive(Deserialize, JsonSchema)]    // through ::haip::__private
@@ -180,19 +196,18 @@ use quote::quote;
 ///             .description("Add two numbers.")
 ///             // Drops injected parameters; `T`'s schema for a `Params<T>`.
 ///             .input_schema(__haip::args_input_schema::<__HaipArgs>(&[/* name and role of each */]))
-///             // `T` of a `Result<T, E>` (found by the type system), else the type.
-///             .output_schema((&Returns::<Sum>::new()).haip_output().schema().unwrap())
-///             .handler(|params, ctx| async move {
+///             .output_schema((__haip_output.schema)().unwrap())
+///             .handler(move |params, ctx| async move {
 ///                 // (A `Params<T>` deserialises the whole params into `T` instead.)
 ///                 let args: __HaipArgs = __haip::deserialize_params("add", params)?;
 ///                 let out = add(
-///                     <__HaipArg0 as ToolArg>::from_field(args.a, &ctx)?,
-///                     <__HaipArg1 as ToolArg>::from_field(args.b, &ctx)?,
+///                     <__HaipArg0 as ToolArg>::from_parts(args.a, (__haip_inject_0.extract)(&ctx)?),
+///                     <__HaipArg1 as ToolArg>::from_parts(args.b, (__haip_inject_1.extract)(&ctx)?),
 ///                 ).await;
 ///                 // Plain value: serialised. `Result`: `Ok` serialised, `Err` a tool error.
 ///                 (&Returns::<Sum>::new()).haip_output().split(out)
-///                     .map_err(/* ToolError as is, other errors by Display */)
-///                     .and_then(|v| __haip::serialize_output("add", v))
+///                     .map_err(/* ToolError as is, other errors through __haip_error */)
+///                     .and_then(|v| (__haip_output.to_json)("add", v))
 ///             })
 ///             .build()
 ///     }

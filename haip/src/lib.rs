@@ -72,3 +72,9 @@ pub use server::{Server, ServerBuilder, ServerHandle, serve};
 pub use tool::{Injected, Params, State, Tool, ToolBuilder, ToolError, ToolFuture, ToolHandler};
 
 pub use haip_macros::{data, haip_tool};
+
+// The traits `#[haip_tool]`'s compile errors are about ("the trait `ToolArg`
+// is not implemented for `Plain`"), re-exported at the root only so that rustc
+// names them without the `__private` path. Not public API.
+#[doc(hidden)]
+pub use __private::{InjectedArg, ToolArg, ToolErrorType, ToolOutput};

@@ -65,19 +65,19 @@ pub fn deserialize_params<T: DeserializeOwned>(tool: &str, params: Value) -> Res
     })
 }
 
-/// Serialises a tool's return value; failure is the tool's bug (`INTERNAL_ERROR`).
-pub fn serialize_output<T: ToolOutput>(tool: &str, value: T) -> Result<Value, ToolError> {
-    serde_json::to_value(value).map_err(|e| {
-        tracing::error!(tool, error = %e, "tool result could not be serialised");
-        ToolError::new(
-            ErrorCode::INTERNAL_ERROR,
-            format!("Internal error in tool {tool}"),
-        )
-    })
-}
-
 // ---------------------------------------------------------------------------
 // Parameters: what each one is, decided by its type.
+//
+// Compile errors are the product here: a type that breaks a rule must be one
+// error, at the user's token, in haip's words. Hence one trait per role
+// (`ToolArg` for parameters, `InjectedArg` for what the runtime injects,
+// `ToolOutput` for results, `ToolErrorType` for errors), each with
+// `#[diagnostic::on_unimplemented]`, and every impl marked
+// `#[diagnostic::do_not_recommend]`, so rustc reports the role trait itself
+// rather than the serde or schemars bound inside a blanket impl (and lists no
+// "other types" that implement it). The generated code asks each question
+// once and reaches everything else through the answer, so a missing bound is
+// never reported twice.
 
 /// What a `#[haip_tool]` parameter is. The macro never looks at type names:
 /// each parameter's type says its role through [`ToolArg::ROLE`].
@@ -100,40 +100,47 @@ pub enum ArgRole {
 ///
 /// The generated args struct has one field per parameter, of type
 /// [`ToolArg::Field`]; the input schema drops injected fields and becomes
-/// `T`'s schema for a `Params<T>` (at tool-build time, once).
+/// `T`'s schema for a `Params<T>` (at tool-build time, once). What an injected
+/// parameter needs is a separate question ([`InjectedArg`]), asked of
+/// [`ToolArg::Injected`], so that a `State<T>` whose `T` cannot be shared is
+/// reported as such, not as a parameter without derives.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be a tool parameter",
-    label = "not data (`Deserialize + JsonSchema`), nor `Context`, `State<T>` or `Params<T>`",
-    note = "derive `Deserialize` and `JsonSchema` with `#[haip::data]` (or `#[derive(serde::Deserialize, schemars::JsonSchema)]`)"
+    message = "`{Self}` cannot be a tool parameter: derive `Deserialize` and `JsonSchema` (`#[haip::data]` does both)",
+    label = "a tool parameter is data (`Deserialize + JsonSchema`), `Context`, `State<T>` or `Params<T>`",
+    note = "for `Params<T>`, `Option<T>` or `Vec<T>`, derive them on `T`"
 )]
 pub trait ToolArg: Sized {
     /// The parameter's field in the generated args struct: `Self` for data,
     /// [`Absent`] for an injected parameter, `T` for `Params<T>`.
     type Field: DeserializeOwned + schemars::JsonSchema;
+    /// What the runtime injects for the parameter: `Self` for `Context` and
+    /// `State<T>`, [`NotInjected`] for the others.
+    type Injected;
     /// What the parameter is.
     const ROLE: ArgRole;
-    /// Records what the parameter needs from the server (the `T` of a `State<T>`).
-    fn prepare(builder: ToolBuilder) -> ToolBuilder {
-        builder
-    }
     /// The input schema when the parameter is the whole params object.
     fn whole_schema() -> Option<Value> {
         None
     }
-    /// A `#[haip(default = ...)]` value as the field.
-    fn into_field(self) -> Self::Field;
+    /// A `#[haip(default = ...)]` value as the field. (No `self`: the trait
+    /// is re-exported at the root, and its functions must never be methods
+    /// on a user's types.)
+    fn into_field(value: Self) -> Self::Field;
     /// The field when the whole params object goes to the `Params<T>`
     /// parameter: that parameter takes `params`, injected ones need nothing.
     fn whole_field(tool: &str, params: &mut Option<Value>) -> Result<Self::Field, ToolError>;
-    /// The argument passed to the function.
-    fn from_field(field: Self::Field, ctx: &Context) -> Result<Self, ToolError>;
+    /// The argument passed to the function, from its field and what was
+    /// injected.
+    fn from_parts(field: Self::Field, injected: Self::Injected) -> Self;
 }
 
+#[diagnostic::do_not_recommend]
 impl<T: DeserializeOwned + schemars::JsonSchema> ToolArg for T {
     type Field = T;
+    type Injected = NotInjected;
     const ROLE: ArgRole = ArgRole::Data;
-    fn into_field(self) -> T {
-        self
+    fn into_field(value: T) -> T {
+        value
     }
     fn whole_field(tool: &str, _params: &mut Option<Value>) -> Result<T, ToolError> {
         // The compile-time checks forbid data parameters beside `Params<T>`.
@@ -142,56 +149,140 @@ impl<T: DeserializeOwned + schemars::JsonSchema> ToolArg for T {
             format!("Internal error in tool {tool}"),
         ))
     }
-    fn from_field(field: T, _ctx: &Context) -> Result<T, ToolError> {
-        Ok(field)
+    fn from_parts(field: T, _: NotInjected) -> T {
+        field
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl ToolArg for Context {
     type Field = Absent;
+    type Injected = Context;
     const ROLE: ArgRole = ArgRole::Context;
-    fn into_field(self) -> Absent {
+    fn into_field(_: Self) -> Absent {
         Absent
     }
     fn whole_field(_tool: &str, _params: &mut Option<Value>) -> Result<Absent, ToolError> {
         Ok(Absent)
     }
-    fn from_field(_field: Absent, ctx: &Context) -> Result<Context, ToolError> {
-        Ok(ctx.clone())
+    fn from_parts(_: Absent, ctx: Context) -> Context {
+        ctx
     }
 }
 
-impl<T: Send + Sync + 'static> ToolArg for State<T> {
+// No bound on `T` here: whether it can be shared is `InjectedArg`'s question.
+#[diagnostic::do_not_recommend]
+impl<T> ToolArg for State<T> {
     type Field = Absent;
+    type Injected = State<T>;
     const ROLE: ArgRole = ArgRole::State;
-    fn prepare(builder: ToolBuilder) -> ToolBuilder {
-        builder.inject::<State<T>>()
-    }
-    fn into_field(self) -> Absent {
+    fn into_field(_: Self) -> Absent {
         Absent
     }
     fn whole_field(_tool: &str, _params: &mut Option<Value>) -> Result<Absent, ToolError> {
         Ok(Absent)
     }
-    fn from_field(_field: Absent, ctx: &Context) -> Result<State<T>, ToolError> {
-        <State<T> as Injected>::extract(ctx)
+    fn from_parts(_: Absent, state: State<T>) -> State<T> {
+        state
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl<T: DeserializeOwned + schemars::JsonSchema> ToolArg for Params<T> {
     type Field = T;
+    type Injected = NotInjected;
     const ROLE: ArgRole = ArgRole::Params;
     fn whole_schema() -> Option<Value> {
         Some(input_schema_for::<T>())
     }
-    fn into_field(self) -> T {
-        self.0
+    fn into_field(value: Params<T>) -> T {
+        value.0
     }
     fn whole_field(tool: &str, params: &mut Option<Value>) -> Result<T, ToolError> {
         deserialize_params(tool, params.take().unwrap_or(Value::Null))
     }
-    fn from_field(field: T, _ctx: &Context) -> Result<Params<T>, ToolError> {
-        Ok(Params(field))
+    fn from_parts(field: T, _: NotInjected) -> Params<T> {
+        Params(field)
+    }
+}
+
+/// What the runtime can inject into a parameter: [`Context`], a [`State<T>`]
+/// whose `T` can be shared between calls, and [`NotInjected`] (the parameters
+/// that come from params).
+///
+/// Generated code asks it once per parameter, of `<T as ToolArg>::Injected`,
+/// through [`InjectedArg::glue`], and keeps the answer's function pointers.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be injected into a tool: the state type must be `Send + Sync + 'static`",
+    label = "calls run on many threads at once; wrap what is not `Sync` in a `Mutex`"
+)]
+pub trait InjectedArg: Sized {
+    /// Records what the parameter needs from the server (the `T` of a `State<T>`).
+    fn prepare(builder: ToolBuilder) -> ToolBuilder;
+    /// Takes the value from the call's context.
+    fn extract(ctx: &Context) -> Result<Self, ToolError>;
+    /// Both, as plain functions: the one place generated code requires this trait.
+    fn glue(_: PhantomData<Self>) -> InjectGlue<Self> {
+        InjectGlue {
+            prepare: Self::prepare,
+            extract: Self::extract,
+        }
+    }
+}
+
+/// What the runtime injects for a parameter of type `A`, as a value for
+/// [`InjectedArg::glue`].
+pub fn injected<A: ToolArg>() -> PhantomData<A::Injected> {
+    PhantomData
+}
+
+/// [`InjectedArg`]'s functions for one parameter.
+pub struct InjectGlue<I> {
+    /// See [`InjectedArg::prepare`].
+    pub prepare: fn(ToolBuilder) -> ToolBuilder,
+    /// See [`InjectedArg::extract`].
+    pub extract: fn(&Context) -> Result<I, ToolError>,
+}
+
+impl<I> Clone for InjectGlue<I> {
+    fn clone(&self) -> InjectGlue<I> {
+        *self
+    }
+}
+
+impl<I> Copy for InjectGlue<I> {}
+
+/// What "injected" is for a parameter that comes from params: nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NotInjected;
+
+#[diagnostic::do_not_recommend]
+impl InjectedArg for NotInjected {
+    fn prepare(builder: ToolBuilder) -> ToolBuilder {
+        builder
+    }
+    fn extract(_: &Context) -> Result<NotInjected, ToolError> {
+        Ok(NotInjected)
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl InjectedArg for Context {
+    fn prepare(builder: ToolBuilder) -> ToolBuilder {
+        builder
+    }
+    fn extract(ctx: &Context) -> Result<Context, ToolError> {
+        Ok(ctx.clone())
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<T: Send + Sync + 'static> InjectedArg for State<T> {
+    fn prepare(builder: ToolBuilder) -> ToolBuilder {
+        builder.inject::<State<T>>()
+    }
+    fn extract(ctx: &Context) -> Result<State<T>, ToolError> {
+        <State<T> as Injected>::extract(ctx)
     }
 }
 
@@ -412,12 +503,14 @@ impl<T, E> Fallible<T, E> {
         out
     }
 
-    /// `T`'s output schema.
-    pub fn schema(self) -> Option<Value>
-    where
-        T: ToolOutput,
-    {
-        output_schema_for::<T>()
+    /// The result type, for [`ToolOutput::glue`].
+    pub fn ok_type(&self) -> PhantomData<T> {
+        PhantomData
+    }
+
+    /// The error type, for [`ToolErrorType::glue`].
+    pub fn err_type(&self) -> PhantomData<E> {
+        PhantomData
     }
 }
 
@@ -430,24 +523,108 @@ impl<R> Plain<R> {
         Ok(out)
     }
 
-    /// `R`'s output schema.
-    pub fn schema(self) -> Option<Value>
-    where
-        R: ToolOutput,
-    {
-        output_schema_for::<R>()
+    /// The result type, for [`ToolOutput::glue`].
+    pub fn ok_type(&self) -> PhantomData<R> {
+        PhantomData
+    }
+
+    /// The error type (none), for [`ToolErrorType::glue`].
+    pub fn err_type(&self) -> PhantomData<Infallible> {
+        PhantomData
+    }
+}
+
+/// A type a tool can return: its result, or `T` of a `Result<T, E>`.
+///
+/// Generated code requires it once, at the return type, through
+/// [`ToolOutput::glue`] (called as `ToolOutput::glue(kind.ok_type())`, so the
+/// error names only this trait and the type), and uses the functions it
+/// returns everywhere else.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool result: derive `Serialize` and `JsonSchema` (`#[haip::data]` does both)",
+    label = "a tool's result (`T` of a `Result<T, E>`) is sent as JSON and described by its schema"
+)]
+pub trait ToolOutput: Sized {
+    /// The output schema (none for `()`).
+    fn schema() -> Option<Value>;
+    /// The result as JSON; failure is the tool's bug (`INTERNAL_ERROR`).
+    fn to_json(tool: &str, value: Self) -> Result<Value, ToolError>;
+    /// Both, as plain functions.
+    fn glue(_: PhantomData<Self>) -> OutputGlue<Self> {
+        OutputGlue {
+            schema: Self::schema,
+            to_json: Self::to_json,
+        }
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<T: Serialize + schemars::JsonSchema> ToolOutput for T {
+    fn schema() -> Option<Value> {
+        output_schema_for::<T>()
+    }
+    fn to_json(tool: &str, value: T) -> Result<Value, ToolError> {
+        serde_json::to_value(value).map_err(|e| {
+            tracing::error!(tool, error = %e, "tool result could not be serialised");
+            ToolError::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!("Internal error in tool {tool}"),
+            )
+        })
+    }
+}
+
+/// [`ToolOutput`]'s functions for one result type.
+pub struct OutputGlue<T> {
+    /// See [`ToolOutput::schema`].
+    pub schema: fn() -> Option<Value>,
+    /// See [`ToolOutput::to_json`].
+    pub to_json: fn(&str, T) -> Result<Value, ToolError>,
+}
+
+impl<T> Clone for OutputGlue<T> {
+    fn clone(&self) -> OutputGlue<T> {
+        *self
+    }
+}
+
+impl<T> Copy for OutputGlue<T> {}
+
+/// The error type of a `Result` return type: its `Display` text is the tool
+/// error's message ([`ToolError`] itself keeps its code, see [`ErrWrap`]).
+///
+/// Required once, at the return type, through [`ToolErrorType::glue`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool error: implement `std::fmt::Display` for it, or return `haip::ToolError`",
+    label = "the `Err` of this result becomes a tool error with the error's `Display` text"
+)]
+pub trait ToolErrorType: Sized {
+    /// The error as `TOOL_EXECUTION_ERROR` with its message.
+    fn to_tool_error(error: Self) -> ToolError;
+    /// The same, as a plain function.
+    fn glue(_: PhantomData<Self>) -> fn(Self) -> ToolError {
+        Self::to_tool_error
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<E: Display> ToolErrorType for E {
+    fn to_tool_error(error: E) -> ToolError {
+        ToolError::execution(error.to_string())
     }
 }
 
 /// Holds a tool's error while the generated code picks the conversion:
-/// a [`ToolError`] is kept as is, any other `Display` error becomes
-/// `TOOL_EXECUTION_ERROR` with its message (autoref specialisation).
-pub struct ErrWrap<E>(Cell<Option<E>>);
+/// a [`ToolError`] is kept as is, any other error goes through the function
+/// [`ToolErrorType::glue`] gave (autoref specialisation; neither method has a
+/// bound, so nothing here repeats an error already reported at the return
+/// type).
+pub struct ErrWrap<E>(Cell<Option<E>>, fn(E) -> ToolError);
 
 impl<E> ErrWrap<E> {
-    /// Wraps the error.
-    pub fn new(error: E) -> ErrWrap<E> {
-        ErrWrap(Cell::new(Some(error)))
+    /// Wraps the error, with its `Display` conversion.
+    pub fn new(error: E, display: fn(E) -> ToolError) -> ErrWrap<E> {
+        ErrWrap(Cell::new(Some(error)), display)
     }
 }
 
@@ -465,44 +642,20 @@ impl ViaToolError for ErrWrap<ToolError> {
     }
 }
 
-/// Chosen for any other `ErrWrap<E>`; `E` must be `Display`. The bound sits on
-/// the method, so a missing `Display` is reported as such (not as a missing
-/// method).
-pub trait ViaDisplay<E> {
+/// Chosen for any other `ErrWrap<E>`.
+pub trait ViaDisplay {
     /// The conversion.
-    fn haip_tool_error(&self) -> ToolError
-    where
-        E: ToolErrorType;
+    fn haip_tool_error(&self) -> ToolError;
 }
 
-impl<E> ViaDisplay<E> for &ErrWrap<E> {
-    fn haip_tool_error(&self) -> ToolError
-    where
-        E: ToolErrorType,
-    {
+impl<E> ViaDisplay for &ErrWrap<E> {
+    fn haip_tool_error(&self) -> ToolError {
         match self.0.take() {
-            Some(e) => ToolError::execution(e.to_string()),
+            Some(e) => (self.1)(e),
             None => ToolError::execution("error already taken"),
         }
     }
 }
-
-/// A type a tool can return: its result, or `T` of a `Result<T, E>`.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be a tool result",
-    label = "needs `Serialize` and `JsonSchema`",
-    note = "derive them with `#[haip::data]` (or `#[derive(serde::Serialize, schemars::JsonSchema)]`)"
-)]
-pub trait ToolOutput: Serialize + schemars::JsonSchema {}
-impl<T: Serialize + schemars::JsonSchema> ToolOutput for T {}
-
-/// The error type of a `Result` return type.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be a tool error",
-    label = "the error type of this result needs `Display` (or use `haip::ToolError`)"
-)]
-pub trait ToolErrorType: Display {}
-impl<E: Display> ToolErrorType for E {}
 
 /// `Duration::from_millis`, so generated code needs no `std` path.
 pub const fn millis(ms: u64) -> std::time::Duration {
