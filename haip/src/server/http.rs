@@ -19,6 +19,7 @@ use crate::auth::{AuthError, AuthErrorKind, redact_uri, token_from_parts};
 use crate::protocol::{Channel, EventType, Outgoing, now_millis};
 use crate::session::{Session, TransportKind};
 use crate::transport::frame::{WriteMeter, Writer};
+use crate::transport::queue::frame_queue;
 use crate::transport::stream::{self, Framing};
 use crate::transport::ws;
 
@@ -420,7 +421,7 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
     );
     let session_id = session.id().to_owned();
     let (inbound_tx, inbound_rx) = mpsc::channel(stream::INBOUND_QUEUE);
-    let (frames, frames_rx) = mpsc::unbounded_channel();
+    let (frames, frames_rx) = frame_queue();
     let meter = WriteMeter::new(Arc::clone(&hub.shared));
     let out = Writer {
         frames,

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use bytes::Bytes;
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use super::queue::FrameSender;
+
 use crate::session::Shared;
 
 /// One inbound unit, already framed by the transport.
@@ -125,7 +127,7 @@ impl Drop for WriteMeter {
 /// The writer's end of a connection: frames go out through `frames`, and
 /// `meter` counts what has not been written yet.
 pub(crate) struct Writer {
-    pub(crate) frames: mpsc::UnboundedSender<Frame>,
+    pub(crate) frames: FrameSender,
     pub(crate) meter: Arc<WriteMeter>,
 }
 
@@ -137,7 +139,7 @@ impl Writer {
         }
         match self.frames.send(frame) {
             Ok(()) => true,
-            Err(mpsc::error::SendError(frame)) => {
+            Err(frame) => {
                 if let Frame::Envelope(text) = &frame {
                     self.meter.written(text.len());
                 }

@@ -4,5 +4,6 @@
 
 pub(crate) mod body;
 pub(crate) mod frame;
+pub(crate) mod queue;
 pub(crate) mod stream;
 pub(crate) mod ws;

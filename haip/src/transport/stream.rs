@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 #[cfg(test)]
 use super::frame::Writer;
 use super::frame::{Frame, Unit, WriteMeter};
+use super::queue::FrameReceiver;
 #[cfg(test)]
 use crate::session::Shared;
 
@@ -44,7 +45,7 @@ pub(crate) const INBOUND_QUEUE: usize = 4;
 /// The response body: frames from the session, formatted for `framing`. An
 /// envelope counts as written (`meter`) once hyper has taken it.
 pub(crate) fn body(
-    frames: mpsc::UnboundedReceiver<Frame>,
+    frames: FrameReceiver,
     framing: Framing,
     meter: Arc<WriteMeter>,
 ) -> impl futures_util::Stream<Item = Result<BodyFrame<Bytes>, Infallible>> + Send + 'static {
@@ -145,6 +146,7 @@ async fn send_line(line: &[u8], max_line: usize, inbound: &mpsc::Sender<Unit>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::queue::frame_queue;
 
     #[tokio::test]
     async fn frames_are_formatted_per_framing() {
@@ -159,7 +161,7 @@ mod tests {
                 vec!["data: {\"a\":1}\n\n", ": ping\n\n", "data: [DONE]\n\n"],
             ),
         ] {
-            let (frames, rx) = mpsc::unbounded_channel();
+            let (frames, rx) = frame_queue();
             let meter = WriteMeter::new(Shared::for_tests(Default::default()));
             let writer = Writer {
                 frames,

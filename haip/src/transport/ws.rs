@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, Stream, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
-use tokio::sync::mpsc;
+
 use tokio::task::JoinHandle;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
@@ -17,6 +17,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 use super::frame::{Frame, Unit, WRITER_BUDGET, WriteMeter, Writer};
+use super::queue::{FrameReceiver, frame_queue};
 
 type Ws = WebSocketStream<TokioIo<Upgraded>>;
 
@@ -101,7 +102,7 @@ impl Connection {
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                 .await;
         let (sink, stream) = ws.split();
-        let (frames, frames_rx) = mpsc::unbounded_channel::<Frame>();
+        let (frames, frames_rx) = frame_queue();
         let writer = tokio::spawn(write_loop(sink, frames_rx, Arc::clone(&meter)));
         let inbound = Box::pin(
             stream
@@ -182,7 +183,7 @@ fn unit_of(msg: Result<Message, WsError>) -> Option<Option<Unit>> {
 
 async fn write_loop(
     mut sink: futures_util::stream::SplitSink<Ws, Message>,
-    mut rx: mpsc::UnboundedReceiver<Frame>,
+    mut rx: FrameReceiver,
     meter: Arc<WriteMeter>,
 ) {
     while let Some(frame) = rx.recv().await {
@@ -199,13 +200,13 @@ async fn write_loop(
                     match Utf8Bytes::try_from(text) {
                         Ok(text) => Message::Text(text),
                         Err(_) => {
-                            next = rx.try_recv().ok();
+                            next = rx.try_recv();
                             continue;
                         }
                     }
                 }
                 Frame::KeepAlive => {
-                    next = rx.try_recv().ok();
+                    next = rx.try_recv();
                     continue;
                 }
                 Frame::Close { code, reason } => {
@@ -217,7 +218,7 @@ async fn write_loop(
                 return;
             }
             if !closing {
-                next = rx.try_recv().ok();
+                next = rx.try_recv();
             }
         }
         let flushed = sink.flush().await;
