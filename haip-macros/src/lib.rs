@@ -73,7 +73,10 @@ use quote::quote;
 /// - **Errors**: `Err(e)` with any `E: Display` ends the call with
 ///   `TOOL_EXECUTION_ERROR` and `e`'s message; `haip::ToolError` chooses the code
 ///   and details itself.
-/// - An `async fn` runs as a task; a plain `fn` runs on the blocking thread pool.
+/// - An `async fn` is first polled on its session's task (one that finishes
+///   without waiting ends right there) and runs as a task of its own once it
+///   waits for something; a plain `fn` runs on the blocking thread pool, so
+///   long computations belong in a plain `fn`.
 ///
 /// # How parameters and results are classified
 ///

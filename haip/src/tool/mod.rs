@@ -272,7 +272,10 @@ impl ToolBuilder {
         self
     }
 
-    /// The async handler.
+    /// The async handler. A call is first polled on its session's task: one
+    /// that finishes without waiting for anything ends right there, and one
+    /// that waits goes on as a task of its own. Long computations that never
+    /// await belong in a [`ToolBuilder::blocking_handler`].
     pub fn handler(mut self, handler: impl ToolHandler) -> Self {
         self.handler = Some(Box::new(handler));
         self
