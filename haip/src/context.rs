@@ -155,13 +155,13 @@ impl Context {
         if percent.is_nan() {
             return;
         }
-        self.report_raw(Some(percent), partial);
+        self.report_progress(Some(percent), partial);
     }
 
-    /// Reports progress whose percentage may be unknown (an MCP server's
-    /// progress without a `total`): `TOOL_UPDATE` then carries no `progress`.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
-    pub(crate) fn report_raw(&self, percent: Option<f64>, partial: Option<Value>) {
+    /// Reports progress whose percentage may be unknown: `TOOL_UPDATE` then
+    /// carries no `progress` (HAIP.md §6.5 makes it optional), only what is
+    /// `partial`.
+    pub(crate) fn report_progress(&self, percent: Option<f64>, partial: Option<Value>) {
         if let Some(sink) = &self.inner.progress {
             sink.report(Progress {
                 percent: percent.filter(|p| !p.is_nan()).map(percent_number),

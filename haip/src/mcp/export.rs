@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use super::import::McpContent;
 use crate::context::ProgressSlot;
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy};
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
@@ -349,7 +350,7 @@ impl ExportService {
                 let blocks = failure
                     .details
                     .as_ref()
-                    .filter(|_| tool.mcp_content())
+                    .filter(|_| imported(tool))
                     .and_then(passthrough_blocks);
                 match blocks {
                     Some(blocks) => CallToolResult::error(blocks),
@@ -363,12 +364,17 @@ impl ExportService {
     }
 }
 
+/// Whether `tool` was imported from an MCP server (its results hold content blocks).
+fn imported(tool: &Tool) -> bool {
+    tool.mark::<McpContent>().is_some()
+}
+
 /// A successful result: `structuredContent` when the tool advertises an
 /// object output schema, and always the value as text (a string as itself,
 /// anything else as JSON) for clients that read only `content`. An imported
 /// MCP tool's content blocks pass through as they are.
 fn success_result(tool: &Tool, value: Value) -> CallToolResult {
-    if tool.mcp_content()
+    if imported(tool)
         && let Some(blocks) = passthrough_blocks(&value)
     {
         return CallToolResult::success(blocks);
@@ -533,7 +539,7 @@ mod tests {
     #[test]
     fn imported_content_blocks_pass_through() {
         let imported = Tool::builder("img")
-            .mcp_content()
+            .mark(McpContent)
             .handler(|_: Value, _: Context| async { Ok(Value::Null) })
             .build()
             .unwrap();

@@ -28,6 +28,11 @@ use crate::tool::Registry;
 use crate::tool::{Tool, ToolError};
 use crate::{Context, Error};
 
+/// The mark of a tool imported from an MCP server: a `{"content": [...]}`
+/// result holds MCP content blocks, which the MCP export passes on as they are.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct McpContent;
+
 /// An MCP server whose tools a haip server serves as its own.
 ///
 /// Added with [`ServerBuilder::mcp`](crate::ServerBuilder::mcp), or the
@@ -523,7 +528,7 @@ fn imported_tool(
         .or_else(|| remote.title.clone())
         .unwrap_or_else(|| format!("`{remote_name}` from the MCP server {}", link.label));
     let mut builder = Tool::builder(name.clone())
-        .mcp_content()
+        .mark(McpContent)
         .description(description)
         .input_schema(Value::Object((*remote.input_schema).clone()));
     if let Some(output) = &remote.output_schema {
@@ -747,7 +752,7 @@ fn report(ctx: &Context, p: ProgressNotificationParam) {
         Some(total) if total > 0.0 => Some(p.progress / total * 100.0),
         _ => None,
     };
-    ctx.report_raw(percent, p.message.map(Value::String));
+    ctx.report_progress(percent, p.message.map(Value::String));
 }
 
 struct ProgressGuard {

@@ -5,6 +5,7 @@ mod error;
 mod extract;
 mod registry;
 
+use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -105,9 +106,9 @@ struct ToolInner {
     timeout: Option<Duration>,
     handler: Box<dyn ToolHandler>,
     required_state: Vec<StateRequirement>,
-    /// Imported from an MCP server: a `{"content": [...]}` result holds MCP
-    /// content blocks, re-exported to MCP clients as they are.
-    mcp_content: bool,
+    /// What the layers serving the tool know about it beyond this (the MCP
+    /// import marks the tools it imports, for the MCP export).
+    marks: Marks,
 }
 
 impl fmt::Debug for Tool {
@@ -132,18 +133,19 @@ impl Tool {
             timeout: None,
             handler: None,
             required_state: Vec::new(),
-            mcp_content: false,
+            marks: Marks::default(),
         }
     }
 
-    /// Whether results carry MCP content blocks (a tool imported from an MCP server).
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
-    pub(crate) fn mcp_content(&self) -> bool {
-        self.inner.mcp_content
+    /// The tool's mark of type `M`, if an adapter gave it one
+    /// ([`ToolBuilder::mark`]).
+    #[allow(dead_code)] // only adapters that mark tools read marks
+    pub(crate) fn mark<M: Any + Send + Sync>(&self) -> Option<&M> {
+        self.inner.marks.get()
     }
 
     /// Whether both are clones of the same tool (not merely the same name).
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[allow(dead_code)] // used by adapters that manage their own tools (the MCP import)
     pub(crate) fn same(&self, other: &Tool) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
@@ -202,6 +204,23 @@ impl Tool {
     }
 }
 
+/// Marks on a tool, one per type: what an adapter records about a tool for
+/// itself (the MCP import's "results are MCP content blocks"), without the
+/// calls layer knowing what they mean.
+#[derive(Default)]
+struct Marks(Vec<Box<dyn Any + Send + Sync>>);
+
+impl Marks {
+    fn insert<M: Any + Send + Sync>(&mut self, mark: M) {
+        self.0.retain(|m| !m.is::<M>());
+        self.0.push(Box::new(mark));
+    }
+
+    fn get<M: Any>(&self) -> Option<&M> {
+        self.0.iter().find_map(|m| m.downcast_ref())
+    }
+}
+
 /// Builds a [`Tool`]; see [`Tool::builder`].
 #[must_use = "a ToolBuilder does nothing until .build() is called"]
 pub struct ToolBuilder {
@@ -212,7 +231,7 @@ pub struct ToolBuilder {
     timeout: Option<Duration>,
     handler: Option<Box<dyn ToolHandler>>,
     required_state: Vec<StateRequirement>,
-    mcp_content: bool,
+    marks: Marks,
 }
 
 impl fmt::Debug for ToolBuilder {
@@ -292,10 +311,11 @@ impl ToolBuilder {
         self
     }
 
-    /// Marks the tool as imported from an MCP server (see [`Tool::mcp_content`]).
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
-    pub(crate) fn mcp_content(mut self) -> Self {
-        self.mcp_content = true;
+    /// Gives the tool a mark an adapter reads back with [`Tool::mark`] (one
+    /// per type: a second of the same type replaces the first).
+    #[allow(dead_code)] // only adapters that mark tools call this
+    pub(crate) fn mark<M: Any + Send + Sync>(mut self, mark: M) -> Self {
+        self.marks.insert(mark);
         self
     }
 
@@ -334,7 +354,7 @@ impl ToolBuilder {
                 timeout: self.timeout,
                 handler,
                 required_state: self.required_state,
-                mcp_content: self.mcp_content,
+                marks: self.marks,
             }),
         })
     }

@@ -89,7 +89,7 @@ impl Registry {
 
     /// Changes the tool list in one step: readers see it before or after `f`,
     /// never half-way. `f` must keep names unique.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[allow(dead_code)] // used by adapters that manage their own tools (the MCP import)
     pub(crate) fn edit<R>(&self, f: impl FnOnce(&mut Vec<Tool>) -> R) -> R {
         let mut guard = self.current.write().unwrap_or_else(|e| e.into_inner());
         let mut tools = guard.tools.clone();
