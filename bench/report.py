@@ -241,7 +241,7 @@ def main():
         )
     w("")
     w("The floor accepts with tokio-tungstenite's default `WebSocketConfig`, whose read buffer is")
-    w("128 KiB per connection; `haip` configures a 4 KiB read buffer. That, not the HAIP logic,")
+    w("128 KiB per connection; `haip` configures a 2 KiB read buffer. That, not the HAIP logic,")
     w("is most of the floor's idle cost.")
     w("")
 
