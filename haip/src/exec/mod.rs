@@ -95,10 +95,11 @@ impl CallRunner {
     /// is built here, its progress reported on `events`; the handler runs with
     /// timeout, panic capture and cancellation (grace, then abort).
     ///
-    /// The call is first polled once right here, on the caller's task: most
-    /// tools finish without waiting for anything, and such a call's outcome is
-    /// returned at once, which spares it a task, a channel message and two
-    /// wake-ups. Otherwise it goes on in its own task (where a tool that
+    /// Unless [`Start::inline`] is off, the call is first polled once right
+    /// here, on the caller's task: most tools finish without waiting for
+    /// anything, and such a call's outcome is returned at once, which spares
+    /// it a task, a channel message and two wake-ups. Otherwise it goes on in
+    /// its own task (where a tool that
     /// waits for something would be anyway), which reports
     /// [`CallEvent::Finished`] on `events`.
     pub(crate) fn start(
@@ -117,6 +118,7 @@ impl CallRunner {
             state,
             subject,
             limits,
+            inline,
         } = start;
         let sink = ProgressSink {
             key,
@@ -137,7 +139,7 @@ impl CallRunner {
             (outcome, events)
         });
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        if let std::task::Poll::Ready((outcome, _)) = call.as_mut().poll(&mut cx) {
+        if inline && let std::task::Poll::Ready((outcome, _)) = call.as_mut().poll(&mut cx) {
             return Some((key, Box::new(outcome)));
         }
         // Polled again in its task at once: whatever it waits for learns the
@@ -246,6 +248,9 @@ pub(crate) struct Start {
     pub(crate) subject: Option<Arc<str>>,
     /// Time limits and rendering.
     pub(crate) limits: Limits,
+    /// Poll it once on the caller's task first ([`CallRunner::start`]);
+    /// `false` for a call with large params, whose work grows with them.
+    pub(crate) inline: bool,
 }
 
 /// Large params a session core hands off to be validated off its task.

@@ -257,6 +257,8 @@ impl ExportService {
             state: Arc::clone(&self.shared.state),
             subject,
             limits,
+            // Not on a session's task: the request's own.
+            inline: true,
         };
         // A call that finished on its first poll is done here and now.
         if let Some((_, outcome)) = self.shared.runner.start(start, &events_tx) {

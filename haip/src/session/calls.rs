@@ -41,6 +41,10 @@ pub(crate) struct Call {
     held: usize,
     /// `TOOL_UPDATE QUEUED` was sent.
     queued_sent: bool,
+    /// Its params were larger than [`LARGE_PARAMS`]: it runs in a task of its
+    /// own from the start, so that work growing with them (deserializing
+    /// the arguments, say) never runs on the session's task.
+    large: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,6 +171,7 @@ impl Session {
             progress_pending: false,
             held: 0,
             queued_sent: false,
+            large,
         };
         if large {
             call.state = State::Validating;
@@ -298,6 +303,7 @@ impl Session {
                 grace,
                 render: Some(render),
             },
+            inline: !call.large,
         };
         self.actions.push_back(Action::Start(Box::new(start)));
         self.running += 1;

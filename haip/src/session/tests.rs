@@ -1340,3 +1340,29 @@ fn resumption_needs_the_missed_envelopes_still_young_or_among_the_newest() {
     assert_eq!(h.session.can_resume_from(22), Ok(()));
     assert_eq!(h.session.can_resume_from(21), Err("window exceeded"));
 }
+
+#[test]
+fn only_calls_with_small_params_are_polled_on_the_session_task() {
+    let tools = vec![idle_tool("t")];
+    let (mut h, _clock) = on_fake_clock_with(Config::default(), tools, TransportKind::WebSocket);
+    h.send(call("small", "t", json!({"s": "x"})));
+    let small = h.started();
+    assert_eq!(small.len(), 1);
+    assert!(small[0].inline, "a small call is tried inline");
+    // Large params: validated off the session's task, then run in a task of
+    // their own from the start.
+    h.send(call("large", "t", json!({"s": "x".repeat(LARGE_PARAMS)})));
+    let Some(Action::Validate(validate)) = h.actions.pop() else {
+        panic!("large params are validated off the session's task");
+    };
+    let verdict = Box::new(exec::Validation::Valid(validate.params));
+    h.session
+        .handle_event(CallEvent::Validated(validate.key, verdict));
+    h.act();
+    let large = h.started();
+    assert_eq!(large.len(), 1);
+    assert!(
+        !large[0].inline,
+        "a large call never runs on the session's task"
+    );
+}

@@ -49,13 +49,19 @@ pub(crate) fn frame_queue() -> (FrameSender, FrameReceiver) {
 }
 
 impl FrameSender {
-    /// Queues a frame; gives it back when the receiver has gone.
+    /// Queues a frame; gives it back when the receiver has gone. A keep-alive
+    /// right behind another is dropped: it would say nothing more, and a
+    /// writer that is stuck must not collect them.
     pub(crate) fn send(&self, frame: Frame) -> Result<(), Frame> {
         let mut state = self.0.lock();
         if state.receiver_gone {
             return Err(frame);
         }
         let was_empty = state.frames.is_empty();
+        let repeated = matches!(state.frames.back(), Some(Frame::KeepAlive));
+        if matches!(frame, Frame::KeepAlive) && repeated {
+            return Ok(());
+        }
         state.frames.push_back(frame);
         drop(state);
         // The receiver waits only on an empty queue.
@@ -169,6 +175,16 @@ mod tests {
         drop(tx);
         assert!(matches!(rx.recv().await, Some(Frame::KeepAlive)));
         assert!(rx.recv().await.is_none());
+
+        // Keep-alives do not pile up while the writer takes nothing.
+        let (tx, mut rx) = frame_queue();
+        tx.send(Frame::Envelope(Bytes::from_static(b"x"))).unwrap();
+        for _ in 0..3 {
+            tx.send(Frame::KeepAlive).unwrap();
+        }
+        assert!(matches!(rx.try_recv(), Some(Frame::Envelope(_))));
+        assert!(matches!(rx.try_recv(), Some(Frame::KeepAlive)));
+        assert!(rx.try_recv().is_none(), "one keep-alive, not three");
 
         // The receiver going: `closed` resolves and sends are refused.
         let (tx, rx) = frame_queue();
