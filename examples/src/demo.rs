@@ -1,4 +1,5 @@
-//! The quickstart's application tools: `calculator`, `process_file`, `create_user`.
+//! The quickstart's application tools: `calculator`, `process_file`,
+//! `create_user`, and `book_table`, which talks to the person using it.
 //!
 //! Each is an ordinary function; `#[haip_tool]` derives its schemas from the
 //! signature and registers it for `haip::serve()`.
@@ -6,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use haip::{Context, ToolError, haip_tool};
+use haip::{Answer, Context, ToolError, haip_tool};
 
 /// An arithmetic operation.
 #[haip::data]
@@ -129,11 +130,77 @@ pub async fn create_user(
     }
 }
 
-/// The three quickstart tools, in the order they are served (after the built-ins).
+/// A dinner time `book_table` offers.
+#[allow(missing_docs)] // the wire names say it; doc comments would become titles
+#[haip::data]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DinnerTime {
+    #[serde(rename = "18:00")]
+    Six,
+    #[serde(rename = "19:00")]
+    Seven,
+    #[serde(rename = "20:00")]
+    Eight,
+}
+
+/// What `book_table` asks: how many, and when.
+#[haip::data]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Booking {
+    /// How many people.
+    #[schemars(range(min = 1, max = 12))]
+    pub party_size: u8,
+    /// When.
+    pub time: DinnerTime,
+}
+
+/// What `book_table` did.
+#[haip::data]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Booked {
+    /// Whether a table is booked.
+    pub booked: bool,
+    /// Where.
+    pub restaurant: String,
+    /// For how many (when booked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub party_size: Option<u8>,
+    /// At what time (when booked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time: Option<DinnerTime>,
+}
+
+/// Book a table at a restaurant, asking how many people and when.
+#[haip_tool]
+pub async fn book_table(
+    /// The restaurant.
+    restaurant: String,
+    ctx: Context,
+) -> Result<Booked, ToolError> {
+    ctx.info(format!("checking availability at {restaurant}"));
+    let answer = ctx.ask::<Booking>("How many people, and when?").await?;
+    Ok(match answer {
+        Answer::Accepted(Booking { party_size, time }) => Booked {
+            booked: true,
+            restaurant,
+            party_size: Some(party_size),
+            time: Some(time),
+        },
+        Answer::Declined | Answer::Cancelled => Booked {
+            booked: false,
+            restaurant,
+            party_size: None,
+            time: None,
+        },
+    })
+}
+
+/// The quickstart tools, in the order they are served (after the built-ins).
 pub fn tools() -> Vec<haip::Tool> {
     vec![
         calculator::tool(),
         process_file::tool(),
         create_user::tool(),
+        book_table::tool(),
     ]
 }

@@ -50,6 +50,7 @@ pub mod auth;
 #[cfg(feature = "client")]
 #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub mod client;
+mod content;
 mod context;
 mod error;
 mod exec;
@@ -65,7 +66,11 @@ mod stats;
 mod tool;
 mod transport;
 
-pub use context::{CancellationHandle, Context};
+pub use content::{Content, EmbeddedResource, Rich};
+pub use context::{
+    Answer, AskError, CancellationHandle, Context, LogLevel, Role, SampleError, SampleRequest,
+    Sampled,
+};
 pub use error::Error;
 pub use schema::Violation;
 pub use server::{Server, ServerBuilder, ServerHandle, serve};

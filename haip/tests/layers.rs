@@ -17,9 +17,19 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("error", &[]),
     ("protocol", &["hash"]),
     ("schema", &["hash"]),
+    // Content blocks: plain data, and how a result type's schema shows them.
+    ("content", &["schema"]),
     // Calls: tools, their context, running one call, the counters.
-    ("tool", &["protocol", "schema", "hash", "error", "context"]),
-    ("context", &["protocol", "tool", "exec", "hash", "error"]),
+    (
+        "tool",
+        &["protocol", "schema", "content", "hash", "error", "context"],
+    ),
+    (
+        "context",
+        &[
+            "protocol", "schema", "content", "tool", "exec", "hash", "error",
+        ],
+    ),
     (
         "exec",
         &[
@@ -44,7 +54,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "mcp",
         &[
-            "protocol", "schema", "tool", "context", "exec", "stats", "session", "hash", "error",
+            "protocol", "schema", "content", "tool", "context", "exec", "stats", "session", "hash",
+            "error",
         ],
     ),
     ("auth", &["protocol", "hash", "error"]),

@@ -30,7 +30,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.message import SessionMessage
 
-EXPECTED_TOOLS = ["echo", "add", "weather", "calculator", "process_file", "create_user"]
+EXPECTED_TOOLS = ["echo", "add", "weather", "calculator", "process_file", "create_user", "book_table"]
 PROCESS_ARGS = {"filename": "data.csv", "operation": "read"}
 # The server's log: rmcp's request/response/cancellation lines, no colours.
 SERVER_ENV = {"HAIP_LOG": "warn,rmcp::service=debug", "NO_COLOR": "1"}

@@ -35,6 +35,7 @@ async fn annotated_tools_are_served_in_source_order() {
             "calculator",
             "process_file",
             "create_user",
+            "book_table",
             "zebra",
             "aardvark"
         ],

@@ -203,11 +203,14 @@ async fn a_tool_ignoring_cancellation_is_aborted_after_the_grace_period() {
         elapsed < Duration::from_secs(3),
         "TOOL_DONE took {elapsed:?}"
     );
-    // The future was dropped before its TOOL_DONE was issued.
-    assert!(
-        dropped_rx.try_recv().is_ok(),
-        "the stubborn tool's future must be dropped (aborted) by the time TOOL_DONE arrives"
-    );
+    // The future is dropped (aborted) at the end of the grace period too: the
+    // session's deadline and the task's are the same instant, so it may be
+    // gone just before or just after the TOOL_DONE went out.
+    within(
+        "the stubborn tool's future to be dropped (aborted)",
+        dropped_rx.recv(),
+    )
+    .await;
     client.ping_marker().await;
 }
 

@@ -1,11 +1,12 @@
 //! The official Python MCP SDK's client (`mcp` 2.x, installed by
 //! `tests/mcp/setup.sh`) against the `mcp_export` example over stdio:
-//! `tests/mcp/client.py` lists the six quickstart tools with their input and
+//! `tests/mcp/client.py` lists the quickstart tools with their input and
 //! output schemas, calls `calculator`, gets `create_user`'s invalid-params
 //! error, receives `process_file`'s progress and result, and cancels
 //! `process_file` (the SDK sends `notifications/cancelled`; the server stops
-//! the tool, sends no result and keeps the session usable). This test runs
-//! the script and requires it to succeed within a time limit.
+//! the tool, sends no result and keeps the session usable); `tests/mcp/talk.py`
+//! answers `book_table`'s question and reads its log line and an image block.
+//! Each test runs a script and requires it to succeed within a time limit.
 
 #[path = "support/mcp.rs"]
 mod mcp_support;
@@ -22,12 +23,30 @@ const LIMIT: Duration = Duration::from_secs(60);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_client_lists_calls_and_cancels() {
     let binary = mcp_support::mcp_export_binary();
-    let python = mcp_support::python();
-    let script = mcp_support::script("client.py");
+    let summary = run_script("client.py", &[binary.as_os_str()]).await;
+    println!("{summary}");
+}
 
+/// `tests/mcp/talk.py`: the SDK's client answers `book_table`'s question
+/// (`elicitation/create`), gets its log line as `notifications/message`, and
+/// receives an image block from the `conformance` example, all over stdio.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_client_answers_questions_and_reads_logs_and_images() {
+    let export = mcp_support::mcp_export_binary();
+    let conformance = mcp_support::example_binary("conformance");
+    let summary = run_script("talk.py", &[export.as_os_str(), conformance.as_os_str()]).await;
+    println!("{summary}");
+}
+
+/// Runs a script of `tests/mcp/` with the SDK's Python and `args`; fails the
+/// test unless it succeeds within [`LIMIT`] and prints its `ok:` summary,
+/// which it returns.
+async fn run_script(name: &str, args: &[&std::ffi::OsStr]) -> String {
+    let python = mcp_support::python();
+    let script = mcp_support::script(name);
     let mut child = Command::new(&python)
         .arg(&script)
-        .arg(&binary)
+        .args(args)
         .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -66,7 +85,7 @@ async fn python_sdk_client_lists_calls_and_cancels() {
         stdout.starts_with("ok:"),
         "the script succeeded without its summary\n{report}"
     );
-    println!("{}", stdout.trim_end());
+    stdout.trim_end().to_owned()
 }
 
 /// A reader's text, bounded in time in case something else holds the pipe.

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::Context;
-use crate::context::{ProgressSink, ProgressSlot};
+use crate::context::{Peer, ProgressSink, ProgressSlot};
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
 use crate::protocol::{ErrorCode, to_json_within};
 use crate::schema::Violations;
@@ -119,6 +119,7 @@ impl CallRunner {
             subject,
             limits,
             inline,
+            peer,
         } = start;
         let sink = ProgressSink {
             key,
@@ -132,6 +133,7 @@ impl CallRunner {
             Some(sink),
             Some(state),
             subject,
+            peer,
         );
         let events = events.clone();
         let mut call = Box::pin(async move {
@@ -251,6 +253,9 @@ pub(crate) struct Start {
     /// Poll it once on the caller's task first ([`CallRunner::start`]);
     /// `false` for a call with large params, whose work grows with them.
     pub(crate) inline: bool,
+    /// Who answers the call's questions when its session does not (the MCP
+    /// export's client); `None` for a HAIP session, which does.
+    pub(crate) peer: Option<Arc<dyn Peer>>,
 }
 
 /// Large params a session core hands off to be validated off its task.
@@ -405,8 +410,10 @@ async fn run(
         biased;
         result = &mut call => return match (finished(result), render) {
             (Outcome::Returned(Ok(value)), Some(render)) => {
+                let value = tool.shape_output(value);
                 Outcome::Rendered(Box::new(render.render(&tool, value).await))
             }
+            (Outcome::Returned(Ok(value)), None) => Outcome::Returned(Ok(tool.shape_output(value))),
             (outcome, _) => outcome,
         },
         () = cancel.cancelled() => {}

@@ -2,25 +2,38 @@
 //! HTTP at `/mcp`. Calls run through the same executor as HAIP calls (input
 //! validation, timeout, panic capture, cancellation with grace period).
 
+// MCP logging and sampling are deprecated upstream (SEP-2577), and still what
+// today's MCP clients speak: tools' log lines and `ctx.sample` use them.
+#![allow(deprecated)]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
+use std::sync::atomic::AtomicU8;
+
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
+    CreateMessageRequestParams, ElicitRequestParams, ElicitationAction, Implementation,
+    InitializeResult, ListToolsResult, LoggingLevel, LoggingMessageNotificationParam,
+    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, Peer as McpPeer, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::import::McpContent;
-use crate::context::ProgressSlot;
+use crate::content::{Content, Shape};
+use crate::context::{
+    Answer, AskError, LogLevel, LogLine, Peer, PeerFuture, ProgressSlot, Role, SampleError,
+    SampleRequest, Sampled,
+};
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy};
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
+use crate::schema::Form;
 use crate::session::Shared;
 use crate::stats::Ended;
 use crate::tool::Tool;
@@ -44,6 +57,9 @@ pub(crate) struct ExportService {
     _ended_on_drop: Arc<tokio_util::sync::DropGuard>,
     /// Set once the relay runs: a repeated `initialized` starts no second one.
     relaying: Arc<AtomicBool>,
+    /// The least severe log line the client wants (`logging/setLevel`;
+    /// `info` until it says), as a [`LogLevel`] index.
+    log_level: Arc<AtomicU8>,
 }
 
 /// Counts live MCP-over-HTTP sessions, for `max_sessions`.
@@ -68,6 +84,7 @@ impl ExportService {
             _ended_on_drop: Arc::new(ended.clone().drop_guard()),
             ended,
             relaying: Arc::new(AtomicBool::new(false)),
+            log_level: Arc::new(AtomicU8::new(LogLevel::Info as u8)),
         }
     }
 
@@ -102,12 +119,23 @@ pub(crate) fn mcp_tool(tool: &Tool) -> rmcp::model::Tool {
         tool.description().to_owned(),
         Arc::new(input),
     );
-    if let Some(Value::Object(output)) = tool.output_schema()
+    if let Some(Value::Object(output)) = structured_schema(tool)
         && describes_object(output)
     {
         out.output_schema = Some(Arc::new(output.clone()));
     }
     out
+}
+
+/// The schema of a tool's structured results: its output schema, or for a
+/// tool returning `Rich<T>`, `T`'s; `None` for content-only results.
+fn structured_schema(tool: &Tool) -> Option<&Value> {
+    let schema = tool.output_schema()?;
+    match tool.shape() {
+        Shape::Plain => Some(schema),
+        Shape::Rich => schema.get("properties")?.get("structured"),
+        Shape::Block | Shape::List => None,
+    }
 }
 
 fn describes_object(schema: &Map<String, Value>) -> bool {
@@ -117,6 +145,7 @@ fn describes_object(schema: &Map<String, Value>) -> bool {
 impl ServerHandler for ExportService {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
+            .enable_logging()
             .enable_tools()
             .enable_tool_list_changed()
             .build();
@@ -148,6 +177,17 @@ impl ServerHandler for ExportService {
                 }
             }
         });
+    }
+
+    /// `logging/setLevel`: the least severe tool log line this client gets.
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.log_level
+            .store(log_level(request.level) as u8, Relaxed);
+        Ok(())
     }
 
     async fn list_tools(
@@ -259,9 +299,16 @@ impl ExportService {
             limits,
             // Not on a session's task: the request's own.
             inline: true,
+            peer: Some(Arc::new(ClientPeer(context.peer.clone()))),
+        };
+        let logs = LogRelay {
+            peer: &context.peer,
+            level: &self.log_level,
+            logger: tool.name(),
         };
         // A call that finished on its first poll is done here and now.
         if let Some((_, outcome)) = self.shared.runner.start(start, &events_tx) {
+            logs.flush(&slot).await;
             return Stop::Outcome(*outcome);
         }
         // Only the call's task reports now: its end closes the channel.
@@ -278,6 +325,7 @@ impl ExportService {
             };
             match event {
                 Some(CallEvent::Progress(_)) => {
+                    logs.flush(&slot).await;
                     let (Some(token), Some(progress)) = (&token, slot.take()) else {
                         continue;
                     };
@@ -310,7 +358,10 @@ impl ExportService {
                     });
                     return Stop::TimedOut;
                 }
-                Some(CallEvent::Finished(_, outcome)) => return Stop::Outcome(*outcome),
+                Some(CallEvent::Finished(_, outcome)) => {
+                    logs.flush(&slot).await;
+                    return Stop::Outcome(*outcome);
+                }
                 // Params are validated before the call starts, never by the executor.
                 Some(CallEvent::Validated(..)) => {}
                 // The executor always reports `Finished`; this is unreachable
@@ -371,6 +422,153 @@ fn imported(tool: &Tool) -> bool {
     tool.mark::<McpContent>().is_some()
 }
 
+/// The MCP level of a HAIP log level, and back.
+fn mcp_level(level: LogLevel) -> LoggingLevel {
+    match level {
+        LogLevel::Debug => LoggingLevel::Debug,
+        LogLevel::Info => LoggingLevel::Info,
+        LogLevel::Notice => LoggingLevel::Notice,
+        LogLevel::Warning => LoggingLevel::Warning,
+        LogLevel::Error => LoggingLevel::Error,
+    }
+}
+
+fn log_level(level: LoggingLevel) -> LogLevel {
+    match level {
+        LoggingLevel::Debug => LogLevel::Debug,
+        LoggingLevel::Info => LogLevel::Info,
+        LoggingLevel::Notice => LogLevel::Notice,
+        LoggingLevel::Warning => LogLevel::Warning,
+        _ => LogLevel::Error,
+    }
+}
+
+/// Sends a call's log lines to the MCP client as `notifications/message`,
+/// in order, those at or above the level it set.
+struct LogRelay<'a> {
+    peer: &'a McpPeer<RoleServer>,
+    level: &'a AtomicU8,
+    logger: &'a str,
+}
+
+impl LogRelay<'_> {
+    async fn flush(&self, slot: &ProgressSlot) {
+        let (lines, dropped) = slot.take_logs();
+        let dropped = (dropped > 0).then(|| LogLine::dropped(dropped));
+        let least = self.level.load(Relaxed);
+        for line in lines.iter().chain(dropped.as_ref()) {
+            if (line.level as u8) < least {
+                continue;
+            }
+            let data = match &line.data {
+                None => Value::String(line.message.clone()),
+                Some(data) => serde_json::json!({"message": line.message, "data": data}),
+            };
+            let note = LoggingMessageNotificationParam::new(mcp_level(line.level), data)
+                .with_logger(self.logger);
+            // A client that went away just misses its log lines.
+            let _ = self.peer.notify_logging_message(note).await;
+        }
+    }
+}
+
+/// The MCP client of a call, answering its questions (elicitation, form
+/// mode) and sampling requests.
+struct ClientPeer(McpPeer<RoleServer>);
+
+impl Peer for ClientPeer {
+    fn ask(&self, message: String, form: Arc<Form>) -> PeerFuture<Result<Answer<Value>, AskError>> {
+        let peer = self.0.clone();
+        Box::pin(async move {
+            let forms = peer
+                .supported_elicitation_modes()
+                .contains(&rmcp::service::ElicitationMode::Form);
+            if !forms {
+                return Err(AskError::Unsupported);
+            }
+            let params: ElicitRequestParams = serde_json::from_value(serde_json::json!({
+                "mode": "form",
+                "message": message,
+                "requestedSchema": form.schema(),
+            }))
+            .map_err(|e| AskError::InvalidForm(format!("not an MCP elicitation form: {e}")))?;
+            let result = peer
+                .create_elicitation(params)
+                .await
+                .map_err(|e| AskError::Failed(e.to_string()))?;
+            match result.action {
+                ElicitationAction::Accept => {
+                    let content = result.content.unwrap_or(Value::Object(Map::new()));
+                    let found = form.check(&content, 5);
+                    if found.is_empty() {
+                        Ok(Answer::Accepted(content))
+                    } else {
+                        let why: Vec<String> = found
+                            .listed
+                            .iter()
+                            .map(|v| {
+                                format!(
+                                    "{}: {}",
+                                    if v.path.is_empty() {
+                                        "(answer)"
+                                    } else {
+                                        &v.path
+                                    },
+                                    v.message
+                                )
+                            })
+                            .collect();
+                        Err(AskError::InvalidAnswer(why.join("; ")))
+                    }
+                }
+                ElicitationAction::Decline => Ok(Answer::Declined),
+                // `cancel`, and whatever a newer client may send.
+                _ => Ok(Answer::Cancelled),
+            }
+        })
+    }
+
+    fn sample(&self, request: SampleRequest) -> PeerFuture<Result<Sampled, SampleError>> {
+        let peer = self.0.clone();
+        Box::pin(async move {
+            let offers = peer
+                .peer_info()
+                .is_some_and(|info| info.capabilities.sampling.is_some());
+            if !offers {
+                return Err(SampleError::Unsupported);
+            }
+            let params: CreateMessageRequestParams =
+                serde_json::from_value(request.to_mcp_params())
+                    .map_err(|e| SampleError::Failed(format!("invalid request: {e}")))?;
+            let result = peer
+                .create_message(params)
+                .await
+                .map_err(|e| SampleError::Failed(e.to_string()))?;
+            let reply = serde_json::to_value(&result)
+                .map_err(|e| SampleError::Failed(format!("unreadable reply: {e}")))?;
+            // `{role, content, model, stopReason}` on the wire.
+            let message = reply.get("message").unwrap_or(&reply);
+            let content = match &message["content"] {
+                Value::Array(blocks) => blocks.clone(),
+                block => vec![block.clone()],
+            };
+            Ok(Sampled {
+                role: if message["role"] == "user" {
+                    Role::User
+                } else {
+                    Role::Assistant
+                },
+                content: content
+                    .into_iter()
+                    .filter_map(|b| serde_json::from_value::<Content>(b).ok())
+                    .collect(),
+                model: result.model,
+                stop_reason: result.stop_reason,
+            })
+        })
+    }
+}
+
 /// A successful result: `structuredContent` when the tool advertises an
 /// object output schema, and always the value as text (a string as itself,
 /// anything else as JSON) for clients that read only `content`. An imported
@@ -380,6 +578,9 @@ fn success_result(tool: &Tool, value: Value) -> CallToolResult {
         && let Some(blocks) = passthrough_blocks(&value)
     {
         return CallToolResult::success(blocks);
+    }
+    if tool.shape().has_content() {
+        return content_result(value);
     }
     let text = match &value {
         Value::String(s) => s.clone(),
@@ -396,6 +597,22 @@ fn success_result(tool: &Tool, value: Value) -> CallToolResult {
     if structured {
         result.structured_content = Some(value);
     }
+    result
+}
+
+/// A `{"content": [...], "structured"?: ...}` result (HAIP.md §6.12): the
+/// blocks one to one, the structured value as `structuredContent`.
+fn content_result(mut value: Value) -> CallToolResult {
+    let blocks = value
+        .get_mut("content")
+        .map(Value::take)
+        .and_then(|c| serde_json::from_value::<Vec<ContentBlock>>(c).ok())
+        .unwrap_or_default();
+    let mut result = CallToolResult::success(blocks);
+    result.structured_content = value
+        .get_mut("structured")
+        .map(Value::take)
+        .filter(Value::is_object);
     result
 }
 

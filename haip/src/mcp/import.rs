@@ -901,6 +901,7 @@ mod tests {
             }),
             None,
             None,
+            None,
         );
         let router = Arc::new(ProgressRouter::default());
         let token = ProgressToken(rmcp::model::NumberOrString::Number(7));

@@ -35,7 +35,12 @@
 //! error the model can read), run with the tool's timeout, report
 //! `ctx.progress` as MCP progress when the client sent a progress token, and
 //! are cancelled by MCP cancellation. Registry changes are announced with
-//! `notifications/tools/list_changed`.
+//! `notifications/tools/list_changed`. Tools that talk to people work here
+//! too: `ctx.log` lines become `notifications/message` (the export declares
+//! `logging` and honours `logging/setLevel`), `ctx.ask` becomes
+//! `elicitation/create` (form mode) for clients that declare elicitation,
+//! `ctx.sample` becomes `sampling/createMessage`, and
+//! [`Content`](crate::Content) results become content blocks one to one.
 //!
 //! ```no_run
 //! /// Shout the input.

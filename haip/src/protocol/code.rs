@@ -35,6 +35,8 @@ codes! {
     MISSING_RUN_ID,
     /// A run that is not active in this session.
     RUN_NOT_FOUND,
+    /// A `TOOL_INPUT` for a question that is not open (HAIP.md §6.11).
+    REQUEST_NOT_FOUND,
     /// Too many concurrent runs.
     RUN_LIMIT_EXCEEDED,
     /// A replay range that is no longer kept.

@@ -48,6 +48,10 @@ pub enum EventType {
     PauseChannel,
     /// `RESUME_CHANNEL`.
     ResumeChannel,
+    /// `TOOL_INPUT`: a client's answer to a tool's question, from the
+    /// `tool_input` extension (HAIP.md §6.11). Not one of the 22 types of
+    /// [`EventType::ALL`]: the server's `HAI` does not list it.
+    ToolInput,
 }
 
 impl EventType {
@@ -102,13 +106,21 @@ impl EventType {
             EventType::FlowUpdate => "FLOW_UPDATE",
             EventType::PauseChannel => "PAUSE_CHANNEL",
             EventType::ResumeChannel => "RESUME_CHANNEL",
+            EventType::ToolInput => "TOOL_INPUT",
         }
     }
 
     /// Parses a wire name (case-sensitive). Names from other drafts return `None`.
     pub fn parse(name: &str) -> Option<EventType> {
-        EventType::ALL.into_iter().find(|e| e.as_str() == name)
+        EventType::ALL
+            .into_iter()
+            .chain(EventType::EXTENSIONS)
+            .find(|e| e.as_str() == name)
     }
+
+    /// The event types of the extensions this implementation speaks
+    /// (HAIP.md §6.11), beyond [`EventType::ALL`].
+    pub const EXTENSIONS: [EventType; 1] = [EventType::ToolInput];
 
     /// The payload keys the protocol defines for this type (the "known fields" of
     /// HAIP.md §2.3). `None` means the payload is open (`RUN_STARTED`).
@@ -134,7 +146,14 @@ impl EventType {
             EventType::TextMessageEnd => &["message_id", "tokens"],
             EventType::AudioChunk => &["message_id", "mime", "data", "duration_ms"],
             EventType::ToolCall => &["call_id", "tool", "params", "run_id"],
-            EventType::ToolUpdate => &["call_id", "status", "progress", "partial"],
+            EventType::ToolUpdate => &[
+                "call_id",
+                "status",
+                "progress",
+                "partial",
+                "log",
+                "input_request",
+            ],
             EventType::ToolDone => &["call_id", "status", "result"],
             EventType::ToolCancel => &["call_id", "reason"],
             EventType::ToolList => &["tools"],
@@ -142,6 +161,7 @@ impl EventType {
             EventType::Error => &["code", "message", "related_id", "detail"],
             EventType::FlowUpdate => &["channel", "add_messages", "add_bytes"],
             EventType::PauseChannel | EventType::ResumeChannel => &["channel"],
+            EventType::ToolInput => &["call_id", "request_id", "action", "content"],
         })
     }
 
@@ -155,6 +175,7 @@ impl EventType {
             | EventType::ToolUpdate
             | EventType::ToolDone
             | EventType::ToolCancel
+            | EventType::ToolInput
             | EventType::ToolList
             | EventType::ToolSchema => Channel::User,
             EventType::AudioChunk => Channel::AudioIn,

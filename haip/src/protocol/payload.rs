@@ -41,7 +41,8 @@
 //! | `TOOL_SCHEMA` reply | `tool`, `inputSchema` (or legacy `schema`) | `outputSchema` |
 //! | `TOOL_CALL` | — (see [`ToolCall`]) | `call_id`, `tool`, `params`, `run_id` |
 //! | `TOOL_CANCEL` | `call_id` string (ignored silently) | `reason` |
-//! | `TOOL_UPDATE` | `call_id`, `status` string | `progress`, `partial`; unknown statuses kept |
+//! | `TOOL_INPUT` | `call_id`, `request_id`, `action` (reply `INVALID_MESSAGE`) | `content` |
+//! | `TOOL_UPDATE` | `call_id`, `status` string | `progress`, `partial`, `log`, `input_request`; unknown statuses kept |
 //! | `TOOL_DONE` | `call_id`; `status` one of the three; an `ERROR`'s `result.code`, `result.error` | `result` |
 //! | `RUN_FINISHED`, `RUN_CANCEL` | run id (reply `MISSING_RUN_ID`) | `status`, `summary` |
 //! | `RUN_STARTED`, `RUN_ERROR` | — | every field |
@@ -235,6 +236,21 @@ impl PayloadError {
             (EventType::RunFinished | EventType::RunCancel, "run_id") => {
                 (ErrorCode::MISSING_RUN_ID, "Run ID is required", None)
             }
+            (EventType::ToolInput, "call_id") => (
+                ErrorCode::INVALID_MESSAGE,
+                "Invalid message format",
+                reason("invalid call_id"),
+            ),
+            (EventType::ToolInput, "request_id") => (
+                ErrorCode::INVALID_MESSAGE,
+                "Invalid message format",
+                reason("invalid request_id"),
+            ),
+            (EventType::ToolInput, "action") => (
+                ErrorCode::INVALID_MESSAGE,
+                "Invalid message format",
+                reason("invalid action"),
+            ),
             _ => return None,
         };
         Some(Error {
@@ -834,6 +850,74 @@ impl Payload for ToolCancel {
     }
 }
 
+/// `TOOL_INPUT`: the client's answer to a tool's question (HAIP.md §6.11).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolInput {
+    /// The call that asked.
+    pub call_id: String,
+    /// The question (`input_request.request_id` of its `TOOL_UPDATE`).
+    pub request_id: String,
+    /// What the person did.
+    pub action: InputAction,
+    /// The answer, when `action` is `accept`: an object matching the
+    /// question's schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<Value>,
+}
+
+/// The `action` of a `TOOL_INPUT` (HAIP.md §6.11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InputAction {
+    /// `accept`: answered, with `content`.
+    Accept,
+    /// `decline`: the person chose not to answer.
+    Decline,
+    /// `cancel`: the person dismissed the question.
+    Cancel,
+}
+
+impl InputAction {
+    /// The wire name: `"accept"`, `"decline"` or `"cancel"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            InputAction::Accept => "accept",
+            InputAction::Decline => "decline",
+            InputAction::Cancel => "cancel",
+        }
+    }
+}
+
+impl Payload for ToolInput {
+    const EVENT: EventType = EventType::ToolInput;
+
+    fn from_payload(payload: Map<String, Value>) -> Result<ToolInput, PayloadError> {
+        let mut r = Reader::new(EventType::ToolInput, payload);
+        let call_id = r.call_id("call_id")?;
+        let request_id = r.string("request_id").map_err(|e| e.about_call(&call_id))?;
+        let action = match r.take("action") {
+            Some(Value::String(a)) if a == "accept" => InputAction::Accept,
+            Some(Value::String(a)) if a == "decline" => InputAction::Decline,
+            Some(Value::String(a)) if a == "cancel" => InputAction::Cancel,
+            Some(other) => {
+                return Err(r
+                    .error(
+                        "action",
+                        Problem::wrong_type("accept, decline or cancel", &other),
+                    )
+                    .about_call(&call_id));
+            }
+            None => return Err(r.error("action", Problem::Missing).about_call(&call_id)),
+        };
+        Ok(ToolInput {
+            call_id,
+            request_id,
+            action,
+            content: r.take("content"),
+        })
+    }
+}
+
 /// The `status` of a `TOOL_UPDATE` (HAIP.md §6.5, §6.11).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum UpdateStatus {
@@ -899,6 +983,13 @@ pub struct ToolUpdate {
     /// A partial result, any JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partial: Option<Value>,
+    /// A tool's log line, `{level, message, data?}` (HAIP.md §6.11).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<Value>,
+    /// A tool's question, `{request_id, message, schema}`, with status
+    /// `WAITING_INPUT` (HAIP.md §6.11).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_request: Option<Value>,
 }
 
 impl ToolUpdate {
@@ -909,6 +1000,8 @@ impl ToolUpdate {
             status,
             progress: None,
             partial: None,
+            log: None,
+            input_request: None,
         }
     }
 }
@@ -929,6 +1022,12 @@ impl ToolUpdate {
         if let Some(partial) = self.partial {
             payload.insert("partial".into(), partial);
         }
+        if let Some(log) = self.log {
+            payload.insert("log".into(), log);
+        }
+        if let Some(input_request) = self.input_request {
+            payload.insert("input_request".into(), input_request);
+        }
         Value::Object(payload)
     }
 }
@@ -947,6 +1046,8 @@ impl Payload for ToolUpdate {
                 _ => None,
             },
             partial: r.take("partial"),
+            log: r.opt_object("log").map(Value::Object),
+            input_request: r.opt_object("input_request").map(Value::Object),
             call_id,
         })
     }
@@ -1688,6 +1789,8 @@ pub enum InboundEvent {
     ToolCall(ToolCall),
     /// A `TOOL_CANCEL`.
     ToolCancel(ToolCancel),
+    /// `TOOL_INPUT` (HAIP.md §6.11).
+    ToolInput(ToolInput),
     /// `RUN_STARTED`.
     RunStarted(RunStarted),
     /// `RUN_FINISHED`.
@@ -1768,6 +1871,7 @@ impl InboundEvent {
             EventType::Hai
             | EventType::ToolCall
             | EventType::ToolCancel
+            | EventType::ToolInput
             | EventType::RunStarted
             | EventType::RunFinished
             | EventType::RunCancel
@@ -1800,6 +1904,7 @@ impl InboundEvent {
             EventType::ToolCancel => {
                 ToolCancel::from_payload(payload).map(InboundEvent::ToolCancel)
             }
+            EventType::ToolInput => ToolInput::from_payload(payload).map(InboundEvent::ToolInput),
             EventType::RunStarted => RunStarted::from_payload(payload).map(|mut run| {
                 run.run_id = run.run_id.or_else(|| envelope_run_id.map(str::to_owned));
                 InboundEvent::RunStarted(run)

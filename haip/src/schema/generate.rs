@@ -25,7 +25,14 @@ pub fn output_schema_for<T: JsonSchema>() -> Option<Value> {
     (!is_unit).then_some(schema)
 }
 
-/// A self-contained schema (sub-schemas inlined, no `$schema`, no root `title`).
+/// The schema of a question's answers of type `T`, before it is reduced to
+/// a form (`schema::form`): open, as derived.
+pub(crate) fn form_schema_for<T: JsonSchema>() -> Value {
+    generate::<T>(SchemaSettings::draft2020_12().for_deserialize())
+}
+
+/// A self-contained schema (sub-schemas inlined, no root `title`; no
+/// `$schema` added, though a type that writes its own keeps it).
 fn generate<T: JsonSchema>(settings: SchemaSettings) -> Value {
     let settings = settings.with(|s| {
         s.inline_subschemas = true;
@@ -43,7 +50,6 @@ fn generate<T: JsonSchema>(settings: SchemaSettings) -> Value {
 fn strip_root(schema: &mut Value) {
     if let Value::Object(root) = schema {
         root.remove("title");
-        root.remove("$schema");
     }
 }
 

@@ -1,8 +1,10 @@
 //! The schema pipeline: compiled validators and the violation list of
 //! `INVALID_PARAMS` (HAIP.md §6.4 step 4, §6.6).
 
+mod form;
 mod generate;
 
+pub(crate) use form::Form;
 pub use generate::{input_schema_for, output_schema_for};
 
 use std::collections::BinaryHeap;

@@ -5,17 +5,20 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use serde_json::{Number, Value, json};
+use serde_json::{Map, Number, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::{Action, Pending, Session};
-use crate::context::{Progress, ProgressSlot};
+use tokio::sync::oneshot;
+
+use crate::context::{Answer, Ask, AskError, LogLine, Progress, ProgressSlot};
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Render, Validation};
 use crate::protocol::payload::{
-    ToolCall, ToolDone, ToolFailure, ToolOutcome, ToolStatus, ToolUpdate, UpdateStatus,
+    InputAction, ToolCall, ToolDone, ToolFailure, ToolInput, ToolOutcome, ToolStatus, ToolUpdate,
+    UpdateStatus,
 };
 use crate::protocol::{Channel, ErrorCode, EventType, Inbound, Outgoing, Prepared};
-use crate::schema::Violations;
+use crate::schema::{Form, Violations};
 use crate::stats::Ended;
 use crate::tool::Tool;
 
@@ -45,6 +48,15 @@ pub(crate) struct Call {
     /// own from the start, so that work growing with them (deserializing
     /// the arguments, say) never runs on the session's task.
     large: bool,
+    /// Its questions waiting for an answer (HAIP.md §6.11).
+    questions: Vec<Question>,
+}
+
+/// A question of a call, put to the client and not yet answered.
+struct Question {
+    request_id: String,
+    form: Arc<Form>,
+    reply: oneshot::Sender<Result<Answer<Value>, AskError>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +184,7 @@ impl Session {
             held: 0,
             queued_sent: false,
             large,
+            questions: Vec::new(),
         };
         if large {
             call.state = State::Validating;
@@ -304,6 +317,7 @@ impl Session {
                 render: Some(render),
             },
             inline: !call.large,
+            peer: None,
         };
         self.actions.push_back(Action::Start(Box::new(start)));
         self.running += 1;
@@ -382,7 +396,9 @@ impl Session {
                     .get(&key)
                     .is_some_and(|c| c.state == State::Running)
                 {
+                    self.flush_logs(key);
                     self.flush_progress(key);
+                    self.flush_questions(key);
                 }
             }
             // A session's calls are timed here (`session::timers`); a task
@@ -439,12 +455,16 @@ impl Session {
     /// `max_outbound_message_bytes` becomes `TOOL_DONE ERROR` code
     /// `RESULT_TOO_LARGE` (HAIP.md §18.1): still exactly one.
     fn finish_done(&mut self, key: CallKey, result: DoneResult, ended: Ended) {
+        self.flush_logs(key);
         self.flush_progress(key);
         let limit = self.config().max_outbound_message_bytes;
         let Some(call) = self.calls.get_mut(&key) else {
             return;
         };
         call.slot.close();
+        // Questions still open are closed: answers to them are now unknown
+        // requests, and the tool (if it still waits) hears `CallEnded`.
+        call.questions.clear();
         call.state = State::Done;
         let latency = self
             .shared
@@ -538,6 +558,163 @@ impl Session {
         self.push_prepared(env, Some(key));
     }
 
+    /// Moves a call's log lines into the outbox, in order (HAIP.md §6.11):
+    /// those at or above the client's level, if its `accept_events` lets
+    /// `TOOL_UPDATE` through. A line longer than `max_outbound_message_bytes`
+    /// is dropped.
+    fn flush_logs(&mut self, key: CallKey) {
+        let Some(call) = self.calls.get(&key) else {
+            return;
+        };
+        let (lines, dropped) = call.slot.take_logs();
+        if lines.is_empty() && dropped == 0 {
+            return;
+        }
+        if !self.accepts(EventType::ToolUpdate) {
+            return;
+        }
+        let limit = self.config().max_outbound_message_bytes;
+        let dropped = (dropped > 0).then(|| LogLine::dropped(dropped));
+        let mut envs = Vec::with_capacity(lines.len() + 1);
+        for line in lines.iter().chain(dropped.as_ref()) {
+            if line.level < self.log_level {
+                continue;
+            }
+            let mut out = update(call, UpdateStatus::Running, None, None);
+            out.payload["log"] = line.to_json();
+            match Prepared::within(&out, limit) {
+                Ok(env) => envs.push(env),
+                Err(size) => {
+                    tracing::warn!(call_id = %call.call_id, size, "log line too large to send; dropped");
+                }
+            }
+        }
+        for env in envs {
+            self.push_prepared(env, None);
+        }
+    }
+
+    /// Puts a call's new questions to the client (`WAITING_INPUT`), or fails
+    /// them at once when the client cannot answer (HAIP.md §6.11).
+    fn flush_questions(&mut self, key: CallKey) {
+        let tool_input = self.tool_input;
+        let Some(call) = self.calls.get(&key) else {
+            return;
+        };
+        let asks = call.slot.take_asks();
+        if asks.is_empty() {
+            return;
+        }
+        let limit = self.config().max_outbound_message_bytes;
+        let mut asked = Vec::new();
+        for Ask {
+            message,
+            form,
+            reply,
+        } in asks
+        {
+            if !tool_input {
+                let _ = reply.send(Err(AskError::Unsupported));
+                continue;
+            }
+            let request_id = self.shared.ids.fresh();
+            let mut out = update(call, UpdateStatus::WaitingInput, None, None);
+            out.payload["input_request"] = json!({
+                "request_id": request_id,
+                "message": message,
+                "schema": form.schema(),
+            });
+            match Prepared::within(&out, limit) {
+                Ok(env) => asked.push((
+                    env,
+                    Question {
+                        request_id,
+                        form,
+                        reply,
+                    },
+                )),
+                Err(size) => {
+                    let _ = reply.send(Err(AskError::Failed(format!(
+                        "the question is {size} bytes, over the {limit}-byte limit"
+                    ))));
+                }
+            }
+        }
+        for (env, question) in asked {
+            self.push_prepared(env, None);
+            if let Some(call) = self.calls.get_mut(&key) {
+                call.questions.push(question);
+            }
+        }
+    }
+
+    /// `TOOL_INPUT`: an answer to an open question (HAIP.md §6.11). An answer
+    /// that does not fit the form gets `INVALID_PARAMS`, and the question
+    /// stays open; one to no open question gets `REQUEST_NOT_FOUND`.
+    pub(super) fn handle_tool_input(&mut self, msg: &Inbound, input: ToolInput) {
+        let ToolInput {
+            call_id,
+            request_id,
+            action,
+            content,
+        } = input;
+        let max_violations = self.config().max_violations;
+        let related_id = msg.id.as_deref();
+        let found = self.active_ids.get(&call_id).copied().and_then(|key| {
+            let call = self.calls.get(&key)?;
+            let at = call
+                .questions
+                .iter()
+                .position(|q| q.request_id == request_id)?;
+            Some((key, at))
+        });
+        let Some((key, at)) = found else {
+            self.error(
+                ErrorCode::REQUEST_NOT_FOUND,
+                format!("No open input request {request_id}"),
+                related_id,
+                Some(json!({ "call_id": call_id, "request_id": request_id })),
+            );
+            return;
+        };
+        let answer = match action {
+            InputAction::Accept => {
+                let content = content.unwrap_or(Value::Object(Map::new()));
+                let question = &self.calls[&key].questions[at];
+                let found = question.form.check(&content, max_violations);
+                if !found.is_empty() {
+                    let mut detail = json!({
+                        "call_id": call_id,
+                        "request_id": request_id,
+                        "violations": found.details(),
+                    });
+                    let (field, n) = if found.exhaustive {
+                        ("total", found.total)
+                    } else {
+                        ("total_at_least", found.total)
+                    };
+                    detail[field] = n.into();
+                    self.error(
+                        ErrorCode::INVALID_PARAMS,
+                        "Answer does not match the question's schema",
+                        related_id,
+                        Some(detail),
+                    );
+                    return;
+                }
+                Answer::Accepted(content)
+            }
+            InputAction::Decline => Answer::Declined,
+            InputAction::Cancel => Answer::Cancelled,
+        };
+        if let Some(call) = self.calls.get_mut(&key) {
+            let question = call.questions.swap_remove(at);
+            // The tool may have stopped waiting (a clone asked and gave up).
+            let _ = question.reply.send(Ok(answer));
+        }
+        self.push_update(key, UpdateStatus::Running);
+    }
+
     /// A `QUEUED`, `RUNNING` (announce) or `CANCELLING` update: never merged.
     fn push_update(&mut self, key: CallKey, status: UpdateStatus) {
         if let Some(call) = self.calls.get(&key) {
@@ -578,6 +755,7 @@ impl Session {
                 self.push_update(key, UpdateStatus::Cancelling);
                 if let Some(call) = self.calls.get_mut(&key) {
                     call.slot.close();
+                    call.questions.clear();
                     call.state = State::Cancelling;
                     call.cancel_reason = reason;
                     call.cancel.cancel();
@@ -699,6 +877,8 @@ fn update(
         status,
         progress,
         partial,
+        log: None,
+        input_request: None,
     };
     Outgoing {
         channel: Channel::Agent,

@@ -32,6 +32,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::context::LogLevel;
 use crate::exec::{self, CallKey, CallRunner};
 use crate::hash::{FastMap, FastSet};
 use crate::protocol::payload::{
@@ -195,6 +196,11 @@ pub(crate) struct Session {
     gate: OutboundGate,
     /// The client's `HAI` asked for flow control (`capabilities.flow_control`).
     client_flow_control: bool,
+    /// The client's `HAI` said it answers tools' questions
+    /// (`capabilities.tool_input`, HAIP.md §6.11).
+    tool_input: bool,
+    /// The least severe tool log line the client wants (`capabilities.log_level`).
+    log_level: LogLevel,
     /// What the driver is to do next, in order.
     actions: VecDeque<Action>,
     /// Heartbeat, idle timeout, binary frame wait.
@@ -263,6 +269,8 @@ impl Session {
             inbound_credit,
             gate: OutboundGate::default(),
             client_flow_control: false,
+            tool_input: false,
+            log_level: LogLevel::Info,
             actions: VecDeque::new(),
             timers: Timers::default(),
             deadlines: Deadlines::new(),
@@ -707,6 +715,7 @@ impl Session {
             InboundEvent::ToolSchema(request) => self.handle_tool_schema(&msg, request),
             InboundEvent::ToolCall(call) => self.handle_tool_call(msg, call),
             InboundEvent::ToolCancel(cancel) => self.cancel_call(&cancel.call_id, cancel.reason),
+            InboundEvent::ToolInput(input) => self.handle_tool_input(&msg, input),
             InboundEvent::RunStarted(run) => self.run_started(&msg, run),
             InboundEvent::RunFinished(run) => self.run_finished(&msg, &run.run_id, false),
             InboundEvent::RunCancel(run) => self.run_finished(&msg, &run.run_id, true),

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::flow::Amount;
 use super::{Session, TransportKind};
+use crate::context::LogLevel;
 use crate::protocol::payload::Hai;
 use crate::protocol::{Channel, ErrorCode, EventType, Outgoing, Prepared};
 
@@ -26,6 +27,14 @@ pub(crate) struct ResumeRequest {
 impl Session {
     /// Applies a client `HAI`'s settings (HAIP.md §3.2).
     pub(super) fn apply_hai_settings(&mut self, hai: &Hai) {
+        if let Some(capabilities) = &hai.capabilities {
+            if let Some(tool_input) = capabilities.tool_input {
+                self.tool_input = tool_input;
+            }
+            if let Some(level) = capabilities.log_level.as_deref().and_then(LogLevel::parse) {
+                self.log_level = level;
+            }
+        }
         if let Some(flow) = hai.capabilities.as_ref().and_then(|c| c.flow_control) {
             self.client_flow_control = true;
             if let (Some(messages), Some(bytes)) =

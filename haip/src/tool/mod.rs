@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::Context;
+use crate::content::Shape;
 use crate::schema::{CompiledSchema, Violation, Violations};
 
 pub use error::ToolError;
@@ -101,6 +102,8 @@ struct ToolInner {
     description: String,
     input_schema: Value,
     output_schema: Option<Value>,
+    /// Whether results carry content blocks (read from the output schema).
+    shape: Shape,
     input: CompiledSchema,
     output: Option<CompiledSchema>,
     timeout: Option<Duration>,
@@ -201,6 +204,17 @@ impl Tool {
 
     pub(crate) fn call(&self, params: Value, ctx: Context) -> ToolFuture {
         self.inner.handler.call(params, ctx)
+    }
+
+    /// Whether its results carry content blocks (HAIP.md §6.12).
+    pub(crate) fn shape(&self) -> Shape {
+        self.inner.shape
+    }
+
+    /// The result a value its handler returned becomes (`{"content": [...]}`
+    /// for a tool returning `Content` or `Vec<Content>`).
+    pub(crate) fn shape_output(&self, value: Value) -> Value {
+        self.shape().wrap(value)
     }
 }
 
@@ -328,7 +342,8 @@ impl ToolBuilder {
         };
         let input = CompiledSchema::compile(&self.input_schema)
             .map_err(|e| invalid(format!("input schema: {e}")))?;
-        let output = match &self.output_schema {
+        let (shape, output_schema) = Shape::of(self.output_schema);
+        let output = match &output_schema {
             Some(schema) => Some(
                 CompiledSchema::compile(schema)
                     .map_err(|e| invalid(format!("output schema: {e}")))?,
@@ -348,7 +363,8 @@ impl ToolBuilder {
                 name: self.name,
                 description: self.description,
                 input_schema: self.input_schema,
-                output_schema: self.output_schema,
+                output_schema,
+                shape,
                 input,
                 output,
                 timeout: self.timeout,

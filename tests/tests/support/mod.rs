@@ -71,13 +71,14 @@ pub(crate) fn builder() -> ServerBuilder {
 }
 
 /// The quickstart's tools, in the order [`demo_builder`] serves them.
-pub(crate) const QUICKSTART_TOOLS: [&str; 6] = [
+pub(crate) const QUICKSTART_TOOLS: [&str; 7] = [
     "echo",
     "add",
     "weather",
     "calculator",
     "process_file",
     "create_user",
+    "book_table",
 ];
 
 /// [`builder`] serving the quickstart's tools: the built-ins, then the demo tools.

@@ -1,0 +1,576 @@
+//! [`Context`]: what a running tool knows about its call.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use serde::de::DeserializeOwned;
+use serde_json::{Number, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::exec::{CallEvent, CallKey};
+use crate::schema::Form;
+use crate::tool::{State, StateMap};
+
+mod talk;
+
+pub use talk::{Answer, AskError, LogLevel, Role, SampleError, SampleRequest, Sampled};
+pub(crate) use talk::{Ask, LogLine, Peer, PeerFuture};
+
+/// The handle a tool gets for one call: ids, progress, log lines, questions
+/// to the person at the other end, and cancellation.
+///
+/// Cheap to clone; clones refer to the same call. Progress reporting never
+/// blocks: under back-pressure a newer report replaces an older unsent one of
+/// the same call (latest wins). Log lines never block either, and are never
+/// merged ([`Context::log`]); [`Context::ask`] waits for an answer.
+///
+/// ```
+/// use haip::{Context, ToolError};
+/// use std::time::Duration;
+///
+/// async fn count_to_five(ctx: Context) -> Result<u32, ToolError> {
+///     for step in 1..=5u32 {
+///         ctx.progress(f64::from(step) * 20.0);
+///         tokio::select! {
+///             _ = ctx.cancelled() => return Err(ToolError::cancelled()),
+///             _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+///         }
+///     }
+///     Ok(5)
+/// }
+/// ```
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    call_id: String,
+    session_id: Arc<str>,
+    cancel: CancellationToken,
+    progress: Option<ProgressSink>,
+    state: Option<Arc<StateMap>>,
+    subject: Option<Arc<str>>,
+    /// Who answers questions and sampling requests when the session does not
+    /// (the MCP export's client).
+    peer: Option<Arc<dyn Peer>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("call_id", &self.inner.call_id)
+            .field("session_id", &self.inner.session_id)
+            .field("cancelled", &self.is_cancelled())
+            .finish()
+    }
+}
+
+impl Context {
+    pub(crate) fn new(
+        call_id: String,
+        session_id: Arc<str>,
+        cancel: CancellationToken,
+        progress: Option<ProgressSink>,
+        state: Option<Arc<StateMap>>,
+        subject: Option<Arc<str>>,
+        peer: Option<Arc<dyn Peer>>,
+    ) -> Context {
+        Context {
+            inner: Arc::new(Inner {
+                call_id,
+                session_id,
+                cancel,
+                progress,
+                state,
+                subject,
+                peer,
+            }),
+        }
+    }
+
+    /// A context attached to no session, for calling a tool function directly
+    /// (in a unit test, say). Progress reports go nowhere; it is cancelled only
+    /// through the returned token.
+    ///
+    /// ```
+    /// let (ctx, cancel) = haip::Context::detached("test-call");
+    /// ctx.progress(50.0); // discarded
+    /// cancel.cancel();
+    /// assert!(ctx.is_cancelled());
+    /// ```
+    pub fn detached(call_id: impl Into<String>) -> (Context, CancellationHandle) {
+        let cancel = CancellationToken::new();
+        let ctx = Context::new(
+            call_id.into(),
+            Arc::from(""),
+            cancel.clone(),
+            None,
+            None,
+            None,
+            None,
+        );
+        (ctx, CancellationHandle(cancel))
+    }
+
+    /// The call's id (the `call_id` of its `TOOL_CALL`).
+    pub fn call_id(&self) -> &str {
+        &self.inner.call_id
+    }
+
+    /// The id of the session that made the call.
+    pub fn session_id(&self) -> &str {
+        &self.inner.session_id
+    }
+
+    /// The authenticated subject of the session that made the call (the
+    /// token's `sub`, or what a custom authenticator returned); `None` when
+    /// authentication is off.
+    pub fn subject(&self) -> Option<&str> {
+        self.inner.subject.as_deref()
+    }
+
+    /// The application state of type `T` registered with
+    /// [`ServerBuilder::state`](crate::ServerBuilder::state), if any.
+    pub fn state<T: Send + Sync + 'static>(&self) -> Option<State<T>> {
+        self.inner.state.as_ref()?.get::<T>()
+    }
+
+    /// Reports progress in percent (clamped to 0–100; NaN is ignored).
+    pub fn progress(&self, percent: f64) {
+        self.report(percent, None);
+    }
+
+    /// Reports progress with a partial result, sent as `partial` in the
+    /// `TOOL_UPDATE`. A value that cannot be serialised is dropped (the
+    /// percentage is still reported).
+    pub fn progress_with(&self, percent: f64, partial: impl serde::Serialize) {
+        let partial = match serde_json::to_value(partial) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(call_id = %self.inner.call_id, error = %e, "progress partial could not be serialised");
+                None
+            }
+        };
+        self.report(percent, partial);
+    }
+
+    /// Whether the call has been cancelled (by the client, a run cancel, a
+    /// timeout or server shutdown).
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancel.is_cancelled()
+    }
+
+    /// Completes when the call is cancelled. Use it in `tokio::select!` to stop promptly.
+    pub async fn cancelled(&self) {
+        self.inner.cancel.cancelled().await
+    }
+
+    fn report(&self, percent: f64, partial: Option<Value>) {
+        if percent.is_nan() {
+            return;
+        }
+        self.report_progress(Some(percent), partial);
+    }
+
+    /// Sends a log line at `level` to the client (HAIP: a `TOOL_UPDATE` with
+    /// `log`; MCP: `notifications/message`), if the client wants that level
+    /// (HAIP: its `HAI`'s `capabilities.log_level`, MCP: `logging/setLevel`;
+    /// `info` by default).
+    ///
+    /// Never blocks. Lines are sent in order, before the call's `TOOL_DONE`,
+    /// and are never merged like progress is; a call that logs much faster
+    /// than its client reads is bounded all the same: past 256 unsent lines,
+    /// new lines are dropped and a `warning` line says how many.
+    ///
+    /// ```
+    /// use haip::{Context, LogLevel};
+    ///
+    /// async fn import(ctx: Context) {
+    ///     ctx.info("reading the file");
+    ///     ctx.log(LogLevel::Warning, "line 3 is empty; skipped");
+    /// }
+    /// ```
+    pub fn log(&self, level: LogLevel, message: impl Into<String>) {
+        self.send_log(LogLine {
+            level,
+            message: message.into(),
+            data: None,
+        });
+    }
+
+    /// [`Context::log`] with structured `data` beside the message (a value
+    /// that cannot be serialised is left out).
+    pub fn log_with(
+        &self,
+        level: LogLevel,
+        message: impl Into<String>,
+        data: impl serde::Serialize,
+    ) {
+        self.send_log(LogLine {
+            level,
+            message: message.into(),
+            data: serde_json::to_value(data).ok(),
+        });
+    }
+
+    /// A `debug` log line ([`Context::log`]).
+    pub fn debug(&self, message: impl Into<String>) {
+        self.log(LogLevel::Debug, message);
+    }
+
+    /// An `info` log line ([`Context::log`]).
+    pub fn info(&self, message: impl Into<String>) {
+        self.log(LogLevel::Info, message);
+    }
+
+    /// A `notice` log line ([`Context::log`]).
+    pub fn notice(&self, message: impl Into<String>) {
+        self.log(LogLevel::Notice, message);
+    }
+
+    /// A `warning` log line ([`Context::log`]).
+    pub fn warning(&self, message: impl Into<String>) {
+        self.log(LogLevel::Warning, message);
+    }
+
+    /// An `error` log line ([`Context::log`]). The call goes on: return an
+    /// error to end it.
+    pub fn error(&self, message: impl Into<String>) {
+        self.log(LogLevel::Error, message);
+    }
+
+    fn send_log(&self, line: LogLine) {
+        match &self.inner.progress {
+            Some(sink) => sink.log(line),
+            None => {
+                tracing::debug!(call_id = %self.inner.call_id, level = line.level.as_str(), message = %line.message, "tool log line (no client)")
+            }
+        }
+    }
+
+    /// Asks the person at the other end a question and waits for the
+    /// answer: a form with the fields of `T` (HAIP: `WAITING_INPUT` /
+    /// `TOOL_INPUT`, §6.11; MCP: `elicitation/create` in form mode).
+    ///
+    /// `T` is a struct whose fields are strings, numbers, integers,
+    /// booleans, enums of unit variants, or lists of such enums (multiple
+    /// choice); `Option` fields are optional, `#[serde(default = ...)]`
+    /// gives a default, doc comments and `#[schemars(...)]` attributes
+    /// (`range`, `length`, `email`, `title`) describe the fields. Other
+    /// shapes fail with [`AskError::InvalidForm`], which says which field
+    /// is the problem.
+    ///
+    /// The answer is checked against the form before the tool sees it (a
+    /// HAIP client whose answer does not fit is told so and asked again).
+    /// The call's timeout keeps running while it waits, and a cancelled
+    /// call stops waiting ([`AskError::CallEnded`]). A client that cannot
+    /// answer questions gets none: [`AskError::Unsupported`], at once.
+    ///
+    /// ```
+    /// use haip::{Answer, Context, ToolError};
+    ///
+    /// #[haip::data]
+    /// struct Size {
+    ///     /// How many people.
+    ///     #[schemars(range(min = 1, max = 12))]
+    ///     party_size: u8,
+    /// }
+    ///
+    /// async fn book(ctx: Context) -> Result<String, ToolError> {
+    ///     match ctx.ask::<Size>("How many people?").await? {
+    ///         Answer::Accepted(size) => Ok(format!("a table for {}", size.party_size)),
+    ///         Answer::Declined | Answer::Cancelled => Ok("no table".to_owned()),
+    ///     }
+    /// }
+    /// ```
+    pub async fn ask<T>(&self, message: impl Into<String>) -> Result<Answer<T>, AskError>
+    where
+        T: schemars::JsonSchema + DeserializeOwned + 'static,
+    {
+        let form = Form::of::<T>().map_err(AskError::InvalidForm)?;
+        match self.ask_form(message.into(), form).await? {
+            Answer::Accepted(value) => serde_json::from_value(value)
+                .map(Answer::Accepted)
+                .map_err(|e| AskError::InvalidAnswer(e.to_string())),
+            Answer::Declined => Ok(Answer::Declined),
+            Answer::Cancelled => Ok(Answer::Cancelled),
+        }
+    }
+
+    /// Asks a yes-or-no question: `true` only when the person accepts and
+    /// confirms; declining or dismissing it is `false`. Fails as
+    /// [`Context::ask`] does.
+    ///
+    /// ```
+    /// # async fn f(ctx: haip::Context) -> Result<(), haip::ToolError> {
+    /// if !ctx.confirm("Delete 3 files?").await? {
+    ///     return Err(haip::ToolError::execution("not confirmed"));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn confirm(&self, message: impl Into<String>) -> Result<bool, AskError> {
+        match self.ask_form(message.into(), Form::confirm()).await? {
+            Answer::Accepted(value) => {
+                Ok(value.get("confirm").and_then(Value::as_bool) == Some(true))
+            }
+            Answer::Declined | Answer::Cancelled => Ok(false),
+        }
+    }
+
+    async fn ask_form(&self, message: String, form: Arc<Form>) -> Result<Answer<Value>, AskError> {
+        let asked: PeerFuture<Result<Answer<Value>, AskError>> =
+            match (&self.inner.peer, &self.inner.progress) {
+                (Some(peer), _) => peer.ask(message, form),
+                (None, Some(sink)) => Box::pin(sink.ask(message, form)),
+                (None, None) => return Err(AskError::Unsupported),
+            };
+        tokio::select! {
+            answer = asked => answer,
+            () = self.cancelled() => Err(AskError::CallEnded),
+        }
+    }
+
+    /// Asks the client's language model for a completion (MCP
+    /// `sampling/createMessage`): for tools served to MCP clients that offer
+    /// sampling. HAIP has no sampling, and clients without it get
+    /// [`SampleError::Unsupported`] at once.
+    ///
+    /// ```
+    /// use haip::{Context, SampleRequest, ToolError};
+    ///
+    /// async fn summarise(ctx: Context, text: String) -> Result<String, ToolError> {
+    ///     let reply = ctx
+    ///         .sample(SampleRequest::new(format!("Summarise: {text}")).max_tokens(200))
+    ///         .await?;
+    ///     Ok(reply.text().unwrap_or_default().to_owned())
+    /// }
+    /// ```
+    pub async fn sample(&self, request: SampleRequest) -> Result<Sampled, SampleError> {
+        let Some(peer) = &self.inner.peer else {
+            return Err(SampleError::Unsupported);
+        };
+        tokio::select! {
+            reply = peer.sample(request) => reply,
+            () = self.cancelled() => Err(SampleError::CallEnded),
+        }
+    }
+
+    /// Reports progress whose percentage may be unknown: `TOOL_UPDATE` then
+    /// carries no `progress` (HAIP.md §6.5 makes it optional), only what is
+    /// `partial`.
+    pub(crate) fn report_progress(&self, percent: Option<f64>, partial: Option<Value>) {
+        if let Some(sink) = &self.inner.progress {
+            sink.report(Progress {
+                percent: percent.filter(|p| !p.is_nan()).map(percent_number),
+                partial,
+            });
+        }
+    }
+}
+
+/// Cancels a [`Context`] made with [`Context::detached`].
+#[derive(Debug, Clone)]
+pub struct CancellationHandle(CancellationToken);
+
+impl CancellationHandle {
+    /// Cancels the context (and its clones).
+    pub fn cancel(&self) {
+        self.0.cancel();
+    }
+}
+
+/// Clamped to 0..=100; whole numbers stay JSON integers (`40`, not `40.0`).
+fn percent_number(percent: f64) -> Number {
+    let p = percent.clamp(0.0, 100.0);
+    if p.fract() == 0.0 {
+        Number::from(p as u64)
+    } else {
+        Number::from_f64(p).unwrap_or_else(|| Number::from(0))
+    }
+}
+
+/// One progress report.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Progress {
+    /// `None` when the tool cannot say how far along it is.
+    pub(crate) percent: Option<Number>,
+    pub(crate) partial: Option<Value>,
+}
+
+/// What one call reported and its session has not taken yet: the latest
+/// progress, log lines, questions.
+///
+/// The session is notified only when the slot goes from empty to not empty,
+/// so a call has at most one notification in flight however fast it reports:
+/// the notification channel is bounded by the number of active calls. Log
+/// lines are bounded here ([`MAX_UNSENT_LOG_LINES`]), questions by the tool
+/// (each waits for its answer).
+#[derive(Default)]
+pub(crate) struct ProgressSlot {
+    state: Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    latest: Option<Progress>,
+    logs: VecDeque<LogLine>,
+    /// Log lines dropped since the last take, the queue being full.
+    dropped: u64,
+    asks: VecDeque<Ask>,
+    closed: bool,
+}
+
+impl SlotState {
+    fn is_empty(&self) -> bool {
+        self.latest.is_none() && self.logs.is_empty() && self.dropped == 0 && self.asks.is_empty()
+    }
+}
+
+/// Log lines of one call waiting for its session, at most.
+pub(crate) const MAX_UNSENT_LOG_LINES: usize = 256;
+
+impl ProgressSlot {
+    /// Takes the latest report, if any.
+    pub(crate) fn take(&self) -> Option<Progress> {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .latest
+            .take()
+    }
+
+    /// Takes the log lines, oldest first, and how many were dropped since
+    /// the last take.
+    pub(crate) fn take_logs(&self) -> (VecDeque<LogLine>, u64) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            std::mem::take(&mut state.logs),
+            std::mem::take(&mut state.dropped),
+        )
+    }
+
+    /// Takes the questions, oldest first.
+    pub(crate) fn take_asks(&self) -> VecDeque<Ask> {
+        std::mem::take(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()).asks)
+    }
+
+    /// Discards everything pending and every later report (after
+    /// `CANCELLING` or `TOOL_DONE`); questions waiting end with
+    /// [`AskError::CallEnded`].
+    pub(crate) fn close(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.closed = true;
+        state.latest = None;
+        state.logs = VecDeque::new();
+        state.dropped = 0;
+        state.asks = VecDeque::new();
+    }
+}
+
+pub(crate) struct ProgressSink {
+    pub(crate) key: CallKey,
+    pub(crate) slot: Arc<ProgressSlot>,
+    pub(crate) events: mpsc::UnboundedSender<CallEvent>,
+}
+
+impl ProgressSink {
+    fn report(&self, progress: Progress) {
+        self.put(|state| state.latest = Some(progress));
+    }
+
+    fn log(&self, line: LogLine) {
+        self.put(|state| {
+            if state.logs.len() < MAX_UNSENT_LOG_LINES {
+                state.logs.push_back(line);
+            } else {
+                state.dropped += 1;
+            }
+        });
+    }
+
+    /// Hands a question to the session; the answer comes back on the
+    /// returned future (the call ending first: [`AskError::CallEnded`]).
+    fn ask(
+        &self,
+        message: String,
+        form: Arc<Form>,
+    ) -> impl Future<Output = Result<Answer<Value>, AskError>> + Send + 'static {
+        let (reply, answer) = oneshot::channel();
+        self.put(|state| {
+            state.asks.push_back(Ask {
+                message,
+                form,
+                reply,
+            })
+        });
+        async move { answer.await.unwrap_or(Err(AskError::CallEnded)) }
+    }
+
+    /// Changes the slot, and tells the session when it was empty before (a
+    /// closed slot takes nothing).
+    fn put(&self, change: impl FnOnce(&mut SlotState)) {
+        let was_empty = {
+            let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
+            if state.closed {
+                return;
+            }
+            let was_empty = state.is_empty();
+            change(&mut state);
+            was_empty
+        };
+        if was_empty {
+            // The session may be gone (connection closed): nothing to report to.
+            let _ = self.events.send(CallEvent::Progress(self.key));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_is_clamped_and_integral_values_stay_integers() {
+        assert_eq!(Value::Number(percent_number(40.0)).to_string(), "40");
+        assert_eq!(Value::Number(percent_number(12.5)).to_string(), "12.5");
+        assert_eq!(Value::Number(percent_number(250.0)).to_string(), "100");
+        assert_eq!(Value::Number(percent_number(-3.0)).to_string(), "0");
+    }
+
+    #[test]
+    fn reports_coalesce_and_notify_once_until_taken() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let slot = Arc::new(ProgressSlot::default());
+        let sink = ProgressSink {
+            key: CallKey(7),
+            slot: slot.clone(),
+            events: tx,
+        };
+        let ctx = Context::new(
+            "c".into(),
+            Arc::from("s"),
+            CancellationToken::new(),
+            Some(sink),
+            None,
+            None,
+            None,
+        );
+        ctx.progress(10.0);
+        ctx.progress(20.0);
+        ctx.progress_with(30.0, "partial");
+        ctx.progress(f64::NAN);
+        assert!(matches!(rx.try_recv(), Ok(CallEvent::Progress(CallKey(7)))));
+        assert!(rx.try_recv().is_err(), "one notification per fill");
+        let p = slot.take().unwrap();
+        assert_eq!(p.percent, Some(Number::from(30)));
+        assert_eq!(p.partial, Some(Value::from("partial")));
+        ctx.progress(40.0);
+        assert!(rx.try_recv().is_ok());
+        slot.close();
+        ctx.progress(50.0);
+        assert!(slot.take().is_none());
+    }
+}
