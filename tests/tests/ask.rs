@@ -14,7 +14,7 @@ use std::time::Duration;
 use conn::{Conn, Kind, per_transport};
 use haip::{Content, Context, LogLevel, Rich, haip_tool};
 use serde_json::{Value, json};
-use support::{demo_builder, start};
+use support::{demo_builder, resume_hai, start};
 
 per_transport!(
     accepted_answer_books_the_table,
@@ -197,6 +197,35 @@ async fn client_without_the_capability_is_told(kind: Kind) {
     // A TOOL_INPUT for no question.
     answer(&mut conn, "n1", "nope", "accept", Some(json!({}))).await;
     assert_eq!(conn.expect_error().await["code"], "REQUEST_NOT_FOUND");
+}
+
+/// §6.11, §11.3: a question waits with its session while the connection is
+/// lost; resuming replays it (the same `request_id`), and the answer given
+/// on the new connection reaches the tool.
+#[tokio::test]
+async fn a_question_survives_a_lost_connection() {
+    let (handle, _) = start(demo_builder()).await;
+    let addr = handle.local_addr();
+    let mut conn = connect(Kind::Ws, addr, json!({"tool_input": true})).await;
+    let old = conn.session.clone();
+    let request_id = ask_for_a_table(&mut conn, "r1").await; // seqs 2 (log), 3 (question)
+    drop(conn);
+
+    let mut conn = Conn::connect(Kind::Ws, addr, None).await;
+    let mut hai = resume_hai("again", &old, "2");
+    hai["payload"]["capabilities"] = json!({"tool_input": true});
+    conn.send(&hai).await;
+    conn.follow(&old, 2);
+    let asked = conn.expect_update("r1").await;
+    assert_eq!(asked["status"], "WAITING_INPUT", "{asked}");
+    assert_eq!(asked["input_request"]["request_id"], request_id.as_str());
+    let confirm = conn.recv().await;
+    assert_eq!(confirm["type"], "HAI", "{confirm}");
+    let content = json!({"party_size": 2, "time": "18:00"});
+    answer(&mut conn, "r1", &request_id, "accept", Some(content)).await;
+    assert_eq!(conn.expect_update("r1").await["status"], "RUNNING");
+    let done = conn.expect_done("r1").await;
+    assert_eq!(done["result"]["booked"], true, "{done}");
 }
 
 /// Logs one line at each level, then with data.

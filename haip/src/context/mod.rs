@@ -432,6 +432,17 @@ impl SlotState {
 /// Log lines of one call waiting for its session, at most.
 pub(crate) const MAX_UNSENT_LOG_LINES: usize = 256;
 
+/// Questions of one call open at once, at most (a tool asks one at a time
+/// unless it asks from several clones of its `Context`).
+pub(crate) const MAX_OPEN_QUESTIONS: usize = 16;
+
+/// What a question beyond [`MAX_OPEN_QUESTIONS`] gets.
+pub(crate) fn too_many_questions() -> AskError {
+    AskError::Failed(format!(
+        "the call already has {MAX_OPEN_QUESTIONS} questions open"
+    ))
+}
+
 impl ProgressSlot {
     /// Takes the latest report, if any.
     pub(crate) fn take(&self) -> Option<Progress> {
@@ -500,6 +511,10 @@ impl ProgressSink {
     ) -> impl Future<Output = Result<Answer<Value>, AskError>> + Send + 'static {
         let (reply, answer) = oneshot::channel();
         self.put(|state| {
+            if state.asks.len() >= MAX_OPEN_QUESTIONS {
+                let _ = reply.send(Err(too_many_questions()));
+                return;
+            }
             state.asks.push_back(Ask {
                 message,
                 form,
@@ -572,5 +587,45 @@ mod tests {
         slot.close();
         ctx.progress(50.0);
         assert!(slot.take().is_none());
+    }
+
+    #[test]
+    fn log_lines_are_kept_in_order_and_bounded() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let slot = Arc::new(ProgressSlot::default());
+        let sink = ProgressSink {
+            key: CallKey(3),
+            slot: slot.clone(),
+            events: tx,
+        };
+        let ctx = Context::new(
+            "c".into(),
+            Arc::from("s"),
+            CancellationToken::new(),
+            Some(sink),
+            None,
+            None,
+            None,
+        );
+        for i in 0..MAX_UNSENT_LOG_LINES + 44 {
+            ctx.info(format!("line {i}"));
+        }
+        assert!(rx.try_recv().is_ok());
+        assert!(rx.try_recv().is_err(), "one notification per fill");
+        let (lines, dropped) = slot.take_logs();
+        assert_eq!(lines.len(), MAX_UNSENT_LOG_LINES);
+        assert_eq!(dropped, 44);
+        assert_eq!(lines[0].message, "line 0");
+        assert_eq!(lines[1].level, LogLevel::Info);
+        assert_eq!(
+            LogLine::dropped(dropped).to_json(),
+            serde_json::json!({"level": "warning", "message": "44 log line(s) dropped: the tool logged faster than they could be sent"})
+        );
+        // Taken: room again, and a new notification.
+        ctx.warning("after");
+        assert!(rx.try_recv().is_ok());
+        slot.close();
+        ctx.error("closed");
+        assert!(slot.take_logs().0.is_empty());
     }
 }

@@ -11,7 +11,9 @@ use tokio_util::sync::CancellationToken;
 use super::{Action, Pending, Session};
 use tokio::sync::oneshot;
 
-use crate::context::{Answer, Ask, AskError, LogLine, Progress, ProgressSlot};
+use crate::context::{
+    Answer, Ask, AskError, LogLine, MAX_OPEN_QUESTIONS, Progress, ProgressSlot, too_many_questions,
+};
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Render, Validation};
 use crate::protocol::payload::{
     InputAction, ToolCall, ToolDone, ToolFailure, ToolInput, ToolOutcome, ToolStatus, ToolUpdate,
@@ -615,6 +617,10 @@ impl Session {
         {
             if !tool_input {
                 let _ = reply.send(Err(AskError::Unsupported));
+                continue;
+            }
+            if call.questions.len() + asked.len() >= MAX_OPEN_QUESTIONS {
+                let _ = reply.send(Err(too_many_questions()));
                 continue;
             }
             let request_id = self.shared.ids.fresh();

@@ -1462,3 +1462,41 @@ async fn a_client_without_tool_input_is_never_asked() {
         "the client cannot answer questions (it did not declare that it can)"
     );
 }
+
+#[tokio::test]
+async fn open_questions_per_call_are_bounded() {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Yes {
+        #[allow(dead_code)]
+        yes: bool,
+    }
+    let greedy = Tool::builder("greedy")
+        .handler(|_: Value, ctx: Context| async move {
+            let asks = (0..20).map(|i| {
+                let ctx = ctx.clone();
+                async move { ctx.ask::<Yes>(format!("question {i}")).await }
+            });
+            let answers = futures_util::future::join_all(asks).await;
+            let refused = answers.iter().filter(|a| a.is_err()).count();
+            Ok(json!({"refused": refused}))
+        })
+        .build()
+        .unwrap();
+    let mut h = Harness::new(Config::default(), vec![greedy]);
+    h.send(json!({"type": "HAI", "payload": {"capabilities": {"tool_input": true}}}));
+    h.send(call("g1", "greedy", json!({})));
+    let mut asked = Vec::new();
+    while asked.len() < crate::context::MAX_OPEN_QUESTIONS {
+        for v in until(&mut h, "TOOL_UPDATE").await {
+            asked.push(v["payload"]["input_request"]["request_id"].clone());
+        }
+    }
+    assert_eq!(asked.len(), crate::context::MAX_OPEN_QUESTIONS);
+    // Answering every open one lets the tool finish: the other 4 were refused.
+    for request_id in asked {
+        h.send(json!({"type": "TOOL_INPUT", "payload": {"call_id": "g1", "request_id": request_id, "action": "decline"}}));
+    }
+    let out = until(&mut h, "TOOL_DONE").await;
+    let done = &out.last().unwrap()["payload"];
+    assert_eq!(done["result"], json!({"refused": 4}), "{done}");
+}
