@@ -1,5 +1,7 @@
 //! A HAIP client over WebSocket: discover tools, call them with a progress
-//! stream, cancel them. One connection carries many concurrent calls.
+//! stream, cancel them, and read the log lines and answer the questions of
+//! tools that talk to people (HAIP.md §6.11). One connection carries many
+//! concurrent calls.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), haip::client::ClientError> {
@@ -17,21 +19,56 @@
 //! println!("{:?}", call.outcome().await?);
 //! # Ok(()) }
 //! ```
+//!
+//! # Tools that log and ask
+//!
+//! The client's `HAI` declares `capabilities.tool_input` and a
+//! `log_level` ([`ClientOptions`]), so tools may log lines to it and ask it
+//! questions. [`Call::next_event`] yields them in order, beside the progress
+//! updates; a question waits until it is answered
+//! ([`Call::answer`], [`Call::decline`], [`Call::cancel_question`]):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), haip::client::ClientError> {
+//! use haip::client::{CallEvent, Client};
+//! use serde_json::json;
+//!
+//! let client = Client::connect("ws://127.0.0.1:8080/haip").await?;
+//! let mut call = client.call("book_table", json!({"restaurant": "Luigi"})).await?;
+//! while let Some(event) = call.next_event().await {
+//!     match event {
+//!         CallEvent::Log(line) => println!("[{}] {}", line.level, line.message),
+//!         CallEvent::Question(question) => {
+//!             println!("{}", question.message);
+//!             for field in question.fields().map_err(|e| haip::client::ClientError::Protocol(e.to_string()))? {
+//!                 println!("  {} ({})", field.name, field.kind.name());
+//!             }
+//!             call.answer(&question.request_id, json!({"party_size": 4, "time": "19:00"})).await?;
+//!         }
+//!         _ => {}
+//!     }
+//! }
+//! println!("{:?}", call.outcome().await?);
+//! # Ok(()) }
+//! ```
 
 mod connection;
+mod question;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::protocol::Channel;
 use crate::protocol::payload::{
     self, Hai, Payload, ToolCall, ToolCancel, ToolListRequest, ToolOutcome, ToolSchemaRequest,
 };
-use connection::{Connection, Waiter};
+use connection::{Connection, EventReader, Inbox, Waiter};
+pub use question::{Choice, Field, FieldKind, InputError, Question, SchemaError};
 
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +110,66 @@ pub enum ClientError {
     /// A typed call ended without a result.
     #[error("call ended {0}")]
     Call(Box<Outcome>),
+    /// The server refused an answer to a question (`ERROR INVALID_PARAMS`):
+    /// it does not fit the question's schema. The question stays open: it
+    /// may be answered again.
+    #[error("the answer does not fit the question: {}", Violation::list(.violations, .message))]
+    InvalidAnswer {
+        /// The server's message.
+        message: String,
+        /// What is wrong, field by field (`detail.violations`).
+        violations: Vec<Violation>,
+    },
+    /// The server has no such open question (`ERROR REQUEST_NOT_FOUND`): it
+    /// was answered already, or its call ended.
+    #[error("no open question {request_id} in call {call_id}")]
+    QuestionNotFound {
+        /// The call.
+        call_id: String,
+        /// The question.
+        request_id: String,
+    },
+    /// The server did not reply in time.
+    #[error("no reply within {} ms waiting for {what}", .after.as_millis())]
+    Timeout {
+        /// What the client waited for.
+        what: String,
+        /// How long it waited.
+        after: Duration,
+    },
+}
+
+/// One way an answer does not fit its question (an element of an
+/// `INVALID_PARAMS` `detail.violations`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Where: a JSON pointer into the answer (`/party_size`; `""` is the
+    /// answer itself).
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Violation {
+    /// `path: message; ...`, or `fallback` when there are none.
+    fn list(violations: &[Violation], fallback: &str) -> String {
+        if violations.is_empty() {
+            return fallback.to_owned();
+        }
+        let parts: Vec<String> = violations.iter().map(Violation::to_string).collect();
+        parts.join("; ")
+    }
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let path = if self.path.is_empty() {
+            "(answer)"
+        } else {
+            &self.path
+        };
+        write!(f, "{path}: {}", self.message)
+    }
 }
 
 /// A tool as `TOOL_LIST` lists it.
@@ -95,15 +192,135 @@ pub struct ToolSchema {
     pub output_schema: Option<Value>,
 }
 
-/// One `TOOL_UPDATE` of a call.
+/// One `TOOL_UPDATE` of a call: its status, or its progress.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Update {
-    /// `QUEUED`, `RUNNING` or `CANCELLING`.
+    /// `QUEUED`, `RUNNING` or `CANCELLING` (log lines and questions are
+    /// [`CallEvent::Log`] and [`CallEvent::Question`]).
     pub status: String,
     /// Percent done, when the tool reported it.
     pub progress: Option<f64>,
     /// A partial result, when the tool sent one.
     pub partial: Option<Value>,
+}
+
+/// Something that happened during a call, in the order the server sent it
+/// ([`Call::next_event`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum CallEvent {
+    /// Its status changed, or the tool reported progress.
+    Update(Update),
+    /// The tool logged a line.
+    Log(LogLine),
+    /// The tool asks a question; the call waits for the answer.
+    Question(Question),
+    /// The tool asked something the client cannot read (an
+    /// `input_request` without a `request_id`, or a `WAITING_INPUT` without
+    /// an `input_request`): it cannot be answered, and the call waits until
+    /// it is cancelled or times out. Says what was wrong.
+    UnreadableQuestion(String),
+}
+
+/// A log line of a tool (`TOOL_UPDATE` with `log`, HAIP.md §6.11).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogLine {
+    /// The level as sent: `debug`, `info`, `notice`, `warning` or `error`
+    /// (`info` when the server sent none).
+    pub level: String,
+    /// The text.
+    pub message: String,
+    /// Structured data beside the text, when the tool gave some.
+    pub data: Option<Value>,
+}
+
+impl LogLine {
+    /// The level, when it is one of HAIP's five (MCP's `critical`, `alert`
+    /// and `emergency` count as [`LogLevel::Error`]).
+    pub fn severity(&self) -> Option<LogLevel> {
+        LogLevel::parse(&self.level)
+    }
+}
+
+/// How severe a tool's log line is (HAIP.md §6.11), least severe first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum LogLevel {
+    /// `debug`.
+    Debug,
+    /// `info`, the default.
+    #[default]
+    Info,
+    /// `notice`.
+    Notice,
+    /// `warning`.
+    Warning,
+    /// `error`.
+    Error,
+}
+
+impl LogLevel {
+    /// The wire name: `"debug"`, `"info"`, `"notice"`, `"warning"` or `"error"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Error => "error",
+        }
+    }
+
+    /// Parses a wire name; MCP's `critical`, `alert` and `emergency` are
+    /// [`LogLevel::Error`].
+    pub fn parse(name: &str) -> Option<LogLevel> {
+        Some(match name {
+            "debug" => LogLevel::Debug,
+            "info" => LogLevel::Info,
+            "notice" => LogLevel::Notice,
+            "warning" => LogLevel::Warning,
+            "error" | "critical" | "alert" | "emergency" => LogLevel::Error,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for LogLevel {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<LogLevel, String> {
+        LogLevel::parse(name).ok_or_else(|| {
+            format!("`{name}` is not a log level (debug, info, notice, warning, error)")
+        })
+    }
+}
+
+/// What a person did with a question: the `action` (and `content`) of a
+/// `TOOL_INPUT` ([`Call::respond`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response {
+    /// `accept`: the answer, an object matching the question's schema.
+    Accept(Value),
+    /// `decline`: they chose not to answer.
+    Decline,
+    /// `cancel`: they dismissed the question without choosing.
+    Cancel,
+}
+
+impl Response {
+    /// The wire name of its action: `"accept"`, `"decline"` or `"cancel"`.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Response::Accept(_) => "accept",
+            Response::Decline => "decline",
+            Response::Cancel => "cancel",
+        }
+    }
 }
 
 /// How a call ended (its `TOOL_DONE`).
@@ -151,10 +368,79 @@ impl From<ToolOutcome> for Outcome {
 }
 
 /// Connection settings.
-#[derive(Debug, Clone, Default)]
+///
+/// The client's `HAI` carries `capabilities: {"tool_input": true,
+/// "log_level": "info"}` by default: tools may ask it questions (which
+/// somebody must then answer, see [`Call::next_event`]) and log lines at
+/// `info` and above reach it. A client that will never answer questions
+/// sets [`ClientOptions::tool_input`] to `false`: a tool's question then
+/// fails at once on the server, and the tool decides what to return (a
+/// test can act as such a client this way).
+///
+/// ```
+/// use haip::client::{ClientOptions, LogLevel};
+///
+/// let options = ClientOptions::new()
+///     .token("secret")
+///     .log_level(LogLevel::Debug)
+///     .tool_input(false);
+/// assert_eq!(options.token.as_deref(), Some("secret"));
+/// ```
+#[derive(Debug, Clone)]
 pub struct ClientOptions {
     /// A bearer token, sent as `Authorization: Bearer <token>`.
     pub token: Option<String>,
+    /// Whether the `HAI` declares `capabilities.tool_input` (default `true`).
+    pub tool_input: bool,
+    /// The least severe log line wanted, `capabilities.log_level` (default
+    /// [`LogLevel::Info`]).
+    pub log_level: LogLevel,
+    /// How long [`Call::answer`] (and the other replies to a question)
+    /// waits for the server's verdict (default 30 s).
+    pub answer_timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> ClientOptions {
+        ClientOptions {
+            token: None,
+            tool_input: true,
+            log_level: LogLevel::Info,
+            answer_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ClientOptions {
+    /// The defaults: no token, `tool_input` declared, `info` logs, answers
+    /// waited for 30 s.
+    pub fn new() -> ClientOptions {
+        ClientOptions::default()
+    }
+
+    /// Sets the bearer token.
+    pub fn token(mut self, token: impl Into<String>) -> ClientOptions {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Sets whether the client declares that it answers tools' questions.
+    pub fn tool_input(mut self, tool_input: bool) -> ClientOptions {
+        self.tool_input = tool_input;
+        self
+    }
+
+    /// Sets the least severe log line wanted.
+    pub fn log_level(mut self, level: LogLevel) -> ClientOptions {
+        self.log_level = level;
+        self
+    }
+
+    /// Sets how long an answer waits for the server's verdict.
+    pub fn answer_timeout(mut self, timeout: Duration) -> ClientOptions {
+        self.answer_timeout = timeout;
+        self
+    }
 }
 
 /// A client on one WebSocket connection. Cheap to clone; clones share the
@@ -178,7 +464,7 @@ impl Client {
         Client::connect_with(url, ClientOptions::default()).await
     }
 
-    /// [`Client::connect`] with options (a token).
+    /// [`Client::connect`] with options (a token, the capabilities to declare).
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Client, ClientError> {
         Ok(Client {
             conn: Arc::new(Connection::open(url, options).await?),
@@ -237,15 +523,15 @@ impl Client {
         })
     }
 
-    /// Starts a call; the returned [`Call`] yields its updates and outcome.
+    /// Starts a call; the returned [`Call`] yields its events and outcome.
     pub async fn call(&self, tool: &str, params: Value) -> Result<Call, ClientError> {
         let call_id = uuid::Uuid::new_v4().to_string();
-        let (updates_tx, updates) = mpsc::channel(UPDATE_BUFFER);
+        let inbox = Arc::new(Inbox::default());
         let (done_tx, done) = oneshot::channel();
         self.conn.register_call(
             &call_id,
             Waiter {
-                updates: updates_tx,
+                inbox: Arc::clone(&inbox),
                 done: done_tx,
             },
         );
@@ -256,7 +542,7 @@ impl Client {
         }
         Ok(Call {
             call_id,
-            updates,
+            events: EventReader::new(inbox),
             done,
             client: self.clone(),
         })
@@ -285,17 +571,35 @@ impl Client {
         };
         self.conn.send(Channel::User, &request).await
     }
+
+    /// Replies to a question of a call (a `TOOL_INPUT`) and waits for the
+    /// server's verdict, at most [`ClientOptions::answer_timeout`]. What
+    /// [`Call::respond`] does, for a caller that holds the ids rather than
+    /// the [`Call`] (another task, say).
+    ///
+    /// `Ok(())` once the call goes on (its `RUNNING` update) or ends;
+    /// [`ClientError::InvalidAnswer`] when the answer does not fit the
+    /// question (which stays open); [`ClientError::QuestionNotFound`] when
+    /// there is no such open question; [`ClientError::Server`] for any other
+    /// `ERROR` (`UNSUPPORTED_TYPE` from a server without the extension).
+    pub async fn respond(
+        &self,
+        call_id: &str,
+        request_id: &str,
+        response: Response,
+    ) -> Result<(), ClientError> {
+        self.conn.respond(call_id, request_id, &response).await
+    }
 }
 
-/// Updates buffered per call; the server already merges progress under
-/// back-pressure, and a slow reader here loses intermediate updates only.
-const UPDATE_BUFFER: usize = 64;
-
 /// One call in flight.
+///
+/// Read its events with [`Call::next_event`] (or only its updates with
+/// [`Call::next_update`]), then its outcome with [`Call::outcome`].
 #[derive(Debug)]
 pub struct Call {
     call_id: String,
-    updates: mpsc::Receiver<Update>,
+    events: EventReader,
     done: oneshot::Receiver<Result<Outcome, ClientError>>,
     client: Client,
 }
@@ -306,9 +610,94 @@ impl Call {
         &self.call_id
     }
 
-    /// The next `TOOL_UPDATE`, or `None` once the call has ended.
+    /// The next event of the call (progress, a log line, a question), in
+    /// the order the server sent them; `None` once the call has ended and
+    /// every event was read. Then [`Call::outcome`] says how it ended.
+    ///
+    /// A question must be answered ([`Call::answer`], [`Call::decline`],
+    /// [`Call::cancel_question`]): the tool waits for it, up to its own
+    /// timeout. Events wait here until read; when the reader falls far
+    /// behind, progress updates are dropped first (the last ones are kept),
+    /// then everything but questions beyond 4096 unread events.
+    ///
+    /// There is no timeout here (a tool may run as long as it likes): wrap
+    /// the call in `tokio::time::timeout` if needed. Cancel-safe: an event
+    /// is never lost when the future is dropped.
+    pub async fn next_event(&mut self) -> Option<CallEvent> {
+        self.events.next().await
+    }
+
+    /// The next status or progress update, skipping log lines and
+    /// questions; `None` once the call has ended.
+    ///
+    /// A caller that reads only updates never sees questions: when talking
+    /// tools may be called, use [`Call::next_event`], or connect with
+    /// [`ClientOptions::tool_input`] `false` so that questions fail at once
+    /// on the server instead of waiting.
     pub async fn next_update(&mut self) -> Option<Update> {
-        self.updates.recv().await
+        loop {
+            match self.next_event().await? {
+                CallEvent::Update(update) => return Some(update),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Answers a question with `content`, an object matching its schema
+    /// (action `accept`), and waits for the server's verdict: see
+    /// [`Call::respond`].
+    ///
+    /// ```no_run
+    /// # async fn demo(call: haip::client::Call, question: haip::client::Question) -> Result<(), haip::client::ClientError> {
+    /// use haip::client::ClientError;
+    /// use serde_json::json;
+    ///
+    /// match call.answer(&question.request_id, json!({"party_size": 40})).await {
+    ///     Ok(()) => {}
+    ///     Err(ClientError::InvalidAnswer { violations, .. }) => {
+    ///         for v in violations {
+    ///             eprintln!("{}: {}", v.path, v.message); // the question is still open
+    ///         }
+    ///     }
+    ///     Err(other) => return Err(other),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn answer(&self, request_id: &str, content: Value) -> Result<(), ClientError> {
+        self.respond(request_id, Response::Accept(content)).await
+    }
+
+    /// Declines a question (action `decline`: the person chose not to
+    /// answer); waits for the verdict as [`Call::respond`] does.
+    pub async fn decline(&self, request_id: &str) -> Result<(), ClientError> {
+        self.respond(request_id, Response::Decline).await
+    }
+
+    /// Dismisses a question (action `cancel`: closed without choosing);
+    /// waits for the verdict as [`Call::respond`] does. The call itself goes
+    /// on: to stop it, use [`Call::cancel`].
+    pub async fn cancel_question(&self, request_id: &str) -> Result<(), ClientError> {
+        self.respond(request_id, Response::Cancel).await
+    }
+
+    /// Replies to a question of this call (a `TOOL_INPUT` on `USER`) and
+    /// waits for the server's verdict, at most
+    /// [`ClientOptions::answer_timeout`] ([`ClientError::Timeout`]):
+    ///
+    /// * `Ok(())` once the call goes on (its `RUNNING` update) or ends;
+    /// * [`ClientError::InvalidAnswer`], with the violations, when the
+    ///   content does not fit the question: it stays open, answer again;
+    /// * [`ClientError::QuestionNotFound`] when the question is not open
+    ///   (answered already, or the call ended);
+    /// * [`ClientError::Server`] for any other `ERROR` about the reply
+    ///   (`UNSUPPORTED_TYPE` from a server without the extension).
+    ///
+    /// The verdict's `RUNNING` update is also an event of the call
+    /// ([`Call::next_event`]).
+    pub async fn respond(&self, request_id: &str, response: Response) -> Result<(), ClientError> {
+        self.client
+            .respond(&self.call_id, request_id, response)
+            .await
     }
 
     /// Asks the server to cancel this call; its outcome follows as usual.
@@ -316,8 +705,13 @@ impl Call {
         self.client.cancel(&self.call_id, reason).await
     }
 
-    /// Waits for the call's `TOOL_DONE` (skipping any unread updates).
+    /// Waits for the call's `TOOL_DONE`, skipping any unread events. A
+    /// question left unanswered keeps the call waiting (until it times out
+    /// or is cancelled), so read the events first when the tool may ask.
     pub async fn outcome(self) -> Result<Outcome, ClientError> {
-        self.done.await.unwrap_or(Err(ClientError::Closed))
+        let Call { events, done, .. } = self;
+        // Unread events are dropped, and later ones are not queued.
+        drop(events);
+        done.await.unwrap_or(Err(ClientError::Closed))
     }
 }

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use haip::client::{Client, Outcome};
+use haip::client::{Client, ClientOptions, Outcome};
 use serde_json::{Value, json};
 
-use crate::{Common, Failure, connect, http};
+use crate::{Common, Failure, connect_with, http};
 
 /// The longest run `haip bench` agrees to.
 const MAX_DURATION: Duration = Duration::from_secs(600);
@@ -89,7 +89,10 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), Failure> {
 
     let mut clients = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
-        clients.push(connect(&args.common).await?);
+        // Nobody answers a benchmark's questions: a tool that asks is told
+        // at once that it cannot, rather than waiting.
+        let options = ClientOptions::new().tool_input(false);
+        clients.push(connect_with(&args.common, options).await?);
     }
     let budget = Arc::new(AtomicU64::new(args.calls.unwrap_or(u64::MAX)));
     let stop = Arc::new(AtomicBool::new(false));

@@ -182,9 +182,15 @@ async fn run(command: Command) -> Result<(), Failure> {
 }
 
 pub(crate) async fn connect(common: &Common) -> Result<Client, Failure> {
-    let options = ClientOptions {
-        token: common.token.clone(),
-    };
+    connect_with(common, ClientOptions::new()).await
+}
+
+/// [`connect`] with options; the token is `common`'s.
+pub(crate) async fn connect_with(
+    common: &Common,
+    mut options: ClientOptions,
+) -> Result<Client, Failure> {
+    options.token = common.token.clone();
     match tokio::time::timeout(
         Duration::from_secs(10),
         Client::connect_with(&common.url, options),
