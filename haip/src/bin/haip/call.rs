@@ -1,14 +1,24 @@
 //! `haip call`: params from JSON or `key=value` pairs, a live progress bar,
-//! Ctrl-C to cancel.
+//! the tool's log lines above it, its questions answered in the terminal (or
+//! by `--answer` / `--decline`), Ctrl-C to cancel.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, Write};
 
 use clap::Args;
-use haip::client::Outcome;
+use haip::client::{
+    Call, CallEvent, ClientError, ClientOptions, LogLevel, LogLine, Outcome, Question, Response,
+    Update,
+};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Map, Value};
+use tokio::sync::mpsc;
 
-use crate::{Common, Failure, connect, print_json};
+use crate::prompt::{Form, Step, violations_text};
+use crate::{Common, Failure, connect_with, print_json};
 
 #[derive(Args)]
+#[command(after_help = QUESTIONS_HELP)]
 pub(crate) struct CallArgs {
     #[command(flatten)]
     common: Common,
@@ -20,10 +30,61 @@ pub(crate) struct CallArgs {
     /// Params as key=value pairs, typed by the tool's input schema
     /// (numbers, booleans, JSON for arrays and objects).
     pairs: Vec<String>,
+    /// Answer the tool's questions with this JSON object instead of asking
+    /// (for scripts). Repeat it to answer successive questions in turn; the
+    /// last one answers any further questions.
+    #[arg(long = "answer", value_name = "JSON", conflicts_with = "decline")]
+    answers: Vec<String>,
+    /// Decline every question the tool asks, without asking.
+    #[arg(long)]
+    decline: bool,
+    /// The least severe tool log line to show: debug, info, notice, warning
+    /// or error.
+    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    log_level: LogLevel,
+}
+
+const QUESTIONS_HELP: &str = "\
+Tools that talk:
+  The tool's log lines are printed on stderr, above the progress bar, as
+  `[level] message`. When the tool asks a question, its message is printed
+  and each field is asked in turn on stderr, with its type, its choices
+  (numbered: type the number, the value or its title) and its default.
+  Answers are read from stdin, a terminal or not, one line per field.
+  Empty input takes the field's default; on a required field without a
+  default it declines the question, and an answer with no value at all
+  declines too. When stdin ends, questions are declined. If the tool
+  refuses the answer, the reasons are shown and the question is asked
+  again. --answer / --decline answer without asking.";
+
+/// How the questions get answered.
+enum Answers {
+    /// Asked in the terminal.
+    Ask,
+    /// The `--answer` objects: the n-th question gets the n-th, then the last.
+    Given(Vec<Value>),
+    /// `--decline`.
+    Decline,
 }
 
 pub(crate) async fn run(args: CallArgs) -> Result<(), Failure> {
-    let client = connect(&args.common).await?;
+    let answers = if args.decline {
+        Answers::Decline
+    } else if args.answers.is_empty() {
+        Answers::Ask
+    } else {
+        let mut given = Vec::with_capacity(args.answers.len());
+        for text in &args.answers {
+            match serde_json::from_str::<Value>(text) {
+                Ok(value @ Value::Object(_)) => given.push(value),
+                Ok(_) => return Err(Failure::usage("--answer must be a JSON object")),
+                Err(e) => return Err(Failure::usage(format!("--answer is not valid JSON: {e}"))),
+            }
+        }
+        Answers::Given(given)
+    };
+    let options = ClientOptions::new().log_level(args.log_level);
+    let client = connect_with(&args.common, options).await?;
     let params = match &args.params {
         Some(text) => match serde_json::from_str::<Value>(text) {
             Ok(value @ Value::Object(_)) => value,
@@ -37,29 +98,275 @@ pub(crate) async fn run(args: CallArgs) -> Result<(), Failure> {
         }
     };
     let mut call = client.call(&args.tool, params).await?;
-    let bar = progress_bar(args.common.json);
+    let mut screen = Screen::new(args.common.json);
+    let mut questions: VecDeque<Question> = VecDeque::new();
+    let mut form: Option<Form> = None;
+    let mut input: Option<mpsc::Receiver<String>> = None;
+    let mut asked = 0usize;
     let mut cancelled = false;
+    // Why the call was cancelled by haip itself, reported instead of the outcome.
+    let mut failure: Option<Failure> = None;
     loop {
-        tokio::select! {
-            update = call.next_update() => match update {
-                Some(update) => {
-                    if let Some(progress) = update.progress {
-                        bar.set_position(progress.round() as u64);
-                    }
-                    bar.set_message(update.status);
+        // The next question, once the one being asked is answered.
+        while form.is_none()
+            && !cancelled
+            && let Some(question) = questions.pop_front()
+        {
+            let reply = match &answers {
+                Answers::Ask => None,
+                Answers::Decline => Some(Response::Decline),
+                Answers::Given(given) => {
+                    let content = given.get(asked).or(given.last()).cloned();
+                    Some(Response::Accept(content.unwrap_or_default()))
                 }
+            };
+            asked += 1;
+            let Some(reply) = reply else {
+                match Form::new(&question) {
+                    Ok(new) => {
+                        screen.pause();
+                        eprintln!("{}", new.intro());
+                        prompt(&new.prompt());
+                        input.get_or_insert_with(read_stdin);
+                        form = Some(new);
+                    }
+                    Err(e) => {
+                        screen.note(&format!(
+                            "error: cannot show the tool's question ({e}); dismissing it"
+                        ));
+                        settle(&call, &question.request_id, Response::Cancel, &screen).await?;
+                    }
+                }
+                continue;
+            };
+            match call.respond(&question.request_id, reply).await {
+                Ok(()) => {}
+                Err(ClientError::InvalidAnswer {
+                    message,
+                    violations,
+                }) => {
+                    // A script's answer that does not fit: asking again
+                    // would give the same answer.
+                    screen.note(&violations_text(&message, &violations));
+                    failure = Some(Failure::usage(
+                        "--answer does not fit the tool's question; the call was cancelled",
+                    ));
+                    cancelled = true;
+                    call.cancel(Some("the answer given does not fit the question"))
+                        .await?;
+                }
+                Err(e) => settled_badly(e, &screen)?,
+            }
+        }
+        tokio::select! {
+            event = call.next_event() => match event {
                 None => break,
+                Some(CallEvent::Update(update)) => screen.update(&update),
+                Some(CallEvent::Log(line)) => {
+                    screen.log(&line);
+                    if let Some(form) = &form {
+                        prompt(&form.prompt());
+                    }
+                }
+                Some(CallEvent::Question(question)) => questions.push_back(question),
+                Some(CallEvent::UnreadableQuestion(why)) => {
+                    screen.note(&format!(
+                        "error: the tool asked a question that cannot be answered ({why}); cancelling the call"
+                    ));
+                    if !cancelled {
+                        cancelled = true;
+                        call.cancel(Some("unreadable question")).await?;
+                    }
+                }
+                Some(_) => {}
+            },
+            line = next_line(&mut input), if form.is_some() => {
+                let Some(current) = form.as_mut() else { continue };
+                match current.feed(line.as_deref()) {
+                    Step::Next => prompt(&current.prompt()),
+                    Step::Again(why) => {
+                        eprintln!("    ! {why}");
+                        prompt(&current.prompt());
+                    }
+                    Step::Done(reply) => {
+                        if line.is_none() {
+                            eprintln!();
+                        }
+                        let declined = reply == Response::Decline;
+                        match call.respond(current.request_id(), reply).await {
+                            Ok(()) => {
+                                if declined {
+                                    eprintln!("  (declined)");
+                                }
+                                form = None;
+                                screen.resume();
+                            }
+                            Err(ClientError::InvalidAnswer { message, violations }) => {
+                                eprintln!("{}", violations_text(&message, &violations));
+                                current.restart();
+                                prompt(&current.prompt());
+                            }
+                            Err(e) => {
+                                form = None;
+                                screen.resume();
+                                settled_badly(e, &screen)?;
+                            }
+                        }
+                    }
+                }
             },
             _ = tokio::signal::ctrl_c(), if !cancelled => {
                 cancelled = true;
-                bar.set_message("cancelling");
+                if form.take().is_some() {
+                    eprintln!();
+                    screen.resume();
+                }
+                screen.set_message("cancelling");
                 call.cancel(Some("cancelled from the command line")).await?;
             }
         }
     }
-    bar.finish_and_clear();
+    if form.is_some() {
+        // The call ended while its question was being asked.
+        eprintln!();
+    }
+    screen.finish();
     let outcome = call.outcome().await?;
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
     report(&outcome, args.common.json)
+}
+
+/// Replies to a question whatever happens to it.
+async fn settle(
+    call: &Call,
+    request_id: &str,
+    reply: Response,
+    screen: &Screen,
+) -> Result<(), Failure> {
+    match call.respond(request_id, reply).await {
+        Ok(()) => Ok(()),
+        Err(e) => settled_badly(e, screen),
+    }
+}
+
+/// A reply that failed: a question already gone is a note, anything else
+/// ends the command.
+fn settled_badly(error: ClientError, screen: &Screen) -> Result<(), Failure> {
+    match error {
+        ClientError::QuestionNotFound { .. } => {
+            screen.note("note: the question is no longer open");
+            Ok(())
+        }
+        other => Err(other.into()),
+    }
+}
+
+/// Prints a prompt on stderr, without a line break.
+fn prompt(text: &str) {
+    let mut stderr = std::io::stderr().lock();
+    let _ = stderr.write_all(text.as_bytes());
+    let _ = stderr.flush();
+}
+
+/// Lines of stdin, read on a thread of their own (a terminal or a pipe
+/// alike); the channel closes when stdin ends. A plain thread rather than a
+/// blocking task: the runtime would wait for it at exit.
+fn read_stdin() -> mpsc::Receiver<String> {
+    let (lines, rx) = mpsc::channel(16);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if lines.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The next line of stdin; `None` once it ended.
+async fn next_line(input: &mut Option<mpsc::Receiver<String>>) -> Option<String> {
+    match input {
+        Some(lines) => lines.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The progress bar, and the lines printed above it, on stderr.
+struct Screen {
+    bar: Option<ProgressBar>,
+    json: bool,
+    position: u64,
+    message: String,
+}
+
+impl Screen {
+    fn new(json: bool) -> Screen {
+        let mut screen = Screen {
+            bar: None,
+            json,
+            position: 0,
+            message: String::new(),
+        };
+        screen.resume();
+        screen
+    }
+
+    fn update(&mut self, update: &Update) {
+        if let Some(progress) = update.progress {
+            self.position = progress.clamp(0.0, 100.0).round() as u64;
+        }
+        self.set_message(&update.status);
+    }
+
+    fn set_message(&mut self, message: &str) {
+        self.message = message.to_owned();
+        if let Some(bar) = &self.bar {
+            bar.set_position(self.position);
+            bar.set_message(self.message.clone());
+        }
+    }
+
+    /// A tool's log line: `[level] message`, with its data as JSON.
+    fn log(&self, line: &LogLine) {
+        let mut text = format!("[{}] {}", line.level, line.message);
+        if let Some(data) = &line.data {
+            text.push_str(&format!(" {data}"));
+        }
+        self.note(&text);
+    }
+
+    /// A line above the bar (or on its own when there is no bar drawn: not a
+    /// terminal, `--json`, a question being asked).
+    fn note(&self, text: &str) {
+        match &self.bar {
+            Some(bar) if !bar.is_hidden() => bar.println(text),
+            _ => eprintln!("{text}"),
+        }
+    }
+
+    /// Takes the bar off the screen while a question is asked.
+    fn pause(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+
+    /// Puts the bar back, where it was.
+    fn resume(&mut self) {
+        if self.bar.is_none() {
+            let bar = progress_bar(self.json);
+            bar.set_position(self.position);
+            bar.set_message(self.message.clone());
+            self.bar = Some(bar);
+        }
+    }
+
+    fn finish(&mut self) {
+        self.pause();
+    }
 }
 
 fn progress_bar(json: bool) -> ProgressBar {

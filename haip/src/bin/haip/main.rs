@@ -5,6 +5,7 @@
 //! haip schema ws://127.0.0.1:8080/haip add
 //! haip call ws://127.0.0.1:8080/haip add a=5 b=3
 //! haip call ws://127.0.0.1:8080/haip process_file --params '{"filename":"a.txt","operation":"read"}'
+//! haip call ws://127.0.0.1:8080/haip book_table restaurant=Luigi --answer '{"party_size":4,"time":"19:00"}'
 //! haip health ws://127.0.0.1:8080/haip
 //! haip bench ws://127.0.0.1:8080/haip --tool echo --params '{"message":"hi"}' --connections 4 --in-flight 8 --duration 10s
 //! ```
@@ -16,6 +17,7 @@
 mod bench;
 mod call;
 mod http;
+mod prompt;
 
 use std::process::ExitCode;
 use std::time::Duration;
