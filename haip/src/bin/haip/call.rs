@@ -3,7 +3,7 @@
 //! by `--answer` / `--decline`), Ctrl-C to cancel.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 
 use clap::Args;
 use haip::client::{
@@ -104,6 +104,9 @@ pub(crate) async fn run(args: CallArgs) -> Result<(), Failure> {
     let mut input: Option<mpsc::Receiver<String>> = None;
     let mut asked = 0usize;
     let mut cancelled = false;
+    // Piped answers are not echoed by a terminal: echo them, so the
+    // transcript on stderr reads as a dialogue.
+    let echo = !std::io::stdin().is_terminal();
     // Why the call was cancelled by haip itself, reported instead of the outcome.
     let mut failure: Option<Failure> = None;
     loop {
@@ -126,7 +129,7 @@ pub(crate) async fn run(args: CallArgs) -> Result<(), Failure> {
                     Ok(new) => {
                         screen.pause();
                         eprintln!("{}", new.intro());
-                        prompt(&new.prompt());
+                        prompt(&new.ask());
                         input.get_or_insert_with(read_stdin);
                         form = Some(new);
                     }
@@ -182,8 +185,12 @@ pub(crate) async fn run(args: CallArgs) -> Result<(), Failure> {
             },
             line = next_line(&mut input), if form.is_some() => {
                 let Some(current) = form.as_mut() else { continue };
+                if echo && let Some(line) = &line {
+                    // What a terminal would have shown as it was typed.
+                    eprintln!("{line}");
+                }
                 match current.feed(line.as_deref()) {
-                    Step::Next => prompt(&current.prompt()),
+                    Step::Next => prompt(&current.ask()),
                     Step::Again(why) => {
                         eprintln!("    ! {why}");
                         prompt(&current.prompt());
@@ -204,7 +211,7 @@ pub(crate) async fn run(args: CallArgs) -> Result<(), Failure> {
                             Err(ClientError::InvalidAnswer { message, violations }) => {
                                 eprintln!("{}", violations_text(&message, &violations));
                                 current.restart();
-                                prompt(&current.prompt());
+                                prompt(&current.ask());
                             }
                             Err(e) => {
                                 form = None;

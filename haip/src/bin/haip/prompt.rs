@@ -30,9 +30,10 @@ pub(crate) struct Form {
 /// What to do after a line.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Step {
-    /// Print the next prompt ([`Form::prompt`]).
+    /// Ask the next field ([`Form::ask`]).
     Next,
-    /// The line was not a valid value: print why, then the same prompt.
+    /// The line was not a valid value: print why, then the same prompt
+    /// ([`Form::prompt`]).
     Again(String),
     /// The form is filled in (or declined): send this.
     Done(Response),
@@ -69,16 +70,26 @@ impl Form {
         }
     }
 
-    /// The prompt for the current field, without a line break.
+    /// What to print to ask the current field: its description, if any, on
+    /// a line of its own, then [`Form::prompt`].
+    pub(crate) fn ask(&self) -> String {
+        match self
+            .fields
+            .get(self.at)
+            .and_then(|f| f.description.as_ref())
+        {
+            Some(description) => format!("  # {description}\n{}", self.prompt()),
+            None => self.prompt(),
+        }
+    }
+
+    /// The prompt for the current field, without a line break (what is
+    /// printed again after a bad value).
     pub(crate) fn prompt(&self) -> String {
         let Some(field) = self.fields.get(self.at) else {
             return "  accept? [y/N]: ".to_owned();
         };
-        let mut prompt = String::new();
-        if let Some(description) = &field.description {
-            prompt.push_str(&format!("  # {description}\n"));
-        }
-        prompt.push_str("  ");
+        let mut prompt = String::from("  ");
         prompt.push_str(&field.name);
         if let Some(title) = field.title.as_ref().filter(|t| **t != field.name) {
             prompt.push_str(&format!(" \"{title}\""));
@@ -225,6 +236,7 @@ mod tests {
         assert_eq!(form.request_id(), "q-1");
         assert!(form.intro().starts_with("? How many people, and when?\n"));
         assert_eq!(form.prompt(), "  party_size (integer, 1 to 12; required): ");
+        assert_eq!(form.ask(), form.prompt(), "no description");
         assert_eq!(
             form.feed(Some("13")),
             Step::Again("must be at most 12".into())
@@ -268,9 +280,10 @@ mod tests {
         .unwrap();
         assert_eq!(form.intro().lines().next(), Some("? The tool asks:"));
         assert_eq!(
-            form.prompt(),
+            form.ask(),
             "  # Really?\n  confirm \"Confirm\" (y/n; default yes): "
         );
+        assert_eq!(form.prompt(), "  confirm \"Confirm\" (y/n; default yes): ");
         assert_eq!(form.feed(Some("")), Step::Next, "the default");
         assert_eq!(form.prompt(), "  note (text; optional): ");
         assert_eq!(
