@@ -291,8 +291,9 @@ async fn haip_call_asks_in_the_terminal() {
         "[info] checking availability at Luigi\n",
         "? How many people, and when?\n",
         "  # How many people.\n",
-        "  party_size (integer, 1 to 12; required): ",
-        "    ! must be at most 12\n",
+        // The piped answers are echoed, as a terminal would show them.
+        "  party_size (integer, 1 to 12; required): 13\n    ! must be at most 12\n",
+        "  party_size (integer, 1 to 12; required): 4\n",
         "  time (choose one: 1) 18:00, 2) 19:00, 3) 20:00; required): ",
     ] {
         assert!(
