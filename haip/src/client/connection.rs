@@ -21,7 +21,7 @@ use super::{
     CallEvent, ClientError, ClientOptions, LogLine, Outcome, Question, Response, Update, Violation,
 };
 use crate::protocol::payload::{
-    self, Capabilities, Hai, Payload, Ping, ToolDone, ToolUpdate, UpdateStatus,
+    self, Capabilities, Hai, Payload, Ping, ToolDone, ToolInput, ToolUpdate, UpdateStatus,
 };
 use crate::protocol::{Channel, EventType, Inbound, decode};
 
@@ -192,34 +192,14 @@ struct Envelope<'a, P> {
 
 /// A text message carrying `payload`, encoded strictly, without building a `Value`.
 fn message<P: Payload>(id: &str, channel: Channel, payload: &P) -> Message {
-    message_of(id, P::EVENT.as_str(), channel, payload)
-}
-
-/// [`message`] for any serialisable payload of the type named `event`.
-fn message_of<P: Serialize>(
-    id: &str,
-    event: &'static str,
-    channel: Channel,
-    payload: &P,
-) -> Message {
     let envelope = Envelope {
         id,
-        event,
+        event: P::EVENT.as_str(),
         channel: channel.as_str(),
         payload,
     };
-    // The payloads serialise only string-keyed maps: this cannot fail.
+    // The payload types serialise only string-keyed maps: this cannot fail.
     Message::text(serde_json::to_string(&envelope).unwrap_or_default())
-}
-
-/// A `TOOL_INPUT` payload (HAIP.md §6.11).
-#[derive(Serialize)]
-struct ToolInput<'a> {
-    call_id: &'a str,
-    request_id: &'a str,
-    action: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    content: Option<&'a Value>,
 }
 
 /// The client's `HAI`: the capabilities of the options, and every event
@@ -434,19 +414,20 @@ impl Connection {
         &self,
         call_id: &str,
         request_id: &str,
-        response: &Response,
+        response: Response,
     ) -> Result<(), ClientError> {
         let id = new_id();
+        let action = response.action();
         let payload = ToolInput {
-            call_id,
-            request_id,
-            action: response.action(),
+            call_id: call_id.to_owned(),
+            request_id: request_id.to_owned(),
+            action,
             content: match response {
                 Response::Accept(content) => Some(content),
                 Response::Decline | Response::Cancel => None,
             },
         };
-        let text = message_of(&id, "TOOL_INPUT", Channel::User, &payload);
+        let text = message(&id, Channel::User, &payload);
         let (reply, verdict) = oneshot::channel();
         // However this ends (verdict, timeout, the caller giving up), the
         // pending answer goes.
@@ -610,6 +591,9 @@ fn route(routes: &Mutex<Routes>, outgoing: &mpsc::Sender<Message>, inbound: Inbo
     let Inbound { event, payload, .. } = inbound;
     match event {
         EventType::ToolUpdate => {
+            // `log` and `input_request` are taken as sent, before the typed
+            // decoder (which keeps only objects): a malformed question must
+            // still reach its call, as an UnreadableQuestion.
             let mut payload = payload;
             let log = payload.remove("log");
             let input_request = payload.remove("input_request");
@@ -1115,7 +1099,7 @@ mod tests {
         assert!(events.contains(&json!("TOOL_UPDATE")) && events.contains(&json!("PING")));
         let quiet = ClientOptions::new()
             .tool_input(false)
-            .log_level(super::super::LogLevel::Warning);
+            .log_level(crate::LogLevel::Warning);
         assert_eq!(
             client_hai(&quiet).to_value()["capabilities"],
             json!({"log_level": "warning"})
@@ -1124,14 +1108,13 @@ mod tests {
 
     #[test]
     fn replies_to_questions_are_written_strictly() {
-        let content = json!({"party_size": 4});
         let input = ToolInput {
-            call_id: "c-1",
-            request_id: "q-1",
-            action: "accept",
-            content: Some(&content),
+            call_id: "c-1".into(),
+            request_id: "q-1".into(),
+            action: Response::Accept(Value::Null).action(),
+            content: Some(json!({"party_size": 4})),
         };
-        let Message::Text(text) = message_of("e-1", "TOOL_INPUT", Channel::User, &input) else {
+        let Message::Text(text) = message("e-1", Channel::User, &input) else {
             panic!("a text message")
         };
         assert_eq!(
@@ -1139,17 +1122,17 @@ mod tests {
             r#"{"id":"e-1","type":"TOOL_INPUT","channel":"USER","payload":{"call_id":"c-1","request_id":"q-1","action":"accept","content":{"party_size":4}}}"#
         );
         let decline = ToolInput {
-            call_id: "c-1",
-            request_id: "q-1",
             action: Response::Decline.action(),
             content: None,
+            ..input
         };
-        let Message::Text(text) = message_of("e-2", "TOOL_INPUT", Channel::User, &decline) else {
+        let Message::Text(text) = message("e-2", Channel::User, &decline) else {
             panic!("a text message")
         };
         assert!(
             text.as_str()
                 .ends_with(r#""payload":{"call_id":"c-1","request_id":"q-1","action":"decline"}}"#)
         );
+        assert_eq!(Response::Cancel.action().as_str(), "cancel");
     }
 }

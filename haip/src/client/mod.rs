@@ -63,9 +63,13 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+/// The level of a tool's log line: the server's own type, re-exported here
+/// for [`ClientOptions::log_level`] and [`LogLine::severity`].
+pub use crate::LogLevel;
 use crate::protocol::Channel;
 use crate::protocol::payload::{
-    self, Hai, Payload, ToolCall, ToolCancel, ToolListRequest, ToolOutcome, ToolSchemaRequest,
+    self, Hai, InputAction, Payload, ToolCall, ToolCancel, ToolListRequest, ToolOutcome,
+    ToolSchemaRequest,
 };
 use connection::{Connection, EventReader, Inbox, Waiter};
 pub use question::{Choice, Field, FieldKind, InputError, Question, SchemaError};
@@ -242,64 +246,6 @@ impl LogLine {
     }
 }
 
-/// How severe a tool's log line is (HAIP.md §6.11), least severe first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub enum LogLevel {
-    /// `debug`.
-    Debug,
-    /// `info`, the default.
-    #[default]
-    Info,
-    /// `notice`.
-    Notice,
-    /// `warning`.
-    Warning,
-    /// `error`.
-    Error,
-}
-
-impl LogLevel {
-    /// The wire name: `"debug"`, `"info"`, `"notice"`, `"warning"` or `"error"`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Notice => "notice",
-            LogLevel::Warning => "warning",
-            LogLevel::Error => "error",
-        }
-    }
-
-    /// Parses a wire name; MCP's `critical`, `alert` and `emergency` are
-    /// [`LogLevel::Error`].
-    pub fn parse(name: &str) -> Option<LogLevel> {
-        Some(match name {
-            "debug" => LogLevel::Debug,
-            "info" => LogLevel::Info,
-            "notice" => LogLevel::Notice,
-            "warning" => LogLevel::Warning,
-            "error" | "critical" | "alert" | "emergency" => LogLevel::Error,
-            _ => return None,
-        })
-    }
-}
-
-impl std::fmt::Display for LogLevel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for LogLevel {
-    type Err = String;
-
-    fn from_str(name: &str) -> Result<LogLevel, String> {
-        LogLevel::parse(name).ok_or_else(|| {
-            format!("`{name}` is not a log level (debug, info, notice, warning, error)")
-        })
-    }
-}
-
 /// What a person did with a question: the `action` (and `content`) of a
 /// `TOOL_INPUT` ([`Call::respond`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -313,12 +259,12 @@ pub enum Response {
 }
 
 impl Response {
-    /// The wire name of its action: `"accept"`, `"decline"` or `"cancel"`.
-    pub fn action(&self) -> &'static str {
+    /// Its `action`.
+    pub fn action(&self) -> InputAction {
         match self {
-            Response::Accept(_) => "accept",
-            Response::Decline => "decline",
-            Response::Cancel => "cancel",
+            Response::Accept(_) => InputAction::Accept,
+            Response::Decline => InputAction::Decline,
+            Response::Cancel => InputAction::Cancel,
         }
     }
 }
@@ -588,7 +534,7 @@ impl Client {
         request_id: &str,
         response: Response,
     ) -> Result<(), ClientError> {
-        self.conn.respond(call_id, request_id, &response).await
+        self.conn.respond(call_id, request_id, response).await
     }
 }
 

@@ -40,7 +40,7 @@ pub(crate) struct CallArgs {
     decline: bool,
     /// The least severe tool log line to show: debug, info, notice, warning
     /// or error.
-    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = log_level)]
     log_level: LogLevel,
 }
 
@@ -56,6 +56,12 @@ Tools that talk:
   declines too. When stdin ends, questions are declined. If the tool
   refuses the answer, the reasons are shown and the question is asked
   again. --answer / --decline answer without asking.";
+
+/// `--log-level`: a level's wire name.
+fn log_level(name: &str) -> Result<LogLevel, String> {
+    LogLevel::parse(name)
+        .ok_or_else(|| format!("`{name}` is not a log level (debug, info, notice, warning, error)"))
+}
 
 /// How the questions get answered.
 enum Answers {
