@@ -573,16 +573,13 @@ fn question(request: Value) -> CallEvent {
     })
 }
 
-/// Resolves pending answers of `call_id`: the oldest one (`all` false), or
-/// every one (the call ended).
-fn settle_answers(routes: &mut Routes, call_id: &str, all: bool) {
-    while let Some(at) = routes.answers.iter().position(|a| a.call_id == call_id) {
-        if let Some(pending) = routes.answers.remove(at) {
-            let _ = pending.reply.send(Ok(()));
-        }
-        if !all {
-            break;
-        }
+/// Takes the oldest pending answer of `call_id`: the server handles answers
+/// in the order they were sent, and follows each it takes with a `RUNNING`.
+fn answer_taken(routes: &mut Routes, call_id: &str) {
+    if let Some(at) = routes.answers.iter().position(|a| a.call_id == call_id)
+        && let Some(pending) = routes.answers.remove(at)
+    {
+        let _ = pending.reply.send(Ok(()));
     }
 }
 
@@ -634,7 +631,7 @@ fn route(routes: &Mutex<Routes>, outgoing: &mpsc::Sender<Message>, inbound: Inbo
             };
             let mut routes = lock(routes);
             if verdict {
-                settle_answers(&mut routes, &call_id, false);
+                answer_taken(&mut routes, &call_id);
             }
             if let Some(waiter) = routes.calls.get(&call_id) {
                 waiter.inbox.push(event);
@@ -649,9 +646,12 @@ fn route(routes: &Mutex<Routes>, outgoing: &mpsc::Sender<Message>, inbound: Inbo
                     None => return,
                 },
             };
+            // Answers still pending are not settled here: an answer the
+            // server took had its RUNNING before this TOOL_DONE (HAIP.md
+            // §6.9), so a pending one was sent after the call ended, or is
+            // not handled yet; either way its verdict is an ERROR
+            // (REQUEST_NOT_FOUND) still on its way.
             let mut routes = lock(routes);
-            // The call is over: whatever it was asked, it does not wait.
-            settle_answers(&mut routes, &call_id, true);
             if let Some(waiter) = routes.calls.remove(&call_id) {
                 waiter.inbox.end();
                 let _ = waiter.done.send(outcome);
@@ -1067,11 +1067,17 @@ mod tests {
             unsupported.try_recv().unwrap().unwrap_err(),
             ClientError::Server { code, .. } if code == "UNSUPPORTED_TYPE"
         ));
-        // The call's end settles whatever is still pending for it.
-        let mut last = h.answer("a-6", "c-1");
+        // The call's end is no verdict: an answer sent as the call ended
+        // waits for its REQUEST_NOT_FOUND.
+        let mut late = h.answer("a-6", "c-1");
         h.receive(json!({"type": "TOOL_DONE", "payload": {"call_id": "c-1", "status": "OK", "result": {"booked": true}}}));
-        assert!(last.try_recv().unwrap().is_ok());
         assert!(done.try_recv().unwrap().is_ok());
+        assert!(late.try_recv().is_err(), "still waiting");
+        h.receive(json!({"type": "ERROR", "payload": {"code": "REQUEST_NOT_FOUND", "message": "No open input request r-a-6", "related_id": "a-6"}}));
+        assert!(matches!(
+            late.try_recv().unwrap().unwrap_err(),
+            ClientError::QuestionNotFound { .. }
+        ));
         // The connection's end settles the rest.
         close_all(&h.routes);
         assert!(matches!(

@@ -523,7 +523,7 @@ impl Client {
     /// [`Call::respond`] does, for a caller that holds the ids rather than
     /// the [`Call`] (another task, say).
     ///
-    /// `Ok(())` once the call goes on (its `RUNNING` update) or ends;
+    /// `Ok(())` once the call goes on (its `RUNNING` update);
     /// [`ClientError::InvalidAnswer`] when the answer does not fit the
     /// question (which stays open); [`ClientError::QuestionNotFound`] when
     /// there is no such open question; [`ClientError::Server`] for any other
@@ -630,11 +630,14 @@ impl Call {
     /// waits for the server's verdict, at most
     /// [`ClientOptions::answer_timeout`] ([`ClientError::Timeout`]):
     ///
-    /// * `Ok(())` once the call goes on (its `RUNNING` update) or ends;
+    /// * `Ok(())` once the server took the reply: the call goes on (the
+    ///   `RUNNING` update it sends for that; the call's end alone is no
+    ///   verdict, as the server sends that `RUNNING` before its
+    ///   `TOOL_DONE`);
     /// * [`ClientError::InvalidAnswer`], with the violations, when the
     ///   content does not fit the question: it stays open, answer again;
     /// * [`ClientError::QuestionNotFound`] when the question is not open
-    ///   (answered already, or the call ended);
+    ///   (answered already, or the call ended or is being cancelled);
     /// * [`ClientError::Server`] for any other `ERROR` about the reply
     ///   (`UNSUPPORTED_TYPE` from a server without the extension).
     ///
