@@ -171,9 +171,7 @@ async fn connection_problems_are_errors() {
         matches!(&err, ClientError::Server { code, .. } if code == "MISSING_TOKEN"),
         "{err}"
     );
-    let options = ClientOptions {
-        token: Some("not-a-jwt".into()),
-    };
+    let options = ClientOptions::new().token("not-a-jwt");
     let err = within("connect", Client::connect_with(&url, options))
         .await
         .unwrap_err();

@@ -12,7 +12,6 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::OnceLock;
 
 use haip::client::{
@@ -20,7 +19,11 @@ use haip::client::{
 };
 use serde_json::{Value, json};
 use support::{demo_builder, start, within};
-use tokio::io::AsyncWriteExt;
+
+/// A client that answers questions.
+fn answering() -> ClientOptions {
+    ClientOptions::new().tool_input(true)
+}
 
 /// Calls `book_table` at Luigi's and reads up to its question, checking the
 /// log line before it.
@@ -58,7 +61,9 @@ async fn finish(mut call: haip::client::Call) -> (Vec<CallEvent>, Outcome) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_answers_and_the_table_is_booked() {
     let (handle, url) = start(demo_builder()).await;
-    let client = within("connect", Client::connect(&url)).await.unwrap();
+    let client = within("connect", Client::connect_with(&url, answering()))
+        .await
+        .unwrap();
     let (call, question) = ask_for_a_table(&client).await;
     assert_eq!(question.message, "How many people, and when?");
     let fields = question.fields().unwrap();
@@ -125,7 +130,9 @@ async fn the_client_answers_and_the_table_is_booked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declined_and_dismissed_questions_book_nothing() {
     let (handle, url) = start(demo_builder()).await;
-    let client = within("connect", Client::connect(&url)).await.unwrap();
+    let client = within("connect", Client::connect_with(&url, answering()))
+        .await
+        .unwrap();
     for dismiss in [false, true] {
         let (call, question) = ask_for_a_table(&client).await;
         let verdict = if dismiss {
@@ -147,8 +154,9 @@ async fn declined_and_dismissed_questions_book_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_hai_sets_the_capabilities() {
     let (handle, url) = start(demo_builder()).await;
-    // Without tool_input: the tool's question fails at once, and it says so.
-    let options = ClientOptions::new().tool_input(false);
+    // Without tool_input (the default): the tool's question fails at once,
+    // and it says so.
+    let options = ClientOptions::new();
     let client = within("connect", Client::connect_with(&url, options))
         .await
         .unwrap();
@@ -167,7 +175,7 @@ async fn the_client_hai_sets_the_capabilities() {
     assert_eq!(code, "TOOL_EXECUTION_ERROR");
     assert!(message.contains("cannot answer questions"), "{message}");
     // At `warning`, the `info` line is not sent; questions still are.
-    let options = ClientOptions::new().log_level(LogLevel::Warning);
+    let options = answering().log_level(LogLevel::Warning);
     let client = within("connect", Client::connect_with(&url, options))
         .await
         .unwrap();
@@ -243,26 +251,23 @@ impl Run {
     }
 }
 
-/// Runs `haip <args>` with `stdin` piped in (not a terminal).
+/// Runs `haip <args>` with `stdin` piped in (not a terminal), through
+/// `assert_cmd`, within 30 s.
 async fn haip(args: &[&str], stdin: &str) -> Run {
-    let binary = tokio::task::spawn_blocking(haip_binary).await.unwrap();
-    let mut child = tokio::process::Command::new(binary)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("NO_COLOR", "1")
-        .env_remove("HAIP_TOKEN")
-        .kill_on_drop(true)
-        .spawn()
-        .expect("haip starts");
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.as_bytes()).await.unwrap();
-    drop(input);
-    let out = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())
-        .await
-        .expect("haip ends within 30 s")
-        .unwrap();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let stdin = stdin.to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        assert_cmd::Command::new(haip_binary())
+            .args(&args)
+            .write_stdin(stdin)
+            .env("NO_COLOR", "1")
+            .env_remove("HAIP_TOKEN")
+            .timeout(std::time::Duration::from_secs(30))
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("haip runs");
     Run {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -1090,8 +1090,10 @@ mod tests {
     #[test]
     fn the_client_hai_declares_its_capabilities() {
         let hai = client_hai(&ClientOptions::default()).to_value();
+        assert_eq!(hai["capabilities"], json!({"log_level": "info"}));
+        let answering = client_hai(&ClientOptions::new().tool_input(true)).to_value();
         assert_eq!(
-            hai["capabilities"],
+            answering["capabilities"],
             json!({"tool_input": true, "log_level": "info"})
         );
         assert_eq!(hai["haip_version"], "1.1.2");

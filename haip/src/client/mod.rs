@@ -22,18 +22,19 @@
 //!
 //! # Tools that log and ask
 //!
-//! The client's `HAI` declares `capabilities.tool_input` and a
-//! `log_level` ([`ClientOptions`]), so tools may log lines to it and ask it
-//! questions. [`Call::next_event`] yields them in order, beside the progress
-//! updates; a question waits until it is answered
+//! The client's `HAI` declares a `log_level` and, when asked to with
+//! [`ClientOptions::tool_input`], `capabilities.tool_input`: tools may then
+//! ask it questions. [`Call::next_event`] yields log lines and questions in
+//! order, beside the progress updates; a question waits until it is answered
 //! ([`Call::answer`], [`Call::decline`], [`Call::cancel_question`]):
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), haip::client::ClientError> {
-//! use haip::client::{CallEvent, Client};
+//! use haip::client::{CallEvent, Client, ClientOptions};
 //! use serde_json::json;
 //!
-//! let client = Client::connect("ws://127.0.0.1:8080/haip").await?;
+//! let options = ClientOptions::new().tool_input(true); // this code answers questions
+//! let client = Client::connect_with("ws://127.0.0.1:8080/haip", options).await?;
 //! let mut call = client.call("book_table", json!({"restaurant": "Luigi"})).await?;
 //! while let Some(event) = call.next_event().await {
 //!     match event {
@@ -315,13 +316,14 @@ impl From<ToolOutcome> for Outcome {
 
 /// Connection settings.
 ///
-/// The client's `HAI` carries `capabilities: {"tool_input": true,
-/// "log_level": "info"}` by default: tools may ask it questions (which
-/// somebody must then answer, see [`Call::next_event`]) and log lines at
-/// `info` and above reach it. A client that will never answer questions
-/// sets [`ClientOptions::tool_input`] to `false`: a tool's question then
-/// fails at once on the server, and the tool decides what to return (a
-/// test can act as such a client this way).
+/// The client's `HAI` carries `capabilities: {"log_level": "info"}` by
+/// default: log lines at `info` and above reach it, and a tool's question
+/// fails at once on the server (the tool decides what to return). Code that
+/// answers questions ([`Call::next_event`], [`Call::answer`]) sets
+/// [`ClientOptions::tool_input`]: the `HAI` then declares
+/// `"tool_input": true`, and every question waits for an answer. (Declared
+/// by a client that never answers, a question would wait until the call's
+/// timeout, if it has one.)
 ///
 /// ```
 /// use haip::client::{ClientOptions, LogLevel};
@@ -329,14 +331,15 @@ impl From<ToolOutcome> for Outcome {
 /// let options = ClientOptions::new()
 ///     .token("secret")
 ///     .log_level(LogLevel::Debug)
-///     .tool_input(false);
+///     .tool_input(true);
 /// assert_eq!(options.token.as_deref(), Some("secret"));
 /// ```
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
     /// A bearer token, sent as `Authorization: Bearer <token>`.
     pub token: Option<String>,
-    /// Whether the `HAI` declares `capabilities.tool_input` (default `true`).
+    /// Whether the `HAI` declares `capabilities.tool_input`: this client
+    /// answers tools' questions (default `false`).
     pub tool_input: bool,
     /// The least severe log line wanted, `capabilities.log_level` (default
     /// [`LogLevel::Info`]).
@@ -350,7 +353,7 @@ impl Default for ClientOptions {
     fn default() -> ClientOptions {
         ClientOptions {
             token: None,
-            tool_input: true,
+            tool_input: false,
             log_level: LogLevel::Info,
             answer_timeout: Duration::from_secs(30),
         }
@@ -358,8 +361,8 @@ impl Default for ClientOptions {
 }
 
 impl ClientOptions {
-    /// The defaults: no token, `tool_input` declared, `info` logs, answers
-    /// waited for 30 s.
+    /// The defaults: no token, `tool_input` not declared, `info` logs,
+    /// answers waited for 30 s.
     pub fn new() -> ClientOptions {
         ClientOptions::default()
     }
@@ -576,10 +579,9 @@ impl Call {
     /// The next status or progress update, skipping log lines and
     /// questions; `None` once the call has ended.
     ///
-    /// A caller that reads only updates never sees questions: when talking
-    /// tools may be called, use [`Call::next_event`], or connect with
-    /// [`ClientOptions::tool_input`] `false` so that questions fail at once
-    /// on the server instead of waiting.
+    /// A caller that reads only updates never sees questions: a client that
+    /// declared [`ClientOptions::tool_input`] should read
+    /// [`Call::next_event`] instead, and answer them.
     pub async fn next_update(&mut self) -> Option<Update> {
         loop {
             match self.next_event().await? {

@@ -89,7 +89,10 @@ pub(crate) async fn run(args: CallArgs) -> Result<(), Failure> {
         }
         Answers::Given(given)
     };
-    let options = ClientOptions::new().log_level(args.log_level);
+    // `haip call` answers questions (in the terminal, or with `--answer`).
+    let options = ClientOptions::new()
+        .tool_input(true)
+        .log_level(args.log_level);
     let client = connect_with(&args.common, options).await?;
     let params = match &args.params {
         Some(text) => match serde_json::from_str::<Value>(text) {
