@@ -66,6 +66,15 @@ pub enum Error {
         /// The address as configured.
         addr: String,
     },
+    /// The Redis server of [`ServerBuilder::redis`](crate::ServerBuilder::redis)
+    /// (or `HAIP_REDIS_URL`) is not usable.
+    #[error("Redis at `{url}`: {reason}")]
+    Redis {
+        /// The URL, as configured.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// The listen address could not be bound.
     #[error("cannot listen on `{addr}`: {source}")]
     Bind {

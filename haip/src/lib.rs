@@ -50,6 +50,8 @@ pub mod auth;
 #[cfg(feature = "client")]
 #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub mod client;
+#[cfg(feature = "redis")]
+mod cluster;
 mod content;
 mod context;
 mod error;

@@ -58,6 +58,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "error",
         ],
     ),
+    (
+        "cluster",
+        &[
+            "protocol", "schema", "tool", "context", "exec", "stats", "session", "hash", "error",
+        ],
+    ),
     ("auth", &["protocol", "hash", "error"]),
     ("client", &["protocol", "hash", "error"]),
     // The server assembles everything; the macro support names the runtime.

@@ -28,6 +28,10 @@ pub struct ServerBuilder {
     mcp_imports: Vec<crate::mcp::McpImport>,
     #[cfg(feature = "mcp")]
     mcp_endpoint: Option<bool>,
+    /// `redis` / `HAIP_REDIS_URL`: sessions shared through this Redis server.
+    redis_url: Option<String>,
+    /// `instance_id` / `HAIP_INSTANCE_ID`.
+    instance_id: Option<String>,
 }
 
 /// How clients are authenticated (HAIP.md §17).
@@ -117,6 +121,39 @@ impl ServerBuilder {
         if flag("HAIP_TOOL_SCHEMA_LEGACY") {
             self.config.session.tool_schema_legacy_field = true;
         }
+        let set = |name| {
+            std::env::var(name)
+                .ok()
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        if let Some(url) = set("HAIP_REDIS_URL") {
+            self.redis_url = Some(url);
+        }
+        if let Some(id) = set("HAIP_INSTANCE_ID") {
+            self.instance_id = Some(id);
+        }
+        self
+    }
+
+    /// Shares sessions with the other instances using the Redis server at
+    /// `url` (`redis://host:port/db`; feature `redis`): a client whose
+    /// instance went away resumes its session on any other, its missed
+    /// envelopes replayed and the calls that died with the instance ended
+    /// with `TOOL_DONE ERROR INTERNAL_ERROR` "instance lost". The server
+    /// fails to start, naming the URL, when Redis does not answer then;
+    /// losing Redis later only stops resumption elsewhere until it is back.
+    /// `HAIP_REDIS_URL` sets it too ([`from_env`](Self::from_env)).
+    pub fn redis(mut self, url: impl Into<String>) -> Self {
+        self.redis_url = Some(url.into());
+        self
+    }
+
+    /// This instance's name, in `/health`, `/stats` and the shared session
+    /// store (default: `HAIP_INSTANCE_ID`, else a generated one). Instances
+    /// sharing a Redis server need distinct ids.
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
         self
     }
 
@@ -418,12 +455,45 @@ impl ServerBuilder {
             seen.insert(tool.name().to_owned(), origin);
             registry.register(tool);
         }
+        let instance = self.instance_id.clone().unwrap_or_else(|| {
+            format!("haip-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+        });
+        #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
+        let mut shared = Shared::new(self.config.session.clone(), registry, self.state);
+        #[cfg(feature = "redis")]
+        let cluster = match &self.redis_url {
+            Some(url) => {
+                let store = crate::cluster::RedisSessionStore::new(
+                    url,
+                    &instance,
+                    self.config.session.replay_window_time,
+                    self.config
+                        .session
+                        .replay_window_messages
+                        .saturating_mul(crate::session::REPLAY_HARD_CAP_FACTOR),
+                )
+                .map_err(|reason| Error::Redis {
+                    url: url.clone(),
+                    reason,
+                })?;
+                let store = Arc::new(store);
+                shared.store = Arc::new(crate::cluster::SharedRedisStore(Arc::clone(&store)));
+                Some(store)
+            }
+            None => None,
+        };
+        #[cfg(not(feature = "redis"))]
+        if let Some(url) = &self.redis_url {
+            return Err(Error::Redis {
+                url: url.clone(),
+                reason: "haip was built without its `redis` feature".to_owned(),
+            });
+        }
         Ok(Server {
-            shared: Arc::new(Shared::new(
-                self.config.session.clone(),
-                registry,
-                self.state,
-            )),
+            shared: Arc::new(shared),
+            instance: Arc::from(instance),
+            #[cfg(feature = "redis")]
+            cluster,
             config: Arc::new(self.config),
             auth,
             cors: Cors {

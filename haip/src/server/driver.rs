@@ -15,10 +15,12 @@
 //! calls go on); when the outbox overflows, the connection is closed `too
 //! slow` and the session kept for resumption.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use hyper::upgrade::Upgraded;
 use tokio::sync::{mpsc, oneshot};
@@ -316,6 +318,12 @@ where
     let give_up = tokio::time::sleep(Duration::from_secs(86_400));
     tokio::pin!(give_up);
     let mut close: Option<(u16, &'static str, bool)> = None;
+    // Committed envelopes waiting for their records to reach a shared
+    // session store (Redis) before the client may see them, with their
+    // tickets; always empty with the in-memory store.
+    let mut unwritten: VecDeque<(u64, Bytes)> = VecDeque::new();
+    let mut unwritten_bytes = 0usize;
+    let gated = shared.store.records();
     // Once a close is decided, the client gets a bounded time to take what
     // is still queued for it.
     let mut closing_armed = false;
@@ -346,16 +354,37 @@ where
             close = Some((1001, "server shutdown", false));
         }
         // Hand the writer what it has room for.
-        while session.has_outbound() && writer.meter.bytes() < WRITER_BUDGET {
+        // (Envelopes waiting for the store count against the writer's room.)
+        while session.has_outbound() && writer.meter.bytes() + unwritten_bytes < WRITER_BUDGET {
             let Some(text) = session.commit_next() else {
                 break;
             };
+            if gated {
+                unwritten_bytes += text.len();
+                unwritten.push_back((shared.store.recorded(), text));
+                continue;
+            }
             if !writer.send(Frame::Envelope(text)) {
                 return (Ended::Gone, Some(attached));
             }
         }
+        // Then what the shared store has recorded.
+        if !unwritten.is_empty() {
+            let written = shared.store.written();
+            while unwritten
+                .front()
+                .is_some_and(|(ticket, _)| *ticket <= written)
+            {
+                let (_, text) = unwritten.pop_front().expect("checked");
+                unwritten_bytes -= text.len();
+                if !writer.send(Frame::Envelope(text)) {
+                    return (Ended::Gone, Some(attached));
+                }
+            }
+        }
+        let awaiting = unwritten.front().map(|(ticket, _)| *ticket);
         if let Some((code, reason, keep)) = close {
-            if !session.has_outbound() {
+            if !session.has_outbound() && unwritten.is_empty() {
                 writer.send(Frame::Close { code, reason });
                 return (Ended::Closed { code, keep }, Some(attached));
             }
@@ -385,6 +414,7 @@ where
                 return (Ended::Abandoned { keep }, Some(attached));
             }
             Some(event) = next_event(&mut attached.events) => session.handle_event(event),
+            () = wait_written(shared, awaiting), if awaiting.is_some() => {}
             request = attached.takeovers.recv(), if !shutting_down => takeover = Some(request),
             () = writer.meter.drained(), if wait_writer => {}
             () = &mut closed => return (Ended::Gone, Some(attached)),
@@ -501,6 +531,13 @@ async fn handle_large_text(session: &mut Session, text: String, shared: &Shared)
     session.handle_decoded(len, decoded)
 }
 
+/// Completes once the shared store has written the record of `ticket`.
+async fn wait_written(shared: &Shared, ticket: Option<u64>) {
+    if let Some(ticket) = ticket {
+        shared.store.wait_written(ticket).await;
+    }
+}
+
 /// The next envelope of the POST being handled (`None` once it has no more).
 async fn recv_batch(batch: &mut Option<Batch>) -> Option<Element> {
     match batch {
@@ -548,13 +585,44 @@ async fn resume_into(
     }
 }
 
+/// Rebuilds a session no instance alive holds from what the shared store
+/// recorded of it (the in-memory store knows none: `unknown session`). Its
+/// calls died with their instance: each ends with `TOOL_DONE ERROR`, after
+/// the replay and the confirming `HAI`.
+async fn restore(
+    id: &str,
+    last_rx_seq: u64,
+    fresh: &Attached,
+    shared: &Shared,
+) -> Result<Attached, &'static str> {
+    let snapshot = tokio::time::timeout(TAKEOVER_TIMEOUT, shared.store.restore(id))
+        .await
+        .unwrap_or(Err("session store timed out"))?;
+    if snapshot.subject.as_deref() != fresh.session.subject().map(|s| &**s) {
+        return Err("subject mismatch");
+    }
+    let (mut session, lost) = Session::restore(
+        Arc::clone(fresh.session.shared()),
+        fresh.session.transport(),
+        id,
+        snapshot,
+    );
+    session.can_resume_from(last_rx_seq)?;
+    session.end_lost_calls(lost);
+    tracing::info!(session = id, "session restored from the shared store");
+    let takeovers = shared.store.register(id);
+    Ok(Attached::new(session, takeovers))
+}
+
 async fn take_over(
     id: &str,
     last_rx_seq: u64,
     fresh: &Attached,
     shared: &Shared,
 ) -> Result<Attached, &'static str> {
-    let owner = shared.store.find(id).ok_or("unknown session")?;
+    let Some(owner) = shared.store.find(id) else {
+        return restore(id, last_rx_seq, fresh, shared).await;
+    };
     let (reply, answer) = oneshot::channel();
     let request = Box::new(Takeover {
         subject: fresh.session.subject().cloned(),

@@ -43,7 +43,11 @@ pub(crate) async fn route(
     let path = req.uri().path().to_owned();
     tracing::debug!(method = %req.method(), uri = %redact_uri(req.uri()), "request");
     let response = match (req.method().clone(), path.as_str()) {
-        (Method::GET, "/health") => json_response(StatusCode::OK, &hub.shared.stats.health()),
+        (Method::GET, "/health") => {
+            let mut health = hub.shared.stats.health();
+            health["instance"] = Value::from(&*hub.instance);
+            json_response(StatusCode::OK, &health)
+        }
         (Method::GET, "/" | "/haip" | "/haip/websocket")
             if over_peer_limit && is_websocket_upgrade(&req) =>
         {
@@ -64,7 +68,13 @@ pub(crate) async fn route(
         (Method::GET, "/stats") => match authenticate(&hub, &req).await {
             Ok(_) => {
                 let replay_bytes = hub.shared.replay.used();
-                json_response(StatusCode::OK, &hub.shared.stats.stats(replay_bytes))
+                let mut stats = hub.shared.stats.stats(replay_bytes);
+                stats["instance"] = Value::from(&*hub.instance);
+                #[cfg(feature = "redis")]
+                if let Some(cluster) = &hub.cluster {
+                    stats["cluster"] = cluster.stats().await;
+                }
+                json_response(StatusCode::OK, &stats)
             }
             Err(e) => unauthorized(&e),
         },

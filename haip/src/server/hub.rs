@@ -25,6 +25,11 @@ pub(crate) struct Hub {
     pub(crate) auth: Option<Arc<dyn Authenticator>>,
     pub(crate) cors: Cors,
     pub(crate) tracker: TaskTracker,
+    /// This instance's name.
+    pub(crate) instance: Arc<str>,
+    /// The shared session store, when sessions are shared through Redis.
+    #[cfg(feature = "redis")]
+    pub(crate) cluster: Option<Arc<crate::cluster::RedisSessionStore>>,
     /// The Streamable HTTP MCP endpoint at `/mcp`, when enabled.
     #[cfg(feature = "mcp")]
     pub(crate) mcp: Option<crate::mcp::export::McpHttp>,

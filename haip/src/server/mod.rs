@@ -68,6 +68,11 @@ pub struct Server {
     /// The server's own settings (listener, HTTP, authentication).
     config: Arc<Config>,
     shared: Arc<Shared>,
+    /// This instance's name (`/health`, `/stats`, the shared session store).
+    instance: Arc<str>,
+    /// The shared session store, when sessions are shared through Redis.
+    #[cfg(feature = "redis")]
+    cluster: Option<Arc<crate::cluster::RedisSessionStore>>,
     auth: Option<Arc<dyn Authenticator>>,
     cors: Cors,
     #[cfg(feature = "mcp")]
@@ -98,6 +103,21 @@ impl Server {
 
     /// Binds the listen address and serves in the background.
     pub async fn start(self) -> Result<ServerHandle, Error> {
+        #[cfg(feature = "redis")]
+        if let Some(cluster) = &self.cluster {
+            cluster
+                .connect(&self.shared, self.shared.shutdown.child_token())
+                .await
+                .map_err(|reason| Error::Redis {
+                    url: cluster.url().to_owned(),
+                    reason,
+                })?;
+            tracing::info!(
+                instance = cluster.instance(),
+                url = cluster.url(),
+                "sessions shared through Redis"
+            );
+        }
         let addr = self.config.addr.clone();
         let listener = TcpListener::bind(&addr)
             .await
@@ -133,6 +153,9 @@ impl Server {
             auth: self.auth,
             cors: self.cors,
             tracker: tracker.clone(),
+            instance: self.instance,
+            #[cfg(feature = "redis")]
+            cluster: self.cluster,
             #[cfg(feature = "mcp")]
             mcp,
         });

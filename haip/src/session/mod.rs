@@ -52,9 +52,15 @@ pub(crate) use clock::{Clock, ID_LEN, IdSource, RandomIds, SystemClock};
 pub(crate) use clock::{CountingIds, FakeClock};
 pub(crate) use config::{SessionConfig, invalid};
 use flow::{Amount, InboundCredit, OutboundGate, Owed};
+#[allow(unused_imports)] // the shared store's (feature `redis`)
+pub(crate) use replay::REPLAY_HARD_CAP_FACTOR;
 use replay::{ReplayBudget, ReplayWindow};
 pub(crate) use resume::ResumeRequest;
-pub(crate) use store::{Attached, InMemorySessionStore, SessionStore, Takeover, next_event};
+pub(crate) use store::{
+    Attached, InMemorySessionStore, Record, SessionStore, Snapshot, Takeover, next_event,
+};
+#[allow(unused_imports)] // the shared store's (feature `redis`)
+pub(crate) use store::{StoreFuture, TakeoverAddress, Takeovers};
 use timers::{Deadlines, Timers};
 
 /// What a session shares with the rest of the server.
@@ -290,11 +296,86 @@ impl Session {
             awaited: None,
             received_any: false,
         };
+        if session.shared.store.records() {
+            let subject = session.subject.clone();
+            session.shared.store.record(
+                &session.id,
+                Record::Opened {
+                    subject: subject.as_deref(),
+                },
+            );
+        }
         let hai = session.hai_payload();
         session.push(Outgoing::new(Channel::System, EventType::Hai, hai));
         let now = session.shared.clock.now();
         session.connected(now);
         session
+    }
+
+    /// A session another instance held, rebuilt from what a shared store
+    /// recorded of it ([`Snapshot`]), on a connection from now on, its
+    /// outbox empty. Its window holds the recorded envelopes; the calls it
+    /// owed a `TOOL_DONE` died with that instance: [`Session::resumed`] is
+    /// to follow, then [`Session::end_lost_calls`].
+    pub(crate) fn restore(
+        shared: Arc<Shared>,
+        transport: TransportKind,
+        id: &str,
+        snapshot: Snapshot,
+    ) -> (Session, Vec<String>) {
+        let mut session = Session::new(Arc::clone(&shared), transport, None);
+        // The fresh id and its HAI go: this is the recorded session.
+        session.outbox.clear();
+        session.new_envelopes = 0;
+        let unsent = std::mem::take(&mut session.new_bytes);
+        shared
+            .stats
+            .outbound_bytes
+            .fetch_sub(unsent as u64, Relaxed);
+        session.id = Arc::from(id);
+        session.subject = snapshot.subject.map(Arc::from);
+        session.next_seq = snapshot.next_seq.max(1);
+        session.last_rx_seq = snapshot.last_rx_seq;
+        let now = shared.clock.now();
+        for (seq, text) in snapshot.window {
+            session.window.keep(seq, text, now, &shared.replay);
+        }
+        if shared.store.records() {
+            let subject = session.subject.clone();
+            shared.store.record(
+                id,
+                Record::Opened {
+                    subject: subject.as_deref(),
+                },
+            );
+        }
+        (session, snapshot.open_calls)
+    }
+
+    /// Ends calls that died with the instance that ran them: each gets its
+    /// one `TOOL_DONE`, `ERROR` `INTERNAL_ERROR` "instance lost".
+    pub(crate) fn end_lost_calls(&mut self, call_ids: Vec<String>) {
+        for call_id in call_ids {
+            self.shared.stats.calls_total.fetch_add(1, Relaxed);
+            let failure = payload::ToolFailure::new(
+                ErrorCode::INTERNAL_ERROR,
+                "instance lost: the server running this call stopped",
+            );
+            let done = payload::ToolDone::failed(call_id.clone(), failure);
+            self.push(Outgoing::new(
+                Channel::Agent,
+                EventType::ToolDone,
+                done.into_value(),
+            ));
+            if self.shared.store.records() {
+                self.shared
+                    .store
+                    .record(&self.id, Record::CallClosed { call_id: &call_id });
+            }
+            self.shared
+                .stats
+                .call_ended(crate::stats::Ended::Failed, None);
+        }
     }
 
     /// The next thing the driver is to do, in the order the session decided them.
@@ -494,6 +575,16 @@ impl Session {
             self.shared.clock.now(),
             &self.shared.replay,
         );
+        if self.shared.store.records() {
+            self.shared.store.record(
+                &self.id,
+                Record::Committed {
+                    seq,
+                    envelope: &text,
+                    last_rx_seq: self.last_rx_seq,
+                },
+            );
+        }
         Some(text)
     }
 

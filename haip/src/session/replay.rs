@@ -31,11 +31,16 @@ impl From<&super::SessionConfig> for Limits {
         Limits {
             messages: config.replay_window_messages,
             age: config.replay_window_time,
-            hard_messages: config.replay_window_messages.saturating_mul(10),
+            hard_messages: config
+                .replay_window_messages
+                .saturating_mul(REPLAY_HARD_CAP_FACTOR),
             bytes: config.replay_window_bytes,
         }
     }
 }
+
+/// The hard cap on a window's envelopes, in `replay_window_messages` (HAIP.md §11.1).
+pub(crate) const REPLAY_HARD_CAP_FACTOR: usize = 10;
 
 struct Kept {
     seq: u64,

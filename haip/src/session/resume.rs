@@ -56,7 +56,7 @@ impl Session {
     /// Whether a client that saw everything up to `last_rx_seq` can resume:
     /// it must not claim more than was sent, and everything after it must
     /// still be kept.
-    pub(super) fn can_resume_from(&self, last_rx_seq: u64) -> Result<(), &'static str> {
+    pub(crate) fn can_resume_from(&self, last_rx_seq: u64) -> Result<(), &'static str> {
         let newest = self.next_seq - 1;
         if last_rx_seq > newest {
             return Err("invalid last_rx_seq");

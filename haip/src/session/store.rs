@@ -191,15 +191,84 @@ impl TakeoverAddress {
     }
 }
 
-/// The session table behind resumption. In memory by default; the seam is
-/// where a store shared by several servers would plug in.
+/// The session table behind resumption. In memory by default; a store
+/// shared by several servers (Redis, feature `redis`) also keeps a copy of
+/// what resuming a session on another instance takes ([`Record`]s), and
+/// gives it back ([`SessionStore::restore`]) when the instance that held the
+/// session is gone.
 pub(crate) trait SessionStore: Send + Sync + 'static {
     /// Registers a session; returns the mailbox its owner watches for takeovers.
     fn register(&self, id: &str) -> Takeovers;
-    /// Where to send a takeover request for `id`, if the session is known.
+    /// Where to send a takeover request for `id`, if the session is known
+    /// here.
     fn find(&self, id: &str) -> Option<TakeoverAddress>;
     /// Forgets a session (it ended or expired).
     fn remove(&self, id: &str);
+    /// Notes a change to session `id` that resuming it elsewhere needs.
+    /// Never blocks (a shared store queues it).
+    fn record(&self, _id: &str, _record: Record<'_>) {}
+    /// Whether [`SessionStore::record`] keeps anything (the session core
+    /// skips building records otherwise).
+    fn records(&self) -> bool {
+        false
+    }
+    /// Records handed to the store so far (a ticket: [`SessionStore::wait_written`]).
+    fn recorded(&self) -> u64 {
+        0
+    }
+    /// Records written (or given up on) so far: an envelope whose record's
+    /// ticket is at most this may reach its client. A client must never see
+    /// an envelope that another instance restoring its session would not
+    /// know of.
+    fn written(&self) -> u64 {
+        u64::MAX
+    }
+    /// Completes once [`SessionStore::written`] reaches `ticket`.
+    fn wait_written(&self, _ticket: u64) -> StoreFuture<()> {
+        Box::pin(std::future::ready(()))
+    }
+    /// Session `id`, known to no instance alive, as last recorded; `Err` is
+    /// the `RESUME_FAILED` reason.
+    fn restore(&self, _id: &str) -> StoreFuture<Result<Snapshot, &'static str>> {
+        Box::pin(std::future::ready(Err("unknown session")))
+    }
+}
+
+/// A boxed future of a [`SessionStore`].
+pub(crate) type StoreFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// A change to a session, for a store that can restore it elsewhere.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) enum Record<'a> {
+    /// The session began, on behalf of `subject` (`None`: authentication off).
+    Opened { subject: Option<&'a str> },
+    /// Envelope `seq` was committed; `last_rx_seq` is the highest inbound
+    /// `seq` seen so far.
+    Committed {
+        seq: u64,
+        envelope: &'a bytes::Bytes,
+        last_rx_seq: u64,
+    },
+    /// A call was accepted: it is owed a `TOOL_DONE`.
+    CallOpened { call_id: &'a str },
+    /// Its `TOOL_DONE` was issued.
+    CallClosed { call_id: &'a str },
+}
+
+/// A session as a shared store last recorded it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Snapshot {
+    /// Its subject.
+    pub(crate) subject: Option<String>,
+    /// Its committed envelopes still kept, with their `seq`s, oldest first.
+    pub(crate) window: Vec<(u64, bytes::Bytes)>,
+    /// The next `seq` it would have committed.
+    pub(crate) next_seq: u64,
+    /// The highest inbound `seq` it had seen.
+    pub(crate) last_rx_seq: u64,
+    /// Calls that were owed a `TOOL_DONE` when it was last recorded.
+    pub(crate) open_calls: Vec<String>,
 }
 
 /// The default [`SessionStore`]: a map in this process.

@@ -1,0 +1,676 @@
+//! Sessions shared through Redis (feature `redis`): the [`SessionStore`] of
+//! servers that run as several instances.
+//!
+//! Every instance keeps its live sessions in memory as always, and records in
+//! Redis what resuming one elsewhere takes: its committed envelopes (the
+//! replay window), its subject and inbound `seq`, and the calls it owes a
+//! `TOOL_DONE`. Each instance holds a lease, a key it refreshes every
+//! [`LEASE_REFRESH`]; a session whose instance's lease has expired can be
+//! restored by any other, its missed envelopes replayed, and each of its calls
+//! ended with `TOOL_DONE ERROR INTERNAL_ERROR` "instance lost".
+//!
+//! Keys (all expire `replay_window_time` after the session's last change):
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `haip:s:{session}` | hash | `owner` (instance id), `subject`, `next_seq`, `last_rx` |
+//! | `haip:s:{session}:w` | list | committed envelopes, oldest first (at most 10 × `replay_window_messages`) |
+//! | `haip:s:{session}:c` | set | call ids owed a `TOOL_DONE` |
+//! | `haip:s:{session}:claim` | string | the instance restoring it (10 s) |
+//! | `haip:i:{instance}` | string | the instance's lease ([`LEASE_TTL`]) |
+//!
+//! Recording never blocks a session: records go through a bounded queue to
+//! one writer task that sends them in pipelined batches. When Redis is away,
+//! sessions go on working on their instance; records made meanwhile are lost,
+//! so a session with a gap cannot be restored past it (`window exceeded`),
+//! and restoring answers `session store unavailable` until Redis is back (the
+//! connection reconnects by itself).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::session::{InMemorySessionStore, Record, SessionStore, Shared, Snapshot, StoreFuture};
+use crate::session::{TakeoverAddress, Takeovers};
+
+/// How often an instance refreshes its lease.
+pub(crate) const LEASE_REFRESH: Duration = Duration::from_secs(2);
+/// How long a lease lasts without a refresh: an instance silent for this
+/// long is taken for dead, and its sessions may be restored elsewhere.
+pub(crate) const LEASE_TTL: Duration = Duration::from_secs(6);
+/// Records waiting for the writer, at most; more are dropped (and counted).
+const QUEUE: usize = 65_536;
+/// Records sent in one pipeline, at most.
+const BATCH: usize = 512;
+/// How long one Redis round trip may take before it counts as failed.
+const IO_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// One record, owned, on its way to the writer.
+enum Entry {
+    Opened {
+        id: Arc<str>,
+        subject: Option<String>,
+    },
+    Committed {
+        id: Arc<str>,
+        seq: u64,
+        envelope: Bytes,
+        last_rx_seq: u64,
+    },
+    CallOpened {
+        id: Arc<str>,
+        call_id: String,
+    },
+    CallClosed {
+        id: Arc<str>,
+        call_id: String,
+    },
+    Ended {
+        id: Arc<str>,
+    },
+}
+
+/// The Redis-backed [`SessionStore`].
+pub(crate) struct RedisSessionStore {
+    local: InMemorySessionStore,
+    url: String,
+    client: redis::Client,
+    instance: Arc<str>,
+    conn: OnceLock<ConnectionManager>,
+    queue: mpsc::Sender<Entry>,
+    queue_rx: std::sync::Mutex<Option<mpsc::Receiver<Entry>>>,
+    /// How long records are kept after a session's last change.
+    ttl: Duration,
+    /// Envelopes kept per session, at most.
+    window_cap: usize,
+    /// Records dropped (queue full, or Redis unavailable).
+    dropped: AtomicU64,
+    /// The last round trip to Redis worked.
+    healthy: AtomicBool,
+    /// The last session id seen, so that a stream of records for one session
+    /// does not allocate its id each time.
+    last_id: std::sync::Mutex<Option<Arc<str>>>,
+    /// The server's counters, published with the lease.
+    shared: OnceLock<Arc<Shared>>,
+    /// Cancelled when the server shuts down.
+    shutdown: OnceLock<CancellationToken>,
+    /// Records queued so far.
+    recorded: AtomicU64,
+    /// Held while queueing, so that the count and the queue agree.
+    recorded_lock: std::sync::Mutex<u64>,
+    /// Records written, or given up on, so far (in queue order).
+    written: tokio::sync::watch::Sender<u64>,
+}
+
+impl RedisSessionStore {
+    /// A store for the server at `url` (not connected yet: see
+    /// [`RedisSessionStore::connect`]); `Err` says what is wrong with the URL.
+    pub(crate) fn new(
+        url: &str,
+        instance: &str,
+        ttl: Duration,
+        window_cap: usize,
+    ) -> Result<RedisSessionStore, String> {
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        let (queue, queue_rx) = mpsc::channel(QUEUE);
+        Ok(RedisSessionStore {
+            local: InMemorySessionStore::default(),
+            url: url.to_owned(),
+            client,
+            instance: Arc::from(instance),
+            conn: OnceLock::new(),
+            queue,
+            queue_rx: std::sync::Mutex::new(Some(queue_rx)),
+            ttl,
+            window_cap: window_cap.max(1),
+            dropped: AtomicU64::new(0),
+            healthy: AtomicBool::new(false),
+            last_id: std::sync::Mutex::new(None),
+            shared: OnceLock::new(),
+            shutdown: OnceLock::new(),
+            recorded: AtomicU64::new(0),
+            recorded_lock: std::sync::Mutex::new(0),
+            written: tokio::sync::watch::Sender::new(0),
+        })
+    }
+
+    /// The instance id.
+    pub(crate) fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The Redis URL.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Whether the last round trip to Redis worked.
+    pub(crate) fn is_healthy(&self) -> bool {
+        self.healthy.load(Relaxed)
+    }
+
+    /// Records dropped so far (queue full or Redis unavailable).
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped.load(Relaxed)
+    }
+
+    /// Connects (failing with the reason when Redis does not answer within a
+    /// few seconds), takes the lease, and starts the writer and the lease
+    /// refresher on `tasks`, until `shutdown`.
+    pub(crate) async fn connect(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        shutdown: CancellationToken,
+    ) -> Result<(), String> {
+        let _ = self.shared.set(Arc::clone(shared));
+        let _ = self.shutdown.set(shutdown.clone());
+        let tasks = shared.runner.tasks();
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(IO_TIMEOUT))
+            .set_response_timeout(Some(IO_TIMEOUT))
+            .set_number_of_retries(2);
+        let connect = self.client.get_connection_manager_with_config(config);
+        let mut conn = tokio::time::timeout(IO_TIMEOUT * 2, connect)
+            .await
+            .map_err(|_| "no answer".to_owned())?
+            .map_err(|e| e.to_string())?;
+        let _: () = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.lease(&mut conn).await.map_err(|e| e.to_string())?;
+        self.healthy.store(true, Relaxed);
+        let _ = self.conn.set(conn.clone());
+        let rx = self
+            .queue_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(rx) = rx {
+            tasks.spawn(Arc::clone(self).write(rx, conn.clone(), shutdown.clone()));
+        }
+        tasks.spawn(Arc::clone(self).refresh_lease(conn, shutdown));
+        Ok(())
+    }
+
+    /// What this instance publishes with its lease, summed over the live
+    /// instances in `/stats`.
+    fn counts(&self) -> serde_json::Value {
+        let Some(shared) = self.shared.get() else {
+            return serde_json::json!({});
+        };
+        let stats = &shared.stats;
+        let total = stats.calls_total.load(Relaxed);
+        let ended = stats.calls_ok.load(Relaxed)
+            + stats.calls_failed.load(Relaxed)
+            + stats.calls_cancelled.load(Relaxed);
+        serde_json::json!({
+            "activeConnections": stats.active_connections.load(Relaxed),
+            "detachedSessions": stats.detached_sessions.load(Relaxed),
+            "activeCalls": total.saturating_sub(ended),
+            "totalConnections": stats.total_connections.load(Relaxed),
+        })
+    }
+
+    async fn lease(&self, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+        let key = lease_key(&self.instance);
+        let ms = LEASE_TTL.as_millis() as u64;
+        let stats = self.counts();
+        redis::pipe()
+            .pset_ex(key, stats.to_string(), ms)
+            .ignore()
+            .sadd(INSTANCES, &*self.instance)
+            .ignore()
+            .query_async(conn)
+            .await
+    }
+
+    /// The `cluster` object of `/stats`: this store's state, the instances
+    /// alive, and the sums of their counts, read from Redis.
+    pub(crate) async fn stats(&self) -> serde_json::Value {
+        let mut out = serde_json::json!({
+            "redis": redact(&self.url),
+            "reachable": self.is_healthy(),
+            "droppedRecords": self.dropped(),
+        });
+        let Some(mut conn) = self.conn.get().cloned() else {
+            return out;
+        };
+        let read = tokio::time::timeout(IO_TIMEOUT, async {
+            let ids: Vec<String> = conn.smembers(INSTANCES).await?;
+            let mut alive = Vec::new();
+            let mut sums: BTreeMap<String, u64> = BTreeMap::new();
+            for id in ids {
+                let lease: Option<String> = conn.get(lease_key(&id)).await?;
+                let Some(lease) = lease else {
+                    // Gone: forget it.
+                    let _: () = conn.srem(INSTANCES, &id).await?;
+                    continue;
+                };
+                if let Ok(serde_json::Value::Object(counts)) = serde_json::from_str(&lease) {
+                    for (k, v) in counts {
+                        *sums.entry(k).or_default() += v.as_u64().unwrap_or(0);
+                    }
+                }
+                alive.push(id);
+            }
+            Ok::<_, redis::RedisError>((alive, sums))
+        })
+        .await;
+        if let Ok(Ok((alive, sums))) = read {
+            out["instances"] = serde_json::json!(alive);
+            out["totals"] = serde_json::json!(sums);
+        }
+        out
+    }
+
+    async fn refresh_lease(
+        self: Arc<Self>,
+        mut conn: ConnectionManager,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(LEASE_REFRESH) => {}
+            }
+            let refreshed = tokio::time::timeout(IO_TIMEOUT, self.lease(&mut conn)).await;
+            let ok = matches!(refreshed, Ok(Ok(())));
+            if self.healthy.swap(ok, Relaxed) != ok {
+                if ok {
+                    tracing::info!(url = %self.url, "Redis is reachable again");
+                } else {
+                    tracing::warn!(url = %self.url, "Redis is unreachable: sessions go on here, but cannot be resumed on other instances meanwhile");
+                }
+            }
+        }
+        // A clean stop gives the lease up at once: this instance's sessions
+        // may be restored elsewhere without waiting for it to expire.
+        let key = lease_key(&self.instance);
+        let _ = tokio::time::timeout(IO_TIMEOUT, conn.del::<_, ()>(key)).await;
+    }
+
+    /// The writer: records, in pipelined batches, in order.
+    async fn write(
+        self: Arc<Self>,
+        mut rx: mpsc::Receiver<Entry>,
+        mut conn: ConnectionManager,
+        shutdown: CancellationToken,
+    ) {
+        let mut batch = Vec::with_capacity(BATCH);
+        loop {
+            let first = tokio::select! {
+                entry = rx.recv() => entry,
+                () = shutdown.cancelled() => None,
+            };
+            let Some(first) = first else { break };
+            batch.push(first);
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(entry) => batch.push(entry),
+                    Err(_) => break,
+                }
+            }
+            // While Redis is known to be away, records are dropped at once:
+            // sessions go on without waiting for it (the lease refresher
+            // notices when it is back).
+            let sent = if self.healthy.load(Relaxed) {
+                let pipe = self.pipeline(&batch);
+                let sent =
+                    tokio::time::timeout(IO_TIMEOUT, pipe.query_async::<()>(&mut conn)).await;
+                matches!(sent, Ok(Ok(())))
+            } else {
+                false
+            };
+            if !sent {
+                self.dropped.fetch_add(batch.len() as u64, Relaxed);
+                if self.healthy.swap(false, Relaxed) {
+                    tracing::warn!(url = %self.url, "Redis is unreachable: session records are being dropped");
+                }
+            }
+            let n = batch.len() as u64;
+            self.written.send_modify(|w| *w += n);
+            batch.clear();
+        }
+    }
+
+    fn pipeline(&self, batch: &[Entry]) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        let ttl = self.ttl.as_millis() as i64;
+        let cap = self.window_cap as isize;
+        for entry in batch {
+            match entry {
+                Entry::Opened { id, subject } => {
+                    let key = session_key(id);
+                    pipe.hset(&key, "owner", &*self.instance).ignore();
+                    match subject {
+                        Some(subject) => pipe.hset(&key, "subject", subject).ignore(),
+                        None => pipe.hdel(&key, "subject").ignore(),
+                    };
+                    pipe.pexpire(&key, ttl).ignore();
+                }
+                Entry::Committed {
+                    id,
+                    seq,
+                    envelope,
+                    last_rx_seq,
+                } => {
+                    let key = session_key(id);
+                    let window = window_key(id);
+                    pipe.rpush(&window, envelope.as_ref()).ignore();
+                    pipe.ltrim(&window, -cap, -1).ignore();
+                    pipe.hset_multiple(
+                        &key,
+                        &[
+                            ("owner", self.instance.to_string()),
+                            ("next_seq", (seq + 1).to_string()),
+                            ("last_rx", last_rx_seq.to_string()),
+                        ],
+                    )
+                    .ignore();
+                    pipe.pexpire(&key, ttl).ignore();
+                    pipe.pexpire(&window, ttl).ignore();
+                    pipe.pexpire(calls_key(id), ttl).ignore();
+                }
+                Entry::CallOpened { id, call_id } => {
+                    let calls = calls_key(id);
+                    pipe.sadd(&calls, call_id).ignore();
+                    pipe.pexpire(&calls, ttl).ignore();
+                }
+                Entry::CallClosed { id, call_id } => {
+                    pipe.srem(calls_key(id), call_id).ignore();
+                }
+                Entry::Ended { id } => {
+                    pipe.del(&[session_key(id), window_key(id), calls_key(id)])
+                        .ignore();
+                }
+            }
+        }
+        pipe
+    }
+
+    fn id_arc(&self, id: &str) -> Arc<str> {
+        let mut last = self.last_id.lock().unwrap_or_else(|e| e.into_inner());
+        match &*last {
+            Some(arc) if &**arc == id => Arc::clone(arc),
+            _ => {
+                let arc: Arc<str> = Arc::from(id);
+                *last = Some(Arc::clone(&arc));
+                arc
+            }
+        }
+    }
+
+    fn enqueue(&self, entry: Entry) {
+        // The counter moves with the queue: tickets follow the writer's order.
+        let mut recorded = self.recorded_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if self.queue.try_send(entry).is_ok() {
+            *recorded += 1;
+            self.recorded.store(*recorded, Relaxed);
+        } else {
+            self.dropped.fetch_add(1, Relaxed);
+        }
+    }
+
+    async fn restore_from_redis(
+        store: Arc<RedisSessionStore>,
+        id: String,
+    ) -> Result<Snapshot, &'static str> {
+        let Some(mut conn) = store.conn.get().cloned() else {
+            return Err("session store unavailable");
+        };
+        let fetched = tokio::time::timeout(IO_TIMEOUT, async {
+            let meta: BTreeMap<String, String> = conn.hgetall(session_key(&id)).await?;
+            if meta.is_empty() {
+                return Ok(Err("unknown session"));
+            }
+            let owner = meta.get("owner").cloned().unwrap_or_default();
+            if owner != *store.instance {
+                let alive: bool = conn.exists(lease_key(&owner)).await?;
+                if alive {
+                    return Ok(Err("session held by another live instance"));
+                }
+            }
+            let claimed: Option<String> = redis::cmd("SET")
+                .arg(claim_key(&id))
+                .arg(&*store.instance)
+                .arg("NX")
+                .arg("PX")
+                .arg(10_000)
+                .query_async(&mut conn)
+                .await?;
+            if claimed.is_none() {
+                return Ok(Err("session being resumed elsewhere"));
+            }
+            let window: Vec<Vec<u8>> = conn.lrange(window_key(&id), 0, -1).await?;
+            let calls: Vec<String> = conn.smembers(calls_key(&id)).await?;
+            Ok::<_, redis::RedisError>(Ok((meta, window, calls)))
+        })
+        .await;
+        let (meta, window, calls) = match fetched {
+            Ok(Ok(Ok(found))) => found,
+            Ok(Ok(Err(reason))) => return Err(reason),
+            Ok(Err(_)) | Err(_) => return Err("session store unavailable"),
+        };
+        Ok(snapshot(&meta, window, calls))
+    }
+}
+
+/// The snapshot of what was fetched: the window's envelopes by `seq`, only
+/// the run that ends at the newest (a gap, from records lost while Redis was
+/// away, cuts off everything older).
+fn snapshot(meta: &BTreeMap<String, String>, window: Vec<Vec<u8>>, calls: Vec<String>) -> Snapshot {
+    let number = |k: &str| meta.get(k).and_then(|v| v.parse::<u64>().ok());
+    let mut by_seq = BTreeMap::new();
+    for envelope in window {
+        if let Some(seq) = seq_of(&envelope) {
+            by_seq.insert(seq, Bytes::from(envelope));
+        }
+    }
+    let newest = by_seq.keys().next_back().copied().unwrap_or(0);
+    let next_seq = number("next_seq").unwrap_or(newest + 1).max(newest + 1);
+    let mut window: Vec<(u64, Bytes)> = Vec::new();
+    let mut expect = newest;
+    for (seq, text) in by_seq.into_iter().rev() {
+        if seq != expect {
+            break;
+        }
+        window.push((seq, text));
+        expect = expect.saturating_sub(1);
+    }
+    window.reverse();
+    Snapshot {
+        subject: meta.get("subject").cloned(),
+        window,
+        next_seq,
+        last_rx_seq: number("last_rx").unwrap_or(0),
+        open_calls: calls,
+    }
+}
+
+/// The `seq` of a committed envelope (`"seq":"N"`).
+fn seq_of(envelope: &[u8]) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Seq {
+        seq: String,
+    }
+    serde_json::from_slice::<Seq>(envelope)
+        .ok()?
+        .seq
+        .parse()
+        .ok()
+}
+
+/// The set of instance ids that took a lease (the dead ones are dropped when
+/// `/stats` finds their lease gone).
+const INSTANCES: &str = "haip:instances";
+
+/// A URL without its password, for `/stats`.
+fn redact(url: &str) -> String {
+    match url.split_once('@') {
+        Some((auth, host)) => match auth.rsplit_once(':') {
+            Some((scheme_user, _password)) if scheme_user.contains("//") => {
+                format!("{scheme_user}:***@{host}")
+            }
+            _ => format!("{auth}@{host}"),
+        },
+        None => url.to_owned(),
+    }
+}
+
+fn session_key(id: &str) -> String {
+    format!("haip:s:{id}")
+}
+
+fn window_key(id: &str) -> String {
+    format!("haip:s:{id}:w")
+}
+
+fn calls_key(id: &str) -> String {
+    format!("haip:s:{id}:c")
+}
+
+fn claim_key(id: &str) -> String {
+    format!("haip:s:{id}:claim")
+}
+
+fn lease_key(instance: &str) -> String {
+    format!("haip:i:{instance}")
+}
+
+/// A `SessionStore` around the shared `Arc` (the server keeps the typed one).
+pub(crate) struct SharedRedisStore(pub(crate) Arc<RedisSessionStore>);
+
+impl SessionStore for SharedRedisStore {
+    fn register(&self, id: &str) -> Takeovers {
+        self.0.local.register(id)
+    }
+
+    fn find(&self, id: &str) -> Option<TakeoverAddress> {
+        self.0.local.find(id)
+    }
+
+    fn remove(&self, id: &str) {
+        self.0.local.remove(id);
+        // Sessions ended by this instance's shutdown stay recorded: their
+        // clients resume them on another instance.
+        let shutting_down = self.0.shutdown.get().is_some_and(|s| s.is_cancelled());
+        if !shutting_down {
+            self.0.enqueue(Entry::Ended {
+                id: self.0.id_arc(id),
+            });
+        }
+    }
+
+    fn records(&self) -> bool {
+        true
+    }
+
+    fn recorded(&self) -> u64 {
+        self.0.recorded.load(Relaxed)
+    }
+
+    fn written(&self) -> u64 {
+        *self.0.written.borrow()
+    }
+
+    fn wait_written(&self, ticket: u64) -> StoreFuture<()> {
+        let mut written = self.0.written.subscribe();
+        Box::pin(async move {
+            // The sender lives as long as the store.
+            let _ = written.wait_for(|w| *w >= ticket).await;
+        })
+    }
+
+    fn record(&self, id: &str, record: Record<'_>) {
+        let store = &self.0;
+        let id = store.id_arc(id);
+        let entry = match record {
+            Record::Opened { subject } => Entry::Opened {
+                id,
+                subject: subject.map(str::to_owned),
+            },
+            Record::Committed {
+                seq,
+                envelope,
+                last_rx_seq,
+            } => Entry::Committed {
+                id,
+                seq,
+                envelope: envelope.clone(),
+                last_rx_seq,
+            },
+            Record::CallOpened { call_id } => Entry::CallOpened {
+                id,
+                call_id: call_id.to_owned(),
+            },
+            Record::CallClosed { call_id } => Entry::CallClosed {
+                id,
+                call_id: call_id.to_owned(),
+            },
+        };
+        store.enqueue(entry);
+    }
+
+    fn restore(&self, id: &str) -> StoreFuture<Result<Snapshot, &'static str>> {
+        Box::pin(RedisSessionStore::restore_from_redis(
+            Arc::clone(&self.0),
+            id.to_owned(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(seq: u64) -> Vec<u8> {
+        format!(r#"{{"id":"x","session":"s","seq":"{seq}","ts":"1","channel":"SYSTEM","type":"PONG","payload":{{}}}}"#).into_bytes()
+    }
+
+    #[test]
+    fn a_snapshot_keeps_the_run_of_envelopes_ending_at_the_newest() {
+        let meta: BTreeMap<String, String> = [
+            ("owner", "a"),
+            ("subject", "alice"),
+            ("next_seq", "8"),
+            ("last_rx", "3"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        // 1 and 2, then a gap (3 lost), then 4..=7, out of order and repeated.
+        let window = [1, 2, 4, 6, 5, 7, 6].into_iter().map(env).collect();
+        let snap = snapshot(&meta, window, vec!["c1".into()]);
+        let seqs: Vec<u64> = snap.window.iter().map(|(s, _)| *s).collect();
+        assert_eq!(seqs, [4, 5, 6, 7]);
+        assert_eq!(snap.next_seq, 8);
+        assert_eq!(snap.last_rx_seq, 3);
+        assert_eq!(snap.subject.as_deref(), Some("alice"));
+        assert_eq!(snap.open_calls, ["c1"]);
+        // Records lost at the end: the newest kept is 7 but 9 was next.
+        let mut meta = meta;
+        meta.insert("next_seq".into(), "10".into());
+        let snap = snapshot(&meta, (1..=7).map(env).collect(), vec![]);
+        assert_eq!(snap.next_seq, 10);
+        assert_eq!(snap.window.last().map(|(s, _)| *s), Some(7));
+    }
+
+    #[test]
+    fn urls_are_checked_when_the_store_is_made() {
+        let err = RedisSessionStore::new("not a url", "a", Duration::from_secs(1), 10)
+            .err()
+            .expect("refused");
+        assert!(!err.is_empty());
+        assert!(
+            RedisSessionStore::new("redis://127.0.0.1:1", "a", Duration::from_secs(1), 10).is_ok()
+        );
+    }
+}

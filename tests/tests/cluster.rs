@@ -1,0 +1,313 @@
+//! Sessions shared through Redis (feature `redis`): a real `redis-server`
+//! (installed and started by the test support on a free loopback port) and
+//! haip instances on loopback.
+//!
+//! - An instance killed with `kill -9` mid-call: its session resumes on
+//!   another instance, which replays what the client missed (the finished
+//!   call's `TOOL_DONE` among it) and ends the running call with `TOOL_DONE
+//!   ERROR INTERNAL_ERROR` "instance lost": still exactly one `TOOL_DONE`
+//!   per call.
+//! - Redis absent at start: the server does not start, and says where it
+//!   looked.
+//! - Redis stopped and restarted while running: sessions go on working,
+//!   resumption elsewhere answers `RESUME_FAILED` with the reason, `/stats`
+//!   says Redis is unreachable, then reachable again.
+
+#[path = "support/transports.rs"]
+#[allow(unused_macros, unused_imports)]
+mod conn;
+#[path = "support/mcp.rs"]
+mod mcp_support;
+#[path = "support/redis.rs"]
+mod redis_support;
+mod support;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use conn::{Conn, Kind, http};
+use redis_support::RedisServer;
+use serde_json::{Value, json};
+use support::{demo_builder, resume_hai, start};
+
+/// A quickstart process sharing sessions through Redis.
+struct Instance {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Instance {
+    async fn spawn(redis: &str, id: &str) -> Instance {
+        let binary = mcp_support::example_binary("quickstart");
+        let port = mcp_support::free_port();
+        let child = Command::new(binary)
+            .env("HAIP_ADDR", format!("127.0.0.1:{port}"))
+            .env("HAIP_REDIS_URL", redis)
+            .env("HAIP_INSTANCE_ID", id)
+            .env(
+                "HAIP_LOG",
+                std::env::var("CLUSTER_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .env_remove("HAIP_JWT_SECRET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the quickstart starts");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let instance = Instance { child, addr };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            // Listening yet? (An HTTP request to a closed port would panic.)
+            let listening = tokio::net::TcpStream::connect(addr).await.is_ok();
+            if listening
+                && let Ok(response) = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    http(addr, "GET", "/health", &[], ""),
+                )
+                .await
+                && response.status == 200
+            {
+                let health: Value = serde_json::from_str(&response.body).unwrap();
+                assert_eq!(health["instance"], id, "{health}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "instance {id} did not come up");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        instance
+    }
+
+    /// `kill -9`.
+    fn kill(&mut self) {
+        self.child.kill().expect("the instance can be killed");
+        self.child.wait().expect("the instance is reaped");
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Tries to resume `session` on `addr` until the instance that held it is
+/// known to be gone (its lease expires a few seconds after it died); returns
+/// the connection once the resumption is under way, and the first envelope
+/// replayed.
+async fn resume_when_owner_gone(
+    addr: SocketAddr,
+    session: &str,
+    last_rx_seq: u64,
+    redis: &RedisServer,
+) -> (Conn, Value) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut conn = Conn::connect(Kind::Ws, addr, None).await;
+        conn.send(&resume_hai("resume", session, &last_rx_seq.to_string()))
+            .await;
+        // A refusal comes on the connection's fresh session, a replay on the
+        // resumed one.
+        conn.relax();
+        let first = conn.recv().await;
+        if first["type"] != "ERROR" {
+            assert_eq!(first["seq"], (last_rx_seq + 1).to_string(), "{first}");
+            conn.follow(session, last_rx_seq + 1);
+            return (conn, first);
+        }
+        let reason = first["payload"]["detail"]["reason"].clone();
+        assert_eq!(
+            reason,
+            "session held by another live instance",
+            "unexpected refusal: {first}; Redis holds {:?}",
+            redis.command(&["KEYS", "*"])
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the dead instance's lease never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instances_session_resumes_elsewhere_and_its_calls_end_once() {
+    let redis = RedisServer::start();
+    let mut a = Instance::spawn(&redis.url(), "a").await;
+    let b = Instance::spawn(&redis.url(), "b").await;
+
+    let mut conn = Conn::connect(Kind::Ws, a.addr, None).await;
+    let session = conn.session.clone();
+    let done = conn
+        .call_done("e1", "echo", json!({"message": "before"}))
+        .await;
+    assert_eq!(done["status"], "OK");
+    // A five-step call, killed in its first steps.
+    conn.call(
+        "p1",
+        "process_file",
+        json!({"filename": "a.txt", "operation": "read"}),
+    )
+    .await;
+    let update = conn.expect_update("p1").await;
+    assert_eq!(update["status"], "RUNNING", "{update}");
+    a.kill();
+    drop(conn);
+
+    // The client saw only the HAI (seq 1): everything else is replayed.
+    let (mut conn, first) = resume_when_owner_gone(b.addr, &session, 1, &redis).await;
+    let mut dones = Vec::new();
+    let mut confirmed = false;
+    let mut next = Some(first);
+    while dones.len() < 2 {
+        let env = match next.take() {
+            Some(env) => env,
+            None => conn.recv().await,
+        };
+        assert_eq!(env["session"], session.as_str(), "{env}");
+        match env["type"].as_str() {
+            Some("TOOL_DONE") => dones.push(env["payload"].clone()),
+            Some("HAI") => {
+                assert_eq!(env["payload"]["last_rx_seq"], "0", "{env}");
+                confirmed = true;
+            }
+            Some("TOOL_UPDATE") => assert_eq!(env["payload"]["call_id"], "p1"),
+            other => panic!("unexpected {other:?}: {env}"),
+        }
+    }
+    assert!(
+        confirmed,
+        "the resumption was confirmed before the lost call's end"
+    );
+    assert_eq!(
+        dones[0],
+        json!({"call_id": "e1", "status": "OK", "result": {"echoed": "before"}})
+    );
+    assert_eq!(dones[1]["call_id"], "p1");
+    assert_eq!(dones[1]["status"], "ERROR");
+    assert_eq!(dones[1]["result"]["code"], "INTERNAL_ERROR");
+    let message = dones[1]["result"]["error"].as_str().unwrap();
+    assert!(message.contains("instance lost"), "{message}");
+    // Exactly one TOOL_DONE each: nothing else is owed, and the session
+    // lives on, on b.
+    conn.ping_marker().await;
+    let done = conn
+        .call_done("e2", "echo", json!({"message": "after"}))
+        .await;
+    assert_eq!(done["result"], json!({"echoed": "after"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_shutting_down_hands_its_sessions_over() {
+    let redis = RedisServer::start();
+    let (a, _) = start(demo_builder().redis(redis.url()).instance_id("a")).await;
+    let (b, _) = start(demo_builder().redis(redis.url()).instance_id("b")).await;
+    let mut conn = Conn::connect(Kind::Ws, a.local_addr(), None).await;
+    let session = conn.session.clone();
+    let done = conn.call_done("e1", "echo", json!({"message": "hi"})).await;
+    assert_eq!(done["status"], "OK");
+    let seen = conn.last_seq();
+    // A graceful stop gives its lease up: no waiting for it to expire.
+    a.shutdown().await;
+    drop(conn);
+    let mut conn = Conn::connect(Kind::Ws, b.local_addr(), None).await;
+    conn.send(&resume_hai("r", &session, "1")).await;
+    conn.follow(&session, 1);
+    let done = conn.expect_done("e1").await;
+    assert_eq!(done["result"], json!({"echoed": "hi"}));
+    let mut seq = 2;
+    loop {
+        let env = conn.recv().await;
+        seq += 1;
+        if env["type"] == "HAI" {
+            assert_eq!(env["seq"], seq.to_string(), "{env}");
+            break;
+        }
+    }
+    assert!(seq > seen, "the counter continues past what the client saw");
+    let done = conn
+        .call_done("e2", "echo", json!({"message": "on b"}))
+        .await;
+    assert_eq!(done["result"], json!({"echoed": "on b"}));
+}
+
+#[tokio::test]
+async fn redis_absent_at_start_is_an_error_naming_the_url() {
+    let url = format!("redis://127.0.0.1:{}", mcp_support::free_port());
+    let server = demo_builder()
+        .redis(url.clone())
+        .addr("127.0.0.1:0")
+        .build()
+        .expect("the settings are valid");
+    let Err(err) = server.start().await else {
+        panic!("no Redis: no server")
+    };
+    let text = err.to_string();
+    assert!(text.contains(&url), "{text}");
+    assert!(matches!(err, haip::Error::Redis { .. }), "{err:?}");
+    // A URL that is not one fails when building.
+    let Err(err) = demo_builder().redis("not a url").build() else {
+        panic!("a URL that is not one is refused")
+    };
+    assert!(err.to_string().contains("not a url"), "{err}");
+}
+
+/// `/stats`' `cluster.reachable`, once it is `want` (within 15 s).
+async fn wait_reachable(addr: SocketAddr, want: bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let response = http(addr, "GET", "/stats", &[], "").await;
+        let stats: Value = serde_json::from_str(&response.body).unwrap();
+        if stats["cluster"]["reachable"] == want {
+            return stats;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cluster.reachable never became {want}: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_redis_keeps_sessions_working_and_it_recovers() {
+    let mut redis = RedisServer::start();
+    let (a, _) = start(demo_builder().redis(redis.url()).instance_id("a")).await;
+    let (b, _) = start(demo_builder().redis(redis.url()).instance_id("b")).await;
+    let stats = wait_reachable(a.local_addr(), true).await;
+    assert_eq!(stats["instance"], "a");
+    let mut instances: Vec<String> = stats["cluster"]["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    instances.sort();
+    assert_eq!(instances, ["a", "b"], "{stats}");
+
+    let mut conn = Conn::connect(Kind::Ws, a.local_addr(), None).await;
+    let session = conn.session.clone();
+    redis.stop();
+    // Sessions go on working on their instance.
+    let done = conn
+        .call_done("e1", "echo", json!({"message": "no redis"}))
+        .await;
+    assert_eq!(done["status"], "OK");
+    wait_reachable(a.local_addr(), false).await;
+    // Resuming elsewhere cannot work meanwhile, and says why.
+    let mut other = Conn::connect(Kind::Ws, b.local_addr(), None).await;
+    other.send(&resume_hai("r1", &session, "1")).await;
+    let error = other.expect_error().await;
+    assert_eq!(error["code"], "RESUME_FAILED", "{error}");
+    assert_eq!(error["detail"]["reason"], "session store unavailable");
+
+    redis.restart();
+    wait_reachable(a.local_addr(), true).await;
+    let done = conn
+        .call_done("e2", "echo", json!({"message": "redis back"}))
+        .await;
+    assert_eq!(done["status"], "OK");
+    conn.ping_marker().await;
+}
