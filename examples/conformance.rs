@@ -387,6 +387,11 @@ async fn main() -> Result<(), haip::Error> {
         .init();
     let server = haip::Server::builder()
         .from_env()
+        // MCP sessions at `/mcp`: the elicitation and sampling scenarios need
+        // the client to answer the server's requests, which a stateless
+        // server cannot receive (the answer is a new POST no request waits
+        // for), and the SSE scenarios open the session's `GET` stream.
+        .mcp_sessions(true)
         .annotated_tools()
         .build()?;
     // `--stdio`: MCP on stdin and stdout instead of a listening server.

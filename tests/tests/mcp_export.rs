@@ -1,13 +1,16 @@
 //! The MCP export side end to end, with the Rust MCP SDK (`rmcp`) as the
 //! client: the quickstart's tools served over MCP stdio (the `mcp_export`
-//! example) and over Streamable HTTP at `/mcp` of a running server run the
-//! same scenarios — `tools/list` with haip's schemas, a structured result,
-//! invalid params as a readable tool error, progress notifications,
-//! cancellation, an unknown tool as a JSON-RPC error. HTTP only: the `/mcp`
-//! endpoint behind JWT authentication (401 without a token, the subject seen
-//! by tools with one), `mcp_endpoint(false)`, tools registered at run time
-//! (announced with `notifications/tools/list_changed`),
-//! timeouts answered at the deadline, and MCP calls in `/stats`.
+//! example) and over Streamable HTTP at `/mcp` of a running server, stateless
+//! (the default) and with `mcp_sessions(true)`, run the same scenarios —
+//! `tools/list` with haip's schemas, a structured result, invalid params as a
+//! readable tool error, progress notifications, cancellation, an unknown tool
+//! as a JSON-RPC error. HTTP only: the `/mcp` endpoint behind JWT
+//! authentication (401 without a token, the subject seen by tools with one),
+//! `mcp_endpoint(false)`, tools registered at run time (announced with
+//! `notifications/tools/list_changed`, which needs sessions), timeouts
+//! answered at the deadline, MCP calls in `/stats`, and `max_sessions`
+//! bounding sessions. `tests/mcp_stateless.rs` has what is particular to the
+//! stateless mode.
 
 #[path = "support/mcp.rs"]
 mod mcp_support;
@@ -36,7 +39,9 @@ use tokio::sync::mpsc;
 
 use support::QUICKSTART_TOOLS as QUICKSTART;
 
-/// Runs each scenario over MCP stdio (`mod stdio`) and over `/mcp` (`mod http`).
+/// Runs each scenario over MCP stdio (`mod stdio`), over a stateless `/mcp`
+/// (`mod http`, the default) and over `/mcp` with MCP sessions
+/// (`mod http_sessions`).
 macro_rules! both_transports {
     ($($name:ident),* $(,)?) => {
         mod stdio {
@@ -54,6 +59,18 @@ macro_rules! both_transports {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let (handle, _) = super::start(super::demo_builder()).await;
+                    let mut mcp = super::Mcp::http(handle.local_addr(), None).await;
+                    super::$name(&mut mcp).await;
+                    mcp.close().await;
+                }
+            )*
+        }
+        mod http_sessions {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let builder = super::demo_builder().mcp_sessions(true);
+                    let (handle, _) = super::start(builder).await;
                     let mut mcp = super::Mcp::http(handle.local_addr(), None).await;
                     super::$name(&mut mcp).await;
                     mcp.close().await;
@@ -491,10 +508,22 @@ fn cancel_probe() -> (Tool, mpsc::UnboundedReceiver<&'static str>) {
     (tool, rx)
 }
 
+/// Stateless, the server never sees `notifications/cancelled` (a POST of
+/// its own): the client closing the call's response stream cancels it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_cancellation_reaches_the_tool_context() {
+    cancellation_reaches_the_tool_context(demo_builder()).await;
+}
+
+/// With sessions, `notifications/cancelled` reaches the call's session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_sessions_cancellation_reaches_the_tool_context() {
+    cancellation_reaches_the_tool_context(demo_builder().mcp_sessions(true)).await;
+}
+
+async fn cancellation_reaches_the_tool_context(builder: haip::ServerBuilder) {
     let (probe, mut events) = cancel_probe();
-    let (handle, _) = start(demo_builder().tool(probe)).await;
+    let (handle, _) = start(builder.tool(probe)).await;
     let mut mcp = Mcp::http(handle.local_addr(), None).await;
     let call = mcp.start_call("wait_for_cancel", json!({})).await;
     assert_eq!(
@@ -665,9 +694,11 @@ async fn names(mcp: &Mcp) -> Vec<String> {
         .collect()
 }
 
+/// Needs sessions: `notifications/tools/list_changed` goes out on the
+/// session's `GET` stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_tools_registered_at_run_time_are_listed() {
-    let (handle, _): (ServerHandle, _) = start(demo_builder()).await;
+    let (handle, _): (ServerHandle, _) = start(demo_builder().mcp_sessions(true)).await;
     let mut mcp = Mcp::http(handle.local_addr(), None).await;
     assert_eq!(names(&mcp).await, QUICKSTART);
     let replaced = handle.register_tool(greeter()).expect("greet registers");
@@ -780,10 +811,11 @@ async fn http_running_calls_are_active_in_stats() {
 }
 
 /// `max_sessions` bounds MCP-over-HTTP sessions: one more initialize gets a
-/// plain `503`, and a closed session frees its place.
+/// plain `503`, and a closed session frees its place. (Stateless, it bounds
+/// requests being served: `tests/mcp_stateless.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_mcp_sessions_are_bounded() {
-    let (handle, _) = start(demo_builder().max_sessions(1)).await;
+    let (handle, _) = start(demo_builder().mcp_sessions(true).max_sessions(1)).await;
     let addr = handle.local_addr();
     let first = Mcp::http(addr, None).await;
     let refused = post_initialize(addr, &[]).await;

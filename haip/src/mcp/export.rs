@@ -60,9 +60,14 @@ pub(crate) struct ExportService {
     /// The least severe log line the client wants (`logging/setLevel`;
     /// `info` until it says), as a [`LogLevel`] index.
     log_level: Arc<AtomicU8>,
+    /// Serves one stateless `/mcp` request (no MCP session): nothing reaches
+    /// the client outside this request's response, and the client cannot
+    /// answer requests of the server (elicitation, sampling).
+    stateless: bool,
 }
 
-/// Counts live MCP-over-HTTP sessions, for `max_sessions`.
+/// Counts live MCP-over-HTTP sessions (in stateless mode, requests being
+/// served), for `max_sessions`.
 pub(crate) struct LiveSession(Arc<AtomicUsize>);
 
 impl Drop for LiveSession {
@@ -72,6 +77,7 @@ impl Drop for LiveSession {
 }
 
 impl ExportService {
+    /// A service for one MCP session (stdio, or `/mcp` in session mode).
     pub(crate) fn new(shared: Arc<Shared>, live: Option<Arc<LiveSession>>) -> ExportService {
         let permits = shared.config.max_inflight_calls;
         let ended = CancellationToken::new();
@@ -85,13 +91,16 @@ impl ExportService {
             ended,
             relaying: Arc::new(AtomicBool::new(false)),
             log_level: Arc::new(AtomicU8::new(LogLevel::Info as u8)),
+            stateless: false,
         }
     }
 
-    /// A service for a new HTTP session, or an error when `max_sessions` are live.
+    /// A service for a new HTTP session (in stateless mode, for one request),
+    /// or an error when `max_sessions` are live.
     pub(crate) fn for_http(
         shared: &Arc<Shared>,
         live: &Arc<AtomicUsize>,
+        stateless: bool,
     ) -> Result<ExportService, std::io::Error> {
         let max = shared.config.max_sessions;
         if live
@@ -103,7 +112,9 @@ impl ExportService {
             )));
         }
         let guard = Arc::new(LiveSession(Arc::clone(live)));
-        Ok(ExportService::new(Arc::clone(shared), Some(guard)))
+        let mut service = ExportService::new(Arc::clone(shared), Some(guard));
+        service.stateless = stateless;
+        Ok(service)
     }
 }
 
@@ -144,11 +155,17 @@ fn describes_object(schema: &Map<String, Value>) -> bool {
 
 impl ServerHandler for ExportService {
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder()
+        let mut capabilities = ServerCapabilities::builder()
             .enable_logging()
             .enable_tools()
-            .enable_tool_list_changed()
             .build();
+        // A stateless server has no stream to announce registry changes on:
+        // it does not promise `notifications/tools/list_changed`.
+        if !self.stateless
+            && let Some(tools) = &mut capabilities.tools
+        {
+            tools.list_changed = Some(true);
+        }
         let mut info = InitializeResult::new(capabilities);
         info.server_info = Implementation::new("haip", env!("CARGO_PKG_VERSION"));
         info
@@ -299,11 +316,17 @@ impl ExportService {
             limits,
             // Not on a session's task: the request's own.
             inline: true,
-            peer: Some(Arc::new(ClientPeer(context.peer.clone()))),
+            peer: Some(Arc::new(ClientPeer {
+                peer: context.peer.clone(),
+                stateless: self.stateless,
+            })),
         };
         let logs = LogRelay {
             peer: &context.peer,
             level: &self.log_level,
+            // A level in the request's `_meta` (how a stateless client says
+            // it: no `logging/setLevel` outlives its request) wins.
+            requested: context.meta.log_level().map(|l| log_level(l) as u8),
             logger: tool.name(),
         };
         // A call that finished on its first poll is done here and now.
@@ -448,6 +471,8 @@ fn log_level(level: LoggingLevel) -> LogLevel {
 struct LogRelay<'a> {
     peer: &'a McpPeer<RoleServer>,
     level: &'a AtomicU8,
+    /// The request's own level (`_meta` `io.modelcontextprotocol/logLevel`).
+    requested: Option<u8>,
     logger: &'a str,
 }
 
@@ -455,7 +480,7 @@ impl LogRelay<'_> {
     async fn flush(&self, slot: &ProgressSlot) {
         let (lines, dropped) = slot.take_logs();
         let dropped = (dropped > 0).then(|| LogLine::dropped(dropped));
-        let least = self.level.load(Relaxed);
+        let least = self.requested.unwrap_or_else(|| self.level.load(Relaxed));
         for line in lines.iter().chain(dropped.as_ref()) {
             if (line.level as u8) < least {
                 continue;
@@ -474,12 +499,22 @@ impl LogRelay<'_> {
 
 /// The MCP client of a call, answering its questions (elicitation, form
 /// mode) and sampling requests.
-struct ClientPeer(McpPeer<RoleServer>);
+struct ClientPeer {
+    peer: McpPeer<RoleServer>,
+    /// A stateless `/mcp` request: the client's answer to a request of the
+    /// server would come as a new POST that no instance waits for, so
+    /// questions and sampling are refused at once.
+    stateless: bool,
+}
 
 impl Peer for ClientPeer {
     fn ask(&self, message: String, form: Arc<Form>) -> PeerFuture<Result<Answer<Value>, AskError>> {
-        let peer = self.0.clone();
+        let peer = self.peer.clone();
+        let stateless = self.stateless;
         Box::pin(async move {
+            if stateless {
+                return Err(AskError::Unsupported);
+            }
             let forms = peer
                 .supported_elicitation_modes()
                 .contains(&rmcp::service::ElicitationMode::Form);
@@ -529,8 +564,12 @@ impl Peer for ClientPeer {
     }
 
     fn sample(&self, request: SampleRequest) -> PeerFuture<Result<Sampled, SampleError>> {
-        let peer = self.0.clone();
+        let peer = self.peer.clone();
+        let stateless = self.stateless;
         Box::pin(async move {
+            if stateless {
+                return Err(SampleError::Unsupported);
+            }
             let offers = peer
                 .peer_info()
                 .is_some_and(|info| info.capabilities.sampling.is_some());
@@ -642,6 +681,23 @@ fn error_result(message: String, details: Option<Value>) -> CallToolResult {
 }
 
 /// The Streamable HTTP MCP endpoint at `/mcp`.
+///
+/// **Stateless** (the default): every POST is served on its own by a fresh
+/// [`ExportService`], with no `Mcp-Session-Id`, so any instance behind a load
+/// balancer answers any request. A plain request-response is answered with
+/// `application/json`; a call that reports progress or log lines first gets
+/// them on its response's SSE stream. `GET` and `DELETE` are `405`. Requests
+/// of the server to the client (elicitation, sampling) are refused at once
+/// (`AskError::Unsupported`, `SampleError::Unsupported`): the answer would
+/// be a new POST that nothing waits for. `max_sessions` bounds the requests
+/// being served at once.
+///
+/// **Sessions** (`ServerBuilder::mcp_sessions(true)`): `initialize` opens an
+/// MCP session held by this instance (`Mcp-Session-Id`), which serves the
+/// client's later requests, its answers to elicitation and sampling, and the
+/// `GET` stream that carries `notifications/tools/list_changed`.
+/// `max_sessions` bounds the live sessions. (Requests of protocol revisions
+/// without `initialize`, 2026-07-28 and later, are stateless either way.)
 pub(crate) struct McpHttp {
     service: rmcp::transport::StreamableHttpService<
         ExportService,
@@ -649,18 +705,28 @@ pub(crate) struct McpHttp {
     >,
     live: Arc<AtomicUsize>,
     max_sessions: usize,
+    sessions: bool,
 }
 
 impl McpHttp {
     /// `open_host`: accept any `Host` header (authentication is on, or the
     /// operator allowed unauthenticated non-loopback serving). Otherwise only
     /// loopback hosts are accepted, against DNS rebinding. `max_body_bytes`:
-    /// the largest request body.
-    pub(crate) fn new(shared: &Arc<Shared>, open_host: bool, max_body_bytes: usize) -> McpHttp {
+    /// the largest request body. `sessions`: MCP sessions held by this
+    /// instance instead of stateless requests.
+    pub(crate) fn new(
+        shared: &Arc<Shared>,
+        open_host: bool,
+        max_body_bytes: usize,
+        sessions: bool,
+    ) -> McpHttp {
         use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
-        let mut config = StreamableHttpServerConfig::default();
-        config.cancellation_token = shared.shutdown.child_token();
-        config.max_request_body_bytes = max_body_bytes;
+        let mut config = StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(sessions)
+            // Stateless: a result with nothing before it is plain JSON.
+            .with_json_response(!sessions)
+            .with_cancellation_token(shared.shutdown.child_token())
+            .with_max_request_body_bytes(max_body_bytes);
         if open_host {
             config = config.disable_allowed_hosts();
         }
@@ -668,7 +734,7 @@ impl McpHttp {
         let factory_shared = Arc::clone(shared);
         let factory_live = Arc::clone(&live);
         let service = rmcp::transport::StreamableHttpService::new(
-            move || ExportService::for_http(&factory_shared, &factory_live),
+            move || ExportService::for_http(&factory_shared, &factory_live, !sessions),
             Arc::default(),
             config,
         );
@@ -676,16 +742,18 @@ impl McpHttp {
             service,
             live,
             max_sessions: shared.config.max_sessions,
+            sessions,
         }
     }
 
-    /// Whether `req` would open a new session while `max_sessions` are live.
-    /// (The service factory's own check, which rmcp answers with a 500, stays
-    /// as the race-free backstop.)
+    /// Whether `req` would need a service while `max_sessions` are live: a
+    /// POST opening a session, or in stateless mode any POST. (The service
+    /// factory's own check, which rmcp answers with a 500, stays as the
+    /// race-free backstop.)
     pub(crate) fn is_full_for(&self, req: &hyper::Request<hyper::body::Incoming>) -> bool {
-        let opens_session =
-            req.method() == hyper::Method::POST && !req.headers().contains_key("mcp-session-id");
-        opens_session && self.live.load(Relaxed) >= self.max_sessions
+        let needs_service = req.method() == hyper::Method::POST
+            && (!self.sessions || !req.headers().contains_key("mcp-session-id"));
+        needs_service && self.live.load(Relaxed) >= self.max_sessions
     }
 
     /// Serves one request; `subject` is the authenticated caller, if any.
@@ -780,6 +848,31 @@ mod tests {
                 .text
                 .starts_with("{\"content\"")
         );
+    }
+
+    /// Stateless services do not promise `listChanged` (nothing to send it
+    /// on); each counts against `max_sessions` while it lives.
+    #[tokio::test]
+    async fn http_services_count_and_only_sessions_promise_list_changed() {
+        let config = crate::session::SessionConfig {
+            max_sessions: 2,
+            ..Default::default()
+        };
+        let shared = Shared::for_tests(config);
+        let live = Arc::new(AtomicUsize::new(0));
+        let session = ExportService::for_http(&shared, &live, false).unwrap();
+        let stateless = ExportService::for_http(&shared, &live, true).unwrap();
+        assert_eq!(live.load(Relaxed), 2);
+        let full = ExportService::for_http(&shared, &live, true);
+        assert!(full.is_err(), "a third service with max_sessions = 2");
+        let tools = |s: &ExportService| s.get_info().capabilities.tools.unwrap();
+        assert_eq!(tools(&session).list_changed, Some(true));
+        assert_eq!(tools(&stateless).list_changed, None);
+        assert!(stateless.get_info().capabilities.logging.is_some());
+        drop(stateless);
+        assert_eq!(live.load(Relaxed), 1);
+        drop(session);
+        assert_eq!(live.load(Relaxed), 0);
     }
 
     #[test]

@@ -41,6 +41,9 @@
 //! `elicitation/create` (form mode) for clients that declare elicitation,
 //! `ctx.sample` becomes `sampling/createMessage`, and
 //! [`Content`](crate::Content) results become content blocks one to one.
+//! `/mcp` is stateless by default (any instance answers any request); over
+//! HTTP, elicitation, sampling and `notifications/tools/list_changed` need
+//! [`ServerBuilder::mcp_sessions`](crate::ServerBuilder::mcp_sessions).
 //!
 //! ```no_run
 //! /// Shout the input.

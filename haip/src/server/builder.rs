@@ -28,6 +28,8 @@ pub struct ServerBuilder {
     mcp_imports: Vec<crate::mcp::McpImport>,
     #[cfg(feature = "mcp")]
     mcp_endpoint: Option<bool>,
+    #[cfg(feature = "mcp")]
+    mcp_sessions: bool,
     /// `redis` / `HAIP_REDIS_URL`: sessions shared through this Redis server.
     redis_url: Option<String>,
     /// `instance_id` / `HAIP_INSTANCE_ID`.
@@ -101,10 +103,12 @@ impl ServerBuilder {
     /// Applies the environment: `HAIP_ADDR` sets the listen address,
     /// `HAIP_JWT_SECRET` turns on HS256 authentication with that secret (an
     /// empty one is a start-up error), `HAIP_ALLOW_UNAUTHENTICATED=1` allows
-    /// a non-loopback address without authentication, and
+    /// a non-loopback address without authentication,
     /// `HAIP_TOOL_SCHEMA_LEGACY=1` turns on
     /// [`tool_schema_legacy_field`](Self::tool_schema_legacy_field) for
-    /// clients that read `payload.schema` from `TOOL_SCHEMA`.
+    /// clients that read `payload.schema` from `TOOL_SCHEMA`, and (feature
+    /// `mcp`) `HAIP_MCP_SESSIONS=1` turns on `mcp_sessions`: MCP sessions at
+    /// `/mcp` instead of stateless requests.
     pub fn from_env(mut self) -> Self {
         if let Ok(addr) = std::env::var("HAIP_ADDR")
             && !addr.trim().is_empty()
@@ -120,6 +124,10 @@ impl ServerBuilder {
         }
         if flag("HAIP_TOOL_SCHEMA_LEGACY") {
             self.config.session.tool_schema_legacy_field = true;
+        }
+        #[cfg(feature = "mcp")]
+        if flag("HAIP_MCP_SESSIONS") {
+            self.mcp_sessions = true;
         }
         let set = |name| {
             std::env::var(name)
@@ -275,6 +283,46 @@ impl ServerBuilder {
     #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
     pub fn mcp_endpoint(mut self, enabled: bool) -> Self {
         self.mcp_endpoint = Some(enabled);
+        self
+    }
+
+    /// Serve `/mcp` with MCP sessions held by this server instead of
+    /// statelessly (default `false`; `HAIP_MCP_SESSIONS=1` with
+    /// [`from_env`](Self::from_env)). Feature `mcp`.
+    ///
+    /// **Stateless** (the default): the client sees no `Mcp-Session-Id`;
+    /// every POST is served on its own, so any instance behind a load
+    /// balancer can answer any request, even one that never saw the
+    /// client's `initialize`. A result with nothing before it comes back as
+    /// `application/json`; progress (`ctx.progress`) and log lines
+    /// (`ctx.log`) of a call come on that call's response stream (SSE) before
+    /// its result. What needs the server to reach the client outside the
+    /// request it is answering does not work: `ctx.ask` fails at once with
+    /// [`AskError::Unsupported`](crate::AskError::Unsupported) and
+    /// `ctx.sample` with [`SampleError::Unsupported`](crate::SampleError::Unsupported)
+    /// (the client's answer would arrive as a new POST that no instance is
+    /// waiting for), no `notifications/tools/list_changed` is sent (the
+    /// `tools` capability does not claim `listChanged`), `logging/setLevel`
+    /// lasts for its own request only (a level in a request's `_meta` is
+    /// honoured), `notifications/cancelled` is not seen (a call is cancelled
+    /// when its client closes the response stream), `GET` and `DELETE` are
+    /// `405`. [`max_sessions`](Self::max_sessions) bounds the MCP requests
+    /// being served at once, and
+    /// [`max_inflight_calls`](Self::max_inflight_calls) has nothing to bound
+    /// (one call per request).
+    ///
+    /// **Sessions**: `initialize` opens a session on this instance
+    /// (`Mcp-Session-Id`), which serves every later request of that client,
+    /// so a load balancer must keep a client on one instance. Elicitation,
+    /// sampling, `notifications/tools/list_changed` (on the client's `GET`
+    /// stream) and `logging/setLevel` work; `max_sessions` bounds the live
+    /// sessions and `max_inflight_calls` the calls of each. Clients of
+    /// protocol revisions without `initialize` (2026-07-28 and later) are
+    /// served statelessly in either mode.
+    #[cfg(feature = "mcp")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+    pub fn mcp_sessions(mut self, enabled: bool) -> Self {
+        self.mcp_sessions = enabled;
         self
     }
 
@@ -503,6 +551,7 @@ impl ServerBuilder {
             mcp: super::McpSettings {
                 imports: self.mcp_imports.into_iter().map(Arc::new).collect(),
                 endpoint: self.mcp_endpoint.unwrap_or(true),
+                sessions: self.mcp_sessions,
             },
         })
     }

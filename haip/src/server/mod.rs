@@ -85,6 +85,8 @@ pub struct Server {
 pub(crate) struct McpSettings {
     pub(crate) imports: Vec<Arc<crate::mcp::McpImport>>,
     pub(crate) endpoint: bool,
+    /// `/mcp` holds MCP sessions instead of serving each request on its own.
+    pub(crate) sessions: bool,
 }
 
 impl std::fmt::Debug for Server {
@@ -142,7 +144,12 @@ impl Server {
         #[cfg(feature = "mcp")]
         let mcp = self.mcp.endpoint.then(|| {
             let open_host = self.auth.is_some() || self.config.allow_unauthenticated;
-            crate::mcp::export::McpHttp::new(&self.shared, open_host, self.config.max_body_bytes)
+            crate::mcp::export::McpHttp::new(
+                &self.shared,
+                open_host,
+                self.config.max_body_bytes,
+                self.mcp.sessions,
+            )
         });
         let hub = Arc::new(Hub {
             config: Arc::clone(&self.config),
