@@ -18,6 +18,14 @@
 //! | `haip:s:{session}:c` | set | call ids owed a `TOOL_DONE` |
 //! | `haip:s:{session}:claim` | string | the instance restoring it (10 s) |
 //! | `haip:i:{instance}` | string | the instance's lease ([`LEASE_TTL`]) |
+//! | `haip:open:{subject}` | set | `{session} {instance}` of each open stream session (upstream POST targets) |
+//!
+//! Instances talk to each other through one pub/sub channel each,
+//! `haip:to:{instance}`: links ([`crate::link`]) that relay a client
+//! connection to the instance running its session, or forward an upstream
+//! POST to the instance holding its stream. Every message is one byte of kind,
+//! the link id in 16 hex digits, and the body. Each end of a link sends a
+//! heartbeat every [`LEASE_REFRESH`]; a link silent for [`LEASE_TTL`] is lost.
 //!
 //! Recording never blocks a session: records go through a bounded queue to
 //! one writer task that sends them in pipelined batches. When Redis is away,
@@ -26,7 +34,7 @@
 //! and restoring answers `session store unavailable` until Redis is back (the
 //! connection reconnects by itself).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -37,7 +45,11 @@ use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::session::{InMemorySessionStore, Record, SessionStore, Shared, Snapshot, StoreFuture};
+use crate::link::{IncomingLink, LINK_QUEUE, Link, LinkMessage, LinkOpen, LinkPurpose};
+use crate::session::{
+    InMemorySessionStore, NotRestored, Record, SessionStore, Shared, Snapshot, StoreFuture,
+    TransportKind,
+};
 use crate::session::{TakeoverAddress, Takeovers};
 
 /// How often an instance refreshes its lease.
@@ -75,6 +87,14 @@ enum Entry {
     Ended {
         id: Arc<str>,
     },
+    StreamOpened {
+        id: String,
+        subject: Option<String>,
+    },
+    StreamClosed {
+        id: String,
+        subject: Option<String>,
+    },
 }
 
 /// The Redis-backed [`SessionStore`].
@@ -107,7 +127,27 @@ pub(crate) struct RedisSessionStore {
     recorded_lock: std::sync::Mutex<u64>,
     /// Records written, or given up on, so far (in queue order).
     written: tokio::sync::watch::Sender<u64>,
+    /// This instance's ends of open links, by link id.
+    links: std::sync::Mutex<HashMap<u64, LinkEnd>>,
+    /// Links other instances opened to this one, for the server to serve.
+    incoming: mpsc::Sender<IncomingLink>,
+    incoming_rx: std::sync::Mutex<Option<mpsc::Receiver<IncomingLink>>>,
+    /// When this store was made: link clocks count from it.
+    epoch: std::time::Instant,
 }
+
+/// Where the messages of one link go on this instance.
+struct LinkEnd {
+    tx: mpsc::Sender<LinkMessage>,
+    /// When the other end was last heard (ms since the epoch).
+    heard: Arc<AtomicU64>,
+}
+
+/// Links other instances may have waiting for the server, at most.
+const INCOMING_QUEUE: usize = 256;
+
+/// How long an instance waits before subscribing again after losing Redis.
+const RESUBSCRIBE: Duration = Duration::from_secs(1);
 
 impl RedisSessionStore {
     /// A store for the server at `url` (not connected yet: see
@@ -120,6 +160,7 @@ impl RedisSessionStore {
     ) -> Result<RedisSessionStore, String> {
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
         let (queue, queue_rx) = mpsc::channel(QUEUE);
+        let (incoming, incoming_rx) = mpsc::channel(INCOMING_QUEUE);
         Ok(RedisSessionStore {
             local: InMemorySessionStore::default(),
             url: url.to_owned(),
@@ -138,6 +179,10 @@ impl RedisSessionStore {
             recorded: AtomicU64::new(0),
             recorded_lock: std::sync::Mutex::new(0),
             written: tokio::sync::watch::Sender::new(0),
+            links: std::sync::Mutex::new(HashMap::new()),
+            incoming,
+            incoming_rx: std::sync::Mutex::new(Some(incoming_rx)),
+            epoch: std::time::Instant::now(),
         })
     }
 
@@ -196,8 +241,302 @@ impl RedisSessionStore {
         if let Some(rx) = rx {
             tasks.spawn(Arc::clone(self).write(rx, conn.clone(), shutdown.clone()));
         }
+        // Subscribed before anyone may open a link here.
+        let pubsub = self.subscribe().await.map_err(|e| e.to_string())?;
+        tasks.spawn(Arc::clone(self).listen(pubsub, shutdown.clone()));
         tasks.spawn(Arc::clone(self).refresh_lease(conn, shutdown));
         Ok(())
+    }
+
+    /// The links other instances open to this one (taken once, by the server).
+    pub(crate) fn take_incoming(&self) -> Option<mpsc::Receiver<IncomingLink>> {
+        self.incoming_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    async fn subscribe(&self) -> redis::RedisResult<redis::aio::PubSub> {
+        let subscribe = async {
+            let mut pubsub = self.client.get_async_pubsub().await?;
+            pubsub.subscribe(inbox_key(&self.instance)).await?;
+            Ok(pubsub)
+        };
+        tokio::time::timeout(IO_TIMEOUT, subscribe)
+            .await
+            .unwrap_or_else(|_| {
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "subscribing timed out",
+                )))
+            })
+    }
+
+    /// Takes the messages of this instance's channel to its link ends, and
+    /// subscribes again whenever the subscription is lost (every open link
+    /// is lost with it), until `shutdown`.
+    async fn listen(self: Arc<Self>, pubsub: redis::aio::PubSub, shutdown: CancellationToken) {
+        use futures_util::StreamExt;
+        let mut pubsub = Some(pubsub);
+        loop {
+            if let Some(subscribed) = pubsub.take() {
+                let mut messages = subscribed.into_on_message();
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        message = messages.next() => match message {
+                            Some(message) => self.dispatch(message.get_payload_bytes()),
+                            None => break,
+                        },
+                    }
+                }
+                tracing::warn!(url = %self.url, "lost the subscription to other instances' messages");
+                // Their other ends learn it from the silence.
+                self.lock_links().clear();
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(RESUBSCRIBE) => {}
+            }
+            pubsub = self.subscribe().await.ok();
+        }
+    }
+
+    fn lock_links(&self) -> std::sync::MutexGuard<'_, HashMap<u64, LinkEnd>> {
+        self.links.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One message from another instance, to the link end it is for.
+    fn dispatch(self: &Arc<Self>, payload: &[u8]) {
+        let Some((kind, id, body)) = split_message(payload) else {
+            tracing::debug!("malformed message between instances dropped");
+            return;
+        };
+        if kind == b'O' {
+            let Some((from, open)) = decode_open(body) else {
+                tracing::debug!("malformed link opening dropped");
+                return;
+            };
+            let link = self.open_end(id, from, None);
+            if self.incoming.try_send(IncomingLink { link, open }).is_err() {
+                // Dropping the link ends it, which the other end hears.
+                tracing::warn!("too many links waiting to be served; one refused");
+            }
+            return;
+        }
+        let Some(message) = decode_message(kind, body) else {
+            tracing::debug!(kind, "unknown message between instances dropped");
+            return;
+        };
+        let mut links = self.lock_links();
+        let Some(end) = links.get(&id) else { return };
+        end.heard.store(self.now_ms(), Relaxed);
+        let closing = matches!(message, LinkMessage::Close { .. });
+        if end.tx.try_send(message).is_err() || closing {
+            // Full: the reader fell too far behind, and loses the link.
+            links.remove(&id);
+        }
+    }
+
+    /// Makes this instance's end of link `id` with instance `peer`; its
+    /// messages are published by a task of their own, `first` first.
+    fn open_end(self: &Arc<Self>, id: u64, peer: String, first: Option<Vec<u8>>) -> Link {
+        let (in_tx, in_rx) = mpsc::channel(LINK_QUEUE);
+        let (out_tx, out_rx) = mpsc::channel(LINK_QUEUE);
+        let heard = Arc::new(AtomicU64::new(self.now_ms()));
+        self.lock_links().insert(
+            id,
+            LinkEnd {
+                tx: in_tx,
+                heard: Arc::clone(&heard),
+            },
+        );
+        if let Some(shared) = self.shared.get() {
+            shared
+                .runner
+                .tasks()
+                .spawn(Arc::clone(self).publish(id, peer, first, out_rx, heard));
+        }
+        Link {
+            out: out_tx,
+            inbound: in_rx,
+        }
+    }
+
+    /// Publishes what this end of link `id` sends, in order, with a
+    /// heartbeat every [`LEASE_REFRESH`]; ends the link when its other end
+    /// has been silent for [`LEASE_TTL`] or Redis refuses a message.
+    async fn publish(
+        self: Arc<Self>,
+        id: u64,
+        peer: String,
+        first: Option<Vec<u8>>,
+        mut out: mpsc::Receiver<LinkMessage>,
+        heard: Arc<AtomicU64>,
+    ) {
+        let channel = inbox_key(&peer);
+        let Some(mut conn) = self.conn.get().cloned() else {
+            return;
+        };
+        let mut pending: Vec<Vec<u8>> = first.into_iter().collect();
+        let mut beat = tokio::time::interval(LEASE_REFRESH);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut closed = false;
+        loop {
+            if !pending.is_empty() {
+                let mut pipe = redis::pipe();
+                for message in pending.drain(..) {
+                    pipe.publish(&channel, message).ignore();
+                }
+                let sent =
+                    tokio::time::timeout(IO_TIMEOUT, pipe.query_async::<()>(&mut conn)).await;
+                if !matches!(sent, Ok(Ok(()))) || closed {
+                    break;
+                }
+            }
+            tokio::select! {
+                message = out.recv() => match message {
+                    Some(message) => {
+                        let mut next = Some(message);
+                        while let Some(message) = next.take() {
+                            closed |= matches!(message, LinkMessage::Close { .. });
+                            pending.push(encode_message(id, &message));
+                            if pending.len() < 64 && !closed {
+                                next = out.try_recv().ok();
+                            }
+                        }
+                    }
+                    None => {
+                        // This end let go: say so.
+                        closed = true;
+                        pending.push(encode_message(id, &LinkMessage::Close { code: 0, reason: String::new() }));
+                    }
+                },
+                _ = beat.tick() => {
+                    let silent = self.now_ms().saturating_sub(heard.load(Relaxed));
+                    if silent > LEASE_TTL.as_millis() as u64 {
+                        tracing::debug!(peer, "link lost: the other instance went silent");
+                        break;
+                    }
+                    pending.push(encode_message(id, &LinkMessage::Heartbeat));
+                }
+            }
+        }
+        // Dropping the sender ends this end's inbound: lost, or closed.
+        self.lock_links().remove(&id);
+    }
+
+    /// Publishes that stream session `id` of `subject` is open here (a
+    /// target of upstream POSTs sent to any instance).
+    pub(crate) fn stream_opened(&self, id: &str, subject: Option<&str>) {
+        self.enqueue(Entry::StreamOpened {
+            id: id.to_owned(),
+            subject: subject.map(str::to_owned),
+        });
+    }
+
+    /// Stream session `id` is no longer open here.
+    pub(crate) fn stream_closed(&self, id: &str, subject: Option<&str>) {
+        self.enqueue(Entry::StreamClosed {
+            id: id.to_owned(),
+            subject: subject.map(str::to_owned),
+        });
+    }
+
+    /// The open stream session on another live instance that an upstream
+    /// POST of `subject` goes to (HAIP.md §15.4, across the cluster): the
+    /// first of `candidates` open elsewhere, else the subject's only open
+    /// stream session when it has none here (`local` counts those). Gives
+    /// `(session, instance)`; `Err` when Redis cannot say.
+    pub(crate) async fn locate(
+        &self,
+        subject: Option<&str>,
+        candidates: &[&str],
+        local: usize,
+    ) -> Result<Option<(String, String)>, &'static str> {
+        let Some(mut conn) = self.conn.get().cloned().filter(|_| self.is_healthy()) else {
+            return Err("session store unavailable");
+        };
+        let key = open_key(subject);
+        let read = tokio::time::timeout(IO_TIMEOUT, async {
+            let members: Vec<String> = conn.smembers(&key).await?;
+            let mut open = Vec::new();
+            let mut alive: HashMap<String, bool> = HashMap::new();
+            for member in members {
+                let Some((session, instance)) = member.split_once(' ') else {
+                    continue;
+                };
+                if instance == &*self.instance {
+                    // This instance's own are in its table.
+                    continue;
+                }
+                let live = match alive.get(instance) {
+                    Some(live) => *live,
+                    None => {
+                        let live: bool = conn.exists(lease_key(instance)).await?;
+                        alive.insert(instance.to_owned(), live);
+                        live
+                    }
+                };
+                if live {
+                    open.push((session.to_owned(), instance.to_owned()));
+                } else {
+                    // Its instance is gone: forget it.
+                    let _: () = conn.srem(&key, &member).await?;
+                }
+            }
+            Ok::<_, redis::RedisError>(open)
+        })
+        .await;
+        let open = match read {
+            Ok(Ok(open)) => open,
+            _ => return Err("session store unavailable"),
+        };
+        for candidate in candidates {
+            if let Some(found) = open.iter().find(|(session, _)| session == candidate) {
+                return Ok(Some(found.clone()));
+            }
+        }
+        Ok(match (local, open.as_slice()) {
+            (0, [only]) => Some(only.clone()),
+            _ => None,
+        })
+    }
+
+    /// Opens a link to instance `peer`, once `peer` has the opening (it is
+    /// subscribed: alive, and connected to Redis); `Err` says why not.
+    pub(crate) async fn open_link(
+        self: Arc<Self>,
+        peer: String,
+        open: LinkOpen,
+    ) -> Result<Link, &'static str> {
+        let Some(mut conn) = self.conn.get().cloned().filter(|_| self.is_healthy()) else {
+            return Err("session store unavailable");
+        };
+        let id = uuid::Uuid::new_v4().as_u64_pair().0;
+        // The end first: the answer may come at once.
+        let link = self.open_end(id, peer.clone(), None);
+        let opening = encode_open(id, &self.instance, &open);
+        let published = tokio::time::timeout(
+            IO_TIMEOUT,
+            conn.publish::<_, _, u64>(inbox_key(&peer), opening),
+        )
+        .await;
+        match published {
+            Ok(Ok(receivers)) if receivers > 0 => Ok(link),
+            Ok(Ok(_)) => {
+                self.lock_links().remove(&id);
+                Err("the instance holding the session is unreachable")
+            }
+            _ => {
+                self.lock_links().remove(&id);
+                Err("session store unavailable")
+            }
+        }
     }
 
     /// What this instance publishes with its lease, summed over the live
@@ -391,6 +730,14 @@ impl RedisSessionStore {
                     pipe.del(&[session_key(id), window_key(id), calls_key(id)])
                         .ignore();
                 }
+                Entry::StreamOpened { id, subject } => {
+                    let member = format!("{id} {}", self.instance);
+                    pipe.sadd(open_key(subject.as_deref()), member).ignore();
+                }
+                Entry::StreamClosed { id, subject } => {
+                    let member = format!("{id} {}", self.instance);
+                    pipe.srem(open_key(subject.as_deref()), member).ignore();
+                }
             }
         }
         pipe
@@ -422,20 +769,20 @@ impl RedisSessionStore {
     async fn restore_from_redis(
         store: Arc<RedisSessionStore>,
         id: String,
-    ) -> Result<Snapshot, &'static str> {
+    ) -> Result<Snapshot, NotRestored> {
         let Some(mut conn) = store.conn.get().cloned() else {
-            return Err("session store unavailable");
+            return Err(NotRestored::Refused("session store unavailable"));
         };
         let fetched = tokio::time::timeout(IO_TIMEOUT, async {
             let meta: BTreeMap<String, String> = conn.hgetall(session_key(&id)).await?;
             if meta.is_empty() {
-                return Ok(Err("unknown session"));
+                return Ok(Err(NotRestored::Refused("unknown session")));
             }
             let owner = meta.get("owner").cloned().unwrap_or_default();
             if owner != *store.instance {
                 let alive: bool = conn.exists(lease_key(&owner)).await?;
                 if alive {
-                    return Ok(Err("session held by another live instance"));
+                    return Ok(Err(NotRestored::Elsewhere(owner)));
                 }
             }
             let claimed: Option<String> = redis::cmd("SET")
@@ -447,7 +794,7 @@ impl RedisSessionStore {
                 .query_async(&mut conn)
                 .await?;
             if claimed.is_none() {
-                return Ok(Err("session being resumed elsewhere"));
+                return Ok(Err(NotRestored::Refused("session being resumed elsewhere")));
             }
             let window: Vec<Vec<u8>> = conn.lrange(window_key(&id), 0, -1).await?;
             let calls: Vec<String> = conn.smembers(calls_key(&id)).await?;
@@ -457,7 +804,7 @@ impl RedisSessionStore {
         let (meta, window, calls) = match fetched {
             Ok(Ok(Ok(found))) => found,
             Ok(Ok(Err(reason))) => return Err(reason),
-            Ok(Err(_)) | Err(_) => return Err("session store unavailable"),
+            Ok(Err(_)) | Err(_) => return Err(NotRestored::Refused("session store unavailable")),
         };
         Ok(snapshot(&meta, window, calls))
     }
@@ -545,6 +892,104 @@ fn lease_key(instance: &str) -> String {
     format!("haip:i:{instance}")
 }
 
+fn open_key(subject: Option<&str>) -> String {
+    format!("haip:open:{}", subject.unwrap_or(""))
+}
+
+fn inbox_key(instance: &str) -> String {
+    format!("haip:to:{instance}")
+}
+
+/// Kind, link id and body of a message between instances.
+fn split_message(payload: &[u8]) -> Option<(u8, u64, &[u8])> {
+    let (&kind, rest) = payload.split_first()?;
+    let hex = rest.get(..16)?;
+    let id = u64::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+    Some((kind, id, &rest[16..]))
+}
+
+fn frame(kind: u8, id: u64, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(17 + body.len());
+    out.push(kind);
+    out.extend_from_slice(format!("{id:016x}").as_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+fn encode_open(id: u64, from: &str, open: &LinkOpen) -> Vec<u8> {
+    let mut body = serde_json::json!({ "from": from, "subject": open.subject });
+    match &open.purpose {
+        LinkPurpose::Connection { transport, hai } => {
+            body["transport"] = match transport {
+                TransportKind::WebSocket => "ws",
+                TransportKind::Stream => "stream",
+            }
+            .into();
+            body["hai"] = hai.as_str().into();
+        }
+        LinkPurpose::Post { session } => body["post"] = session.as_str().into(),
+    }
+    frame(b'O', id, body.to_string().as_bytes())
+}
+
+fn decode_open(body: &[u8]) -> Option<(String, LinkOpen)> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let from = value["from"].as_str()?.to_owned();
+    let subject = value["subject"].as_str().map(str::to_owned);
+    let purpose = if let Some(session) = value["post"].as_str() {
+        LinkPurpose::Post {
+            session: session.to_owned(),
+        }
+    } else {
+        let transport = match value["transport"].as_str()? {
+            "ws" => TransportKind::WebSocket,
+            "stream" => TransportKind::Stream,
+            _ => return None,
+        };
+        LinkPurpose::Connection {
+            transport,
+            hai: value["hai"].as_str()?.to_owned(),
+        }
+    };
+    Some((from, LinkOpen { subject, purpose }))
+}
+
+fn encode_message(id: u64, message: &LinkMessage) -> Vec<u8> {
+    match message {
+        LinkMessage::Text(text) => frame(b'T', id, text),
+        LinkMessage::Binary(bytes) => frame(b'B', id, bytes),
+        LinkMessage::TooLarge => frame(b'L', id, b""),
+        LinkMessage::Activity => frame(b'A', id, b""),
+        LinkMessage::KeepAlive => frame(b'K', id, b""),
+        LinkMessage::Close { code, reason } => {
+            frame(b'C', id, format!("{code} {reason}").as_bytes())
+        }
+        LinkMessage::Done(status) => frame(b'D', id, status.to_string().as_bytes()),
+        LinkMessage::Heartbeat => frame(b'H', id, b""),
+    }
+}
+
+fn decode_message(kind: u8, body: &[u8]) -> Option<LinkMessage> {
+    Some(match kind {
+        b'T' => LinkMessage::Text(Bytes::copy_from_slice(body)),
+        b'B' => LinkMessage::Binary(Bytes::copy_from_slice(body)),
+        b'L' => LinkMessage::TooLarge,
+        b'A' => LinkMessage::Activity,
+        b'K' => LinkMessage::KeepAlive,
+        b'C' => {
+            let text = std::str::from_utf8(body).ok()?;
+            let (code, reason) = text.split_once(' ').unwrap_or((text, ""));
+            LinkMessage::Close {
+                code: code.parse().ok()?,
+                reason: reason.to_owned(),
+            }
+        }
+        b'D' => LinkMessage::Done(std::str::from_utf8(body).ok()?.parse().ok()?),
+        b'H' => LinkMessage::Heartbeat,
+        _ => return None,
+    })
+}
+
 /// A `SessionStore` around the shared `Arc` (the server keeps the typed one).
 pub(crate) struct SharedRedisStore(pub(crate) Arc<RedisSessionStore>);
 
@@ -619,11 +1064,15 @@ impl SessionStore for SharedRedisStore {
         store.enqueue(entry);
     }
 
-    fn restore(&self, id: &str) -> StoreFuture<Result<Snapshot, &'static str>> {
+    fn restore(&self, id: &str) -> StoreFuture<Result<Snapshot, NotRestored>> {
         Box::pin(RedisSessionStore::restore_from_redis(
             Arc::clone(&self.0),
             id.to_owned(),
         ))
+    }
+
+    fn link(&self, owner: &str, open: LinkOpen) -> StoreFuture<Result<Link, &'static str>> {
+        Box::pin(Arc::clone(&self.0).open_link(owner.to_owned(), open))
     }
 }
 

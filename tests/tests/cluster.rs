@@ -7,6 +7,12 @@
 //!   call's `TOOL_DONE` among it) and ends the running call with `TOOL_DONE
 //!   ERROR INTERNAL_ERROR` "instance lost": still exactly one `TOOL_DONE`
 //!   per call.
+//! - A client that moves to another instance while the first is alive: the
+//!   session goes on running where its calls are, relayed through the
+//!   instance the client is on: the replay has no gap and no duplicate, a
+//!   call finishes through it, and a cancel sent to it stops the call.
+//! - An SSE stream on one instance, its upstream POSTs sent to another: they
+//!   are forwarded, and the replies arrive on the stream.
 //! - Redis absent at start: the server does not start, and says where it
 //!   looked.
 //! - Redis stopped and restarted while running: sessions go on working,
@@ -26,10 +32,186 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use conn::{Conn, Kind, http};
+use conn::{Conn, Kind, assert_ok, http, post};
+use haip::{Context, haip_tool};
 use redis_support::RedisServer;
 use serde_json::{Value, json};
 use support::{demo_builder, resume_hai, start};
+use tokio::sync::Notify;
+
+/// Opened by the test that waits on it: [`gated`] returns then.
+static GATE: Notify = Notify::const_new();
+
+/// Returns once the test opens [`GATE`].
+#[haip_tool]
+async fn gated() -> String {
+    GATE.notified().await;
+    "released".to_owned()
+}
+
+/// Reports that it started, then runs until cancelled.
+#[haip_tool(timeout = "60s")]
+async fn hold(ctx: Context) -> Result<String, haip::ToolError> {
+    ctx.progress(1.0);
+    ctx.cancelled().await;
+    Err(haip::ToolError::cancelled())
+}
+
+/// Two in-process instances, `a` and `b`, sharing `redis`.
+async fn pair(redis: &RedisServer) -> (haip::ServerHandle, haip::ServerHandle) {
+    let builder = |id: &str| {
+        demo_builder()
+            .tool(gated::tool())
+            .tool(hold::tool())
+            .redis(redis.url())
+            .instance_id(id)
+    };
+    let (a, _) = start(builder("a")).await;
+    let (b, _) = start(builder("b")).await;
+    (a, b)
+}
+
+async fn a_client_moves_to_a_live_instance_and_its_calls_follow(kind: Kind) {
+    let redis = RedisServer::start();
+    let (a, b) = pair(&redis).await;
+    let mut conn = Conn::connect(kind, a.local_addr(), None).await;
+    let session = conn.session.clone();
+    let done = conn
+        .call_done("e1", "echo", json!({"message": "on a"}))
+        .await;
+    assert_eq!(done["status"], "OK");
+    // What the client will say it saw; the rest is replayed.
+    let seen = conn.last_seq();
+    conn.call("h1", "hold", json!({})).await;
+    let update = conn.expect_update("h1").await;
+    assert_eq!(update["status"], "RUNNING", "{update}");
+    conn.call("g1", "gated", json!({})).await;
+    drop(conn);
+
+    let mut conn = Conn::connect(kind, b.local_addr(), None).await;
+    conn.send(&resume_hai("r", &session, &seen.to_string()))
+        .await;
+    // From here every envelope is checked: on the session, each `seq` one
+    // more than the last.
+    conn.follow(&session, seen);
+    let mut confirmed = false;
+    while !confirmed {
+        let env = conn.recv().await;
+        match env["type"].as_str() {
+            Some("HAI") => confirmed = true,
+            Some("TOOL_UPDATE") => assert_eq!(env["payload"]["call_id"], "h1", "{env}"),
+            other => panic!("unexpected {other:?}: {env}"),
+        }
+    }
+    // Calls made through b run where the session is.
+    let done = conn
+        .call_done("e2", "echo", json!({"message": "through b"}))
+        .await;
+    assert_eq!(done["result"], json!({"echoed": "through b"}));
+    // A call that started on a finishes through b.
+    GATE.notify_one();
+    let done = conn.expect_done("g1").await;
+    assert_eq!(done["result"], "released", "{done}");
+    // A cancel sent to b stops the call on a.
+    conn.request("TOOL_CANCEL", json!({"call_id": "h1"})).await;
+    let update = conn.expect_update("h1").await;
+    assert_eq!(update["status"], "CANCELLING", "{update}");
+    let done = conn.expect_done("h1").await;
+    assert_eq!(done["status"], "CANCELLED", "{done}");
+    // Exactly one TOOL_DONE each: nothing else is owed.
+    conn.ping_marker().await;
+    let a_stats = http(a.local_addr(), "GET", "/stats", &[], "").await;
+    let a_stats: Value = serde_json::from_str(&a_stats.body).unwrap();
+    assert_eq!(a_stats["instance"], "a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_moves_to_a_live_instance_and_its_calls_follow_ws() {
+    a_client_moves_to_a_live_instance_and_its_calls_follow(Kind::Ws).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_moves_to_a_live_instance_and_its_calls_follow_sse() {
+    a_client_moves_to_a_live_instance_and_its_calls_follow(Kind::Sse).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posts_sent_to_another_instance_reach_the_stream() {
+    let redis = RedisServer::start();
+    let (a, b) = pair(&redis).await;
+    let mut conn = Conn::connect(Kind::Sse, a.local_addr(), None).await;
+    let session = conn.session.clone();
+    // Once a reply arrives, the stream is known to the other instances (its
+    // record was written before any envelope left).
+    let done = conn
+        .call_done("e1", "echo", json!({"message": "on a"}))
+        .await;
+    assert_eq!(done["status"], "OK");
+
+    // Named by the header.
+    let call = json!({"id": "c2", "channel": "USER", "type": "TOOL_CALL",
+        "payload": {"call_id": "e2", "tool": "echo", "params": {"message": "via b"}}});
+    let response = post(
+        b.local_addr(),
+        "/haip/message",
+        None,
+        &[("x-haip-session", session.as_str())],
+        &call.to_string(),
+    )
+    .await;
+    assert_ok(&response);
+    let done = conn.expect_done("e2").await;
+    assert_eq!(done["result"], json!({"echoed": "via b"}));
+
+    // Named by nobody: the subject's only open stream, across the instances.
+    let call = json!({"id": "c3", "channel": "USER", "type": "TOOL_CALL",
+        "payload": {"call_id": "e3", "tool": "echo", "params": {"message": "anywhere"}}});
+    let response = post(
+        b.local_addr(),
+        "/haip/message",
+        None,
+        &[],
+        &call.to_string(),
+    )
+    .await;
+    assert_ok(&response);
+    let done = conn.expect_done("e3").await;
+    assert_eq!(done["result"], json!({"echoed": "anywhere"}));
+
+    // A session no instance holds is not found, as on one instance.
+    let response = post(
+        b.local_addr(),
+        "/haip/message",
+        None,
+        &[("x-haip-session", "no-such-session")],
+        &call.to_string(),
+    )
+    .await;
+    // The only open stream is still the fallback target (HAIP.md §15.4).
+    assert_ok(&response);
+    let done = conn.expect_done("e3").await;
+    assert_eq!(done["call_id"], "e3");
+    conn.ping_marker().await;
+
+    // With Redis gone, b cannot ask: 503, saying why.
+    let mut redis = redis;
+    redis.stop();
+    wait_reachable(b.local_addr(), false).await;
+    let response = post(
+        b.local_addr(),
+        "/haip/message",
+        None,
+        &[("x-haip-session", session.as_str())],
+        &call.to_string(),
+    )
+    .await;
+    assert_eq!(response.status, 503, "{}", response.body);
+    assert!(
+        response.body.contains("session store unavailable"),
+        "{}",
+        response.body
+    );
+}
 
 /// A quickstart process sharing sessions through Redis.
 struct Instance {
@@ -118,9 +300,11 @@ async fn resume_when_owner_gone(
             return (conn, first);
         }
         let reason = first["payload"]["detail"]["reason"].clone();
+        // The lease outlives the instance by a few seconds: until it expires,
+        // the session is taken for running there, which does not answer.
         assert_eq!(
             reason,
-            "session held by another live instance",
+            "the instance holding the session is unreachable",
             "unexpected refusal: {first}; Redis holds {:?}",
             redis.command(&["KEYS", "*"])
         );

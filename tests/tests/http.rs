@@ -38,6 +38,7 @@ async fn health_and_stats_report_live_counters() {
         [
             "activeConnections",
             "errors",
+            "instance",
             "status",
             "timestamp",
             "totalConnections",
@@ -48,6 +49,12 @@ async fn health_and_stats_report_live_counters() {
     );
     assert_eq!(health["status"], "ok");
     assert_eq!(health["version"], "1.1.2");
+    // Named by HAIP_INSTANCE_ID, else generated.
+    let instance = health["instance"].as_str().unwrap_or_default();
+    assert!(
+        instance.starts_with("haip-") || std::env::var("HAIP_INSTANCE_ID").is_ok(),
+        "{health}"
+    );
     assert!(health["uptime"].is_u64(), "{health}");
     assert!(
         is_iso8601_millis(health["timestamp"].as_str().unwrap_or_default()),
@@ -118,6 +125,7 @@ async fn health_and_stats_report_live_counters() {
             "connectionsClosed",
             "detachedSessions",
             "errorRate",
+            "instance",
             "memoryUsage",
             "messagesPerSecond",
             "outboundBytes",

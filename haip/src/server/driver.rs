@@ -28,10 +28,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::exec::CallEvent;
+use crate::link::{Link, LinkMessage, LinkOpen, LinkPurpose, close_reason};
 use crate::protocol::{DecodeError, ErrorCode};
 use crate::session::{
-    Action, Attached, Control, LARGE_PARAMS, Overflow, ResumeRequest, Session, SessionStore,
-    Shared, Takeover, decode_unit, next_event,
+    Action, Attached, Control, LARGE_PARAMS, NotRestored, Overflow, ResumeRequest, Session,
+    SessionStore, Shared, Takeover, decode_unit, next_event,
 };
 use crate::transport::frame::{Batch, Element, Frame, Unit, WRITER_BUDGET, WriteMeter, Writer};
 use crate::transport::ws;
@@ -52,6 +53,9 @@ pub(crate) enum Ended {
     Abandoned { keep: bool },
     /// Another connection resumed the session.
     HandedOver,
+    /// The connection resumed a session another instance runs: it is
+    /// relayed there ([`Options::relay`]).
+    Relayed,
 }
 
 impl Ended {
@@ -61,7 +65,7 @@ impl Ended {
         match self {
             Ended::Closed { keep, .. } | Ended::Abandoned { keep } => keep,
             Ended::Gone | Ended::TooSlow => true,
-            Ended::HandedOver => false,
+            Ended::HandedOver | Ended::Relayed => false,
         }
     }
 }
@@ -69,10 +73,13 @@ impl Ended {
 /// Called with the session id after the connection resumed another session.
 pub(crate) type OnResumed = Box<dyn FnMut(&str) + Send>;
 
-/// Per-transport settings of the loop.
+/// Per-transport settings of the loop, and what it leaves behind.
 pub(crate) struct Options {
     /// Told the session id after the connection resumed another session.
     pub(crate) on_resumed: Option<OnResumed>,
+    /// Set when the loop ended [`Ended::Relayed`]: the link to the instance
+    /// running the session, and the rest of the POST being handled.
+    pub(crate) relay: Option<(Link, Option<Batch>)>,
 }
 
 /// How long a resumption waits for the session's current owner.
@@ -120,9 +127,22 @@ pub(crate) async fn serve_ws(upgraded: Upgraded, shared: Arc<Shared>, admission:
     )
     .await;
     let attached = attach(*session, &shared);
-    let options = Options { on_resumed: None };
-    let (ended, attached) = drive(attached, &mut conn.inbound, &conn.out, &shared, options).await;
+    let mut options = Options {
+        on_resumed: None,
+        relay: None,
+    };
+    let (ended, attached) = drive(
+        attached,
+        &mut conn.inbound,
+        &conn.out,
+        &shared,
+        &mut options,
+    )
+    .await;
     detach(ended, attached, &shared);
+    if let Some((link, batch)) = options.relay.take() {
+        relay(link, batch, &mut conn.inbound, &conn.out, &shared).await;
+    }
     conn.finish(matches!(ended, Ended::Abandoned { .. })).await;
 }
 
@@ -136,14 +156,18 @@ pub(crate) async fn run_stream(
     shared: &Shared,
     on_resumed: OnResumed,
 ) {
-    let options = Options {
+    let mut options = Options {
         on_resumed: Some(on_resumed),
+        relay: None,
     };
-    let inbound = futures_util::stream::poll_fn(move |cx| inbound.poll_recv(cx));
+    let mut inbound = futures_util::stream::poll_fn(move |cx| inbound.poll_recv(cx));
     let attached = attach(session, shared);
-    let (ended, attached) = drive(attached, inbound, &out, shared, options).await;
+    let (ended, attached) = drive(attached, &mut inbound, &out, shared, &mut options).await;
     tracing::debug!(?ended, "stream session ended");
     detach(ended, attached, shared);
+    if let Some((link, batch)) = options.relay.take() {
+        relay(link, batch, &mut inbound, &out, shared).await;
+    }
 }
 
 /// Puts a new session on a connection: registers it for resumption.
@@ -301,7 +325,7 @@ pub(crate) async fn drive<S>(
     inbound: S,
     writer: &Writer,
     shared: &Shared,
-    mut options: Options,
+    options: &mut Options,
 ) -> (Ended, Option<Attached>)
 where
     S: Stream<Item = Unit>,
@@ -499,7 +523,13 @@ where
         if let Some(request) = resume {
             // The rest of a POST that asked to resume goes to the resumed session.
             // Boxed: a rare wait, kept out of every session's loop state.
-            attached = Box::pin(resume_into(attached, *request, shared, &mut options)).await;
+            match Box::pin(resume_into(attached, *request, shared, options)).await {
+                Ok(next) => attached = next,
+                Err(link) => {
+                    options.relay = Some((link, batch.take()));
+                    return (Ended::Relayed, None);
+                }
+            }
         }
     }
 }
@@ -509,7 +539,14 @@ where
 /// worker; this session waits for it, keeping its order.
 async fn handle_text(session: &mut Session, text: String, shared: &Shared) -> Control {
     if text.len() <= LARGE_PARAMS {
-        return session.handle_text(&text);
+        return match session.handle_text(&text) {
+            // Kept in case the session runs on another instance.
+            Control::Resume(mut request) => {
+                request.text = Some(text);
+                Control::Resume(request)
+            }
+            control => control,
+        };
     }
     // Boxed: a rare wait, kept out of every session's loop state.
     Box::pin(handle_large_text(session, text, shared)).await
@@ -546,20 +583,40 @@ async fn recv_batch(batch: &mut Option<Batch>) -> Option<Element> {
     }
 }
 
+/// Where a resumed session runs.
+enum Resumed {
+    /// On this connection.
+    Here(Attached),
+    /// On the live instance at the other end of the link.
+    There(Link),
+}
+
 /// Takes the requested session over from its owner (a parked task or another
-/// connection), or reports why not; returns the session this connection is on.
+/// connection), or reports why not; returns the session this connection is
+/// on, or the link to relay it to when another instance runs it.
 async fn resume_into(
     fresh: Attached,
     request: ResumeRequest,
     shared: &Shared,
     options: &mut Options,
-) -> Attached {
+) -> Result<Attached, Link> {
     let outcome = match request.last_rx_seq {
         None => Err("invalid last_rx_seq"),
-        Some(last_rx_seq) => take_over(&request.session, last_rx_seq, &fresh, shared).await,
+        Some(last_rx_seq) => {
+            let text = request.text.as_deref();
+            take_over(&request.session, last_rx_seq, text, &fresh, shared).await
+        }
     };
     match outcome {
-        Ok(mut resumed) => {
+        Ok(Resumed::There(link)) => {
+            shared.store.remove(fresh.session.id());
+            tracing::debug!(session = %request.session, "session relayed to its instance");
+            if let Some(on_resumed) = options.on_resumed.as_mut() {
+                on_resumed(&request.session);
+            }
+            Err(link)
+        }
+        Ok(Resumed::Here(mut resumed)) => {
             shared.store.remove(fresh.session.id());
             // `resumed` carries the seq it was at; the fresh session (only its
             // HAI was sent) ends here.
@@ -573,14 +630,14 @@ async fn resume_into(
             if let Some(on_resumed) = options.on_resumed.as_mut() {
                 on_resumed(resumed.session.id());
             }
-            resumed
+            Ok(resumed)
         }
         Err(reason) => {
             let mut fresh = fresh;
             fresh
                 .session
                 .resume_failed(reason, request.related_id.as_deref(), &request.hai);
-            fresh
+            Ok(fresh)
         }
     }
 }
@@ -592,12 +649,31 @@ async fn resume_into(
 async fn restore(
     id: &str,
     last_rx_seq: u64,
+    text: Option<&str>,
     fresh: &Attached,
     shared: &Shared,
-) -> Result<Attached, &'static str> {
-    let snapshot = tokio::time::timeout(TAKEOVER_TIMEOUT, shared.store.restore(id))
-        .await
-        .unwrap_or(Err("session store timed out"))?;
+) -> Result<Resumed, &'static str> {
+    let restored = tokio::time::timeout(TAKEOVER_TIMEOUT, shared.store.restore(id)).await;
+    let snapshot = match restored {
+        Ok(Ok(snapshot)) => snapshot,
+        Ok(Err(NotRestored::Refused(reason))) => return Err(reason),
+        Ok(Err(NotRestored::Elsewhere(owner))) => {
+            // Its calls run there: the client is relayed to them.
+            let hai = text.ok_or("session held by another live instance")?;
+            let open = LinkOpen {
+                subject: fresh.session.subject().map(|s| s.to_string()),
+                purpose: LinkPurpose::Connection {
+                    transport: fresh.session.transport(),
+                    hai: hai.to_owned(),
+                },
+            };
+            let link = tokio::time::timeout(TAKEOVER_TIMEOUT, shared.store.link(&owner, open))
+                .await
+                .unwrap_or(Err("session store timed out"))?;
+            return Ok(Resumed::There(link));
+        }
+        Err(_) => return Err("session store timed out"),
+    };
     if snapshot.subject.as_deref() != fresh.session.subject().map(|s| &**s) {
         return Err("subject mismatch");
     }
@@ -611,17 +687,18 @@ async fn restore(
     session.end_lost_calls(lost);
     tracing::info!(session = id, "session restored from the shared store");
     let takeovers = shared.store.register(id);
-    Ok(Attached::new(session, takeovers))
+    Ok(Resumed::Here(Attached::new(session, takeovers)))
 }
 
 async fn take_over(
     id: &str,
     last_rx_seq: u64,
+    text: Option<&str>,
     fresh: &Attached,
     shared: &Shared,
-) -> Result<Attached, &'static str> {
+) -> Result<Resumed, &'static str> {
     let Some(owner) = shared.store.find(id) else {
-        return restore(id, last_rx_seq, fresh, shared).await;
+        return restore(id, last_rx_seq, text, fresh, shared).await;
     };
     let (reply, answer) = oneshot::channel();
     let request = Box::new(Takeover {
@@ -633,5 +710,109 @@ async fn take_over(
         owner.send(request).await.map_err(|_| "unknown session")?;
         answer.await.map_err(|_| "unknown session")?
     });
-    asked.await.unwrap_or(Err("unknown session"))
+    asked
+        .await
+        .unwrap_or(Err("unknown session"))
+        .map(Resumed::Here)
+}
+
+/// Relays a client connection to the instance running its session (which
+/// the link reaches) until either ends: what the client sends goes over the
+/// link, what comes back goes to the client. A link that goes silent (its
+/// instance died) closes the connection 1011, so the client resumes again,
+/// and then wherever the session can be restored. A client that does not
+/// read closes it `too slow`, as any other.
+pub(crate) async fn relay<S>(
+    mut link: Link,
+    mut batch: Option<Batch>,
+    inbound: S,
+    writer: &Writer,
+    shared: &Shared,
+) where
+    S: Stream<Item = Unit>,
+{
+    tokio::pin!(inbound);
+    let shutdown = shared.shutdown.clone().cancelled_owned();
+    tokio::pin!(shutdown);
+    let closed = writer.frames.closed();
+    tokio::pin!(closed);
+    let limit = shared.config.max_outbound_bytes;
+    // The client is not reading (the session's own back-pressure runs on
+    // the other instance, which cannot see this writer).
+    let too_slow = |writer: &Writer| writer.meter.bytes() > limit;
+    loop {
+        let to_send = tokio::select! {
+            biased;
+            () = &mut shutdown => {
+                // The session goes on there, parked: the client resumes it.
+                let _ = link.send(LinkMessage::Close { code: 1001, reason: "server shutdown".into() }).await;
+                writer.send(Frame::Close { code: 1001, reason: "server shutdown" });
+                return;
+            }
+            message = link.inbound.recv() => {
+                match message {
+                    Some(LinkMessage::Text(text)) => {
+                        if !writer.send(Frame::Envelope(text)) {
+                            return;
+                        }
+                        if too_slow(writer) {
+                            shared.stats.closed_too_slow.fetch_add(1, Relaxed);
+                            let _ = link.send(LinkMessage::Close { code: 0, reason: "too slow".into() }).await;
+                            writer.send(Frame::Close { code: 1008, reason: "too slow" });
+                            return;
+                        }
+                    }
+                    Some(LinkMessage::KeepAlive) => {
+                        writer.send(Frame::KeepAlive);
+                    }
+                    Some(LinkMessage::Close { code, reason }) => {
+                        if let Some(done) = batch.take() {
+                            let _ = done.done.send(());
+                        }
+                        writer.send(Frame::Close { code, reason: close_reason(&reason) });
+                        return;
+                    }
+                    Some(_) => {}
+                    None => {
+                        tracing::debug!("relay link lost");
+                        writer.send(Frame::Close { code: 1011, reason: "instance lost" });
+                        return;
+                    }
+                }
+                None
+            }
+            () = &mut closed => Some(LinkMessage::Close { code: 0, reason: String::new() }),
+            element = recv_batch(&mut batch), if batch.is_some() => match element {
+                Some(Element::Envelope(text)) => Some(LinkMessage::Text(Bytes::from(text))),
+                Some(Element::TooLarge) => Some(LinkMessage::TooLarge),
+                None => {
+                    if let Some(done) = batch.take() {
+                        let _ = done.done.send(());
+                    }
+                    None
+                }
+            },
+            unit = inbound.next(), if batch.is_none() => match unit {
+                Some(Unit::Text(text)) => Some(LinkMessage::Text(Bytes::from(text))),
+                Some(Unit::Binary(bytes)) => Some(LinkMessage::Binary(bytes)),
+                Some(Unit::TooLarge) => Some(LinkMessage::TooLarge),
+                Some(Unit::Activity) => Some(LinkMessage::Activity),
+                Some(Unit::Batch(next)) => {
+                    batch = Some(next);
+                    None
+                }
+                Some(Unit::ProtocolError { code, reason }) => {
+                    writer.send(Frame::Close { code, reason });
+                    Some(LinkMessage::Close { code: 0, reason: reason.into() })
+                }
+                Some(Unit::Lost) | None => Some(LinkMessage::Close { code: 0, reason: String::new() }),
+            },
+        };
+        if let Some(message) = to_send {
+            let last = matches!(message, LinkMessage::Close { .. });
+            if !link.send(message).await || last {
+                return;
+            }
+        }
+    }
 }

@@ -66,6 +66,9 @@ impl Drop for ConnectionGuard {
 #[derive(Default)]
 pub(crate) struct Sessions {
     open: Arc<Mutex<HashMap<String, Entry>>>,
+    /// Where they are published for the other instances (feature `redis`).
+    #[cfg(feature = "redis")]
+    pub(crate) cluster: Option<Arc<crate::cluster::RedisSessionStore>>,
 }
 
 struct Entry {
@@ -74,6 +77,17 @@ struct Entry {
 }
 
 impl Sessions {
+    /// An empty table whose sessions are published through `cluster`.
+    #[cfg(feature = "redis")]
+    pub(crate) fn shared_through(
+        cluster: Option<Arc<crate::cluster::RedisSessionStore>>,
+    ) -> Sessions {
+        Sessions {
+            open: Arc::default(),
+            cluster,
+        }
+    }
+
     /// Registers a stream session; it is removed when the guard drops.
     pub(crate) fn insert(
         &self,
@@ -81,12 +95,40 @@ impl Sessions {
         subject: Option<String>,
         inbound: mpsc::Sender<Unit>,
     ) -> SessionEntryGuard {
-        self.lock()
-            .insert(id.to_owned(), Entry { subject, inbound });
+        #[cfg(feature = "redis")]
+        if let Some(cluster) = &self.cluster {
+            cluster.stream_opened(id, subject.as_deref());
+        }
+        self.lock().insert(
+            id.to_owned(),
+            Entry {
+                subject: subject.clone(),
+                inbound,
+            },
+        );
         SessionEntryGuard {
             open: Arc::clone(&self.open),
             id: id.to_owned(),
+            #[cfg(feature = "redis")]
+            cluster: self.cluster.clone().map(|c| (c, subject)),
         }
+    }
+
+    /// Open session `id`, if `subject` opened it.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn exact(&self, subject: Option<&str>, id: &str) -> Option<mpsc::Sender<Unit>> {
+        let open = self.lock();
+        let entry = open.get(id)?;
+        (entry.subject.as_deref() == subject).then(|| entry.inbound.clone())
+    }
+
+    /// How many open sessions `subject` has here.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn count_of(&self, subject: Option<&str>) -> usize {
+        let open = self.lock();
+        open.values()
+            .filter(|e| e.subject.as_deref() == subject)
+            .count()
     }
 
     /// The first of `candidates` naming an open session of `subject`, else the
@@ -120,6 +162,8 @@ impl Sessions {
 pub(crate) struct SessionEntryGuard {
     open: Arc<Mutex<HashMap<String, Entry>>>,
     id: String,
+    #[cfg(feature = "redis")]
+    cluster: Option<(Arc<crate::cluster::RedisSessionStore>, Option<String>)>,
 }
 
 impl Drop for SessionEntryGuard {
@@ -128,6 +172,10 @@ impl Drop for SessionEntryGuard {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.id);
+        #[cfg(feature = "redis")]
+        if let Some((cluster, subject)) = &self.cluster {
+            cluster.stream_closed(&self.id, subject.as_deref());
+        }
     }
 }
 

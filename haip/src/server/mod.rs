@@ -5,6 +5,8 @@ mod config;
 mod driver;
 mod http;
 mod hub;
+#[cfg(feature = "redis")]
+mod links;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -154,6 +156,9 @@ impl Server {
         let hub = Arc::new(Hub {
             config: Arc::clone(&self.config),
             shared: Arc::clone(&self.shared),
+            #[cfg(feature = "redis")]
+            sessions: Sessions::shared_through(self.cluster.clone()),
+            #[cfg(not(feature = "redis"))]
             sessions: Sessions::default(),
             bodies: upstream::BodyBudget::new(self.config.max_inflight_body_bytes),
             peers: Peers::default(),
@@ -166,6 +171,11 @@ impl Server {
             #[cfg(feature = "mcp")]
             mcp,
         });
+        // Links other instances open to this one are served from now on.
+        #[cfg(feature = "redis")]
+        if let Some(incoming) = hub.cluster.as_ref().and_then(|c| c.take_incoming()) {
+            tracker.spawn(links::serve(Arc::clone(&hub), incoming));
+        }
         let accept = tokio::spawn(accept_loop(listener, hub));
         // Imported MCP tools are in the registry when `start` returns (or their
         // first connection attempt has failed and is being retried).

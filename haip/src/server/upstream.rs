@@ -223,30 +223,45 @@ pub(super) async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
         header_session.as_deref(),
         query_session.as_deref(),
     ];
-    let Some(target) = hub
+    let local = hub
         .sessions
-        .target(subject.as_deref(), candidates.into_iter().flatten())
-    else {
-        let response = error_response(
-            StatusCode::NOT_FOUND,
-            "Session not found",
-            "SESSION_NOT_FOUND",
-        );
-        // The rest of the body was not read: the connection cannot be reused.
-        return if ended { response } else { closing(response) };
+        .target(subject.as_deref(), candidates.into_iter().flatten());
+    let target = match local {
+        Some(target) => Target::Here(target),
+        None => match elsewhere(hub, subject.as_deref(), &candidates).await {
+            Ok(Some(link)) => Target::There(link),
+            found => {
+                let response = match found {
+                    Err(reason) => unavailable(reason),
+                    _ => error_response(
+                        StatusCode::NOT_FOUND,
+                        "Session not found",
+                        "SESSION_NOT_FOUND",
+                    ),
+                };
+                // The rest of the body was not read: the connection cannot be reused.
+                return if ended { response } else { closing(response) };
+            }
+        },
     };
     if ready.is_empty() && ended {
         return ok();
     }
-    let (done_tx, done_rx) = oneshot::channel();
-    let (envelopes, envelopes_rx) = mpsc::channel(BATCH_QUEUE);
-    let batch = Batch {
-        envelopes: envelopes_rx,
-        done: done_tx,
+    let mut sink = match target {
+        Target::Here(target) => {
+            let (done_tx, done_rx) = oneshot::channel();
+            let (envelopes, envelopes_rx) = mpsc::channel(BATCH_QUEUE);
+            let batch = Batch {
+                envelopes: envelopes_rx,
+                done: done_tx,
+            };
+            if target.send(Unit::Batch(batch)).await.is_err() {
+                return gone();
+            }
+            Sink::Here(envelopes, done_rx)
+        }
+        Target::There(link) => Sink::There(link),
     };
-    if target.send(Unit::Batch(batch)).await.is_err() {
-        return gone();
-    }
     let max_message = config.session.max_message_bytes;
     loop {
         for text in ready.drain(..) {
@@ -257,7 +272,7 @@ pub(super) async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
                 Element::Envelope(text)
             };
             let waited = Instant::now();
-            if envelopes.send(element).await.is_err() {
+            if !sink.send(element).await {
                 return gone();
             }
             reader.paused += waited.elapsed();
@@ -278,11 +293,121 @@ pub(super) async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
             Err(stopped) => return stopped_response(stopped, hub),
         }
     }
-    drop(envelopes);
-    if done_rx.await.is_err() {
-        return gone();
+    sink.finish().await
+}
+
+/// Where an upstream POST goes.
+enum Target {
+    /// A stream session on this instance.
+    Here(mpsc::Sender<Unit>),
+    /// One on another instance, through this link (feature `redis`).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    There(crate::link::Link),
+}
+
+/// Where the envelopes of an upstream POST are handed, as they arrive.
+enum Sink {
+    Here(mpsc::Sender<Element>, oneshot::Receiver<()>),
+    There(crate::link::Link),
+}
+
+impl Sink {
+    /// Hands one element over; false once the session has gone.
+    async fn send(&mut self, element: Element) -> bool {
+        use crate::link::LinkMessage;
+        match self {
+            Sink::Here(envelopes, _) => envelopes.send(element).await.is_ok(),
+            Sink::There(link) => {
+                let message = match element {
+                    Element::Envelope(text) => LinkMessage::Text(Bytes::from(text)),
+                    Element::TooLarge => LinkMessage::TooLarge,
+                };
+                link.send(message).await
+            }
+        }
     }
-    ok()
+
+    /// The answer, once every envelope has been handled (by the session
+    /// here, or as the instance holding it answered).
+    async fn finish(self) -> Response<Body> {
+        use crate::link::LinkMessage;
+        match self {
+            Sink::Here(envelopes, done) => {
+                drop(envelopes);
+                if done.await.is_err() {
+                    return gone();
+                }
+                ok()
+            }
+            Sink::There(mut link) => {
+                if !link.send(LinkMessage::Done(0)).await {
+                    return unavailable("the instance holding the session is unreachable");
+                }
+                loop {
+                    match link.inbound.recv().await {
+                        Some(LinkMessage::Done(200)) => return ok(),
+                        Some(LinkMessage::Done(_)) => return gone(),
+                        Some(LinkMessage::Close { .. }) | None => {
+                            return unavailable(
+                                "the instance holding the session stopped answering",
+                            );
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The session on another instance an upstream POST goes to, when this one
+/// has none for it (HAIP.md §15.4 across the cluster); `Err` says why the
+/// other instances cannot be asked.
+#[cfg(feature = "redis")]
+async fn elsewhere(
+    hub: &Hub,
+    subject: Option<&str>,
+    candidates: &[Option<&str>],
+) -> Result<Option<crate::link::Link>, &'static str> {
+    use crate::link::{LinkOpen, LinkPurpose};
+    let Some(cluster) = &hub.cluster else {
+        return Ok(None);
+    };
+    let named: Vec<&str> = candidates.iter().flatten().copied().collect();
+    let local = hub.sessions.count_of(subject);
+    let Some((session, instance)) = cluster.locate(subject, &named, local).await? else {
+        return Ok(None);
+    };
+    let open = LinkOpen {
+        subject: subject.map(str::to_owned),
+        purpose: LinkPurpose::Post { session },
+    };
+    Arc::clone(cluster)
+        .open_link(instance, open)
+        .await
+        .map(Some)
+}
+
+#[cfg(not(feature = "redis"))]
+async fn elsewhere(
+    _hub: &Hub,
+    _subject: Option<&str>,
+    _candidates: &[Option<&str>],
+) -> Result<Option<crate::link::Link>, &'static str> {
+    Ok(None)
+}
+
+/// `503`: the session may be on another instance, which cannot be reached.
+fn unavailable(reason: &'static str) -> Response<Body> {
+    let mut response = error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!("Cannot reach the other instances: {reason}"),
+        "SERVICE_UNAVAILABLE",
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 fn ok() -> Response<Body> {

@@ -57,7 +57,8 @@ pub(crate) use replay::REPLAY_HARD_CAP_FACTOR;
 use replay::{ReplayBudget, ReplayWindow};
 pub(crate) use resume::ResumeRequest;
 pub(crate) use store::{
-    Attached, InMemorySessionStore, Record, SessionStore, Snapshot, Takeover, next_event,
+    Attached, InMemorySessionStore, NotRestored, Record, SessionStore, Snapshot, Takeover,
+    next_event,
 };
 #[allow(unused_imports)] // the shared store's (feature `redis`)
 pub(crate) use store::{StoreFuture, TakeoverAddress, Takeovers};
@@ -309,6 +310,21 @@ impl Session {
         session.push(Outgoing::new(Channel::System, EventType::Hai, hai));
         let now = session.shared.clock.now();
         session.connected(now);
+        session
+    }
+
+    /// A fresh session for a connection relayed from another instance,
+    /// whose client was greeted there: its `HAI` is not sent (what comes
+    /// next is the client's resumption of the session it is after).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn relayed(
+        shared: Arc<Shared>,
+        transport: TransportKind,
+        subject: Option<String>,
+    ) -> Session {
+        let mut session = Session::new(shared, transport, subject);
+        session.outbox.clear();
+        session.new_envelopes = 0;
         session
     }
 
@@ -864,6 +880,7 @@ impl Session {
                 },
                 related_id: msg.id.clone(),
                 hai,
+                text: None,
             }));
         } else {
             self.resume_failed("not first message", msg.id.as_deref(), &hai);

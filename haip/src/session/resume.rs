@@ -22,6 +22,9 @@ pub(crate) struct ResumeRequest {
     /// The `HAI`; its settings apply to whichever session the connection
     /// ends up on.
     pub(crate) hai: Hai,
+    /// The `HAI` envelope as received, filled in by the driver: what is
+    /// relayed to the instance running the session when that is another.
+    pub(crate) text: Option<String>,
 }
 
 impl Session {

@@ -227,11 +227,32 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
     fn wait_written(&self, _ticket: u64) -> StoreFuture<()> {
         Box::pin(std::future::ready(()))
     }
-    /// Session `id`, known to no instance alive, as last recorded; `Err` is
-    /// the `RESUME_FAILED` reason.
-    fn restore(&self, _id: &str) -> StoreFuture<Result<Snapshot, &'static str>> {
-        Box::pin(std::future::ready(Err("unknown session")))
+    /// Session `id`, known to no instance alive, as last recorded; or why
+    /// not, which may be that a live instance runs it.
+    fn restore(&self, _id: &str) -> StoreFuture<Result<Snapshot, NotRestored>> {
+        Box::pin(std::future::ready(Err(NotRestored::Refused(
+            "unknown session",
+        ))))
     }
+    /// Opens a link to the live instance `owner` (a store shared by several
+    /// instances); `Err` says why it cannot be reached.
+    fn link(
+        &self,
+        _owner: &str,
+        _open: crate::link::LinkOpen,
+    ) -> StoreFuture<Result<crate::link::Link, &'static str>> {
+        Box::pin(std::future::ready(Err("session held by another instance")))
+    }
+}
+
+/// Why [`SessionStore::restore`] gave no snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NotRestored {
+    /// The `RESUME_FAILED` reason.
+    Refused(&'static str),
+    /// The live instance with this id runs the session: relay to it.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    Elsewhere(String),
 }
 
 /// A boxed future of a [`SessionStore`].

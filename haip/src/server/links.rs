@@ -1,0 +1,208 @@
+//! Links other instances open to this one (feature `redis`, [`crate::link`]):
+//! a client connection relayed here because this instance runs its session,
+//! and upstream POSTs forwarded here because this instance holds the stream
+//! they are for. Either is served as if the client had come here itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+use super::driver;
+use super::hub::Hub;
+use crate::link::{IncomingLink, Link, LinkMessage, LinkPurpose};
+use crate::session::{Session, TransportKind};
+use crate::transport::frame::{Batch, Element, Frame, Unit, WriteMeter, Writer};
+use crate::transport::queue::frame_queue;
+use crate::transport::stream;
+
+/// How long the last frames of a relayed session may take to leave.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Envelopes of a forwarded POST on their way to the session, at most.
+const BATCH_QUEUE: usize = 16;
+
+/// Serves the links other instances open to this one, until shutdown.
+pub(crate) async fn serve(hub: Arc<Hub>, mut incoming: mpsc::Receiver<IncomingLink>) {
+    let shutdown = hub.shared.shutdown.clone();
+    loop {
+        let next = tokio::select! {
+            () = shutdown.cancelled() => return,
+            next = incoming.recv() => next,
+        };
+        let Some(IncomingLink { link, open }) = next else {
+            return;
+        };
+        let served = Arc::clone(&hub);
+        match open.purpose {
+            LinkPurpose::Connection { transport, hai } => {
+                hub.tracker
+                    .spawn(connection(served, link, open.subject, transport, hai));
+            }
+            LinkPurpose::Post { session } => {
+                hub.tracker.spawn(post(served, link, open.subject, session));
+            }
+        }
+    }
+}
+
+/// Runs a relayed connection: a fresh session here whose first envelope is
+/// the client's resumption `HAI`, so it takes over the session this instance
+/// runs; its frames go back over the link.
+async fn connection(
+    hub: Arc<Hub>,
+    link: Link,
+    subject: Option<String>,
+    transport: TransportKind,
+    hai: String,
+) {
+    let Link { out, inbound } = link;
+    let Some(guard) = hub.admit() else {
+        let _ = out
+            .send(LinkMessage::Close {
+                code: 1013,
+                reason: "too many sessions".into(),
+            })
+            .await;
+        return;
+    };
+    let session = Session::relayed(Arc::clone(&hub.shared), transport, subject.clone());
+    let (inbound_tx, inbound_rx) = mpsc::channel(stream::INBOUND_QUEUE);
+    let (frames, frames_rx) = frame_queue();
+    let meter = WriteMeter::new(Arc::clone(&hub.shared));
+    let writer = Writer {
+        frames,
+        meter: Arc::clone(&meter),
+    };
+    let entry = hub
+        .sessions
+        .insert(session.id(), subject.clone(), inbound_tx.clone());
+    // Upstream POSTs for the resumed session that land here reach it too.
+    let alias_hub = Arc::clone(&hub);
+    let alias_tx = inbound_tx.clone();
+    let mut alias = None;
+    let on_resumed = Box::new(move |id: &str| {
+        let entry = alias_hub
+            .sessions
+            .insert(id, subject.clone(), alias_tx.clone());
+        drop(alias.replace(entry));
+    });
+    let feed = hub.tracker.spawn(feed(hai, inbound, inbound_tx));
+    let pump = hub.tracker.spawn(pump(frames_rx, meter, out));
+    driver::run_stream(session, inbound_rx, writer, &hub.shared, on_resumed).await;
+    drop((guard, entry));
+    // The writer is gone with the session: the pump ends once it has sent
+    // what was left (the close, above all).
+    let _ = tokio::time::timeout(FLUSH_TIMEOUT, pump).await;
+    feed.abort();
+}
+
+/// What the client sends, from the link to the session, starting with its
+/// `HAI`; the link's end (the client left, or its instance went silent) is
+/// the connection's.
+async fn feed(hai: String, mut link: mpsc::Receiver<LinkMessage>, session: mpsc::Sender<Unit>) {
+    if session.send(Unit::Text(hai)).await.is_err() {
+        return;
+    }
+    while let Some(message) = link.recv().await {
+        let unit = match message {
+            LinkMessage::Text(text) => match String::from_utf8(text.to_vec()) {
+                Ok(text) => Unit::Text(text),
+                Err(_) => Unit::ProtocolError {
+                    code: 1007,
+                    reason: "invalid utf-8",
+                },
+            },
+            LinkMessage::Binary(bytes) => Unit::Binary(bytes),
+            LinkMessage::TooLarge => Unit::TooLarge,
+            LinkMessage::Activity => Unit::Activity,
+            LinkMessage::Close { .. } => break,
+            LinkMessage::KeepAlive | LinkMessage::Done(_) | LinkMessage::Heartbeat => continue,
+        };
+        if session.send(unit).await.is_err() {
+            return;
+        }
+    }
+    let _ = session.send(Unit::Lost).await;
+}
+
+/// What the session writes, from its writer to the link. Waiting on the
+/// link holds frames in the writer, where the session's back-pressure sees
+/// them.
+async fn pump(
+    mut frames: crate::transport::queue::FrameReceiver,
+    meter: Arc<WriteMeter>,
+    out: mpsc::Sender<LinkMessage>,
+) {
+    while let Some(frame) = frames.recv().await {
+        let (message, last) = match frame {
+            Frame::Envelope(text) => {
+                let len = text.len();
+                let sent = out.send(LinkMessage::Text(text)).await.is_ok();
+                meter.written(len);
+                if !sent {
+                    return;
+                }
+                continue;
+            }
+            Frame::KeepAlive => (LinkMessage::KeepAlive, false),
+            Frame::Close { code, reason } => (
+                LinkMessage::Close {
+                    code,
+                    reason: reason.to_owned(),
+                },
+                true,
+            ),
+        };
+        if out.send(message).await.is_err() || last {
+            return;
+        }
+    }
+}
+
+/// Delivers a forwarded upstream POST to stream `session` here, answering
+/// the forwarding instance with the status this instance would have given.
+async fn post(hub: Arc<Hub>, link: Link, subject: Option<String>, session: String) {
+    let Link { out, mut inbound } = link;
+    let Some(target) = hub.sessions.exact(subject.as_deref(), &session) else {
+        let _ = out.send(LinkMessage::Done(404)).await;
+        return;
+    };
+    let (done_tx, done_rx) = oneshot::channel();
+    let (envelopes, envelopes_rx) = mpsc::channel(BATCH_QUEUE);
+    let batch = Batch {
+        envelopes: envelopes_rx,
+        done: done_tx,
+    };
+    if target.send(Unit::Batch(batch)).await.is_err() {
+        let _ = out.send(LinkMessage::Done(404)).await;
+        return;
+    }
+    loop {
+        let element = match inbound.recv().await {
+            Some(LinkMessage::Text(text)) => Element::Envelope(text_of(text)),
+            Some(LinkMessage::TooLarge) => Element::TooLarge,
+            Some(LinkMessage::Done(_)) => break,
+            Some(LinkMessage::Heartbeat | LinkMessage::Activity | LinkMessage::KeepAlive) => {
+                continue;
+            }
+            // The forwarding instance gave up: what was handed over stays handled.
+            Some(LinkMessage::Close { .. } | LinkMessage::Binary(_)) | None => return,
+        };
+        if envelopes.send(element).await.is_err() {
+            let _ = out.send(LinkMessage::Done(404)).await;
+            return;
+        }
+    }
+    drop(envelopes);
+    let status = if done_rx.await.is_ok() { 200 } else { 404 };
+    let _ = out.send(LinkMessage::Done(status)).await;
+}
+
+/// An envelope's text; one that is not UTF-8 is passed on as the session
+/// would see it (and reports as invalid).
+fn text_of(bytes: Bytes) -> String {
+    String::from_utf8(bytes.to_vec())
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
