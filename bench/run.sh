@@ -190,6 +190,11 @@ cat >"$OUT/meta.json" <<EOF
 }
 EOF
 
+# The section bench/cluster.sh writes is kept.
+CLUSTER_SECTION=$(sed -n '/<!-- cluster:begin -->/,/<!-- cluster:end -->/p' BENCHMARKS.md 2>/dev/null || true)
 python3 -B bench/report.py "$OUT" >BENCHMARKS.md
+if [[ -n $CLUSTER_SECTION ]]; then
+    printf '\n%s\n' "$CLUSTER_SECTION" >>BENCHMARKS.md
+fi
 python3 -B bench/plot.py "$OUT" >bench/plot.svg
 echo "== wrote BENCHMARKS.md and bench/plot.svg (raw results in ${OUT#"$ROOT"/})"

@@ -21,7 +21,7 @@
 //! | `haip:open:{subject}` | set | `{session} {instance}` of each open stream session (upstream POST targets) |
 //!
 //! Instances talk to each other through one pub/sub channel each,
-//! `haip:to:{instance}`: links ([`crate::link`]) that relay a client
+//! `haip:to:{instance}`: links ([`crate::session::link`]) that relay a client
 //! connection to the instance running its session, or forward an upstream
 //! POST to the instance holding its stream. Every message is one byte of kind,
 //! the link id in 16 hex digits, and the body. Each end of a link sends a
@@ -45,7 +45,7 @@ use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::link::{IncomingLink, LINK_QUEUE, Link, LinkMessage, LinkOpen, LinkPurpose};
+use crate::session::link::{IncomingLink, LINK_QUEUE, Link, LinkMessage, LinkOpen, LinkPurpose};
 use crate::session::{
     InMemorySessionStore, NotRestored, Record, SessionStore, Shared, Snapshot, StoreFuture,
     TransportKind,

@@ -57,7 +57,6 @@ mod context;
 mod error;
 mod exec;
 mod hash;
-mod link;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;

@@ -28,8 +28,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::exec::CallEvent;
-use crate::link::{Link, LinkMessage, LinkOpen, LinkPurpose, close_reason};
 use crate::protocol::{DecodeError, ErrorCode};
+use crate::session::link::{Link, LinkMessage, LinkOpen, LinkPurpose, close_reason};
 use crate::session::{
     Action, Attached, Control, LARGE_PARAMS, NotRestored, Overflow, ResumeRequest, Session,
     SessionStore, Shared, Takeover, decode_unit, next_event,

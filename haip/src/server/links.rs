@@ -1,4 +1,4 @@
-//! Links other instances open to this one (feature `redis`, [`crate::link`]):
+//! Links other instances open to this one (feature `redis`, [`crate::session::link`]):
 //! a client connection relayed here because this instance runs its session,
 //! and upstream POSTs forwarded here because this instance holds the stream
 //! they are for. Either is served as if the client had come here itself.
@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::driver;
 use super::hub::Hub;
-use crate::link::{IncomingLink, Link, LinkMessage, LinkPurpose};
+use crate::session::link::{IncomingLink, Link, LinkMessage, LinkPurpose};
 use crate::session::{Session, TransportKind};
 use crate::transport::frame::{Batch, Element, Frame, Unit, WriteMeter, Writer};
 use crate::transport::queue::frame_queue;

@@ -195,8 +195,10 @@ impl Server {
     /// stops accepting, cancels running calls (each still gets its `TOOL_DONE`),
     /// closes WebSockets with 1001.
     pub async fn run(self) -> Result<(), Error> {
+        // Caught before the address is announced.
+        let signal = ShutdownSignal::new();
         let handle = self.start().await?;
-        shutdown_signal().await;
+        signal.recv().await;
         tracing::info!("shutting down");
         handle.shutdown().await;
         Ok(())
@@ -246,24 +248,36 @@ impl Server {
     }
 }
 
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 async fn shutdown_signal() {
+    ShutdownSignal::new().recv().await;
+}
+
+/// Ctrl-C or SIGTERM. SIGTERM is caught from when this is made, so a server
+/// that makes it before it announces its address shuts down gracefully
+/// however soon the signal comes.
+struct ShutdownSignal {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl ShutdownSignal {
+    fn new() -> ShutdownSignal {
+        ShutdownSignal {
+            #[cfg(unix)]
+            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok(),
         }
     }
-    #[cfg(not(unix))]
-    {
+
+    async fn recv(self) {
+        #[cfg(unix)]
+        if let Some(mut term) = self.term {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
         let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -302,19 +302,19 @@ enum Target {
     Here(mpsc::Sender<Unit>),
     /// One on another instance, through this link (feature `redis`).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    There(crate::link::Link),
+    There(crate::session::link::Link),
 }
 
 /// Where the envelopes of an upstream POST are handed, as they arrive.
 enum Sink {
     Here(mpsc::Sender<Element>, oneshot::Receiver<()>),
-    There(crate::link::Link),
+    There(crate::session::link::Link),
 }
 
 impl Sink {
     /// Hands one element over; false once the session has gone.
     async fn send(&mut self, element: Element) -> bool {
-        use crate::link::LinkMessage;
+        use crate::session::link::LinkMessage;
         match self {
             Sink::Here(envelopes, _) => envelopes.send(element).await.is_ok(),
             Sink::There(link) => {
@@ -330,7 +330,7 @@ impl Sink {
     /// The answer, once every envelope has been handled (by the session
     /// here, or as the instance holding it answered).
     async fn finish(self) -> Response<Body> {
-        use crate::link::LinkMessage;
+        use crate::session::link::LinkMessage;
         match self {
             Sink::Here(envelopes, done) => {
                 drop(envelopes);
@@ -368,8 +368,8 @@ async fn elsewhere(
     hub: &Hub,
     subject: Option<&str>,
     candidates: &[Option<&str>],
-) -> Result<Option<crate::link::Link>, &'static str> {
-    use crate::link::{LinkOpen, LinkPurpose};
+) -> Result<Option<crate::session::link::Link>, &'static str> {
+    use crate::session::link::{LinkOpen, LinkPurpose};
     let Some(cluster) = &hub.cluster else {
         return Ok(None);
     };
@@ -393,7 +393,7 @@ async fn elsewhere(
     _hub: &Hub,
     _subject: Option<&str>,
     _candidates: &[Option<&str>],
-) -> Result<Option<crate::link::Link>, &'static str> {
+) -> Result<Option<crate::session::link::Link>, &'static str> {
     Ok(None)
 }
 

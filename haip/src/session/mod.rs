@@ -17,6 +17,8 @@ mod config;
 mod flow;
 #[cfg(test)]
 mod fuzz;
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) mod link;
 mod replay;
 mod resume;
 mod store;

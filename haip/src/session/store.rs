@@ -239,8 +239,8 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
     fn link(
         &self,
         _owner: &str,
-        _open: crate::link::LinkOpen,
-    ) -> StoreFuture<Result<crate::link::Link, &'static str>> {
+        _open: crate::session::link::LinkOpen,
+    ) -> StoreFuture<Result<crate::session::link::Link, &'static str>> {
         Box::pin(std::future::ready(Err("session held by another instance")))
     }
 }

@@ -1,4 +1,3 @@
-#![cfg_attr(not(feature = "redis"), allow(dead_code))]
 //! Links between instances: what one instance sends another about a client
 //! connection it relays, or an upstream POST it forwards, to the instance
 //! that runs the session. The messages are plain values; a store shared by

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Several instances: what sharing sessions through Redis costs. Writes the
+# "Several instances" section of BENCHMARKS.md (between its markers; bench/run.sh
+# keeps it when it rewrites the rest).
+#
+#   bash bench/cluster.sh
+#   BENCH_SECONDS=5 BENCH_REPEAT=3 RESUMPTIONS=1000 DETACHED=1000 bash bench/cluster.sh
+#
+# 1. Server CPU per echo call, the quickstart with its in-memory store against
+#    the quickstart with HAIP_REDIS_URL set (one Redis on loopback): `haip bench`
+#    1x32 and 50x8, BENCH_REPEAT runs of BENCH_SECONDS each, the servers
+#    alternating; the run with the median calls/s is shown. Servers on CPU 0,
+#    load and Redis on CPU 1 (taskset) when there are two CPUs.
+# 2. examples/cluster_bench.rs against two Redis-backed instances a and b:
+#    RESUMPTIONS sessions opened on a and resumed on b (relayed to a), p50/p99
+#    from the resuming HAI to the confirming one; then DETACHED sessions left
+#    detached on a, Redis's used_memory before and after.
+# Needs redis-server (Debian: apt-get install redis-server). Only 127.0.0.1.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+SECONDS_PER_RUN=${BENCH_SECONDS:-5}
+REPEAT=${BENCH_REPEAT:-3}
+RESUMPTIONS=${RESUMPTIONS:-1000}
+DETACHED=${DETACHED:-1000}
+OUT=$ROOT/target/bench-cluster
+BIN=$ROOT/target/release
+for n in "$SECONDS_PER_RUN" "$REPEAT" "$RESUMPTIONS" "$DETACHED"; do
+    case $n in '' | *[!0-9]*) echo "settings must be whole numbers" >&2; exit 2 ;; esac
+done
+((SECONDS_PER_RUN >= 1 && SECONDS_PER_RUN <= 60)) || { echo "BENCH_SECONDS: 1 to 60" >&2; exit 2; }
+((REPEAT >= 1 && REPEAT <= 9)) || { echo "BENCH_REPEAT: 1 to 9" >&2; exit 2; }
+REDIS_SERVER=$(command -v redis-server || true)
+if [[ -z $REDIS_SERVER ]]; then
+    echo "redis-server is needed (Debian: apt-get install redis-server)" >&2
+    exit 1
+fi
+if command -v taskset >/dev/null && (($(nproc) >= 2)); then
+    PIN_SERVER=(taskset -c 0)
+    PIN_LOAD=(taskset -c 1)
+    PINNING="servers on CPU 0, load and Redis on CPU 1 (taskset)"
+else
+    PIN_SERVER=()
+    PIN_LOAD=()
+    PINNING="not pinned"
+fi
+
+echo "== building (release)"
+cargo build --release --quiet -p haip-examples --example quickstart --example cluster_bench
+cargo build --release --quiet -p haip --features cli --bin haip
+rm -rf "$OUT"
+mkdir -p "$OUT"
+
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+wait_port() {
+    local port=$1 deadline=$((SECONDS + 20))
+    until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+        if ((SECONDS >= deadline)); then
+            echo "nothing listens on $port after 20 s" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+}
+
+REDIS_PORT=$(free_port)
+mkdir -p "$OUT/redis"
+"${PIN_LOAD[@]}" "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$OUT/redis" >"$OUT/redis.log" 2>&1 &
+PIDS+=($!)
+wait_port "$REDIS_PORT"
+REDIS_URL=redis://127.0.0.1:$REDIS_PORT
+
+# start NAME [REDIS_URL]: sets PORT and PID
+start() {
+    PORT=$(free_port)
+    if [[ -n ${2:-} ]]; then
+        HAIP_ADDR=127.0.0.1:$PORT HAIP_LOG=warn HAIP_REDIS_URL=$2 HAIP_INSTANCE_ID=$1 \
+            "${PIN_SERVER[@]}" "$BIN/examples/quickstart" >"$OUT/$1.log" 2>&1 &
+    else
+        HAIP_ADDR=127.0.0.1:$PORT HAIP_LOG=warn "${PIN_SERVER[@]}" "$BIN/examples/quickstart" \
+            >"$OUT/$1.log" 2>&1 &
+    fi
+    PID=$!
+    PIDS+=("$PID")
+    wait_port "$PORT"
+}
+
+start memory
+MEMORY_PID=$PID MEMORY_PORT=$PORT
+start redis "$REDIS_URL"
+REDIS_PID=$PID REDIS_INSTANCE_PORT=$PORT
+for scenario in "1 32" "50 8"; do
+    read -r connections in_flight <<<"$scenario"
+    for ((rep = 1; rep <= REPEAT; rep++)); do
+        for store in memory redis; do
+            if [[ $store == memory ]]; then pid=$MEMORY_PID port=$MEMORY_PORT; else pid=$REDIS_PID port=$REDIS_INSTANCE_PORT; fi
+            echo "== $store ${connections}x$in_flight (run $rep/$REPEAT)"
+            timeout $((SECONDS_PER_RUN + 60)) "${PIN_LOAD[@]}" "$BIN/haip" bench "ws://127.0.0.1:$port/haip" \
+                --tool echo --params '{"message":"hello"}' --connections "$connections" \
+                --in-flight "$in_flight" --duration "${SECONDS_PER_RUN}s" --server-pid "$pid" --json \
+                >"$OUT/$store-${connections}x$in_flight-run$rep.json"
+        done
+    done
+done
+kill "$MEMORY_PID" "$REDIS_PID" 2>/dev/null || true
+
+start a "$REDIS_URL"
+A_PORT=$PORT
+start b "$REDIS_URL"
+B_PORT=$PORT
+echo "== $RESUMPTIONS resumptions on the other instance, $DETACHED detached sessions"
+timeout 600 "${PIN_LOAD[@]}" "$BIN/examples/cluster_bench" --a "ws://127.0.0.1:$A_PORT/haip" \
+    --b "ws://127.0.0.1:$B_PORT/haip" --redis "127.0.0.1:$REDIS_PORT" \
+    --resumptions "$RESUMPTIONS" --detached "$DETACHED" >"$OUT/cluster.json"
+
+COMMIT=$(git rev-parse --short HEAD)
+python3 -B - "$OUT" "$PINNING" "$COMMIT" "$SECONDS_PER_RUN" "$REPEAT" <<'PY' >"$OUT/section.md"
+import json, os, sys, statistics, datetime
+out, pinning, commit, seconds, repeat = sys.argv[1:6]
+def load(name):
+    with open(os.path.join(out, name)) as f:
+        return json.load(f)
+print("<!-- cluster:begin -->")
+print("## Several instances — sessions in Redis")
+print()
+print("Generated by `bench/cluster.sh`; do not edit by hand. "
+      f"Commit {commit}, {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}, "
+      f"{pinning}, Redis on loopback, each row the median of {repeat} runs of {seconds} s.")
+print()
+print("Server CPU per echo call, the quickstart with its in-memory session store against the same "
+      "with `HAIP_REDIS_URL` set (every committed envelope written to Redis before it is sent):")
+print()
+print("| Scenario | store | calls/s | p50 ms | p99 ms | server CPU µs/call | calls/s of every run |")
+print("|---|---|---:|---:|---:|---:|---:|")
+ratios = []
+for label in ["1x32", "50x8"]:
+    rows = {}
+    for store in ["memory", "redis"]:
+        runs = [load(f"{store}-{label}-run{r}.json") for r in range(1, int(repeat) + 1)]
+        runs.sort(key=lambda r: r.get("calls_per_second", 0))
+        median = runs[len(runs) // 2]
+        rows[store] = median
+        every = ", ".join(f"{r.get('calls_per_second', 0):,.0f}".replace(",", " ") for r in runs)
+        cpu = median.get("server_cpu_us_per_call")
+        print(f"| {label} | {store} | {median.get('calls_per_second', 0):,.0f} | "
+              f"{median['latency_ms']['p50']:.3f} | {median['latency_ms']['p99']:.3f} | "
+              f"{cpu if cpu is None else f'{cpu:.1f}'} | {every} |".replace(",", " ").replace("  ", " "))
+    m, r = rows["memory"].get("server_cpu_us_per_call"), rows["redis"].get("server_cpu_us_per_call")
+    if m and r:
+        ratios.append((label, r / m))
+for label, ratio in ratios:
+    print(f"| {label} | redis / memory | | | | {ratio:.2f}× | |")
+print()
+c = load("cluster.json")
+print("| Measure | value |")
+print("|---|---:|")
+print(f"| Resumption on the other instance (relayed to the live owner), p50 over {c['resumptions']} | {c['resume_p50_ms']:.2f} ms |")
+print(f"| Resumption on the other instance, p99 over {c['resumptions']} | {c['resume_p99_ms']:.2f} ms |")
+print(f"| Redis memory per detached session (one echo call each), over {c['detached']} | {c['redis_bytes_per_detached_session'] / 1024:.1f} KiB |")
+print()
+print("A resumption is timed from the client's resuming `HAI` to the confirming one: instance b asks "
+      "Redis where the session lives, opens a link to a through pub/sub, and a replays the window.")
+print("<!-- cluster:end -->")
+PY
+python3 -B - "$OUT/section.md" <<'PY'
+import sys, re
+section = open(sys.argv[1]).read().strip()
+text = open("BENCHMARKS.md").read()
+pattern = re.compile(r"<!-- cluster:begin -->.*?<!-- cluster:end -->", re.S)
+if pattern.search(text):
+    text = pattern.sub(lambda _: section, text)
+else:
+    text = text.rstrip() + "\n\n" + section + "\n"
+open("BENCHMARKS.md", "w").write(text)
+PY
+echo "== wrote the 'Several instances' section of BENCHMARKS.md (raw results in ${OUT#"$ROOT"/})"
