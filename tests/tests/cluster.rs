@@ -494,4 +494,32 @@ async fn losing_redis_keeps_sessions_working_and_it_recovers() {
         .await;
     assert_eq!(done["status"], "OK");
     conn.ping_marker().await;
+
+    // Moving to b works again once a has subscribed again: relayed to a.
+    let seen = conn.last_seq();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut moved = loop {
+        let mut other = Conn::connect(Kind::Ws, b.local_addr(), None).await;
+        other
+            .send(&resume_hai("r2", &session, &seen.to_string()))
+            .await;
+        other.relax();
+        let first = other.recv().await;
+        if first["type"] == "HAI" && first["session"] == session.as_str() {
+            other.follow(&session, seen + 1);
+            break other;
+        }
+        assert_eq!(first["type"], "ERROR", "{first}");
+        assert_eq!(
+            first["payload"]["detail"]["reason"], "the instance holding the session is unreachable",
+            "{first}"
+        );
+        assert!(Instant::now() < deadline, "a never subscribed again");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let done = moved
+        .call_done("e3", "echo", json!({"message": "through b"}))
+        .await;
+    assert_eq!(done["result"], json!({"echoed": "through b"}));
+    moved.ping_marker().await;
 }
