@@ -118,6 +118,15 @@ impl Server {
         } else {
             eprintln!("haip listening on {log_url}");
         }
+        #[cfg(feature = "inspector")]
+        if self.config.inspector {
+            let inspector_url = format!("http://{local_addr}/inspector");
+            if tracing::dispatcher::has_been_set() {
+                tracing::info!(url = %inspector_url, "haip inspector");
+            } else {
+                eprintln!("haip inspector at {inspector_url}");
+            }
+        }
         let tracker = self.shared.runner.tasks().clone();
         #[cfg(feature = "mcp")]
         let mcp = self.mcp.endpoint.then(|| {
