@@ -16,6 +16,8 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 
 use browser::{Browser, WIDE};
+use haip::{Context, Tool, ToolError};
+use serde_json::{Value, json};
 use support::{demo_builder, hs256_token, http_get, start, within};
 
 /// Opens the inspector of the server at `addr` (with `query`, e.g.
@@ -88,7 +90,7 @@ async fn calculator_is_filled_in_and_called_and_fits_a_phone() {
         let names = b
             .eval("return [...document.querySelectorAll('#tools li')].map(l => l.dataset.tool);")
             .await;
-        assert_eq!(names, serde_json::json!(support::QUICKSTART_TOOLS));
+        assert_eq!(names, json!(support::QUICKSTART_TOOLS));
         // Descriptions come with the list; the filter narrows it.
         b.wait_text(
             "#tools button[data-tool=\"calculator\"] .tool-desc",
@@ -128,7 +130,7 @@ async fn calculator_is_filled_in_and_called_and_fits_a_phone() {
             .await;
         assert_eq!(
             options,
-            serde_json::json!(["add", "subtract", "multiply", "divide"])
+            json!(["add", "subtract", "multiply", "divide"])
         );
         calculate(&b).await;
         b.screenshot("calculator").await;
@@ -234,7 +236,7 @@ async fn a_bad_email_is_shown_under_the_email_field() {
                  .filter(e => !e.hidden).map(e => e.dataset.errorFor);",
             )
             .await;
-        assert_eq!(others, serde_json::json!(["/email"]), "only email is wrong");
+        assert_eq!(others, json!(["/email"]), "only email is wrong");
         b.screenshot("create_user-invalid-email").await;
 
         b.fill(&param("/email"), "ada@example.com").await;
@@ -298,6 +300,148 @@ async fn book_table_asks_in_the_page_and_takes_the_answer() {
             .await;
         b.find("#result[data-status=\"OK\"]").await;
         b.wait_text("#result-body", "\"booked\": false").await;
+    })
+    .await;
+}
+
+/// A tool whose input schema has every kind of field the page builds a
+/// form for; it answers with the params it got.
+fn form_kinds() -> Tool {
+    Tool::builder("form_kinds")
+        .description("Every kind of field")
+        .input_schema(json!({
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "default": "hello", "description": "A title."},
+                "count": {"type": "integer", "minimum": 1, "maximum": 10, "default": 3},
+                "ratio": {"type": ["number", "null"]},
+                "loud": {"type": "boolean", "default": false},
+                "tags": {"type": "array", "items": {"type": "string"}, "default": ["a"]},
+                "colour": {"type": "string", "enum": ["red", "green"], "default": "green"},
+                "sizes": {"type": "array", "items": {"type": "string", "enum": ["S", "M", "L"]}},
+                "owner": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+                    "required": ["name"],
+                    "additionalProperties": false
+                },
+                "extra": {"type": "object", "additionalProperties": {"type": "string"}}
+            },
+            "required": ["title", "owner"],
+            "additionalProperties": false
+        }))
+        .handler(|params: Value, _ctx: Context| async move {
+            Ok::<_, ToolError>(json!({ "got": params }))
+        })
+        .build()
+        .expect("form_kinds is a valid tool")
+}
+
+/// An 8x8 red PNG, made for this test.
+const RED_DOT: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEUlEQVR4nGO4YGCAFTEMLQkA2ntMAeuWKpoAAAAASUVORK5CYII=";
+
+/// A tool answering with content blocks (HAIP.md §6.12): text and an image.
+fn picture() -> Tool {
+    Tool::builder("picture")
+        .description("A red dot")
+        .handler(|_params: Value, _ctx: Context| async move {
+            Ok::<_, ToolError>(json!({"content": [
+                {"type": "text", "text": "a red dot"},
+                {"type": "image", "data": RED_DOT, "mimeType": "image/png"}
+            ]}))
+        })
+        .build()
+        .expect("picture is a valid tool")
+}
+
+/// What the last call's result says it got, as JSON.
+async fn result_json(b: &Browser) -> Value {
+    let text = b.text("#result-body").await;
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("the result is not JSON ({e}): {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forms_cover_defaults_lists_choices_and_nested_objects() {
+    let (server, _) = start(
+        demo_builder()
+            .tool(form_kinds())
+            .tool(picture())
+            .inspector(true),
+    )
+    .await;
+    let addr = server.local_addr();
+    Browser::run("form_kinds", WIDE, |b| async move {
+        open(&b, addr, "").await;
+        choose(&b, "form_kinds").await;
+        // Defaults are filled in.
+        let defaults = b
+            .eval(
+                "const f = p => document.querySelector(`#params .field[data-path=\"${p}\"]`); \
+                 return [f('/title').querySelector('input').value, f('/count').querySelector('input').value, \
+                 f('/colour').querySelector('select').value, f('/loud').querySelector('input').checked, \
+                 [...f('/tags').querySelectorAll('.row input')].map(i => i.value)];",
+            )
+            .await;
+        assert_eq!(defaults, json!(["hello", "3", "green", false, ["a"]]));
+        b.find("#params fieldset.field[data-path=\"/owner\"] .field[data-path=\"/owner/name\"]")
+            .await;
+        b.fill(&param("/owner/name"), "Ada").await;
+        b.click("#params .field[data-path=\"/tags\"] button[data-action=\"add-item\"]")
+            .await;
+        b.fill("#params .field[data-path=\"/tags\"] .row:nth-child(2) input", "b")
+            .await;
+        b.click("#params .field[data-path=\"/loud\"] input[type=\"checkbox\"]")
+            .await;
+        b.click("#params .field[data-path=\"/sizes\"] input[data-index=\"1\"]")
+            .await;
+        b.click("#call").await;
+        b.find("#result[data-status=\"OK\"]").await;
+        assert_eq!(
+            result_json(&b).await,
+            json!({"got": {
+                "title": "hello", "count": 3, "loud": true, "tags": ["a", "b"],
+                "colour": "green", "sizes": ["M"], "owner": {"name": "Ada"}
+            }}),
+            "optional fields left empty are not sent"
+        );
+
+        // The server's complaints land under the fields, nested ones too.
+        b.fill(&param("/count"), "11").await;
+        b.fill(&param("/owner/age"), "1.5").await;
+        b.click("#call").await;
+        b.find("#result[data-code=\"INVALID_PARAMS\"]").await;
+        b.wait_text("#params .field[data-path=\"/count\"] > .field-error", "11")
+            .await;
+        b.wait_text(
+            "#params .field[data-path=\"/owner/age\"] > .field-error",
+            "1.5",
+        )
+        .await;
+        b.screenshot("form_kinds-invalid").await;
+
+        // Or as JSON, by hand.
+        b.click("#raw-toggle").await;
+        b.fill("#params-json", r#"{"title": "raw", "owner": {"name": "Bo"}}"#)
+            .await;
+        b.click("#call").await;
+        b.find("#result[data-status=\"OK\"]").await;
+        assert_eq!(
+            result_json(&b).await,
+            json!({"got": {"title": "raw", "owner": {"name": "Bo"}}})
+        );
+
+        // Content blocks: the text, and the image as an image.
+        choose(&b, "picture").await;
+        b.click("#call").await;
+        b.wait_text("#result-content", "a red dot").await;
+        let width = b
+            .wait_until(
+                "the image to load",
+                "document.querySelector('#result-content img')?.naturalWidth",
+            )
+            .await;
+        assert_eq!(width, 8);
     })
     .await;
 }
