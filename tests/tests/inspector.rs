@@ -5,11 +5,11 @@
 //! names, answers `ctx.ask` questions, and asks for a token when the server
 //! needs one. Each state is saved under `target/inspector-screenshots/`.
 
-mod support;
 #[path = "support/browser.rs"]
 mod browser;
 #[path = "support/mcp.rs"]
 mod mcp_support;
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -30,8 +30,10 @@ async fn open(b: &Browser, addr: SocketAddr, query: &str) {
 
 /// Chooses `tool` and waits for its form.
 async fn choose(b: &Browser, tool: &str) {
-    b.click(&format!("#tools button[data-tool=\"{tool}\"]")).await;
-    b.find(&format!("#params[data-tool=\"{tool}\"] .form")).await;
+    b.click(&format!("#tools button[data-tool=\"{tool}\"]"))
+        .await;
+    b.find(&format!("#params[data-tool=\"{tool}\"] .form"))
+        .await;
 }
 
 /// The input (or select, or textarea) of the params field at `pointer`.
@@ -175,7 +177,11 @@ async fn process_file_shows_progress_and_can_be_cancelled() {
         b.screenshot("process_file-running").await;
         b.find("#result[data-status=\"OK\"]").await;
         b.wait_text("#result-body", "\"lines\": 150").await;
-        assert_eq!(b.eval("return document.getElementById('progress').value;").await, 100);
+        assert_eq!(
+            b.eval("return document.getElementById('progress').value;")
+                .await,
+            100
+        );
 
         // Again, cancelled midway: the bar has moved, then CANCELLED.
         b.click("#call").await;
@@ -195,11 +201,15 @@ async fn process_file_shows_progress_and_can_be_cancelled() {
                 ),
             )
             .await;
-        assert!(later.as_f64().unwrap_or(0.0) > first, "{later} after {first}");
+        assert!(
+            later.as_f64().unwrap_or(0.0) > first,
+            "{later} after {first}"
+        );
         b.click("#cancel").await;
         b.find("#result[data-status=\"CANCELLED\"]").await;
         b.wait_text("#result-status", "CANCELLED").await;
-        b.wait_text("#result-body", "cancelled in the inspector").await;
+        b.wait_text("#result-body", "cancelled in the inspector")
+            .await;
         b.screenshot("process_file-cancelled").await;
     })
     .await;
@@ -227,7 +237,10 @@ async fn a_bad_email_is_shown_under_the_email_field() {
         b.find("#result[data-status=\"ERROR\"][data-code=\"INVALID_PARAMS\"]")
             .await;
         let under = b
-            .wait_text("#params .field[data-path=\"/email\"] > .field-error", "email")
+            .wait_text(
+                "#params .field[data-path=\"/email\"] > .field-error",
+                "email",
+            )
             .await;
         assert!(under.contains("not-an-email"), "{under}");
         let others = b
@@ -339,8 +352,7 @@ fn form_kinds() -> Tool {
 }
 
 /// An 8x8 red PNG, made for this test.
-const RED_DOT: &str =
-    "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEUlEQVR4nGO4YGCAFTEMLQkA2ntMAeuWKpoAAAAASUVORK5CYII=";
+const RED_DOT: &str = "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEUlEQVR4nGO4YGCAFTEMLQkA2ntMAeuWKpoAAAAASUVORK5CYII=";
 
 /// A tool answering with content blocks (HAIP.md §6.12): text and an image.
 fn picture() -> Tool {
@@ -475,7 +487,8 @@ async fn with_auth_on_the_page_asks_for_a_token_and_uses_it() {
             b.click("#token-connect").await;
             b.find("#status[data-state=\"open\"]").await;
             assert_eq!(
-                b.eval("return document.getElementById('auth').hidden;").await,
+                b.eval("return document.getElementById('auth').hidden;")
+                    .await,
                 true,
                 "the token notice goes once connected"
             );

@@ -281,10 +281,7 @@ impl Browser {
         let dx = width.saturating_sub(inner[0].as_u64().unwrap_or(0) as u32);
         let dy = height.saturating_sub(inner[1].as_u64().unwrap_or(0) as u32);
         if dx > 0 || dy > 0 {
-            let _ = self
-                .client
-                .set_window_size(width + dx, height + dy)
-                .await;
+            let _ = self.client.set_window_size(width + dx, height + dy).await;
         }
     }
 
@@ -513,7 +510,9 @@ fn install() -> (PathBuf, PathBuf) {
         return (chromium, driver);
     }
     let started = Instant::now();
-    eprintln!("chromium or chromedriver is missing: installing them with apt-get (once per machine)");
+    eprintln!(
+        "chromium or chromedriver is missing: installing them with apt-get (once per machine)"
+    );
     for args in [
         &["update"][..],
         &[
@@ -529,7 +528,9 @@ fn install() -> (PathBuf, PathBuf) {
             .env("DEBIAN_FRONTEND", "noninteractive")
             .stdin(Stdio::null())
             .output()
-            .unwrap_or_else(|e| panic!("this test needs a browser and cannot run apt-get ({e}): {HOW}"));
+            .unwrap_or_else(|e| {
+                panic!("this test needs a browser and cannot run apt-get ({e}): {HOW}")
+            });
         assert!(
             out.status.success(),
             "this test needs a browser, and `apt-get {}` failed ({}): {HOW}\n\
