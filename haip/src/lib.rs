@@ -55,8 +55,6 @@ mod context;
 mod error;
 mod exec;
 mod hash;
-#[cfg(feature = "inspector")]
-mod inspector;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;

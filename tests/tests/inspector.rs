@@ -530,6 +530,51 @@ async fn without_a_websocket_the_page_falls_back_to_sse() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_enforcing_credit_answers_every_call_the_page_makes() {
+    // Strict flow control with two messages of credit per channel: the
+    // page's HAI declares flow_control, so the server returns credit with
+    // FLOW_UPDATEs (and holds its own envelopes to the page's grants); three
+    // calls in a row all get their TOOL_DONE and nothing is refused. (This
+    // server restores credit as it returns it, so a client cannot outrun it
+    // here without also being stuck: the page's own credit check is for
+    // servers that count differently.)
+    let (server, _) = start(
+        demo_builder()
+            .strict_flow_control(true)
+            .initial_credit_messages(2)
+            .credit_return_messages(2)
+            .inspector(true),
+    )
+    .await;
+    let addr = server.local_addr();
+    Browser::run("strict_flow_control", WIDE, |b| async move {
+        open(&b, addr, "").await;
+        choose(&b, "calculator").await;
+        b.select(&param("/operation"), "add").await;
+        b.fill(&param("/a"), "5").await;
+        b.fill(&param("/b"), "3").await;
+        b.eval("for (let i = 0; i < 3; i++) document.getElementById('call').click(); return true;")
+            .await;
+        b.wait_until(
+            "three TOOL_DONEs",
+            "document.querySelectorAll('#wire-log li[data-dir=\"in\"][data-type=\"TOOL_DONE\"]')\
+             .length === 3",
+        )
+        .await;
+        b.find("#result[data-status=\"OK\"]").await;
+        b.wait_text("#result-body", "\"result\": 8").await;
+        let refused = b
+            .eval(
+                "return [...document.querySelectorAll('#wire-log li[data-dir=\"in\"][data-type=\"ERROR\"]')]\
+                 .map(l => l.innerText);",
+            )
+            .await;
+        assert_eq!(refused, json!([]), "the server refused something");
+    })
+    .await;
+}
+
 /// Kills the quickstart when the test ends, however it ends.
 struct Running(Child);
 

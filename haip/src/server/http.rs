@@ -131,7 +131,7 @@ fn not_found() -> Response<Body> {
 /// The inspector's page (feature `inspector`).
 #[cfg(feature = "inspector")]
 fn inspector_page() -> Response<Body> {
-    let mut response = Response::new(full(crate::inspector::PAGE));
+    let mut response = Response::new(full(super::inspector::page()));
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
@@ -139,7 +139,7 @@ fn inspector_page() -> Response<Body> {
     );
     h.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(crate::inspector::CONTENT_SECURITY_POLICY),
+        HeaderValue::from_static(super::inspector::CONTENT_SECURITY_POLICY),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert(

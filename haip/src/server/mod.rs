@@ -5,6 +5,8 @@ mod config;
 mod driver;
 mod http;
 mod hub;
+#[cfg(feature = "inspector")]
+mod inspector;
 mod upstream;
 
 use std::net::SocketAddr;
