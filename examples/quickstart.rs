@@ -6,9 +6,11 @@
 //! cargo run --example quickstart
 //! ```
 //!
-//! Then connect any WebSocket client to `ws://127.0.0.1:8080/haip` and send
-//! `{"type":"TOOL_LIST","payload":{}}`, or use SSE / HTTP streaming (see the
-//! README). With `HAIP_JWT_SECRET` set, every connection needs an HS256 token
+//! It prints the inspector's address at start: open
+//! `http://127.0.0.1:8080/inspector` in a browser to list, fill in, call,
+//! answer and cancel the tools by hand. Or connect any WebSocket client to
+//! `ws://127.0.0.1:8080/haip` and send `{"type":"TOOL_LIST","payload":{}}`,
+//! or use SSE / HTTP streaming (see the README). With `HAIP_JWT_SECRET` set, every connection needs an HS256 token
 //! signed with that secret (`cargo run --example auth` mints one).
 
 // Links the annotated tools into this binary.
@@ -21,6 +23,7 @@ async fn main() -> Result<(), haip::Error> {
         .from_env()
         .builtin_tools()
         .annotated_tools()
+        .inspector(true) // logs its URL, with the address actually bound
         .build()?
         .run()
         .await

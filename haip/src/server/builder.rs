@@ -326,6 +326,35 @@ impl ServerBuilder {
         self
     }
 
+    /// Serves the inspector at `GET /inspector` (default off; `404` there when
+    /// off): one page, embedded in the binary, that lists the tools, builds a
+    /// form from each input schema, calls tools with live progress, log lines
+    /// and a Cancel button, answers their questions and shows their results.
+    /// It speaks HAIP to this server over WebSocket (SSE when that fails).
+    ///
+    /// The page itself needs no token; with authentication on, it asks for
+    /// one and sends it as a `token.<JWT>` WebSocket subprotocol entry (or an
+    /// `Authorization` header on SSE), so nothing is reachable without it.
+    /// Feature `inspector`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), haip::Error> {
+    /// let handle = haip::Server::builder()
+    ///     .builtin_tools()
+    ///     .inspector(true)
+    ///     .build()?
+    ///     .start()
+    ///     .await?;
+    /// println!("open http://{}/inspector", handle.local_addr());
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "inspector")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "inspector")))]
+    pub fn inspector(mut self, enabled: bool) -> Self {
+        self.config.inspector = enabled;
+        self
+    }
+
     /// Registers application state, handed to tools that take a
     /// [`State<T>`](crate::State) parameter (or call [`Context::state`](crate::Context::state)).
     /// One value per type; a later one replaces an earlier one.

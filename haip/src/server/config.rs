@@ -18,6 +18,9 @@ pub(crate) struct Config {
     pub(crate) handshake_timeout: Duration,
     pub(crate) max_connections_per_peer: Option<usize>,
     pub(crate) limit_loopback_peers: bool,
+    /// Serve the browser inspector at `/inspector`.
+    #[cfg(feature = "inspector")]
+    pub(crate) inspector: bool,
 }
 
 impl Default for Config {
@@ -34,6 +37,8 @@ impl Default for Config {
             handshake_timeout: Duration::from_secs(10),
             max_connections_per_peer: Some(1024),
             limit_loopback_peers: false,
+            #[cfg(feature = "inspector")]
+            inspector: false,
         }
     }
 }

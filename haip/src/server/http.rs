@@ -65,6 +65,10 @@ pub(crate) async fn route(
             response
         }
         (Method::OPTIONS, _) => preflight(),
+        // Public like `/health`: the page holds no data, and every connection
+        // it opens is authenticated as any other client's.
+        #[cfg(feature = "inspector")]
+        (Method::GET, "/inspector") if hub.config.inspector => inspector_page(),
         (Method::GET, "/stats") => match authenticate(&hub, &req).await {
             Ok(_) => {
                 let replay_bytes = hub.shared.replay.used();
@@ -132,6 +136,31 @@ pub(super) fn error_response(status: StatusCode, error: &str, code: &str) -> Res
 
 fn not_found() -> Response<Body> {
     error_response(StatusCode::NOT_FOUND, "Not found", "NOT_FOUND")
+}
+
+/// The inspector's page (feature `inspector`).
+#[cfg(feature = "inspector")]
+fn inspector_page() -> Response<Body> {
+    let mut response = Response::new(full(super::inspector::page()));
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(super::inspector::CONTENT_SECURITY_POLICY),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
 }
 
 // CORS methods, request headers and exposed response headers: HAIP's, plus

@@ -5,6 +5,8 @@ mod config;
 mod driver;
 mod http;
 mod hub;
+#[cfg(feature = "inspector")]
+mod inspector;
 #[cfg(feature = "redis")]
 mod links;
 mod upstream;
@@ -141,6 +143,15 @@ impl Server {
             tracing::info!(url = %log_url, "haip listening");
         } else {
             eprintln!("haip listening on {log_url}");
+        }
+        #[cfg(feature = "inspector")]
+        if self.config.inspector {
+            let inspector_url = format!("http://{local_addr}/inspector");
+            if tracing::dispatcher::has_been_set() {
+                tracing::info!(url = %inspector_url, "haip inspector");
+            } else {
+                eprintln!("haip inspector at {inspector_url}");
+            }
         }
         let tracker = self.shared.runner.tasks().clone();
         #[cfg(feature = "mcp")]
