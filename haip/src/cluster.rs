@@ -136,6 +136,15 @@ pub(crate) struct RedisSessionStore {
     epoch: std::time::Instant,
 }
 
+/// One session's committed envelopes in a batch of records.
+struct Committed<'a> {
+    id: &'a Arc<str>,
+    envelopes: Vec<&'a [u8]>,
+    /// The newest envelope's `seq`, and the inbound `seq` then.
+    seq: u64,
+    last_rx_seq: u64,
+}
+
 /// Where the messages of one link go on this instance.
 struct LinkEnd {
     tx: mpsc::Sender<LinkMessage>,
@@ -680,13 +689,40 @@ impl RedisSessionStore {
         }
     }
 
+    /// The commands for a batch of records. A session's committed envelopes
+    /// in the batch go in one `RPUSH` with one trim, one update of its
+    /// counters and one refresh of its expiry (most of a busy session's
+    /// records are envelopes: this is what keeps Redis cheap per call).
     fn pipeline(&self, batch: &[Entry]) -> redis::Pipeline {
         let mut pipe = redis::pipe();
         let ttl = self.ttl.as_millis() as i64;
-        let cap = self.window_cap as isize;
+        // Committed envelopes by session, in the order sessions first appear.
+        let mut groups: Vec<Committed<'_>> = Vec::new();
         for entry in batch {
             match entry {
+                Entry::Committed {
+                    id,
+                    seq,
+                    envelope,
+                    last_rx_seq,
+                } => match groups
+                    .iter_mut()
+                    .find(|g| Arc::ptr_eq(g.id, id) || g.id == id)
+                {
+                    Some(group) => {
+                        group.envelopes.push(envelope.as_ref());
+                        group.seq = *seq;
+                        group.last_rx_seq = *last_rx_seq;
+                    }
+                    None => groups.push(Committed {
+                        id,
+                        envelopes: vec![envelope.as_ref()],
+                        seq: *seq,
+                        last_rx_seq: *last_rx_seq,
+                    }),
+                },
                 Entry::Opened { id, subject } => {
+                    self.flush(&mut pipe, &mut groups);
                     let key = session_key(id);
                     pipe.hset(&key, "owner", &*self.instance).ignore();
                     match subject {
@@ -694,29 +730,6 @@ impl RedisSessionStore {
                         None => pipe.hdel(&key, "subject").ignore(),
                     };
                     pipe.pexpire(&key, ttl).ignore();
-                }
-                Entry::Committed {
-                    id,
-                    seq,
-                    envelope,
-                    last_rx_seq,
-                } => {
-                    let key = session_key(id);
-                    let window = window_key(id);
-                    pipe.rpush(&window, envelope.as_ref()).ignore();
-                    pipe.ltrim(&window, -cap, -1).ignore();
-                    pipe.hset_multiple(
-                        &key,
-                        &[
-                            ("owner", self.instance.to_string()),
-                            ("next_seq", (seq + 1).to_string()),
-                            ("last_rx", last_rx_seq.to_string()),
-                        ],
-                    )
-                    .ignore();
-                    pipe.pexpire(&key, ttl).ignore();
-                    pipe.pexpire(&window, ttl).ignore();
-                    pipe.pexpire(calls_key(id), ttl).ignore();
                 }
                 Entry::CallOpened { id, call_id } => {
                     let calls = calls_key(id);
@@ -727,6 +740,8 @@ impl RedisSessionStore {
                     pipe.srem(calls_key(id), call_id).ignore();
                 }
                 Entry::Ended { id } => {
+                    // After what the session committed before it ended.
+                    self.flush(&mut pipe, &mut groups);
                     pipe.del(&[session_key(id), window_key(id), calls_key(id)])
                         .ignore();
                 }
@@ -740,7 +755,32 @@ impl RedisSessionStore {
                 }
             }
         }
+        self.flush(&mut pipe, &mut groups);
         pipe
+    }
+
+    /// The commands for the committed envelopes gathered so far.
+    fn flush(&self, pipe: &mut redis::Pipeline, groups: &mut Vec<Committed<'_>>) {
+        let ttl = self.ttl.as_millis() as i64;
+        let cap = self.window_cap as isize;
+        for group in groups.drain(..) {
+            let key = session_key(group.id);
+            let window = window_key(group.id);
+            pipe.rpush(&window, group.envelopes).ignore();
+            pipe.ltrim(&window, -cap, -1).ignore();
+            pipe.hset_multiple(
+                &key,
+                &[
+                    ("owner", self.instance.to_string()),
+                    ("next_seq", (group.seq + 1).to_string()),
+                    ("last_rx", group.last_rx_seq.to_string()),
+                ],
+            )
+            .ignore();
+            pipe.pexpire(&key, ttl).ignore();
+            pipe.pexpire(&window, ttl).ignore();
+            pipe.pexpire(calls_key(group.id), ttl).ignore();
+        }
     }
 
     fn id_arc(&self, id: &str) -> Arc<str> {

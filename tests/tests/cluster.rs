@@ -28,8 +28,10 @@ mod mcp_support;
 mod redis_support;
 mod support;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use conn::{Conn, Kind, assert_ok, http, post};
@@ -39,13 +41,19 @@ use serde_json::{Value, json};
 use support::{demo_builder, resume_hai, start};
 use tokio::sync::Notify;
 
-/// Opened by the test that waits on it: [`gated`] returns then.
-static GATE: Notify = Notify::const_new();
+/// Gates by name, opened by the tests that wait on them (tests run side by
+/// side in this process: each has its own).
+static GATES: LazyLock<Mutex<HashMap<String, Arc<Notify>>>> = LazyLock::new(Default::default);
 
-/// Returns once the test opens [`GATE`].
+fn gate(name: &str) -> Arc<Notify> {
+    let mut gates = GATES.lock().unwrap();
+    Arc::clone(gates.entry(name.to_owned()).or_default())
+}
+
+/// Returns once the test opens gate `name`.
 #[haip_tool]
-async fn gated() -> String {
-    GATE.notified().await;
+async fn gated(name: String) -> String {
+    gate(&name).notified().await;
     "released".to_owned()
 }
 
@@ -85,7 +93,8 @@ async fn a_client_moves_to_a_live_instance_and_its_calls_follow(kind: Kind) {
     conn.call("h1", "hold", json!({})).await;
     let update = conn.expect_update("h1").await;
     assert_eq!(update["status"], "RUNNING", "{update}");
-    conn.call("g1", "gated", json!({})).await;
+    let gate_name = format!("{kind:?}");
+    conn.call("g1", "gated", json!({ "name": gate_name })).await;
     drop(conn);
 
     let mut conn = Conn::connect(kind, b.local_addr(), None).await;
@@ -109,7 +118,7 @@ async fn a_client_moves_to_a_live_instance_and_its_calls_follow(kind: Kind) {
         .await;
     assert_eq!(done["result"], json!({"echoed": "through b"}));
     // A call that started on a finishes through b.
-    GATE.notify_one();
+    gate(&gate_name).notify_one();
     let done = conn.expect_done("g1").await;
     assert_eq!(done["result"], "released", "{done}");
     // A cancel sent to b stops the call on a.
