@@ -87,6 +87,10 @@ enum Entry {
     Ended {
         id: Arc<str>,
     },
+    Paused {
+        id: Arc<str>,
+        channels: String,
+    },
     StreamOpened {
         id: String,
         subject: Option<String>,
@@ -745,6 +749,9 @@ impl RedisSessionStore {
                     pipe.del(&[session_key(id), window_key(id), calls_key(id)])
                         .ignore();
                 }
+                Entry::Paused { id, channels } => {
+                    pipe.hset(session_key(id), "paused", channels).ignore();
+                }
                 Entry::StreamOpened { id, subject } => {
                     let member = format!("{id} {}", self.instance);
                     pipe.sadd(open_key(subject.as_deref()), member).ignore();
@@ -879,6 +886,16 @@ fn snapshot(meta: &BTreeMap<String, String>, window: Vec<Vec<u8>>, calls: Vec<St
         next_seq,
         last_rx_seq: number("last_rx").unwrap_or(0),
         open_calls: calls,
+        paused: meta
+            .get("paused")
+            .map(|names| {
+                names
+                    .split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 
@@ -1100,6 +1117,10 @@ impl SessionStore for SharedRedisStore {
                 id,
                 call_id: call_id.to_owned(),
             },
+            Record::Paused { channels } => Entry::Paused {
+                id,
+                channels: channels.to_owned(),
+            },
         };
         store.enqueue(entry);
     }
@@ -1131,6 +1152,7 @@ mod tests {
             ("subject", "alice"),
             ("next_seq", "8"),
             ("last_rx", "3"),
+            ("paused", "AGENT,USER"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -1140,6 +1162,7 @@ mod tests {
         let snap = snapshot(&meta, window, vec!["c1".into()]);
         let seqs: Vec<u64> = snap.window.iter().map(|(s, _)| *s).collect();
         assert_eq!(seqs, [4, 5, 6, 7]);
+        assert_eq!(snap.paused, ["AGENT", "USER"]);
         assert_eq!(snap.next_seq, 8);
         assert_eq!(snap.last_rx_seq, 3);
         assert_eq!(snap.subject.as_deref(), Some("alice"));

@@ -142,6 +142,14 @@ impl OutboundGate {
         }
     }
 
+    /// The paused channels' names, sorted, comma-separated (what a shared
+    /// store records).
+    pub(crate) fn paused_names(&self) -> String {
+        let mut names: Vec<&str> = self.paused.iter().map(|c| c.as_str()).collect();
+        names.sort_unstable();
+        names.join(",")
+    }
+
     /// Lifts every pause (graceful shutdown: the last envelopes must go out).
     pub(crate) fn resume_all(&mut self) {
         self.paused.clear();

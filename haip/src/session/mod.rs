@@ -354,6 +354,9 @@ impl Session {
         session.subject = snapshot.subject.map(Arc::from);
         session.next_seq = snapshot.next_seq.max(1);
         session.last_rx_seq = snapshot.last_rx_seq;
+        for channel in &snapshot.paused {
+            session.gate.pause(channel);
+        }
         let now = shared.clock.now();
         for (seq, text) in snapshot.window {
             session.window.keep(seq, text, now, &shared.replay);
@@ -366,8 +369,22 @@ impl Session {
                     subject: subject.as_deref(),
                 },
             );
+            session.record_paused();
         }
         (session, snapshot.open_calls)
+    }
+
+    /// Records which channels are paused, for a shared store.
+    fn record_paused(&self) {
+        if self.shared.store.records() {
+            let channels = self.gate.paused_names();
+            self.shared.store.record(
+                &self.id,
+                Record::Paused {
+                    channels: &channels,
+                },
+            );
+        }
     }
 
     /// Ends calls that died with the instance that ran them: each gets its
@@ -841,8 +858,14 @@ impl Session {
                 };
                 self.gate.grant(&flow.channel, amount);
             }
-            InboundEvent::PauseChannel(pause) => self.gate.pause(&pause.channel),
-            InboundEvent::ResumeChannel(resume) => self.gate.resume(&resume.channel),
+            InboundEvent::PauseChannel(pause) => {
+                self.gate.pause(&pause.channel);
+                self.record_paused();
+            }
+            InboundEvent::ResumeChannel(resume) => {
+                self.gate.resume(&resume.channel);
+                self.record_paused();
+            }
             // Accepted and handed to no hook yet: text, audio, inbound tool
             // traffic the server does not act on (§6.8), PONG, ERROR, a client
             // advertising its own tools.

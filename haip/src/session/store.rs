@@ -275,6 +275,9 @@ pub(crate) enum Record<'a> {
     CallOpened { call_id: &'a str },
     /// Its `TOOL_DONE` was issued.
     CallClosed { call_id: &'a str },
+    /// The channels paused now (`PAUSE_CHANNEL`), comma-separated: pause
+    /// state survives resumption (HAIP.md §12.2).
+    Paused { channels: &'a str },
 }
 
 /// A session as a shared store last recorded it.
@@ -290,6 +293,8 @@ pub(crate) struct Snapshot {
     pub(crate) last_rx_seq: u64,
     /// Calls that were owed a `TOOL_DONE` when it was last recorded.
     pub(crate) open_calls: Vec<String>,
+    /// The channels it had paused.
+    pub(crate) paused: Vec<String>,
 }
 
 /// The default [`SessionStore`]: a map in this process.

@@ -1521,6 +1521,7 @@ async fn a_restored_session_replays_confirms_then_ends_its_lost_calls() {
         next_seq: 4,
         last_rx_seq: 6,
         open_calls: vec!["p1".to_owned()],
+        paused: vec![],
     };
     let shared = Arc::clone(h.session.shared());
     let (mut session, lost) = Session::restore(shared, TransportKind::WebSocket, "gone", snapshot);
@@ -1561,4 +1562,44 @@ async fn a_restored_session_replays_confirms_then_ends_its_lost_calls() {
             .unwrap()
             .contains("instance lost")
     );
+}
+
+#[tokio::test]
+async fn a_restored_session_keeps_its_channels_paused() {
+    // Pause state belongs to the session and survives resumption (§12.2),
+    // on another instance too: the lost call's TOOL_DONE (AGENT) waits.
+    let mut h = Harness::new(Config::default(), vec![]);
+    let snapshot = Snapshot {
+        subject: None,
+        window: vec![(
+            1,
+            bytes::Bytes::from_static(
+                br#"{"id":"i1","session":"gone","seq":"1","ts":"1","channel":"SYSTEM","type":"HAI","payload":{}}"#,
+            ),
+        )],
+        next_seq: 2,
+        last_rx_seq: 0,
+        open_calls: vec!["p1".to_owned()],
+        paused: vec!["AGENT".to_owned()],
+    };
+    let shared = Arc::clone(h.session.shared());
+    let (mut session, lost) = Session::restore(shared, TransportKind::WebSocket, "gone", snapshot);
+    session.resumed(
+        1,
+        &crate::protocol::payload::Hai::default(),
+        TransportKind::WebSocket,
+    );
+    session.end_lost_calls(lost);
+    h.session = session;
+    let kinds = |texts: Vec<Value>| -> Vec<String> {
+        texts
+            .iter()
+            .map(|v| v["type"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(kinds(h.session_replay()), ["HAI"]);
+    let _ = h.session.handle_text(
+        r#"{"id":"r1","channel":"SYSTEM","type":"RESUME_CHANNEL","payload":{"channel":"AGENT"}}"#,
+    );
+    assert_eq!(kinds(h.session_replay()), ["TOOL_DONE"]);
 }
