@@ -45,7 +45,9 @@ use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::session::link::{IncomingLink, LINK_QUEUE, Link, LinkMessage, LinkOpen, LinkPurpose};
+use crate::session::link::{
+    IncomingLink, Link, LinkMessage, LinkOpen, LinkPurpose, LinkReceiver, LinkSender,
+};
 use crate::session::{
     InMemorySessionStore, NotRestored, Record, SessionStore, Shared, Snapshot, StoreFuture,
     TransportKind,
@@ -151,7 +153,7 @@ struct Committed<'a> {
 
 /// Where the messages of one link go on this instance.
 struct LinkEnd {
-    tx: mpsc::Sender<LinkMessage>,
+    tx: LinkSender,
     /// When the other end was last heard (ms since the epoch).
     heard: Arc<AtomicU64>,
 }
@@ -334,7 +336,7 @@ impl RedisSessionStore {
                 tracing::debug!("malformed link opening dropped");
                 return;
             };
-            let link = self.open_end(id, from, None);
+            let link = self.open_end(id, from);
             if self.incoming.try_send(IncomingLink { link, open }).is_err() {
                 // Dropping the link ends it, which the other end hears.
                 tracing::warn!("too many links waiting to be served; one refused");
@@ -349,17 +351,17 @@ impl RedisSessionStore {
         let Some(end) = links.get(&id) else { return };
         end.heard.store(self.now_ms(), Relaxed);
         let closing = matches!(message, LinkMessage::Close { .. });
-        if end.tx.try_send(message).is_err() || closing {
+        if !end.tx.try_send(message) || closing {
             // Full: the reader fell too far behind, and loses the link.
             links.remove(&id);
         }
     }
 
     /// Makes this instance's end of link `id` with instance `peer`; its
-    /// messages are published by a task of their own, `first` first.
-    fn open_end(self: &Arc<Self>, id: u64, peer: String, first: Option<Vec<u8>>) -> Link {
-        let (in_tx, in_rx) = mpsc::channel(LINK_QUEUE);
-        let (out_tx, out_rx) = mpsc::channel(LINK_QUEUE);
+    /// messages are published by a task of their own.
+    fn open_end(self: &Arc<Self>, id: u64, peer: String) -> Link {
+        let (in_tx, in_rx) = crate::session::link::channel();
+        let (out_tx, out_rx) = crate::session::link::channel();
         let heard = Arc::new(AtomicU64::new(self.now_ms()));
         self.lock_links().insert(
             id,
@@ -372,7 +374,7 @@ impl RedisSessionStore {
             shared
                 .runner
                 .tasks()
-                .spawn(Arc::clone(self).publish(id, peer, first, out_rx, heard));
+                .spawn(Arc::clone(self).publish(id, peer, out_rx, heard));
         }
         Link {
             out: out_tx,
@@ -387,15 +389,14 @@ impl RedisSessionStore {
         self: Arc<Self>,
         id: u64,
         peer: String,
-        first: Option<Vec<u8>>,
-        mut out: mpsc::Receiver<LinkMessage>,
+        mut out: LinkReceiver,
         heard: Arc<AtomicU64>,
     ) {
         let channel = inbox_key(&peer);
         let Some(mut conn) = self.conn.get().cloned() else {
             return;
         };
-        let mut pending: Vec<Vec<u8>> = first.into_iter().collect();
+        let mut pending: Vec<Vec<u8>> = Vec::new();
         let mut beat = tokio::time::interval(LEASE_REFRESH);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut closed = false;
@@ -419,7 +420,7 @@ impl RedisSessionStore {
                             closed |= matches!(message, LinkMessage::Close { .. });
                             pending.push(encode_message(id, &message));
                             if pending.len() < 64 && !closed {
-                                next = out.try_recv().ok();
+                                next = out.try_recv();
                             }
                         }
                     }
@@ -532,7 +533,7 @@ impl RedisSessionStore {
         };
         let id = uuid::Uuid::new_v4().as_u64_pair().0;
         // The end first: the answer may come at once.
-        let link = self.open_end(id, peer.clone(), None);
+        let link = self.open_end(id, peer.clone());
         let opening = encode_open(id, &self.instance, &open);
         let published = tokio::time::timeout(
             IO_TIMEOUT,

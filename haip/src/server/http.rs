@@ -478,14 +478,7 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
     }
     // After a resumption, upstream POSTs naming the resumed session reach
     // this stream too (the alias lives as long as the stream's driver).
-    let alias_hub = Arc::clone(hub);
-    let mut alias = None;
-    let on_resumed = Box::new(move |id: &str| {
-        let entry = alias_hub
-            .sessions
-            .insert(id, subject.clone(), inbound_tx.clone());
-        drop(alias.replace(entry));
-    });
+    let on_resumed = hub.stream_alias(subject, inbound_tx);
     let shared = Arc::clone(&hub.shared);
     hub.tracker.spawn(async move {
         let _guards = (guard, entry);

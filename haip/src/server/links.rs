@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::driver;
 use super::hub::Hub;
-use crate::session::link::{IncomingLink, Link, LinkMessage, LinkPurpose};
+use crate::session::link::{
+    IncomingLink, Link, LinkMessage, LinkPurpose, LinkReceiver, LinkSender,
+};
 use crate::session::{Session, TransportKind};
 use crate::transport::frame::{Batch, Element, Frame, Unit, WriteMeter, Writer};
 use crate::transport::queue::frame_queue;
@@ -19,9 +21,6 @@ use crate::transport::stream;
 
 /// How long the last frames of a relayed session may take to leave.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Envelopes of a forwarded POST on their way to the session, at most.
-const BATCH_QUEUE: usize = 16;
 
 /// Serves the links other instances open to this one, until shutdown.
 pub(crate) async fn serve(hub: Arc<Hub>, mut incoming: mpsc::Receiver<IncomingLink>) {
@@ -79,15 +78,7 @@ async fn connection(
         .sessions
         .insert(session.id(), subject.clone(), inbound_tx.clone());
     // Upstream POSTs for the resumed session that land here reach it too.
-    let alias_hub = Arc::clone(&hub);
-    let alias_tx = inbound_tx.clone();
-    let mut alias = None;
-    let on_resumed = Box::new(move |id: &str| {
-        let entry = alias_hub
-            .sessions
-            .insert(id, subject.clone(), alias_tx.clone());
-        drop(alias.replace(entry));
-    });
+    let on_resumed = hub.stream_alias(subject, inbound_tx.clone());
     let feed = hub.tracker.spawn(feed(hai, inbound, inbound_tx));
     let pump = hub.tracker.spawn(pump(frames_rx, meter, out));
     driver::run_stream(session, inbound_rx, writer, &hub.shared, on_resumed).await;
@@ -101,7 +92,7 @@ async fn connection(
 /// What the client sends, from the link to the session, starting with its
 /// `HAI`; the link's end (the client left, or its instance went silent) is
 /// the connection's.
-async fn feed(hai: String, mut link: mpsc::Receiver<LinkMessage>, session: mpsc::Sender<Unit>) {
+async fn feed(hai: String, mut link: LinkReceiver, session: mpsc::Sender<Unit>) {
     if session.send(Unit::Text(hai)).await.is_err() {
         return;
     }
@@ -133,13 +124,13 @@ async fn feed(hai: String, mut link: mpsc::Receiver<LinkMessage>, session: mpsc:
 async fn pump(
     mut frames: crate::transport::queue::FrameReceiver,
     meter: Arc<WriteMeter>,
-    out: mpsc::Sender<LinkMessage>,
+    out: LinkSender,
 ) {
     while let Some(frame) = frames.recv().await {
         let (message, last) = match frame {
             Frame::Envelope(text) => {
                 let len = text.len();
-                let sent = out.send(LinkMessage::Text(text)).await.is_ok();
+                let sent = out.send(LinkMessage::Text(text)).await;
                 meter.written(len);
                 if !sent {
                     return;
@@ -155,7 +146,7 @@ async fn pump(
                 true,
             ),
         };
-        if out.send(message).await.is_err() || last {
+        if !out.send(message).await || last {
             return;
         }
     }
@@ -169,16 +160,10 @@ async fn post(hub: Arc<Hub>, link: Link, subject: Option<String>, session: Strin
         let _ = out.send(LinkMessage::Done(404)).await;
         return;
     };
-    let (done_tx, done_rx) = oneshot::channel();
-    let (envelopes, envelopes_rx) = mpsc::channel(BATCH_QUEUE);
-    let batch = Batch {
-        envelopes: envelopes_rx,
-        done: done_tx,
-    };
-    if target.send(Unit::Batch(batch)).await.is_err() {
+    let Some((envelopes, done_rx)) = Batch::open(&target).await else {
         let _ = out.send(LinkMessage::Done(404)).await;
         return;
-    }
+    };
     loop {
         let element = match inbound.recv().await {
             Some(LinkMessage::Text(text)) => Element::Envelope(text_of(text)),

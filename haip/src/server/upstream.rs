@@ -28,9 +28,6 @@ use crate::auth::query_param;
 use crate::transport::body::Splitter;
 use crate::transport::frame::{Batch, Element, Unit};
 
-/// Envelopes of an upstream POST decoded ahead of the session handling them.
-const BATCH_QUEUE: usize = 16;
-
 /// A body may take this long before its average rate is checked.
 const RATE_GRACE: Duration = Duration::from_secs(10);
 
@@ -248,18 +245,10 @@ pub(super) async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
         return ok();
     }
     let mut sink = match target {
-        Target::Here(target) => {
-            let (done_tx, done_rx) = oneshot::channel();
-            let (envelopes, envelopes_rx) = mpsc::channel(BATCH_QUEUE);
-            let batch = Batch {
-                envelopes: envelopes_rx,
-                done: done_tx,
-            };
-            if target.send(Unit::Batch(batch)).await.is_err() {
-                return gone();
-            }
-            Sink::Here(envelopes, done_rx)
-        }
+        Target::Here(target) => match Batch::open(&target).await {
+            Some((envelopes, done)) => Sink::Here(envelopes, done),
+            None => return gone(),
+        },
         Target::There(link) => Sink::There(link),
     };
     let max_message = config.session.max_message_bytes;

@@ -11,14 +11,22 @@
 //! ends the link with [`LinkMessage::Close`]; a side silent for longer than a
 //! lease ends it too, as lost.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::session::TransportKind;
 
-/// Messages a link holds in either direction before its reader takes them;
-/// a reader that falls further behind loses the link.
-pub(crate) const LINK_QUEUE: usize = 256;
+/// Bytes a link holds in one direction before its reader takes them (a
+/// single larger message is taken alone). A writer waits for room; the
+/// instance delivering another's messages cannot wait, and ends a link whose
+/// reader fell this far behind.
+pub(crate) const LINK_BYTES: u32 = 4 << 20;
+
+/// What a message weighs beyond its bytes, so that small ones are bounded
+/// in number too.
+const MESSAGE_OVERHEAD: usize = 64;
 
 /// What a link is opened for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,19 +79,84 @@ pub(crate) struct IncomingLink {
     pub(crate) open: LinkOpen,
 }
 
+impl LinkMessage {
+    /// What the message counts against a link's [`LINK_BYTES`].
+    fn weight(&self) -> u32 {
+        let bytes = match self {
+            LinkMessage::Text(bytes) | LinkMessage::Binary(bytes) => bytes.len(),
+            LinkMessage::Close { reason, .. } => reason.len(),
+            _ => 0,
+        };
+        (bytes + MESSAGE_OVERHEAD).min(LINK_BYTES as usize) as u32
+    }
+}
+
+/// One direction of a link: in order, bounded by bytes ([`LINK_BYTES`]).
+pub(crate) fn channel() -> (LinkSender, LinkReceiver) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let room = Arc::new(Semaphore::new(LINK_BYTES as usize));
+    (LinkSender { tx, room }, LinkReceiver { rx })
+}
+
+/// The writing side of [`channel`]. Dropping every sender ends it.
+#[derive(Clone)]
+pub(crate) struct LinkSender {
+    // Each message holds its bytes of room until its reader takes it (or
+    // the reader goes, dropping what it never took).
+    tx: mpsc::UnboundedSender<(LinkMessage, OwnedSemaphorePermit)>,
+    room: Arc<Semaphore>,
+}
+
+impl LinkSender {
+    /// Sends once there is room; false once the reader has gone.
+    pub(crate) async fn send(&self, message: LinkMessage) -> bool {
+        let weight = message.weight();
+        match Arc::clone(&self.room).acquire_many_owned(weight).await {
+            Ok(room) => self.tx.send((message, room)).is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    /// Sends if there is room now; false if not, or the reader has gone.
+    pub(crate) fn try_send(&self, message: LinkMessage) -> bool {
+        let weight = message.weight();
+        match Arc::clone(&self.room).try_acquire_many_owned(weight) {
+            Ok(room) => self.tx.send((message, room)).is_ok(),
+            Err(_) => false,
+        }
+    }
+}
+
+/// The reading side of [`channel`].
+pub(crate) struct LinkReceiver {
+    rx: mpsc::UnboundedReceiver<(LinkMessage, OwnedSemaphorePermit)>,
+}
+
+impl LinkReceiver {
+    /// The next message; `None` once every sender has gone.
+    pub(crate) async fn recv(&mut self) -> Option<LinkMessage> {
+        self.rx.recv().await.map(|(message, _room)| message)
+    }
+
+    /// The next message if one is waiting.
+    pub(crate) fn try_recv(&mut self) -> Option<LinkMessage> {
+        self.rx.try_recv().ok().map(|(message, _room)| message)
+    }
+}
+
 /// One end of an open link.
 pub(crate) struct Link {
     /// To the other instance, in order. Dropping it ends the link.
-    pub(crate) out: mpsc::Sender<LinkMessage>,
+    pub(crate) out: LinkSender,
     /// From the other instance, in order; ends (`None`) when the link is
     /// lost: the other instance went silent, or the shared store did.
-    pub(crate) inbound: mpsc::Receiver<LinkMessage>,
+    pub(crate) inbound: LinkReceiver,
 }
 
 impl Link {
     /// Sends one message; false once the link is gone.
     pub(crate) async fn send(&self, message: LinkMessage) -> bool {
-        self.out.send(message).await.is_ok()
+        self.out.send(message).await
     }
 }
 

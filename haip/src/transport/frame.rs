@@ -43,6 +43,27 @@ pub(crate) struct Batch {
     pub(crate) done: oneshot::Sender<()>,
 }
 
+/// Envelopes of an upstream POST decoded ahead of the session handling them.
+const BATCH_QUEUE: usize = 16;
+
+impl Batch {
+    /// Opens a batch on the stream session at `target`: where its envelopes
+    /// go, and what says they were all handled; `None` if the session has
+    /// gone.
+    pub(crate) async fn open(
+        target: &mpsc::Sender<Unit>,
+    ) -> Option<(mpsc::Sender<Element>, oneshot::Receiver<()>)> {
+        let (done_tx, done_rx) = oneshot::channel();
+        let (envelopes, envelopes_rx) = mpsc::channel(BATCH_QUEUE);
+        let batch = Batch {
+            envelopes: envelopes_rx,
+            done: done_tx,
+        };
+        target.send(Unit::Batch(batch)).await.ok()?;
+        Some((envelopes, done_rx))
+    }
+}
+
 /// One element of an upstream POST body.
 #[derive(Debug)]
 pub(crate) enum Element {
