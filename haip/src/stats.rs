@@ -151,3 +151,83 @@ fn resident_set_bytes() -> Option<u64> {
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * 4096)
 }
+
+/// A warning a client can cause again and again (a result too large, a
+/// client that does not read): at most [`Throttle::BURST`] per
+/// [`Throttle::WINDOW`] reach the log, and the next one let through says how
+/// many were left out. One `static` per kind of warning.
+///
+/// ```text
+/// static TOO_LARGE: Throttle = Throttle::new();
+/// if let Some(suppressed) = TOO_LARGE.allow() {
+///     tracing::warn!(suppressed, "tool result too large to send");
+/// }
+/// ```
+#[derive(Debug)]
+pub(crate) struct Throttle {
+    /// Start of the current window, in ms since [`epoch`].
+    window: AtomicU64,
+    /// Warnings let through in the current window.
+    count: AtomicU64,
+    /// Warnings left out since the last one let through.
+    suppressed: AtomicU64,
+}
+
+/// The clock [`Throttle`]s read.
+fn epoch() -> &'static Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now)
+}
+
+impl Throttle {
+    /// Warnings let through per window.
+    pub(crate) const BURST: u64 = 10;
+    /// The window, in ms.
+    pub(crate) const WINDOW: u64 = 10_000;
+
+    pub(crate) const fn new() -> Throttle {
+        Throttle {
+            window: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(left out since the last one)` when this warning may be logged.
+    pub(crate) fn allow(&self) -> Option<u64> {
+        self.allow_at(epoch().elapsed().as_millis() as u64)
+    }
+
+    fn allow_at(&self, now: u64) -> Option<u64> {
+        let window = self.window.load(Relaxed);
+        if now.saturating_sub(window) >= Self::WINDOW
+            && self
+                .window
+                .compare_exchange(window, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            self.count.store(0, Relaxed);
+        }
+        if self.count.fetch_add(1, Relaxed) < Self::BURST {
+            Some(self.suppressed.swap(0, Relaxed))
+        } else {
+            self.suppressed.fetch_add(1, Relaxed);
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod throttle_tests {
+    use super::Throttle;
+
+    #[test]
+    fn a_burst_per_window_then_the_count_of_what_was_left_out() {
+        let t = Throttle::new();
+        let allowed = (0..25).filter(|_| t.allow_at(1).is_some()).count() as u64;
+        assert_eq!(allowed, Throttle::BURST);
+        assert_eq!(t.allow_at(Throttle::WINDOW / 2), None, "same window");
+        assert_eq!(t.allow_at(Throttle::WINDOW + 1), Some(16));
+        assert_eq!(t.allow_at(Throttle::WINDOW + 2), Some(0));
+    }
+}

@@ -272,7 +272,6 @@ async fn a_client_that_never_reads_is_throttled_then_closed_and_the_server_stays
     )
     .await;
     let addr = handle.local_addr();
-    let mut canary = Client::connect(&url).await;
     let mut flooder = Client::connect(&url).await;
 
     // §18.1: above half the budget the server stops reading the flooder, so
@@ -302,7 +301,9 @@ async fn a_client_that_never_reads_is_throttled_then_closed_and_the_server_stays
         outbound <= budget as u64 + 64 * 1024,
         "outbound bytes within the budget: {outbound} after {sent} calls"
     );
-    // Everyone else is served meanwhile.
+    // Everyone else is served meanwhile (a client connected now: one
+    // connected before would have been idle as long as the flood took).
+    let mut canary = Client::connect(&url).await;
     let done = canary
         .call_done("ok", "echo", json!({"message": "still here"}))
         .await;

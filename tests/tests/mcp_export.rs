@@ -820,7 +820,9 @@ async fn http_mcp_sessions_are_bounded() {
     let first = Mcp::http(addr, None).await;
     let refused = post_initialize(addr, &[]).await;
     assert_eq!(refused.status, 503, "{refused:?}");
-    assert_eq!(refused.json()["code"], "SERVICE_UNAVAILABLE", "{refused:?}");
+    // A JSON-RPC error (server busy), with a hint when to come back.
+    assert_eq!(refused.json()["error"]["code"], -32000, "{refused:?}");
+    assert_eq!(refused.header("retry-after"), Some("1"), "{refused:?}");
     first.close().await;
     // rmcp ends the session when its client goes away; then a new one fits.
     within("a session to be accepted again", async {

@@ -21,7 +21,7 @@ use crate::context::{Peer, ProgressSink, ProgressSlot};
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
 use crate::protocol::{ErrorCode, to_json_within};
 use crate::schema::Violations;
-use crate::stats::{Ended, Stats};
+use crate::stats::{Ended, Stats, Throttle};
 use crate::tool::{StateMap, Tool, ToolError};
 
 /// Identifies one accepted call inside a session (call ids may be reused once a
@@ -154,6 +154,18 @@ impl CallRunner {
         None
     }
 
+    /// Validates large params of a call that has no session core (the MCP
+    /// export's) as [`validate`](Self::validate) does, and returns the verdict.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) async fn validate_large(
+        &self,
+        tool: Tool,
+        params: Value,
+        max_violations: usize,
+    ) -> Validation {
+        check_large(&self.validators, tool, params, max_violations).await
+    }
+
     /// Validates params a session core handed off ([`Validate`]).
     pub(crate) fn start_validation(
         &self,
@@ -205,26 +217,35 @@ async fn validate(
     cancel: CancellationToken,
     events: mpsc::UnboundedSender<CallEvent>,
 ) {
-    {
-        let permit = tokio::select! {
-            permit = limiter.acquire_owned() => permit,
-            () = cancel.cancelled() => return,
-        };
-        let Ok(permit) = permit else { return };
-        let checked = tokio::task::spawn_blocking(move || {
-            let found = tool.check_params(&params, max_violations);
-            if found.is_empty() {
-                Validation::Valid(params)
-            } else {
-                Validation::Invalid(found)
-            }
-        })
-        .await;
-        drop(permit);
-        let verdict = checked.unwrap_or(Validation::Failed);
-        // The session may be gone (connection closed); then nobody is waiting.
-        let _ = events.send(CallEvent::Validated(key, Box::new(verdict)));
-    }
+    let verdict = tokio::select! {
+        verdict = check_large(&limiter, tool, params, max_violations) => verdict,
+        () = cancel.cancelled() => return,
+    };
+    // The session may be gone (connection closed); then nobody is waiting.
+    let _ = events.send(CallEvent::Validated(key, Box::new(verdict)));
+}
+
+/// Validates params on the blocking pool with one of the `limiter`'s permits.
+async fn check_large(
+    limiter: &Arc<Semaphore>,
+    tool: Tool,
+    params: Value,
+    max_violations: usize,
+) -> Validation {
+    let Ok(permit) = Arc::clone(limiter).acquire_owned().await else {
+        return Validation::Failed;
+    };
+    let checked = tokio::task::spawn_blocking(move || {
+        let found = tool.check_params(&params, max_violations);
+        if found.is_empty() {
+            Validation::Valid(params)
+        } else {
+            Validation::Invalid(found)
+        }
+    })
+    .await;
+    drop(permit);
+    checked.unwrap_or(Validation::Failed)
 }
 
 /// A call a session core decided to run: everything its task needs but the
@@ -531,7 +552,10 @@ fn violated(name: &str, found: &Violations, policy: Policy, stats: &Stats) -> Op
         return None;
     }
     stats.warnings.fetch_add(1, Relaxed);
-    tracing::warn!(tool = %name, violations = ?found.listed, total = found.total, "tool result violates its output schema");
+    static VIOLATED: Throttle = Throttle::new();
+    if let Some(suppressed) = VIOLATED.allow() {
+        tracing::warn!(tool = %name, violations = ?found.listed, total = found.total, suppressed, "tool result violates its output schema");
+    }
     if !policy.strict_output_validation {
         return None;
     }

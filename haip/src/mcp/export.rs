@@ -31,11 +31,12 @@ use crate::context::{
     Answer, AskError, LogLevel, LogLine, Peer, PeerFuture, ProgressSlot, Role, SampleError,
     SampleRequest, Sampled,
 };
-use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy};
+use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Validation};
+use crate::protocol::json_len;
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
 use crate::schema::Form;
 use crate::session::Shared;
-use crate::stats::Ended;
+use crate::stats::{Ended, Throttle};
 use crate::tool::Tool;
 
 /// The subject an authenticated `/mcp` request carries into its calls.
@@ -229,30 +230,42 @@ impl ServerHandler for ExportService {
         let Some(tool) = self.shared.registry.get(&request.name) else {
             stats.call_ended(Ended::Failed, Some(received.elapsed()));
             return Err(McpError::invalid_params(
-                format!("Tool {} not found", request.name),
+                format!("Tool {} not found", super::inbound::quote(&request.name)),
                 None,
             ));
         };
         let params = Value::Object(request.arguments.unwrap_or_default());
-        let found = tool.check_params(&params, self.shared.config.max_violations);
-        if !found.is_empty() {
-            stats.call_ended(Ended::Failed, Some(received.elapsed()));
-            let mut text = format!("Invalid params for tool {}:", tool.name());
-            for v in &found.listed {
-                let path = if v.path.is_empty() {
-                    "(params)"
-                } else {
-                    &v.path
-                };
-                text.push_str(&format!("\n- {path}: {}", v.message));
+        let max_violations = self.shared.config.max_violations;
+        let large = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .is_some_and(|parts| parts.extensions.get::<LargeRequest>().is_some());
+        // Large params are validated off the runtime's workers, a few at once.
+        let validation = if large {
+            self.shared
+                .runner
+                .validate_large(tool.clone(), params, max_violations)
+                .await
+        } else {
+            let found = tool.check_params(&params, max_violations);
+            if found.is_empty() {
+                Validation::Valid(params)
+            } else {
+                Validation::Invalid(found)
             }
-            let unlisted = found.total - found.listed.len();
-            if unlisted > 0 || !found.exhaustive {
-                let more = if found.exhaustive { "" } else { "at least " };
-                text.push_str(&format!("\n(and {more}{unlisted} more)"));
+        };
+        let params = match validation {
+            Validation::Valid(params) => params,
+            Validation::Failed => {
+                stats.call_ended(Ended::Failed, Some(received.elapsed()));
+                let text = format!("Internal error validating params for tool {}", tool.name());
+                return Ok(error_result(text, None).into());
             }
-            return Ok(error_result(text, None).into());
-        }
+            Validation::Invalid(found) => {
+                stats.call_ended(Ended::Failed, Some(received.elapsed()));
+                return Ok(invalid_params_result(&tool, &found).into());
+            }
+        };
         let Ok(permit) = Arc::clone(&self.inflight).try_acquire_owned() else {
             stats.call_ended(Ended::Failed, Some(received.elapsed()));
             return Ok(error_result("Too many tool calls in flight".to_owned(), None).into());
@@ -436,6 +449,20 @@ impl ExportService {
             // Not asked for (`render: None`): MCP renders values itself.
             Completion::Encoded(_) => error_result(format!("Internal error in tool {name}"), None),
         };
+        // As HAIP's `TOOL_DONE` (HAIP.md §18.1): a result too large to send
+        // becomes an error the model can read, and the call still ends once.
+        let limit = config.max_outbound_message_bytes;
+        let size = json_len(&result);
+        if size > limit {
+            static TOO_LARGE: Throttle = Throttle::new();
+            if let Some(suppressed) = TOO_LARGE.allow() {
+                tracing::warn!(tool = %name, size, limit, suppressed, "tool result too large to send");
+            }
+            let text = format!("Result of {size} bytes exceeds {limit} (RESULT_TOO_LARGE)");
+            let details =
+                serde_json::json!({"code": "RESULT_TOO_LARGE", "size": size, "limit": limit});
+            return (Ended::Failed, error_result(text, Some(details)));
+        }
         (ended, result)
     }
 }
@@ -664,6 +691,25 @@ fn passthrough_blocks(value: &Value) -> Option<Vec<ContentBlock>> {
     serde_json::from_value(map.get("content")?.clone()).ok()
 }
 
+/// The violations of a call's params, as a tool error the model can read.
+fn invalid_params_result(tool: &Tool, found: &crate::schema::Violations) -> CallToolResult {
+    let mut text = format!("Invalid params for tool {}:", tool.name());
+    for v in &found.listed {
+        let path = if v.path.is_empty() {
+            "(params)"
+        } else {
+            &v.path
+        };
+        text.push_str(&format!("\n- {path}: {}", v.message));
+    }
+    let unlisted = found.total - found.listed.len();
+    if unlisted > 0 || !found.exhaustive {
+        let more = if found.exhaustive { "" } else { "at least " };
+        text.push_str(&format!("\n(and {more}{unlisted} more)"));
+    }
+    error_result(text, None)
+}
+
 /// A tool error the model can read: the message, then the code and any details.
 fn failure_result(failure: ToolFailure) -> CallToolResult {
     error_result(
@@ -734,7 +780,12 @@ impl McpHttp {
         let factory_shared = Arc::clone(shared);
         let factory_live = Arc::clone(&live);
         let service = rmcp::transport::StreamableHttpService::new(
-            move || ExportService::for_http(&factory_shared, &factory_live, !sessions),
+            move || {
+                // Asked for once the request is parsed: a large one's permit
+                // is not needed any more.
+                let _ = PARSING.try_with(|permit| permit.borrow_mut().take());
+                ExportService::for_http(&factory_shared, &factory_live, !sessions)
+            },
             Arc::default(),
             config,
         );
@@ -757,19 +808,44 @@ impl McpHttp {
     }
 
     /// Serves one request; `subject` is the authenticated caller, if any.
-    pub(crate) async fn handle(
+    /// `parsing`: the permit a large request was let in with, given back once
+    /// the MCP server has parsed it (when it asks for its service), or with
+    /// the request's response at the latest; its calls validate their params
+    /// off the runtime's workers.
+    pub(crate) async fn handle<B>(
         &self,
-        mut req: hyper::Request<hyper::body::Incoming>,
+        mut req: hyper::Request<B>,
         subject: Option<String>,
+        parsing: Option<OwnedSemaphorePermit>,
     ) -> hyper::Response<
         http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, std::convert::Infallible>,
-    > {
+    >
+    where
+        B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: std::fmt::Display,
+    {
         use http_body_util::BodyExt;
         req.extensions_mut()
             .insert(McpSubject(subject.map(Arc::from)));
-        self.service.handle(req).await.map(|b| b.boxed_unsync())
+        if parsing.is_some() {
+            req.extensions_mut().insert(LargeRequest);
+        }
+        let served = self.service.handle(req);
+        PARSING
+            .scope(std::cell::RefCell::new(parsing), served)
+            .await
+            .map(|b| b.boxed_unsync())
     }
 }
+
+tokio::task_local! {
+    /// The permit of the large request being handed to the MCP server.
+    static PARSING: std::cell::RefCell<Option<OwnedSemaphorePermit>>;
+}
+
+/// Marks a request over 64 KiB: its params are validated on the blocking pool.
+#[derive(Clone, Copy)]
+pub(crate) struct LargeRequest;
 
 #[cfg(test)]
 mod tests {

@@ -60,6 +60,7 @@
 
 pub(crate) mod export;
 mod import;
+pub(crate) mod inbound;
 
 pub use import::McpImport;
 pub(crate) use import::start as start_imports;

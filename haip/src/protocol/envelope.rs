@@ -395,6 +395,14 @@ pub(crate) fn to_json_within<T: serde::Serialize + ?Sized>(
     Err(counted.0)
 }
 
+/// The length of `value`'s JSON, counted without building it.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    let mut counted = Counter(0);
+    let _ = serde_json::to_writer(&mut counted, value);
+    counted.0
+}
+
 /// A writer that refuses to grow past `cap` bytes.
 struct Capped {
     buf: Vec<u8>,

@@ -24,6 +24,8 @@ mod inbound;
 pub mod payload;
 
 pub use code::ErrorCode;
+#[cfg_attr(not(feature = "mcp"), allow(unused_imports))]
+pub(crate) use envelope::json_len;
 pub use envelope::{Envelope, Outgoing};
 pub(crate) use envelope::{Prepared, to_json_within};
 pub use event::{Channel, EventType};

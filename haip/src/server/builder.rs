@@ -453,10 +453,20 @@ impl ServerBuilder {
         /// Bytes of upstream POST bodies being read, server-wide (default
         /// 128 MiB); a POST that would exceed it gets `503` with `Retry-After`.
         max_inflight_body_bytes: usize,
-        /// Time an upstream POST body may take to arrive (default 30 s; after the
-        /// first 10 s it must also average at least 1 KiB/s), else `408` and the
-        /// connection is closed.
+        /// Time an upstream POST body, or an `/mcp` request body, may take to
+        /// arrive (default 30 s; after the first 10 s it must also average at
+        /// least 1 KiB/s), else `408` and the connection is closed.
         body_read_timeout: Duration,
+        /// Bytes of `/mcp` answers the server holds for clients that have not
+        /// taken them yet, server-wide (default 128 MiB). While over it, a
+        /// connection whose client has taken nothing of its answer for a
+        /// second is closed; a client that reads is never closed for it.
+        max_inflight_answer_bytes: usize,
+        /// Time an `/mcp` client may go without taking any of the answer the
+        /// server holds for it (default 30 s); then its connection is closed
+        /// (counted in `/stats` as too slow). A connection holding more than
+        /// `max_outbound_bytes` gets one second.
+        write_timeout: Duration,
         /// Time a client may take to send its request headers, and to complete a
         /// WebSocket upgrade (default 10 s).
         handshake_timeout: Duration,

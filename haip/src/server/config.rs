@@ -15,6 +15,8 @@ pub(crate) struct Config {
     pub(crate) jwt_audience: Option<String>,
     pub(crate) max_inflight_body_bytes: usize,
     pub(crate) body_read_timeout: Duration,
+    pub(crate) max_inflight_answer_bytes: usize,
+    pub(crate) write_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
     pub(crate) max_connections_per_peer: Option<usize>,
     pub(crate) limit_loopback_peers: bool,
@@ -34,6 +36,8 @@ impl Default for Config {
             jwt_audience: None,
             max_inflight_body_bytes: 128 * 1024 * 1024,
             body_read_timeout: Duration::from_secs(30),
+            max_inflight_answer_bytes: 128 * 1024 * 1024,
+            write_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
             max_connections_per_peer: Some(1024),
             limit_loopback_peers: false,
@@ -48,7 +52,7 @@ impl Config {
     /// the sessions' first, then the server's own.
     pub(crate) fn validate(&self) -> Result<(), Error> {
         self.session.validate()?;
-        let positive: [(&'static str, u64); 4] = [
+        let positive: [(&'static str, u64); 6] = [
             ("max_body_bytes", self.max_body_bytes as u64),
             (
                 "max_inflight_body_bytes",
@@ -62,6 +66,11 @@ impl Config {
                 "handshake_timeout",
                 self.handshake_timeout.as_millis() as u64,
             ),
+            (
+                "max_inflight_answer_bytes",
+                self.max_inflight_answer_bytes as u64,
+            ),
+            ("write_timeout", self.write_timeout.as_millis() as u64),
         ];
         for (setting, value) in positive {
             if value == 0 {
@@ -119,6 +128,11 @@ mod tests {
             zero(|c| c.handshake_timeout = Duration::ZERO),
             "handshake_timeout"
         );
+        assert_eq!(
+            zero(|c| c.max_inflight_answer_bytes = 0),
+            "max_inflight_answer_bytes"
+        );
+        assert_eq!(zero(|c| c.write_timeout = Duration::ZERO), "write_timeout");
         assert_eq!(
             zero(|c| c.max_connections_per_peer = Some(0)),
             "max_connections_per_peer"

@@ -34,6 +34,7 @@ use crate::session::{
     Action, Attached, Control, LARGE_PARAMS, NotRestored, Overflow, ResumeRequest, Session,
     SessionStore, Shared, Takeover, decode_unit, next_event,
 };
+use crate::stats::Throttle;
 use crate::transport::frame::{Batch, Element, Frame, Unit, WRITER_BUDGET, WriteMeter, Writer};
 use crate::transport::ws;
 
@@ -368,7 +369,14 @@ where
                 Overflow::Queue => "outbound queue overflow",
                 Overflow::Bytes => "too slow",
             };
-            tracing::warn!(reason, "client not reading; closing the connection");
+            static NOT_READING: Throttle = Throttle::new();
+            if let Some(suppressed) = NOT_READING.allow() {
+                tracing::warn!(
+                    reason,
+                    suppressed,
+                    "client not reading; closing the connection"
+                );
+            }
             shared.stats.closed_too_slow.fetch_add(1, Relaxed);
             // Best effort: a client that starts reading again sees why.
             writer.send(Frame::Close { code: 1008, reason });

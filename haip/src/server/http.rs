@@ -110,7 +110,7 @@ pub(crate) async fn route(
             super::upstream::upstream(req, &hub).await
         }
         #[cfg(feature = "mcp")]
-        (_, "/mcp") if hub.mcp.is_some() => mcp_endpoint(req, &hub).await,
+        (_, "/mcp") if hub.mcp.is_some() => super::mcp::endpoint(req, &hub).await,
         _ => not_found(),
     };
     Ok(with_cors(response, &hub, origin.as_deref()))
@@ -134,7 +134,7 @@ pub(super) fn error_response(status: StatusCode, error: &str, code: &str) -> Res
     json_response(status, &json!({ "error": error, "code": code }))
 }
 
-fn not_found() -> Response<Body> {
+pub(super) fn not_found() -> Response<Body> {
     error_response(StatusCode::NOT_FOUND, "Not found", "NOT_FOUND")
 }
 
@@ -214,28 +214,6 @@ fn with_cors(mut response: Response<Body>, hub: &Hub, origin: Option<&str>) -> R
         h.append(header::VARY, HeaderValue::from_static("Origin"));
     }
     response
-}
-
-/// `/mcp`: the registry as a Streamable HTTP MCP server, behind the same
-/// authentication as everything else.
-#[cfg(feature = "mcp")]
-async fn mcp_endpoint(req: Request<Incoming>, hub: &Hub) -> Response<Body> {
-    let subject = match authenticate(hub, &req).await {
-        Ok(subject) => subject,
-        Err(e) => return unauthorized(&e),
-    };
-    match &hub.mcp {
-        Some(mcp) if mcp.is_full_for(&req) => error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!(
-                "Too many MCP sessions (max_sessions = {})",
-                hub.shared.config.max_sessions
-            ),
-            "SERVICE_UNAVAILABLE",
-        ),
-        Some(mcp) => mcp.handle(req, subject).await,
-        None => not_found(),
-    }
 }
 
 // ----- authentication ---------------------------------------------------------

@@ -18,8 +18,15 @@ pub(crate) struct Hub {
     pub(crate) config: Arc<super::Config>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) sessions: Sessions,
-    /// Bytes of upstream POST bodies being read (`max_inflight_body_bytes`).
-    pub(crate) bodies: super::upstream::BodyBudget,
+    /// Bytes of upstream POST bodies being read, and of `/mcp` requests
+    /// until answered (`max_inflight_body_bytes`).
+    pub(crate) bodies: super::body::BodyBudget,
+    /// Bytes of `/mcp` answers not yet taken (`max_inflight_answer_bytes`).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) answers: Arc<super::answer::AnswerBudget>,
+    /// Large `/mcp` requests being parsed: `max(1, cores / 2)` at once.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) parsers: Arc<tokio::sync::Semaphore>,
     /// Open connections per peer address (`max_connections_per_peer`).
     pub(crate) peers: Peers,
     pub(crate) auth: Option<Arc<dyn Authenticator>>,

@@ -1,5 +1,7 @@
 //! The server: builder, listener, graceful shutdown, and [`serve`].
 
+mod answer;
+mod body;
 mod builder;
 mod config;
 mod driver;
@@ -9,6 +11,8 @@ mod hub;
 mod inspector;
 #[cfg(feature = "redis")]
 mod links;
+#[cfg(feature = "mcp")]
+mod mcp;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -171,7 +175,13 @@ impl Server {
             sessions: Sessions::shared_through(self.cluster.clone()),
             #[cfg(not(feature = "redis"))]
             sessions: Sessions::default(),
-            bodies: upstream::BodyBudget::new(self.config.max_inflight_body_bytes),
+            bodies: body::BodyBudget::new(self.config.max_inflight_body_bytes),
+            answers: Arc::new(answer::AnswerBudget::new(
+                self.config.max_inflight_answer_bytes,
+            )),
+            parsers: Arc::new(tokio::sync::Semaphore::new(
+                (std::thread::available_parallelism().map_or(1, usize::from) / 2).max(1),
+            )),
             peers: Peers::default(),
             auth: self.auth,
             cors: self.cors,
@@ -329,11 +339,16 @@ async fn accept_loop(listener: TcpListener, hub: Arc<Hub>) {
         // Shared with each request, so that a WebSocket upgrade (which
         // outlives this HTTP connection's task) keeps the connection counted.
         let counted = counted.map(Arc::new);
+        // What this connection's answers hold until its client takes them.
+        let outflow = answer::Outflow::new();
+        let watched = Arc::clone(&outflow);
+        let watch_hub = Arc::clone(&hub);
         hub.tracker.spawn(async move {
             let service = service_fn(move |mut req: hyper::Request<_>| {
                 if let Some(counted) = &counted {
                     req.extensions_mut().insert(Arc::clone(counted));
                 }
+                req.extensions_mut().insert(Arc::clone(&outflow));
                 http::route(req, Arc::clone(&hub_for_conn), over_peer_limit)
             });
             // A client that never finishes its request headers is dropped
@@ -354,6 +369,16 @@ async fn accept_loop(listener: TcpListener, hub: Arc<Hub>) {
                 () = shutdown.cancelled() => {
                     conn.as_mut().graceful_shutdown();
                     let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+                }
+                // A client that does not take its answers: the connection
+                // goes, and what it held with it.
+                stall = watched.stalled(
+                    &watch_hub.answers,
+                    watch_hub.shared.config.max_outbound_bytes,
+                    watch_hub.config.write_timeout,
+                ) => {
+                    watch_hub.shared.stats.closed_too_slow.fetch_add(1, Relaxed);
+                    tracing::debug!(?stall, "client not taking its answers; closing the connection");
                 }
             }
         });

@@ -8,11 +8,9 @@
 //! `body_read_timeout` and at 1 KiB/s or better after its first 10 s (`408`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::time::Duration;
+use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
@@ -20,6 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::body::{Reader, Refused, Stopped};
 use super::http::{
     Body, authenticate, error_response, is_true_header, json_response, unauthorized,
 };
@@ -27,125 +26,6 @@ use super::hub::Hub;
 use crate::auth::query_param;
 use crate::transport::body::Splitter;
 use crate::transport::frame::{Batch, Element, Unit};
-
-/// A body may take this long before its average rate is checked.
-const RATE_GRACE: Duration = Duration::from_secs(10);
-
-/// The slowest average rate a body may arrive at after [`RATE_GRACE`].
-const MIN_BYTES_PER_SECOND: f64 = 1024.0;
-
-/// The bytes of upstream POST bodies being read, server-wide.
-#[derive(Debug)]
-pub(crate) struct BodyBudget {
-    used: Arc<AtomicUsize>,
-    limit: usize,
-}
-
-impl BodyBudget {
-    pub(crate) fn new(limit: usize) -> BodyBudget {
-        BodyBudget {
-            used: Arc::new(AtomicUsize::new(0)),
-            limit,
-        }
-    }
-
-    /// Reserves `bytes`, unless that would exceed the budget.
-    fn reserve(&self, bytes: usize) -> Option<Reservation> {
-        let mut reservation = Reservation {
-            used: Arc::clone(&self.used),
-            limit: self.limit,
-            bytes: 0,
-        };
-        reservation.grow(bytes).then_some(reservation)
-    }
-}
-
-/// Bytes of one body counted in the [`BodyBudget`], given back when dropped.
-struct Reservation {
-    used: Arc<AtomicUsize>,
-    limit: usize,
-    bytes: usize,
-}
-
-impl Reservation {
-    /// Counts `more` bytes too, unless that would exceed the budget.
-    fn grow(&mut self, more: usize) -> bool {
-        let limit = self.limit;
-        let grown = self
-            .used
-            .fetch_update(Relaxed, Relaxed, |used| {
-                used.checked_add(more).filter(|&total| total <= limit)
-            })
-            .is_ok();
-        if grown {
-            self.bytes += more;
-        }
-        grown
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.used.fetch_sub(self.bytes, Relaxed);
-    }
-}
-
-/// Why reading a body stopped early.
-enum Stopped {
-    /// Too slow: `408`.
-    Timeout,
-    /// Longer than `max_body_bytes`: `413`.
-    TooLarge,
-    /// Over the server-wide budget: `503`.
-    Busy,
-    /// The body broke off: `400`.
-    Broken,
-}
-
-/// Reads one body within its deadline, its size limit and the budget.
-struct Reader {
-    body: Incoming,
-    started: Instant,
-    /// Time spent waiting for the session to take envelopes, which is not
-    /// the client's delay.
-    paused: Duration,
-    read: usize,
-    timeout: Duration,
-    max: usize,
-    reservation: Reservation,
-    /// The declared length was reserved up front.
-    reserved_up_front: bool,
-}
-
-impl Reader {
-    /// The next chunk of data (`None` at the end).
-    async fn chunk(&mut self) -> Result<Option<Bytes>, Stopped> {
-        loop {
-            // The rate check fails once the bytes read fall behind 1 KiB per
-            // second of the client's own time; the total deadline holds anyway.
-            let at_rate = Duration::from_secs_f64(self.read as f64 / MIN_BYTES_PER_SECOND);
-            let client_time = RATE_GRACE.max(at_rate).min(self.timeout);
-            let deadline = self.started + self.paused + client_time;
-            let frame = match tokio::time::timeout_at(deadline, self.body.frame()).await {
-                Err(_) => return Err(Stopped::Timeout),
-                Ok(None) => return Ok(None),
-                Ok(Some(Err(_))) => return Err(Stopped::Broken),
-                Ok(Some(Ok(frame))) => frame,
-            };
-            let Ok(data) = frame.into_data() else {
-                continue; // trailers
-            };
-            self.read = self.read.saturating_add(data.len());
-            if self.read > self.max {
-                return Err(Stopped::TooLarge);
-            }
-            if !self.reserved_up_front && !self.reservation.grow(data.len()) {
-                return Err(Stopped::Busy);
-            }
-            return Ok(Some(data));
-        }
-    }
-}
 
 /// Handles an upstream POST: `200 {"status":"ok"}` once its envelopes have
 /// been handled (not when the tools they call finish).
@@ -155,31 +35,6 @@ pub(super) async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
         Err(e) => return unauthorized(&e),
     };
     let config = &hub.config;
-    let declared = match req.headers().get(header::CONTENT_LENGTH) {
-        None => None,
-        Some(value) => match value
-            .to_str()
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            Some(length) => Some(length),
-            None => {
-                return closing(error_response(
-                    StatusCode::BAD_REQUEST,
-                    "Content-Length is not a number",
-                    "BAD_REQUEST",
-                ));
-            }
-        },
-    };
-    if declared.is_some_and(|length| length > config.max_body_bytes as u64) {
-        return too_large();
-    }
-    // Checked above: the declared length fits in `max_body_bytes`.
-    let declared = declared.map(|length| length as usize);
-    let Some(reservation) = hub.bodies.reserve(declared.unwrap_or(0)) else {
-        return busy();
-    };
     let binary = is_true_header(&req, "x-haip-binary");
     let header_session = req
         .headers()
@@ -187,15 +42,17 @@ pub(super) async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let query_session = query_param(req.uri().query(), "session");
-    let mut reader = Reader {
-        body: req.into_body(),
-        started: Instant::now(),
-        paused: Duration::ZERO,
-        read: 0,
-        timeout: config.body_read_timeout,
-        max: config.max_body_bytes,
-        reservation,
-        reserved_up_front: declared.is_some(),
+    let (parts, body) = req.into_parts();
+    let mut reader = match Reader::start(&parts.headers, body, hub, config.max_body_bytes) {
+        Ok(reader) => reader,
+        Err(Refused::BadLength) => {
+            return closing(error_response(
+                StatusCode::BAD_REQUEST,
+                "Content-Length is not a number",
+                "BAD_REQUEST",
+            ));
+        }
+        Err(Refused::Stopped(stopped)) => return stopped_response(stopped, hub),
     };
 
     // The first envelope may name the target session: read up to it.
@@ -484,19 +341,5 @@ mod tests {
             None
         );
         assert_eq!(envelope_session("not json"), None);
-    }
-
-    #[test]
-    fn the_body_budget_is_shared_and_given_back() {
-        let budget = BodyBudget::new(100);
-        let a = budget.reserve(60).expect("fits");
-        assert!(budget.reserve(41).is_none(), "60 + 41 > 100");
-        let mut b = budget.reserve(40).expect("fits exactly");
-        assert!(!b.grow(1));
-        drop(a);
-        assert!(b.grow(60));
-        assert!(budget.reserve(usize::MAX).is_none(), "no overflow");
-        drop(b);
-        assert!(budget.reserve(100).is_some());
     }
 }

@@ -21,7 +21,7 @@ use crate::protocol::payload::{
 };
 use crate::protocol::{Channel, ErrorCode, EventType, Inbound, Outgoing, Prepared};
 use crate::schema::{Form, Violations};
-use crate::stats::Ended;
+use crate::stats::{Ended, Throttle};
 use crate::tool::Tool;
 
 /// One accepted call.
@@ -508,7 +508,10 @@ impl Session {
         let (env, ended) = match built {
             Ok(env) => (env, ended),
             Err(size) => {
-                tracing::warn!(tool = %call.tool.name(), size, limit, "tool result too large to send");
+                static TOO_LARGE: Throttle = Throttle::new();
+                if let Some(suppressed) = TOO_LARGE.allow() {
+                    tracing::warn!(tool = %call.tool.name(), size, limit, suppressed, "tool result too large to send");
+                }
                 let failure = ToolFailure::new(
                     ErrorCode::RESULT_TOO_LARGE,
                     format!("Result of {size} bytes exceeds {limit}"),
@@ -547,7 +550,10 @@ impl Session {
         let env = match env {
             Ok(env) => env,
             Err(size) => {
-                tracing::warn!(call_id = %call.call_id, size, "progress update too large to send; dropped");
+                static PROGRESS: Throttle = Throttle::new();
+                if let Some(suppressed) = PROGRESS.allow() {
+                    tracing::warn!(call_id = %call.call_id, size, suppressed, "progress update too large to send; dropped");
+                }
                 return;
             }
         };
@@ -597,7 +603,10 @@ impl Session {
             match Prepared::within(&out, limit) {
                 Ok(env) => envs.push(env),
                 Err(size) => {
-                    tracing::warn!(call_id = %call.call_id, size, "log line too large to send; dropped");
+                    static LOG_LINE: Throttle = Throttle::new();
+                    if let Some(suppressed) = LOG_LINE.allow() {
+                        tracing::warn!(call_id = %call.call_id, size, suppressed, "log line too large to send; dropped");
+                    }
                 }
             }
         }

@@ -1,0 +1,735 @@
+//! What a `/mcp` request body must be before the MCP server sees it: one
+//! JSON-RPC 2.0 message. [`check`] reads it once, without building it (a
+//! serde walk that keeps only a few short fields), and says what parsing it
+//! will cost, or answers the JSON-RPC error a client should get: `-32700`
+//! for what is not JSON, `-32600` for what is not one JSON-RPC message,
+//! `-32601` for a method name no server has, `-32602` for params of
+//! `tools/call` and `logging/setLevel` of the wrong shape, and for a progress
+//! token too long to repeat in every progress notification.
+//!
+//! The cost is an upper bound of what the message takes in memory once
+//! parsed into JSON values, so that the server can count requests in flight
+//! by what they hold, not by their bytes: at most [`MAX_COST_MULTIPLE`]
+//! times the message's length (an array of single digits is the worst case).
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Value, json};
+
+/// JSON-RPC: not JSON.
+pub(crate) const PARSE_ERROR: i32 = -32700;
+/// JSON-RPC: not a valid request object.
+pub(crate) const INVALID_REQUEST: i32 = -32600;
+/// JSON-RPC: no such method.
+pub(crate) const METHOD_NOT_FOUND: i32 = -32601;
+/// JSON-RPC: params of the wrong shape.
+pub(crate) const INVALID_PARAMS: i32 = -32602;
+
+/// The longest method name taken (the longest MCP method has 38 bytes).
+pub(crate) const MAX_METHOD_BYTES: usize = 128;
+/// The longest request id and progress token taken: both are repeated in
+/// what the server sends back.
+pub(crate) const MAX_TOKEN_BYTES: usize = 256;
+/// The most characters of client text an error message or a log line quotes.
+pub(crate) const QUOTE_CHARS: usize = 40;
+
+/// What one JSON value takes once parsed: `serde_json::Value` itself.
+const NODE: usize = std::mem::size_of::<Value>();
+/// What a string's heap allocation takes beyond its bytes, at most.
+const STRING_OVERHEAD: usize = 16;
+/// What an object member takes beyond its key's bytes and its value: the
+/// key's `String` and the map's share of a node.
+const MEMBER_OVERHEAD: usize = 24 + 24;
+
+/// [`Checked::cost`] is at most this many times the message's length: one
+/// `Value` (32 bytes) for every two bytes of `[0,0,0,…]`, plus the array.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const MAX_COST_MULTIPLE: usize = NODE / 2 + 1;
+
+/// The log levels `logging/setLevel` takes (RFC 5424, as MCP names them).
+const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// A message that passed [`check`].
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Checked {
+    /// The method of a request or notification; `None` for a response (a
+    /// client answering the server's request, in MCP sessions).
+    pub(crate) method: Option<String>,
+    /// A request's (or a response's) id; `None` for notifications.
+    pub(crate) id: Option<Value>,
+    /// What the message takes once parsed, in bytes (an upper bound).
+    pub(crate) cost: usize,
+}
+
+/// A message refused before the MCP server sees it: the JSON-RPC error to
+/// answer with, and the HTTP status to answer it under.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Refusal {
+    /// `400` for what is not one JSON-RPC message, `200` for a request the
+    /// server understood and refuses (JSON-RPC's own error response).
+    pub(crate) status: u16,
+    pub(crate) code: i32,
+    pub(crate) message: String,
+    /// The request's id when it had a usable one, else `null`.
+    pub(crate) id: Value,
+}
+
+impl Refusal {
+    pub(crate) fn new(status: u16, code: i32, message: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            code,
+            message: message.into(),
+            id: Value::Null,
+        }
+    }
+
+    fn with_id(mut self, id: Option<&Value>) -> Refusal {
+        self.id = id.cloned().unwrap_or(Value::Null);
+        self
+    }
+
+    /// The JSON-RPC error response.
+    pub(crate) fn body(&self) -> String {
+        json!({
+            "jsonrpc": "2.0",
+            "id": self.id,
+            "error": {"code": self.code, "message": self.message},
+        })
+        .to_string()
+    }
+}
+
+/// At most [`QUOTE_CHARS`] characters of `text`, with `…` when cut.
+pub(crate) fn quote(text: &str) -> String {
+    match text.char_indices().nth(QUOTE_CHARS) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+/// Checks one request body (see the module's documentation).
+pub(crate) fn check(body: &[u8]) -> Result<Checked, Refusal> {
+    let mut found = Found::default();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let root = Walk {
+        spot: Spot::Root,
+        found: &mut found,
+    }
+    .deserialize(&mut de)
+    .and_then(|seen| de.end().map(|()| seen))
+    .map_err(|e| {
+        Refusal::new(
+            400,
+            PARSE_ERROR,
+            format!("Parse error: the body is not JSON ({e})"),
+        )
+    })?;
+    match root.kind {
+        Kind::Object => {}
+        Kind::Array => {
+            return Err(Refusal::new(
+                400,
+                INVALID_REQUEST,
+                "Invalid request: JSON-RPC batches are not supported; send one message per request",
+            ));
+        }
+        _ => {
+            return Err(Refusal::new(
+                400,
+                INVALID_REQUEST,
+                "Invalid request: a JSON-RPC message is an object",
+            ));
+        }
+    }
+    let id = match found.id.take() {
+        None | Some(Kind::Null) => None,
+        Some(Kind::Integer(n)) => Some(Value::from(n)),
+        Some(Kind::Str(s)) => Some(Value::String(s)),
+        Some(Kind::LongStr(_)) => {
+            return Err(Refusal::new(
+                400,
+                INVALID_REQUEST,
+                format!("Invalid request: id longer than {MAX_TOKEN_BYTES} bytes"),
+            ));
+        }
+        Some(_) => {
+            return Err(Refusal::new(
+                400,
+                INVALID_REQUEST,
+                "Invalid request: id must be a string or an integer",
+            ));
+        }
+    };
+    if !matches!(&found.jsonrpc, Some(Kind::Str(v)) if v == "2.0") {
+        return Err(Refusal::new(
+            400,
+            INVALID_REQUEST,
+            "Invalid request: \"jsonrpc\" must be \"2.0\"",
+        )
+        .with_id(id.as_ref()));
+    }
+    let method = match found.method.take() {
+        None if found.answer => {
+            return Ok(Checked {
+                method: None,
+                id,
+                cost: root.cost,
+            });
+        }
+        None => {
+            return Err(Refusal::new(
+                400,
+                INVALID_REQUEST,
+                "Invalid request: no \"method\" (and not a response)",
+            )
+            .with_id(id.as_ref()));
+        }
+        Some(Kind::Str(method)) if method.len() <= MAX_METHOD_BYTES => method,
+        Some(Kind::Str(method)) => {
+            return Err(Refusal::new(
+                200,
+                METHOD_NOT_FOUND,
+                format!("Method not found: {}", quote(&method)),
+            )
+            .with_id(id.as_ref()));
+        }
+        Some(Kind::LongStr(len)) => {
+            return Err(Refusal::new(
+                200,
+                METHOD_NOT_FOUND,
+                format!("Method not found: a method name of {len} bytes"),
+            )
+            .with_id(id.as_ref()));
+        }
+        Some(_) => {
+            return Err(Refusal::new(
+                400,
+                INVALID_REQUEST,
+                "Invalid request: \"method\" must be a string",
+            )
+            .with_id(id.as_ref()));
+        }
+    };
+    let invalid_params =
+        |why: String| Err(Refusal::new(200, INVALID_PARAMS, why).with_id(id.as_ref()));
+    if id.is_some() {
+        match &found.params {
+            None | Some(Kind::Object) => {}
+            Some(_) => return invalid_params("Invalid params: params must be an object".into()),
+        }
+        if !matches!(found.meta, None | Some(Kind::Object)) {
+            return invalid_params("Invalid params: _meta must be an object".into());
+        }
+        match &found.progress_token {
+            None | Some(Kind::Str(_) | Kind::Integer(_)) => {}
+            Some(Kind::LongStr(len)) => {
+                return invalid_params(format!(
+                    "Invalid params: a progressToken of {len} bytes (at most {MAX_TOKEN_BYTES})"
+                ));
+            }
+            Some(_) => {
+                return invalid_params(
+                    "Invalid params: progressToken must be a string or an integer".into(),
+                );
+            }
+        }
+        match method.as_str() {
+            "tools/call" => {
+                if found.params.is_none() {
+                    return invalid_params("Invalid params: tools/call needs params".into());
+                }
+                match &found.name {
+                    Some(Kind::Str(_) | Kind::LongStr(_)) => {}
+                    None => {
+                        return invalid_params(
+                            "Invalid params: tools/call needs a tool \"name\"".into(),
+                        );
+                    }
+                    Some(_) => {
+                        return invalid_params("Invalid params: \"name\" must be a string".into());
+                    }
+                }
+                if !matches!(found.arguments, None | Some(Kind::Null | Kind::Object)) {
+                    return invalid_params(
+                        "Invalid params: \"arguments\" must be an object".into(),
+                    );
+                }
+            }
+            "logging/setLevel" => match &found.level {
+                Some(Kind::Str(level)) if LOG_LEVELS.contains(&level.as_str()) => {}
+                Some(Kind::Str(level)) => {
+                    return invalid_params(format!(
+                        "Invalid params: unknown log level {:?}; expected one of {}",
+                        quote(level),
+                        LOG_LEVELS.join(", ")
+                    ));
+                }
+                _ => {
+                    return invalid_params(format!(
+                        "Invalid params: logging/setLevel needs a \"level\", one of {}",
+                        LOG_LEVELS.join(", ")
+                    ));
+                }
+            },
+            _ => {}
+        }
+    }
+    Ok(Checked {
+        method: Some(method),
+        id,
+        cost: root.cost,
+    })
+}
+
+// ----- the walk -------------------------------------------------------------------------
+
+/// What the walk keeps of the fields it looks at.
+#[derive(Debug, Default)]
+struct Found {
+    jsonrpc: Option<Kind>,
+    method: Option<Kind>,
+    id: Option<Kind>,
+    params: Option<Kind>,
+    /// `result` or `error` at the top: a response.
+    answer: bool,
+    name: Option<Kind>,
+    arguments: Option<Kind>,
+    level: Option<Kind>,
+    meta: Option<Kind>,
+    progress_token: Option<Kind>,
+}
+
+/// A value's JSON type, with short strings and integers kept.
+#[derive(Debug, Clone, PartialEq)]
+enum Kind {
+    Null,
+    Bool,
+    Integer(i64),
+    Number,
+    /// A string of at most [`MAX_TOKEN_BYTES`].
+    Str(String),
+    /// A longer string: its length only.
+    LongStr(usize),
+    Array,
+    Object,
+}
+
+/// A value seen: its kind and what it costs parsed.
+struct Seen {
+    kind: Kind,
+    cost: usize,
+}
+
+/// Where in the message a value is: the walk keeps fields only at these spots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spot {
+    Root,
+    Params,
+    Meta,
+    /// A kept field's value: its kind is kept, not what is inside it.
+    Keep,
+    /// Anywhere else: measured, not kept.
+    Other,
+}
+
+struct Walk<'f> {
+    spot: Spot,
+    found: &'f mut Found,
+}
+
+impl<'de> DeserializeSeed<'de> for Walk<'_> {
+    type Value = Seen;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Seen, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+fn scalar(kind: Kind) -> Seen {
+    Seen { kind, cost: NODE }
+}
+
+fn string(s: &str) -> Seen {
+    let kind = if s.len() <= MAX_TOKEN_BYTES {
+        Kind::Str(s.to_owned())
+    } else {
+        Kind::LongStr(s.len())
+    };
+    Seen {
+        kind,
+        cost: NODE + s.len() + STRING_OVERHEAD,
+    }
+}
+
+impl<'de> Visitor<'de> for Walk<'_> {
+    type Value = Seen;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Seen, E> {
+        Ok(scalar(Kind::Null))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Seen, E> {
+        Ok(scalar(Kind::Bool))
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Seen, E> {
+        Ok(scalar(Kind::Integer(n)))
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Seen, E> {
+        Ok(scalar(i64::try_from(n).map_or(Kind::Number, Kind::Integer)))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Seen, E> {
+        Ok(scalar(Kind::Number))
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Seen, E> {
+        // Only the fields kept need the text; others, just the length.
+        if self.spot == Spot::Other && !s.is_empty() {
+            return Ok(Seen {
+                kind: Kind::LongStr(s.len()),
+                cost: NODE + s.len() + STRING_OVERHEAD,
+            });
+        }
+        Ok(string(s))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Seen, A::Error> {
+        let mut cost = NODE;
+        let mut ignored = Found::default();
+        while let Some(seen) = seq.next_element_seed(Walk {
+            spot: Spot::Other,
+            found: &mut ignored,
+        })? {
+            cost = cost.saturating_add(seen.cost);
+        }
+        Ok(Seen {
+            kind: Kind::Array,
+            cost,
+        })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Seen, A::Error> {
+        let mut cost = NODE;
+        let found = self.found;
+        let mut ignored = Found::default();
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            cost = cost.saturating_add(MEMBER_OVERHEAD + key.len);
+            let field = key.field(self.spot);
+            let spot = match field {
+                Field::Params => Spot::Params,
+                Field::Meta => Spot::Meta,
+                Field::Other | Field::Answer => Spot::Other,
+                _ => Spot::Keep,
+            };
+            let into = if spot == Spot::Other {
+                &mut ignored
+            } else {
+                &mut *found
+            };
+            let seen = map.next_value_seed(Walk { spot, found: into })?;
+            cost = cost.saturating_add(seen.cost);
+            let slot = match field {
+                Field::Jsonrpc => &mut found.jsonrpc,
+                Field::Method => &mut found.method,
+                Field::Id => &mut found.id,
+                Field::Params => &mut found.params,
+                Field::Answer => {
+                    found.answer = true;
+                    continue;
+                }
+                Field::Name => &mut found.name,
+                Field::Arguments => &mut found.arguments,
+                Field::Level => &mut found.level,
+                Field::Meta => &mut found.meta,
+                Field::ProgressToken => &mut found.progress_token,
+                Field::Other => continue,
+            };
+            *slot = Some(seen.kind);
+        }
+        Ok(Seen {
+            kind: Kind::Object,
+            cost,
+        })
+    }
+}
+
+/// The fields the walk keeps, by where they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Jsonrpc,
+    Method,
+    Id,
+    Params,
+    Answer,
+    Name,
+    Arguments,
+    Level,
+    Meta,
+    ProgressToken,
+    Other,
+}
+
+/// An object key: which field it names, and its length.
+struct Key {
+    name: Option<&'static str>,
+    len: usize,
+}
+
+const KEPT_KEYS: [&str; 10] = [
+    "jsonrpc",
+    "method",
+    "id",
+    "params",
+    "result",
+    "error",
+    "name",
+    "arguments",
+    "level",
+    "_meta",
+];
+
+impl Key {
+    fn field(&self, spot: Spot) -> Field {
+        match (spot, self.name) {
+            (Spot::Root, Some("jsonrpc")) => Field::Jsonrpc,
+            (Spot::Root, Some("method")) => Field::Method,
+            (Spot::Root, Some("id")) => Field::Id,
+            (Spot::Root, Some("params")) => Field::Params,
+            (Spot::Root, Some("result" | "error")) => Field::Answer,
+            (Spot::Params, Some("name")) => Field::Name,
+            (Spot::Params, Some("arguments")) => Field::Arguments,
+            (Spot::Params, Some("level")) => Field::Level,
+            (Spot::Params, Some("_meta")) => Field::Meta,
+            (Spot::Meta, Some("progressToken")) => Field::ProgressToken,
+            _ => Field::Other,
+        }
+    }
+}
+
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Key, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Key;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Key, E> {
+        let name = KEPT_KEYS.iter().find(|k| **k == s).copied();
+        // `progressToken` is kept only inside `_meta`; `field` decides.
+        let name = name.or((s == "progressToken").then_some("progressToken"));
+        Ok(Key { name, len: s.len() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(body: &str) -> Refusal {
+        check(body.as_bytes()).expect_err(body)
+    }
+
+    fn call(params: &str) -> String {
+        format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{params}}}"#)
+    }
+
+    #[test]
+    fn requests_notifications_and_responses_pass() {
+        let c = check(
+            call(r#"{"name":"echo","arguments":{"message":"hi"},"_meta":{"progressToken":"p1"}}"#)
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(c.method.as_deref(), Some("tools/call"));
+        assert_eq!(c.id, Some(json!(7)));
+        let c = check(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
+        assert_eq!(c.id, None);
+        let c = check(br#"{"jsonrpc":"2.0","id":"a","result":{}}"#).unwrap();
+        assert_eq!(c.method, None);
+        assert!(check(br#" {"params":{},"method":"ping","id":"x","jsonrpc":"2.0"} "#).is_ok());
+        assert!(
+            check(call(r#"{"name":"echo","arguments":null}"#).as_bytes()).is_ok(),
+            "null arguments are no arguments"
+        );
+        assert!(
+            check(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":{"name":5,"_meta":3}}}"#)
+                .is_ok(),
+            "fields are looked at only where they mean something"
+        );
+    }
+
+    #[test]
+    fn what_is_not_one_json_rpc_message_is_refused_with_its_code() {
+        for (body, code) in [
+            ("", PARSE_ERROR),
+            ("{", PARSE_ERROR),
+            ("nope", PARSE_ERROR),
+            (
+                r#"{"jsonrpc":"2.0","method":"ping","id":1} trailing"#,
+                PARSE_ERROR,
+            ),
+            (
+                &format!("{}0{}", "[".repeat(200), "]".repeat(200)),
+                PARSE_ERROR,
+            ),
+            ("[]", INVALID_REQUEST),
+            (
+                r#"[{"jsonrpc":"2.0","method":"ping","id":1}]"#,
+                INVALID_REQUEST,
+            ),
+            ("5", INVALID_REQUEST),
+            (r#"{"method":"ping","id":1}"#, INVALID_REQUEST),
+            (
+                r#"{"jsonrpc":"1.0","method":"ping","id":1}"#,
+                INVALID_REQUEST,
+            ),
+            (r#"{"jsonrpc":"2.0","method":5,"id":1}"#, INVALID_REQUEST),
+            (r#"{"jsonrpc":"2.0","id":1}"#, INVALID_REQUEST),
+            (
+                r#"{"jsonrpc":"2.0","method":"ping","id":{}}"#,
+                INVALID_REQUEST,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"ping","id":1.5}"#,
+                INVALID_REQUEST,
+            ),
+        ] {
+            let r = refused(body);
+            assert_eq!(r.code, code, "{body:.60}");
+            assert_eq!(r.status, 400, "{body:.60}");
+        }
+        let long_id = format!(
+            r#"{{"jsonrpc":"2.0","method":"ping","id":"{}"}}"#,
+            "i".repeat(300)
+        );
+        assert_eq!(refused(&long_id).code, INVALID_REQUEST);
+    }
+
+    #[test]
+    fn bad_params_are_invalid_params_with_the_id() {
+        for params in [
+            "5",
+            "[]",
+            r#"{"name":"echo","arguments":5}"#,
+            r#"{"name":"echo","arguments":"x"}"#,
+            r#"{"name":"echo","arguments":[1]}"#,
+            r#"{"arguments":{}}"#,
+            r#"{"name":3}"#,
+            r#"{"name":"echo","_meta":5}"#,
+            r#"{"name":"echo","_meta":{"progressToken":{}}}"#,
+            r#"{"name":"echo","_meta":{"progressToken":1.5}}"#,
+        ] {
+            let r = refused(&call(params));
+            assert_eq!((r.status, r.code), (200, INVALID_PARAMS), "{params}");
+            assert_eq!(r.id, json!(7));
+            assert_eq!(
+                serde_json::from_str::<Value>(&r.body()).unwrap()["error"]["code"],
+                json!(INVALID_PARAMS)
+            );
+        }
+        let token = format!(
+            r#"{{"name":"echo","_meta":{{"progressToken":"{}"}}}}"#,
+            "t".repeat(9000)
+        );
+        let r = refused(&call(&token));
+        assert_eq!(r.code, INVALID_PARAMS);
+        assert!(r.message.contains("9000 bytes"), "{}", r.message);
+        assert!(r.body().len() < 200, "the token is not echoed");
+        let no_params = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#;
+        assert_eq!(refused(no_params).code, INVALID_PARAMS);
+        for level in [r#"{"level":"loud"}"#, r#"{"level":3}"#, "{}"] {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{level}}}"#
+            );
+            let r = refused(&body);
+            assert_eq!(r.code, INVALID_PARAMS, "{level}");
+            assert!(
+                r.message.contains("warning"),
+                "lists the levels: {}",
+                r.message
+            );
+        }
+        assert!(
+            check(br#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"debug"}}"#).is_ok()
+        );
+    }
+
+    #[test]
+    fn long_method_names_are_quoted_briefly() {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"{}"}}"#,
+            "m".repeat(1_000_000)
+        );
+        let r = refused(&body);
+        assert_eq!(r.code, METHOD_NOT_FOUND);
+        assert!(r.body().len() < 200, "{}", r.body());
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"{}"}}"#,
+            "é".repeat(100)
+        );
+        let r = refused(&body);
+        assert_eq!(
+            r.message,
+            format!("Method not found: {}…", "é".repeat(QUOTE_CHARS))
+        );
+    }
+
+    #[test]
+    fn the_cost_bounds_the_parsed_form_and_the_bytes() {
+        // The worst case: single digits, one `Value` each.
+        let n = 100_000;
+        let digits = format!("[{}0]", "0,".repeat(n - 1));
+        let body = call(&format!(
+            r#"{{"name":"echo","arguments":{{"a":{digits}}}}}"#
+        ));
+        let c = check(body.as_bytes()).unwrap();
+        assert!(c.cost >= n * NODE, "every element counted: {}", c.cost);
+        assert!(
+            c.cost <= body.len() * MAX_COST_MULTIPLE,
+            "{} for {} bytes",
+            c.cost,
+            body.len()
+        );
+        // Long strings cost about their length.
+        let text = "x".repeat(n);
+        let body = call(&format!(
+            r#"{{"name":"echo","arguments":{{"message":"{text}"}}}}"#
+        ));
+        let c = check(body.as_bytes()).unwrap();
+        assert!(c.cost >= n && c.cost < 2 * body.len(), "{}", c.cost);
+        // Objects: every member counted.
+        let members: Vec<String> = (0..10_000).map(|i| format!(r#""k{i}":0"#)).collect();
+        let body = call(&format!(
+            r#"{{"name":"e","arguments":{{{}}}}}"#,
+            members.join(",")
+        ));
+        let c = check(body.as_bytes()).unwrap();
+        assert!(c.cost >= 10_000 * (NODE + MEMBER_OVERHEAD));
+        assert!(c.cost <= body.len() * MAX_COST_MULTIPLE);
+    }
+}

@@ -1,0 +1,342 @@
+//! `/mcp` (feature `mcp`): the door most MCP hosts take, held to the same
+//! budgets as HAIP's (HAIP.md §18.1) before a request reaches the MCP server:
+//!
+//! - **Origin**: a browser `Origin` that is not allowed gets `403` (the MCP
+//!   rule against DNS rebinding). Allowed: no `Origin` (non-browser clients),
+//!   one listed in `cors_allowed_origins`, and a loopback origin on a
+//!   loopback `Host` (local tools, the server's own pages).
+//! - **Bodies**: one JSON-RPC message, at most `max_message_bytes`; a longer
+//!   `Content-Length` gets `413` before anything is read. The body is read
+//!   under `body_read_timeout` and its minimum rate (`408`), and counted in
+//!   `max_inflight_body_bytes` (`503` + `Retry-After`) from its first byte
+//!   until its answer has gone, at what its parsed form costs
+//!   ([`inbound::check`]: at most 17 times its length).
+//! - **Parsing**: the message is checked once here (a walk that builds
+//!   nothing) and refused with its JSON-RPC error (`-32700`, `-32600`,
+//!   `-32601`, `-32602`); one over 64 KiB is checked on the blocking pool and
+//!   handed to the MCP server only with one of `max(1, cores / 2)` permits,
+//!   held until the server has parsed it, so large requests never stall the
+//!   runtime's workers for others.
+//! - **Answers**: counted until the client takes them (`answer.rs`).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::answer::{AnswerBody, Outflow};
+use super::body::{Reader, Refused, Stopped};
+use super::http::{Body, authenticate, unauthorized};
+use super::hub::Hub;
+use crate::mcp::inbound::{self, INVALID_REQUEST, Refusal};
+use crate::session::LARGE_PARAMS;
+
+/// JSON-RPC's implementation-defined server error: the server is busy.
+const SERVER_BUSY: i32 = -32000;
+
+/// Serves one `/mcp` request.
+pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response<Body> {
+    let Some(mcp) = &hub.mcp else {
+        return super::http::not_found();
+    };
+    if let Some(origin) = refused_origin(&req, hub) {
+        tracing::debug!(origin = %inbound::quote(&origin), "/mcp: origin not allowed");
+        return rpc_error(
+            StatusCode::FORBIDDEN,
+            &Refusal::new(
+                403,
+                INVALID_REQUEST,
+                format!(
+                    "Origin {} is not allowed (a browser origin must be listed in cors_allowed_origins)",
+                    inbound::quote(&origin)
+                ),
+            ),
+        );
+    }
+    let subject = match authenticate(hub, &req).await {
+        Ok(subject) => subject,
+        Err(e) => return unauthorized(&e),
+    };
+    if mcp.is_full_for(&req) {
+        return busy(&format!(
+            "Too many MCP requests in flight (max_sessions = {})",
+            hub.shared.config.max_sessions
+        ));
+    }
+    let outflow = req.extensions().get::<Arc<Outflow>>().cloned();
+    if req.method() != Method::POST {
+        // `GET` (a session's stream) and `DELETE`: no body to read.
+        let response = mcp.handle(req, subject, None).await;
+        return answered(response, hub, outflow, None);
+    }
+    if let Some(refused) = unacceptable(&req) {
+        return refused;
+    }
+
+    let (parts, body) = req.into_parts();
+    let max = hub
+        .config
+        .max_body_bytes
+        .min(hub.shared.config.max_message_bytes);
+    let mut reader = match Reader::start(&parts.headers, body, hub, max) {
+        Ok(reader) => reader,
+        Err(Refused::BadLength) => {
+            return closing(rpc_error(
+                StatusCode::BAD_REQUEST,
+                &Refusal::new(400, INVALID_REQUEST, "Content-Length is not a number"),
+            ));
+        }
+        Err(Refused::Stopped(stopped)) => return stopped_response(stopped, hub, max),
+    };
+    let bytes = match reader.read_rest().await {
+        Ok(bytes) => bytes,
+        Err(stopped) => return stopped_response(stopped, hub, max),
+    };
+    let mut reservation = reader.into_reservation();
+
+    // A large message is checked off the workers, and parsed by the MCP
+    // server with a permit, so that few are parsed at once.
+    let large = bytes.len() > LARGE_PARAMS;
+    let permit = if large {
+        Some(parse_permit(hub).await)
+    } else {
+        None
+    };
+    let checked = if large {
+        let owned = bytes.clone();
+        tokio::task::spawn_blocking(move || inbound::check(&owned))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Refusal::new(
+                    400,
+                    inbound::PARSE_ERROR,
+                    "Parse error: the body could not be read",
+                ))
+            })
+    } else {
+        inbound::check(&bytes)
+    };
+    let checked = match checked {
+        Ok(checked) => checked,
+        Err(refusal) => {
+            tracing::debug!(code = refusal.code, "/mcp: request refused");
+            return rpc_error(status_of(refusal.status), &refusal);
+        }
+    };
+    // Held from now until the answer has gone: what the request costs parsed.
+    if checked.cost > reservation.bytes() && !reservation.grow(checked.cost - reservation.bytes()) {
+        return busy("Too many request bodies in flight; retry shortly");
+    }
+    let req = Request::from_parts(parts, Full::new(bytes));
+    let response = mcp.handle(req, subject, permit).await;
+    answered(response, hub, outflow, Some(reservation))
+}
+
+/// A permit to parse one large message (`max(1, cores / 2)` server-wide).
+async fn parse_permit(hub: &Hub) -> OwnedSemaphorePermit {
+    // The semaphore is never closed.
+    Arc::clone(&hub.parsers)
+        .acquire_owned()
+        .await
+        .expect("the parsers' semaphore is never closed")
+}
+
+/// The answer, counted until its client takes it.
+fn answered(
+    response: Response<Body>,
+    hub: &Hub,
+    outflow: Option<Arc<Outflow>>,
+    request: Option<super::body::Reservation>,
+) -> Response<Body> {
+    let budget = Arc::clone(&hub.answers);
+    let shared = Arc::clone(&hub.shared);
+    response.map(|body| AnswerBody::new(body, outflow, budget, shared, request).boxed_unsync())
+}
+
+/// The request's `Origin`, when it is present and not allowed.
+fn refused_origin(req: &Request<Incoming>, hub: &Hub) -> Option<String> {
+    let origin = req.headers().get(header::ORIGIN)?;
+    let Ok(origin) = origin.to_str() else {
+        return Some(String::from_utf8_lossy(origin.as_bytes()).into_owned());
+    };
+    if hub.cors.allow(Some(origin)).is_some() {
+        return None;
+    }
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()));
+    let local = host.is_some_and(|h| is_loopback_host(authority_host(h)))
+        && origin_host(origin).is_some_and(is_loopback_host);
+    (!local).then(|| origin.to_owned())
+}
+
+/// The host of an `Origin` (`scheme://host[:port]`), for `http` and `https`.
+fn origin_host(origin: &str) -> Option<&str> {
+    let rest = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))?;
+    Some(authority_host(rest))
+}
+
+/// The host of `host[:port]` (an IPv6 literal keeps its brackets off).
+fn authority_host(authority: &str) -> &str {
+    if let Some(v6) = authority.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or_default();
+    }
+    authority.split(':').next().unwrap_or_default()
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `415` or `406` as a JSON-RPC error, for a POST that is not JSON or whose
+/// client does not take both answers the MCP server may give.
+fn unacceptable(req: &Request<Incoming>) -> Option<Response<Body>> {
+    let json = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let essence = v.split(';').next().unwrap_or_default().trim();
+            essence.eq_ignore_ascii_case("application/json")
+        });
+    if !json {
+        return Some(rpc_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &Refusal::new(
+                415,
+                INVALID_REQUEST,
+                "Unsupported media type: Content-Type must be application/json",
+            ),
+        ));
+    }
+    let mut accepts = (false, false);
+    for range in req
+        .headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+    {
+        let mut params = range.split(';');
+        let essence = params.next().unwrap_or_default().trim();
+        let refused = params.any(|p| {
+            p.trim()
+                .strip_prefix("q=")
+                .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0))
+        });
+        if refused {
+            continue;
+        }
+        accepts.0 |= essence.eq_ignore_ascii_case("application/json");
+        accepts.1 |= essence.eq_ignore_ascii_case("text/event-stream");
+    }
+    if accepts != (true, true) {
+        return Some(rpc_error(
+            StatusCode::NOT_ACCEPTABLE,
+            &Refusal::new(
+                406,
+                INVALID_REQUEST,
+                "Not acceptable: Accept must list both application/json and text/event-stream",
+            ),
+        ));
+    }
+    None
+}
+
+fn status_of(status: u16) -> StatusCode {
+    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST)
+}
+
+/// A JSON-RPC error response under `status`.
+fn rpc_error(status: StatusCode, refusal: &Refusal) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(refusal.body())).boxed_unsync());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// `Connection: close`: the rest of the request will not be read.
+fn closing(mut response: Response<Body>) -> Response<Body> {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// `503` with `Retry-After`.
+fn busy(why: &str) -> Response<Body> {
+    let mut response = rpc_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &Refusal::new(503, SERVER_BUSY, why),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+fn stopped_response(stopped: Stopped, hub: &Hub, max: usize) -> Response<Body> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (status, message) = match stopped {
+        Stopped::Timeout => {
+            hub.shared.stats.closed_body_timeout.fetch_add(1, Relaxed);
+            let timeout = hub.config.body_read_timeout;
+            (
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "Request timeout: the body did not arrive in time ({} s in all, and at least 1 KiB/s after the first 10 s)",
+                    timeout.as_secs_f64()
+                ),
+            )
+        }
+        Stopped::TooLarge => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "Request too large: one JSON-RPC message of at most {max} bytes (max_message_bytes)"
+            ),
+        ),
+        Stopped::Busy => {
+            return closing(busy("Too many request bodies in flight; retry shortly"));
+        }
+        Stopped::Broken => (
+            StatusCode::BAD_REQUEST,
+            "The request body could not be read".to_owned(),
+        ),
+    };
+    closing(rpc_error(
+        status,
+        &Refusal::new(status.as_u16(), INVALID_REQUEST, message),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_origins_and_hosts_are_recognised() {
+        assert_eq!(origin_host("http://localhost:6274"), Some("localhost"));
+        assert_eq!(origin_host("https://[::1]:8443"), Some("::1"));
+        assert_eq!(origin_host("null"), None);
+        assert_eq!(origin_host("file://x"), None);
+        assert!(is_loopback_host(authority_host("127.0.0.1:8080")));
+        assert!(is_loopback_host(authority_host("[::1]:8080")));
+        assert!(is_loopback_host(authority_host("LOCALHOST")));
+        assert!(!is_loopback_host(authority_host("evil.example:8080")));
+        assert!(!is_loopback_host(authority_host("127.0.0.1.evil.example")));
+    }
+}
