@@ -392,6 +392,9 @@ async fn main() -> Result<(), haip::Error> {
         // server cannot receive (the answer is a new POST no request waits
         // for), and the SSE scenarios open the session's `GET` stream.
         .mcp_sessions(true)
+        // The suite checks that hand-written schemas (`allOf`, `if`/`then`,
+        // `$anchor`, `$defs`) reach the client exactly as written.
+        .schema_profile(haip::SchemaProfile::Full)
         .annotated_tools()
         .build()?;
     // `--stdio`: MCP on stdin and stdout instead of a listening server.

@@ -6,9 +6,9 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A tool name outside `^[A-Za-z0-9_.-]{1,64}$`.
+    /// A tool name outside `^[A-Za-z0-9_.-]{1,128}$` (MCP's rule).
     #[error(
-        "invalid tool name `{name}`: expected 1 to 64 characters from A-Z, a-z, 0-9, `_`, `.` and `-`"
+        "invalid tool name `{name}`: expected 1 to 128 characters from A-Z, a-z, 0-9, `_`, `.` and `-`"
     )]
     InvalidToolName {
         /// The rejected name.

@@ -57,6 +57,7 @@ mod context;
 mod error;
 mod exec;
 mod hash;
+pub mod lint;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;
@@ -74,7 +75,7 @@ pub use context::{
     Sampled,
 };
 pub use error::Error;
-pub use schema::Violation;
+pub use schema::{SchemaProblem, SchemaProfile, UnknownProfile, Violation};
 pub use server::{Server, ServerBuilder, ServerHandle, serve};
 pub use tool::{Injected, Params, State, Tool, ToolBuilder, ToolError, ToolFuture, ToolHandler};
 

@@ -153,3 +153,50 @@ async fn a_short_bench_reports_zero_errors() {
     assert!(report["server_cpu_us_per_call"].is_number());
     assert!(report["server_peak_rss_bytes"].as_u64().unwrap() > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lint_is_clean_on_the_quickstart_tools_and_names_what_providers_refuse() {
+    let handle = server().await;
+    let url = format!("ws://{}/haip", handle.local_addr());
+    let out = haip(args(&["lint", &url])).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A tool no strict profile can take, with a name OpenAI refuses.
+    let anything = haip::Tool::builder("files.read")
+        .input_schema(serde_json::json!({
+            "type": "object",
+            "properties": {"options": {"description": "Anything at all"}}
+        }))
+        .handler(|_, _| async { Ok(Value::Null) })
+        .build()
+        .unwrap();
+    handle.register_tool(anything).unwrap();
+    let out = haip(args(&["lint", &url])).await;
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("files.read  openai-strict  /properties/options  (not served)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("fix: give it a concrete type"), "{stdout}");
+    assert!(stdout.contains("files.read  every profile  /"), "{stdout}");
+    assert!(stdout.contains("^[a-zA-Z0-9_-]{1,64}$"), "{stdout}");
+    let out = haip(args(&["lint", &url, "--json"])).await;
+    let findings: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let profiles: Vec<&str> = findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["profile"].as_str())
+        .collect();
+    assert!(profiles.contains(&"portable"), "{findings}");
+    assert!(profiles.contains(&"openai-strict"), "{findings}");
+    let out = haip(args(&["schema", &url, "echo", "--profile", "nope"])).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("openai-strict"));
+}

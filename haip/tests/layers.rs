@@ -65,6 +65,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("auth", &["protocol", "hash", "error"]),
+    // Checks of tools' schemas before deploy (and what finds the annotated ones).
+    ("lint", &["tool", "schema", "error", "__private"]),
     ("client", &["protocol", "hash", "error"]),
     // The server assembles everything; the macro support names the runtime.
     ("server", &["*"]),

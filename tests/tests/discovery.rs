@@ -109,13 +109,21 @@ async fn tool_schema_replies_and_errors() {
         })
     );
 
-    // A tool without an output schema: no outputSchema key; default input schema.
+    // A tool without an output schema: no outputSchema key; the default
+    // input schema as written (`full`), and as the portable profile shows it.
+    client
+        .request("TOOL_SCHEMA", json!({"tool": "gated", "profile": "full"}))
+        .await;
+    assert_eq!(
+        client.recv().await["payload"],
+        json!({"tool": "gated", "inputSchema": {"type": "object"}})
+    );
     client
         .request("TOOL_SCHEMA", json!({"tool": "gated"}))
         .await;
     assert_eq!(
         client.recv().await["payload"],
-        json!({"tool": "gated", "inputSchema": {"type": "object"}})
+        json!({"tool": "gated", "inputSchema": {"type": "object", "properties": {}}})
     );
 
     // Unknown tool.

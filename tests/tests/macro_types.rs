@@ -143,7 +143,9 @@ async fn a_type_named_state_is_data_and_injected_forms_work_under_other_names() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_alias_is_fallible() {
     let (_handle, client) = served().await;
-    let schema = within("schema", client.schema("halve")).await.unwrap();
+    let schema = within("schema", client.schema_in("halve", Some("full")))
+        .await
+        .unwrap();
     assert_eq!(
         schema.output_schema,
         Some(json!({"type": "integer", "format": "uint32", "minimum": 0})),

@@ -19,7 +19,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use haip::{Context, ServerHandle, Tool, ToolError};
+use haip::{Context, SchemaProfile, ServerHandle, Tool, ToolError};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
     CancelledNotificationParam, ClientNotification, ClientRequest, ProgressNotificationParam,
@@ -282,14 +282,22 @@ async fn lists_the_quickstart_tools_with_haips_schemas(mcp: &mut Mcp) {
             "{}",
             tool.name()
         );
+        // The default profile, portable (HAIP.md §6.14).
         assert_eq!(
             Value::Object((*mcp_tool.input_schema).clone()),
-            *tool.input_schema(),
+            *tool
+                .advertised_input_schema(SchemaProfile::Portable)
+                .expect("portable serves every quickstart tool"),
             "inputSchema of {}",
             tool.name()
         );
+        assert!(
+            mcp_tool.input_schema.get("additionalProperties").is_none(),
+            "{}",
+            tool.name()
+        );
         let expected_output = tool
-            .output_schema()
+            .advertised_output_schema(SchemaProfile::Portable)
             .filter(|s| s["type"] == "object")
             .cloned();
         assert_eq!(

@@ -457,10 +457,30 @@ impl Client {
             .collect())
     }
 
-    /// A tool's schemas.
+    /// A tool's schemas, in the session's schema profile (the server's
+    /// default unless the client's `HAI` chose one).
     pub async fn schema(&self, tool: &str) -> Result<ToolSchema, ClientError> {
+        self.schema_in(tool, None).await
+    }
+
+    /// A tool's schemas in `profile` (HAIP.md §6.14): `"full"` for the
+    /// schema params are validated against, `"portable"`, `"openai-strict"`
+    /// or `"anthropic-strict"`; `None` for the session's.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: &haip::client::Client) -> Result<(), haip::client::ClientError> {
+    /// let exact = client.schema_in("create_user", Some("full")).await?;
+    /// println!("{}", exact.input_schema);
+    /// # Ok(()) }
+    /// ```
+    pub async fn schema_in(
+        &self,
+        tool: &str,
+        profile: Option<&str>,
+    ) -> Result<ToolSchema, ClientError> {
         let request = ToolSchemaRequest {
             tool: tool.to_owned(),
+            profile: profile.map(str::to_owned),
         };
         let reply = self.conn.request(&request).await?;
         let schema = payload::ToolSchema::from_payload(reply)

@@ -229,14 +229,14 @@ async fn validate(
 async fn check_large(
     limiter: &Arc<Semaphore>,
     tool: Tool,
-    params: Value,
+    mut params: Value,
     max_violations: usize,
 ) -> Validation {
     let Ok(permit) = Arc::clone(limiter).acquire_owned().await else {
         return Validation::Failed;
     };
     let checked = tokio::task::spawn_blocking(move || {
-        let found = tool.check_params(&params, max_violations);
+        let found = tool.check_params(&mut params, max_violations);
         if found.is_empty() {
             Validation::Valid(params)
         } else {

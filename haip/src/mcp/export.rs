@@ -34,7 +34,7 @@ use crate::context::{
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Validation};
 use crate::protocol::json_len;
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
-use crate::schema::Form;
+use crate::schema::{Form, SchemaProfile};
 use crate::session::Shared;
 use crate::stats::{Ended, Throttle};
 use crate::tool::Tool;
@@ -119,10 +119,11 @@ impl ExportService {
     }
 }
 
-/// A haip tool as an MCP tool. The output schema is advertised only when it
-/// describes an object (MCP's `structuredContent` must be one).
-pub(crate) fn mcp_tool(tool: &Tool) -> rmcp::model::Tool {
-    let input = match tool.input_schema() {
+/// A haip tool as an MCP tool, its schemas in `profile` (HAIP.md §6.14);
+/// `None` when the profile cannot serve it. The output schema is advertised
+/// only when it describes an object (MCP's `structuredContent` must be one).
+pub(crate) fn mcp_tool(tool: &Tool, profile: SchemaProfile) -> Option<rmcp::model::Tool> {
+    let input = match tool.advertised_input_schema(profile)? {
         Value::Object(map) => map.clone(),
         _ => Map::new(),
     };
@@ -131,18 +132,23 @@ pub(crate) fn mcp_tool(tool: &Tool) -> rmcp::model::Tool {
         tool.description().to_owned(),
         Arc::new(input),
     );
-    if let Some(Value::Object(output)) = structured_schema(tool)
+    if let Some(Value::Object(output)) = structured_schema(tool, profile)
         && describes_object(output)
     {
         out.output_schema = Some(Arc::new(output.clone()));
     }
-    out
+    Some(out)
 }
+
+/// The schema profile of an `/mcp` request (`?schema_profile=` on its URL),
+/// set by the server's front door.
+#[derive(Clone, Copy)]
+pub(crate) struct McpProfile(pub(crate) SchemaProfile);
 
 /// The schema of a tool's structured results: its output schema, or for a
 /// tool returning `Rich<T>`, `T`'s; `None` for content-only results.
-fn structured_schema(tool: &Tool) -> Option<&Value> {
-    let schema = tool.output_schema()?;
+fn structured_schema(tool: &Tool, profile: SchemaProfile) -> Option<&Value> {
+    let schema = tool.advertised_output_schema(profile)?;
     match tool.shape() {
         Shape::Plain => Some(schema),
         Shape::Rich => schema.get("properties")?.get("structured"),
@@ -211,11 +217,22 @@ impl ServerHandler for ExportService {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        let profile = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<McpProfile>())
+            .map_or(self.shared.config.schema_profile, |p| p.0);
         let snapshot = self.shared.registry.snapshot();
+        // A tool the profile cannot describe is left out (a host in strict
+        // mode would refuse every tool for one it cannot take).
         Ok(ListToolsResult::with_all_items(
-            snapshot.tools().iter().map(mcp_tool).collect(),
+            snapshot
+                .tools()
+                .iter()
+                .filter_map(|t| mcp_tool(t, profile))
+                .collect(),
         ))
     }
 
@@ -247,7 +264,8 @@ impl ServerHandler for ExportService {
                 .validate_large(tool.clone(), params, max_violations)
                 .await
         } else {
-            let found = tool.check_params(&params, max_violations);
+            let mut params = params;
+            let found = tool.check_params(&mut params, max_violations);
             if found.is_empty() {
                 Validation::Valid(params)
             } else {
@@ -868,7 +886,7 @@ mod tests {
     #[test]
     fn only_object_output_schemas_are_advertised() {
         let object = json!({"type": "object", "properties": {"r": {"type": "number"}}});
-        let t = mcp_tool(&tool(Some(object.clone())));
+        let t = mcp_tool(&tool(Some(object.clone())), SchemaProfile::Full).unwrap();
         assert_eq!(t.name, "t");
         assert_eq!(t.description.as_deref(), Some("A tool"));
         assert_eq!(
@@ -877,11 +895,17 @@ mod tests {
         );
         assert_eq!(Value::Object((*t.output_schema.unwrap()).clone()), object);
         assert!(
-            mcp_tool(&tool(Some(json!({"type": "string"}))))
+            mcp_tool(&tool(Some(json!({"type": "string"}))), SchemaProfile::Full)
+                .unwrap()
                 .output_schema
                 .is_none()
         );
-        assert!(mcp_tool(&tool(None)).output_schema.is_none());
+        assert!(
+            mcp_tool(&tool(None), SchemaProfile::Full)
+                .unwrap()
+                .output_schema
+                .is_none()
+        );
     }
 
     #[test]

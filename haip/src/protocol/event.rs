@@ -157,7 +157,7 @@ impl EventType {
             EventType::ToolDone => &["call_id", "status", "result"],
             EventType::ToolCancel => &["call_id", "reason"],
             EventType::ToolList => &["tools"],
-            EventType::ToolSchema => &["tool", "inputSchema", "outputSchema", "schema"],
+            EventType::ToolSchema => &["tool", "inputSchema", "outputSchema", "schema", "profile"],
             EventType::Error => &["code", "message", "related_id", "detail"],
             EventType::FlowUpdate => &["channel", "add_messages", "add_bytes"],
             EventType::PauseChannel | EventType::ResumeChannel => &["channel"],

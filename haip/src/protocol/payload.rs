@@ -459,6 +459,9 @@ pub struct Capabilities {
     pub tool_input: Option<bool>,
     /// `log_level`: the least severe tool log line the client wants (HAIP.md §6.11).
     pub log_level: Option<String>,
+    /// `schema_profile`: the profile the client wants tool schemas in
+    /// (HAIP.md §6.14), as sent.
+    pub schema_profile: Option<String>,
     /// Every other capability, as sent.
     pub other: Map<String, Value>,
 }
@@ -585,13 +588,14 @@ impl Serialize for Hai {
 }
 
 impl Capabilities {
-    const KNOWN: [&'static str; 6] = [
+    const KNOWN: [&'static str; 7] = [
         "binary_frames",
         "flow_control",
         "max_concurrent_runs",
         "signed_envelopes",
         "tool_input",
         "log_level",
+        "schema_profile",
     ];
 
     fn from_map(map: Map<String, Value>) -> Capabilities {
@@ -610,6 +614,7 @@ impl Capabilities {
             signed_envelopes: r.opt_bool("signed_envelopes"),
             tool_input: r.opt_bool("tool_input"),
             log_level: r.opt_string("log_level"),
+            schema_profile: r.opt_string("schema_profile"),
             other: r.map,
         }
     }
@@ -628,6 +633,7 @@ impl Serialize for Capabilities {
         put(&mut map, "signed_envelopes", self.signed_envelopes.as_ref())?;
         put(&mut map, "tool_input", self.tool_input.as_ref())?;
         put(&mut map, "log_level", self.log_level.as_ref())?;
+        put(&mut map, "schema_profile", self.schema_profile.as_ref())?;
         put_other(&mut map, &self.other, &Capabilities::KNOWN)?;
         map.end()
     }
@@ -701,6 +707,10 @@ impl Payload for ToolList {
 pub struct ToolSchemaRequest {
     /// The tool asked about.
     pub tool: String,
+    /// The schema profile to answer in (HAIP.md §6.14), as sent; the
+    /// session's when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 impl Payload for ToolSchemaRequest {
@@ -714,6 +724,7 @@ impl Payload for ToolSchemaRequest {
         let mut r = Reader::new(EventType::ToolSchema, payload);
         Ok(ToolSchemaRequest {
             tool: r.string("tool")?,
+            profile: r.opt_string("profile"),
         })
     }
 }
@@ -1990,6 +2001,7 @@ mod tests {
             signed_envelopes: Some(false),
             tool_input: Some(true),
             log_level: Some("debug".into()),
+            schema_profile: Some("openai-strict".into()),
             other: Map::new(),
         };
         caps.other.insert("x_custom".into(), json!({"a": [1]}));
@@ -2017,6 +2029,12 @@ mod tests {
         assert_eq!(round_trip(&list), list);
         let request = ToolSchemaRequest {
             tool: "echo".into(),
+            profile: None,
+        };
+        assert_eq!(round_trip(&request), request);
+        let request = ToolSchemaRequest {
+            tool: "echo".into(),
+            profile: Some("full".into()),
         };
         assert_eq!(round_trip(&request), request);
         let schema = ToolSchema {

@@ -7,6 +7,7 @@ use super::hub::Cors;
 use super::{Config, Server};
 use crate::Error;
 use crate::auth::{Authenticator, Jwt};
+use crate::schema::SchemaProfile;
 use crate::session::Shared;
 use crate::tool::{Registry, StateMap, Tool, builtin};
 
@@ -34,6 +35,8 @@ pub struct ServerBuilder {
     redis_url: Option<String>,
     /// `instance_id` / `HAIP_INSTANCE_ID`.
     instance_id: Option<String>,
+    /// `HAIP_SCHEMA_PROFILE` when it names no profile: refused by `build`.
+    bad_schema_profile: Option<String>,
 }
 
 /// How clients are authenticated (HAIP.md §17).
@@ -108,7 +111,9 @@ impl ServerBuilder {
     /// [`tool_schema_legacy_field`](Self::tool_schema_legacy_field) for
     /// clients that read `payload.schema` from `TOOL_SCHEMA`, and (feature
     /// `mcp`) `HAIP_MCP_SESSIONS=1` turns on `mcp_sessions`: MCP sessions at
-    /// `/mcp` instead of stateless requests.
+    /// `/mcp` instead of stateless requests. `HAIP_SCHEMA_PROFILE` sets
+    /// [`schema_profile`](Self::schema_profile) (`portable`, `openai-strict`,
+    /// `anthropic-strict` or `full`; another name is a start-up error).
     pub fn from_env(mut self) -> Self {
         if let Ok(addr) = std::env::var("HAIP_ADDR")
             && !addr.trim().is_empty()
@@ -141,6 +146,33 @@ impl ServerBuilder {
         if let Some(id) = set("HAIP_INSTANCE_ID") {
             self.instance_id = Some(id);
         }
+        if let Some(name) = set("HAIP_SCHEMA_PROFILE") {
+            match name.parse() {
+                Ok(profile) => self.config.session.schema_profile = profile,
+                Err(_) => self.bad_schema_profile = Some(name),
+            }
+        }
+        self
+    }
+
+    /// The schema profile tools are advertised in (HAIP.md §6.14; default
+    /// [`SchemaProfile::Portable`]): in `TOOL_SCHEMA` and MCP `tools/list`,
+    /// unless a client asks for another (`HAI.capabilities.schema_profile`,
+    /// a `TOOL_SCHEMA` payload's `profile`, `?schema_profile=` on the `/mcp`
+    /// URL). Params are validated against the schema as written whatever
+    /// the profile, and calls shaped by any profile are accepted.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), haip::Error> {
+    /// use haip::SchemaProfile;
+    /// let server = haip::Server::builder()
+    ///     .schema_profile(SchemaProfile::OpenAiStrict)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn schema_profile(mut self, profile: SchemaProfile) -> Self {
+        self.config.session.schema_profile = profile;
+        self.bad_schema_profile = None;
         self
     }
 
@@ -511,6 +543,12 @@ impl ServerBuilder {
 
     /// Checks the settings and assembles the tool registry.
     pub fn build(self) -> Result<Server, Error> {
+        if let Some(name) = &self.bad_schema_profile {
+            return Err(Error::InvalidConfig {
+                setting: "HAIP_SCHEMA_PROFILE",
+                reason: crate::UnknownProfile { name: name.clone() }.to_string(),
+            });
+        }
         self.config.validate()?;
         #[cfg(feature = "mcp")]
         for import in &self.mcp_imports {
@@ -539,6 +577,23 @@ impl ServerBuilder {
                 });
             }
             check_state(&tool, &self.state)?;
+            // Said once, at start: clients of the default profile will not
+            // see this tool (`haip lint` says the same before deploy).
+            let profile = self.config.session.schema_profile;
+            if tool.advertised_input_schema(profile).is_none() {
+                let why: Vec<&str> = tool
+                    .schema_problems(profile)
+                    .iter()
+                    .filter(|p| p.refused)
+                    .map(|p| p.reason.as_str())
+                    .collect();
+                tracing::warn!(
+                    tool = tool.name(),
+                    %profile,
+                    why = %why.join("; "),
+                    "the default schema profile cannot describe this tool; its clients will not see it"
+                );
+            }
             seen.insert(tool.name().to_owned(), origin);
             registry.register(tool);
         }

@@ -32,7 +32,10 @@ use super::answer::{AnswerBody, Outflow};
 use super::body::{Reader, Refused, Stopped};
 use super::http::{Body, authenticate, unauthorized};
 use super::hub::Hub;
+use crate::auth::query_param;
+use crate::mcp::export::McpProfile;
 use crate::mcp::inbound::{self, INVALID_REQUEST, Refusal};
+use crate::schema::SchemaProfile;
 use crate::session::LARGE_PARAMS;
 
 /// JSON-RPC's implementation-defined server error: the server is busy.
@@ -66,6 +69,26 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
             "Too many MCP requests in flight (max_sessions = {})",
             hub.shared.config.max_sessions
         ));
+    }
+    // `?schema_profile=`: the profile `tools/list` answers in (HAIP.md §6.14).
+    let mut req = req;
+    if let Some(name) = query_param(req.uri().query(), "schema_profile") {
+        match name.parse::<SchemaProfile>() {
+            Ok(profile) => {
+                req.extensions_mut().insert(McpProfile(profile));
+            }
+            Err(_) => {
+                let message = format!(
+                    "Unknown schema profile {:?} in ?schema_profile=; expected one of: {}",
+                    inbound::quote(&name),
+                    SchemaProfile::ALL.map(SchemaProfile::name).join(", ")
+                );
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    &Refusal::new(400, INVALID_REQUEST, message),
+                );
+            }
+        }
     }
     let outflow = req.extensions().get::<Arc<Outflow>>().cloned();
     if req.method() != Method::POST {

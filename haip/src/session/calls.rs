@@ -85,7 +85,7 @@ impl Session {
         let ToolCall {
             call_id,
             tool: name,
-            params,
+            mut params,
             run_id: payload_run_id,
         } = call;
         // The envelope's run id first, else the payload's (the upstream CLI).
@@ -137,7 +137,7 @@ impl Session {
         let size = self.inbound_len;
         let large = size > LARGE_PARAMS;
         if !large {
-            let found = tool.check_params(&params, self.config().max_violations);
+            let found = tool.check_params(&mut params, self.config().max_violations);
             if !found.is_empty() {
                 let failure = invalid_params(tool.name(), &found);
                 self.push(about(tool_done(ToolDone::failed(call_id, failure))));

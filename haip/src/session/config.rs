@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::Error;
+use crate::schema::SchemaProfile;
 
 /// The smallest outbound budget that still fits the envelopes the server
 /// writes itself.
@@ -43,6 +44,9 @@ pub(crate) struct SessionConfig {
     pub(crate) replay_budget_bytes: usize,
     pub(crate) max_violations: usize,
     pub(crate) max_queued_bytes: usize,
+    /// The schema profile tools are advertised in unless a client asks for
+    /// another (HAIP.md §6.14).
+    pub(crate) schema_profile: SchemaProfile,
 }
 
 impl Default for SessionConfig {
@@ -77,6 +81,7 @@ impl Default for SessionConfig {
             replay_budget_bytes: 256 * 1024 * 1024,
             max_violations: 20,
             max_queued_bytes: 16 * 1024 * 1024,
+            schema_profile: SchemaProfile::Portable,
         }
     }
 }

@@ -44,6 +44,7 @@ use crate::protocol::{
     ACCEPT_MAJOR, Channel, DecodeError, ErrorCode, EventType, HAIP_VERSION, Inbound, Outgoing,
     Prepared, decode, strict_schema_error,
 };
+use crate::schema::SchemaProfile;
 use crate::stats::Stats;
 use crate::tool::{Registry, StateMap};
 
@@ -210,6 +211,9 @@ pub(crate) struct Session {
     tool_input: bool,
     /// The least severe tool log line the client wants (`capabilities.log_level`).
     log_level: LogLevel,
+    /// The schema profile the client asked for (`capabilities.schema_profile`,
+    /// HAIP.md §6.14); the server's default when `None`.
+    schema_profile: Option<SchemaProfile>,
     /// What the driver is to do next, in order.
     actions: VecDeque<Action>,
     /// Heartbeat, idle timeout, binary frame wait.
@@ -280,6 +284,7 @@ impl Session {
             client_flow_control: false,
             tool_input: false,
             log_level: LogLevel::Info,
+            schema_profile: None,
             actions: VecDeque::new(),
             timers: Timers::default(),
             deadlines: Deadlines::new(),
@@ -891,7 +896,7 @@ impl Session {
         let resuming =
             hai.last_rx_seq.is_some() && msg.session.as_deref().is_some_and(|s| s != &*self.id);
         if !resuming {
-            self.apply_hai_settings(&hai);
+            self.apply_hai_settings(&hai, msg.id.as_deref());
             if self.wants_tool_push() {
                 self.push_tool_list();
             }
@@ -945,8 +950,34 @@ impl Session {
         json!({ "tools": tools })
     }
 
+    /// `ERROR INVALID_MESSAGE` for a schema profile name that is not one
+    /// (HAIP.md §6.14), listing the valid ones.
+    pub(super) fn unknown_profile(&mut self, name: &str, related_id: Option<&str>) {
+        let profiles: Vec<&str> = SchemaProfile::ALL.iter().map(|p| p.name()).collect();
+        // Quoted briefly: the name is the client's.
+        let shown: String = name.chars().take(40).collect();
+        self.error(
+            ErrorCode::INVALID_MESSAGE,
+            format!(
+                "Unknown schema profile {}; expected one of: {}",
+                json!(shown),
+                profiles.join(", ")
+            ),
+            related_id,
+            Some(json!({ "reason": "unknown profile", "profiles": profiles })),
+        );
+    }
+
     fn handle_tool_schema(&mut self, msg: &Inbound, request: ToolSchemaRequest) {
         let name = request.tool;
+        let profile = match request.profile.as_deref().map(str::parse::<SchemaProfile>) {
+            None => self.schema_profile.unwrap_or(self.config().schema_profile),
+            Some(Ok(profile)) => profile,
+            Some(Err(e)) => {
+                self.unknown_profile(&e.name, msg.id.as_deref());
+                return;
+            }
+        };
         let Some(tool) = self.shared.registry.get(&name) else {
             self.error(
                 ErrorCode::TOOL_NOT_FOUND,
@@ -956,12 +987,35 @@ impl Session {
             );
             return;
         };
-        let mut payload = json!({ "tool": tool.name(), "inputSchema": tool.input_schema() });
-        if let Some(output) = tool.output_schema() {
+        let Some(input) = tool.advertised_input_schema(profile) else {
+            let why: Vec<&str> = tool
+                .schema_problems(profile)
+                .iter()
+                .filter(|p| p.refused)
+                .map(|p| p.reason.as_str())
+                .collect();
+            self.error(
+                ErrorCode::INVALID_MESSAGE,
+                format!(
+                    "Tool {name} cannot be described in the {profile} profile: {}",
+                    why.join("; ")
+                ),
+                msg.id.as_deref(),
+                Some(json!({
+                    "reason": "profile cannot serve the tool",
+                    "tool": name,
+                    "profile": profile.name(),
+                    "problems": why,
+                })),
+            );
+            return;
+        };
+        let mut payload = json!({ "tool": tool.name(), "inputSchema": input });
+        if let Some(output) = tool.advertised_output_schema(profile) {
             payload["outputSchema"] = output.clone();
         }
         if self.config().tool_schema_legacy_field {
-            payload["schema"] = tool.input_schema().clone();
+            payload["schema"] = input.clone();
         }
         self.push(Outgoing::new(
             Channel::Agent,

@@ -8,6 +8,7 @@ use super::{Session, TransportKind};
 use crate::context::LogLevel;
 use crate::protocol::payload::Hai;
 use crate::protocol::{Channel, ErrorCode, EventType, Outgoing, Prepared};
+use crate::schema::SchemaProfile;
 
 /// A client `HAI` asking to resume another session, as the first envelope
 /// on its connection.
@@ -28,14 +29,21 @@ pub(crate) struct ResumeRequest {
 }
 
 impl Session {
-    /// Applies a client `HAI`'s settings (HAIP.md §3.2).
-    pub(super) fn apply_hai_settings(&mut self, hai: &Hai) {
+    /// Applies a client `HAI`'s settings (HAIP.md §3.2); `related_id` is
+    /// the `HAI`'s id, for the error about an unknown schema profile.
+    pub(super) fn apply_hai_settings(&mut self, hai: &Hai, related_id: Option<&str>) {
         if let Some(capabilities) = &hai.capabilities {
             if let Some(tool_input) = capabilities.tool_input {
                 self.tool_input = tool_input;
             }
             if let Some(level) = capabilities.log_level.as_deref().and_then(LogLevel::parse) {
                 self.log_level = level;
+            }
+            if let Some(name) = &capabilities.schema_profile {
+                match name.parse::<SchemaProfile>() {
+                    Ok(profile) => self.schema_profile = Some(profile),
+                    Err(_) => self.unknown_profile(name, related_id),
+                }
             }
         }
         if let Some(flow) = hai.capabilities.as_ref().and_then(|c| c.flow_control) {
@@ -79,7 +87,7 @@ impl Session {
             related_id,
             Some(json!({ "reason": reason })),
         );
-        self.apply_hai_settings(hai);
+        self.apply_hai_settings(hai, related_id);
     }
 
     /// This session was just taken over by a new connection whose client saw
@@ -87,7 +95,7 @@ impl Session {
     /// order, then commit a `HAI` confirming the resumption.
     pub(crate) fn resumed(&mut self, last_rx_seq: u64, hai: &Hai, transport: TransportKind) {
         self.transport = transport;
-        self.apply_hai_settings(hai);
+        self.apply_hai_settings(hai, None);
         let missed = self
             .window
             .range(last_rx_seq + 1, None, self.next_seq)

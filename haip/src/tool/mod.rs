@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 
 use crate::Context;
 use crate::content::Shape;
-use crate::schema::{CompiledSchema, Violation, Violations};
+use crate::schema::{
+    CompiledSchema, Profiles, SchemaProblem, SchemaProfile, Violation, Violations,
+};
 
 pub use error::ToolError;
 pub use extract::{Injected, Params, State};
@@ -106,6 +108,8 @@ struct ToolInner {
     shape: Shape,
     input: CompiledSchema,
     output: Option<CompiledSchema>,
+    /// The schemas as each profile advertises them (HAIP.md §6.14).
+    profiles: Profiles,
     timeout: Option<Duration>,
     handler: Box<dyn ToolHandler>,
     required_state: Vec<StateRequirement>,
@@ -125,7 +129,8 @@ impl fmt::Debug for Tool {
 }
 
 impl Tool {
-    /// Starts building a tool with this name (`^[A-Za-z0-9_.-]{1,64}$`, checked by
+    /// Starts building a tool with this name (1 to 128 characters, each a
+    /// letter, digit, `_`, `-` or `.`: MCP's rule; checked by
     /// [`ToolBuilder::build`]).
     pub fn builder(name: impl Into<String>) -> ToolBuilder {
         ToolBuilder {
@@ -163,7 +168,8 @@ impl Tool {
         &self.inner.description
     }
 
-    /// The JSON Schema its params are validated against.
+    /// The JSON Schema its params are validated against (what the `full`
+    /// profile advertises).
     pub fn input_schema(&self) -> &Value {
         &self.inner.input_schema
     }
@@ -173,18 +179,67 @@ impl Tool {
         self.inner.output_schema.as_ref()
     }
 
+    /// The input schema clients are shown under `profile` (HAIP.md §6.14);
+    /// `None` when that profile cannot serve this tool (see
+    /// [`schema_problems`](Self::schema_problems)).
+    ///
+    /// ```
+    /// use haip::{SchemaProfile, Tool};
+    /// use serde_json::json;
+    ///
+    /// let tool = Tool::builder("greet")
+    ///     .input_schema(json!({
+    ///         "type": "object",
+    ///         "properties": {"name": {"type": ["string", "null"]}}
+    ///     }))
+    ///     .handler(|_, _| async { Ok(json!("hi")) })
+    ///     .build()
+    ///     .unwrap();
+    /// let portable = tool.advertised_input_schema(SchemaProfile::Portable).unwrap();
+    /// assert_eq!(portable["properties"]["name"], json!({"type": "string"}));
+    /// let strict = tool.advertised_input_schema(SchemaProfile::OpenAiStrict).unwrap();
+    /// assert_eq!(strict["required"], json!(["name"]));
+    /// ```
+    pub fn advertised_input_schema(&self, profile: SchemaProfile) -> Option<&Value> {
+        self.inner.profiles.input(&self.inner.input_schema, profile)
+    }
+
+    /// The output schema clients are shown under `profile`: the one written
+    /// for `full`, otherwise only loosened (no `$schema`, common formats
+    /// only), so that it still accepts every result.
+    pub fn advertised_output_schema(&self, profile: SchemaProfile) -> Option<&Value> {
+        self.inner
+            .profiles
+            .output(self.inner.output_schema.as_ref(), profile)
+    }
+
+    /// What `profile` cannot express of the input schema, or why it cannot
+    /// serve this tool at all ([`SchemaProblem::refused`]). Empty for `full`.
+    pub fn schema_problems(&self, profile: SchemaProfile) -> &[SchemaProblem] {
+        self.inner.profiles.problems(profile)
+    }
+
     /// Its own timeout, if any (else the server's `tool_timeout`).
     pub fn timeout(&self) -> Option<Duration> {
         self.inner.timeout
     }
 
-    /// Every violation of the input schema by `params` (empty when valid).
+    /// Every violation of the input schema by `params` (empty when valid),
+    /// as they are sent (before any profile's shapes are taken for what they
+    /// mean: see [`advertised_input_schema`](Self::advertised_input_schema)).
     pub fn validate_params(&self, params: &Value) -> Vec<Violation> {
         self.inner.input.violations(params)
     }
 
-    /// The first `max` violations of the input schema by `params`, and how many there are.
-    pub(crate) fn check_params(&self, params: &Value, max: usize) -> Violations {
+    /// The first `max` violations of the input schema by `params`, and how
+    /// many there are. Params shaped by a profile are first taken as the
+    /// schema means them (HAIP.md §6.14: a `null` for an optional property
+    /// is its absence, `{key, value}` pairs where a map is expected are the
+    /// map), in place.
+    pub(crate) fn check_params(&self, params: &mut Value, max: usize) -> Violations {
+        if self.inner.profiles.normalize {
+            crate::schema::normalize_params(&self.inner.input_schema, params);
+        }
         self.inner.input.check(params, max)
     }
 
@@ -358,6 +413,7 @@ impl ToolBuilder {
                 "no handler: call .handler(...) before .build()".to_owned(),
             ));
         };
+        let profiles = Profiles::of(&self.input_schema, output_schema.as_ref());
         Ok(Tool {
             inner: Arc::new(ToolInner {
                 name: self.name,
@@ -367,6 +423,7 @@ impl ToolBuilder {
                 shape,
                 input,
                 output,
+                profiles,
                 timeout: self.timeout,
                 handler,
                 required_state: self.required_state,
@@ -376,9 +433,9 @@ impl ToolBuilder {
     }
 }
 
-/// Checks a tool name against `^[A-Za-z0-9_.-]{1,64}$`.
+/// Checks a tool name against MCP's rule, `^[A-Za-z0-9_.-]{1,128}$`.
 pub(crate) fn validate_name(name: &str) -> Result<(), crate::Error> {
-    let ok = (1..=64).contains(&name.len())
+    let ok = (1..=128).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
@@ -401,13 +458,13 @@ mod tests {
 
     #[test]
     fn names_are_validated() {
-        for good in ["echo", "a.b-c_d", "X9", &"n".repeat(64)] {
+        for good in ["echo", "a.b-c_d", "X9", &"n".repeat(128)] {
             assert!(
                 Tool::builder(good).handler(noop()).build().is_ok(),
                 "{good}"
             );
         }
-        for bad in ["", "has space", "slash/name", "ünicode", &"n".repeat(65)] {
+        for bad in ["", "has space", "slash/name", "ünicode", &"n".repeat(129)] {
             let err = Tool::builder(bad).handler(noop()).build().unwrap_err();
             assert!(err.to_string().contains("invalid tool name"), "{err}");
         }

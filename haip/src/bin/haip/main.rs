@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! haip tools ws://127.0.0.1:8080/haip
-//! haip schema ws://127.0.0.1:8080/haip add
+//! haip schema ws://127.0.0.1:8080/haip add --profile openai-strict
+//! haip lint ws://127.0.0.1:8080/haip
 //! haip call ws://127.0.0.1:8080/haip add a=5 b=3
 //! haip call ws://127.0.0.1:8080/haip process_file --params '{"filename":"a.txt","operation":"read"}'
 //! haip call ws://127.0.0.1:8080/haip book_table restaurant=Luigi --answer '{"party_size":4,"time":"19:00"}'
@@ -10,8 +11,8 @@
 //! haip bench ws://127.0.0.1:8080/haip --tool echo --params '{"message":"hi"}' --connections 4 --in-flight 8 --duration 10s
 //! ```
 //!
-//! Exit codes: 0 success, 1 the tool failed (or was cancelled), 2 usage or
-//! connection error. `--json` prints machine-readable output; `--token` (or
+//! Exit codes: 0 success, 1 the tool failed (or was cancelled, or `lint`
+//! found something), 2 usage or connection error. `--json` prints machine-readable output; `--token` (or
 //! `HAIP_TOKEN`) authenticates.
 
 mod bench;
@@ -67,6 +68,19 @@ enum Command {
         common: Common,
         /// The tool's name.
         tool: String,
+        /// The schema profile: portable, openai-strict, anthropic-strict or
+        /// full (the schema params are validated against). Default: the
+        /// server's.
+        #[arg(long)]
+        profile: Option<String>,
+    },
+    /// Check every tool against the model providers' rules: each schema
+    /// profile that cannot serve it and why, names OpenAI and Anthropic
+    /// refuse, descriptions over 1024 characters. Exit code 1 when anything
+    /// is found.
+    Lint {
+        #[command(flatten)]
+        common: Common,
     },
     /// Call a tool, showing its progress; Ctrl-C cancels it.
     Call(call::CallArgs),
@@ -153,9 +167,13 @@ async fn run(command: Command) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Command::Schema { common, tool } => {
+        Command::Schema {
+            common,
+            tool,
+            profile,
+        } => {
             let client = connect(&common).await?;
-            let schema = client.schema(&tool).await?;
+            let schema = client.schema_in(&tool, profile.as_deref()).await?;
             let mut out = json!({"tool": schema.tool, "inputSchema": schema.input_schema});
             if let Some(output) = schema.output_schema {
                 out["outputSchema"] = output;
@@ -163,6 +181,7 @@ async fn run(command: Command) -> Result<(), Failure> {
             print_json(&out, common.json);
             Ok(())
         }
+        Command::Lint { common } => lint(&common).await,
         Command::Call(args) => call::run(args).await,
         Command::Health { common } => {
             let health = http::get_json(&common.url, "/health", common.token.as_deref()).await?;
@@ -180,6 +199,62 @@ async fn run(command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Bench(args) => bench::run(args).await,
+    }
+}
+
+/// `haip lint`: each tool's schemas as validated (`full`), checked as
+/// `haip::lint` does in a crate's own tests.
+async fn lint(common: &Common) -> Result<(), Failure> {
+    let client = connect(common).await?;
+    let tools = client.list_tools().await?;
+    let mut findings = Vec::new();
+    for tool in &tools {
+        let schema = client.schema_in(&tool.name, Some("full")).await?;
+        findings.extend(haip::lint::check_schemas(
+            &tool.name,
+            &tool.description,
+            &schema.input_schema,
+            schema.output_schema.as_ref(),
+        ));
+    }
+    if common.json {
+        let list: Vec<Value> = findings
+            .iter()
+            .map(|f| {
+                json!({
+                    "tool": f.tool,
+                    "profile": f.profile.map(|p| p.name()),
+                    "pointer": f.pointer,
+                    "reason": f.reason,
+                    "fix": f.fix,
+                    "refused": f.refused,
+                })
+            })
+            .collect();
+        println!("{}", Value::Array(list));
+    } else if findings.is_empty() {
+        println!(
+            "{} tools: every schema profile serves each of them, and every provider takes their names",
+            tools.len()
+        );
+    } else {
+        for f in &findings {
+            let profile = f.profile.map_or("every profile", |p| p.name());
+            let pointer = if f.pointer.is_empty() { "/" } else { &f.pointer };
+            let served = if f.refused { "not served" } else { "served" };
+            println!("{}  {profile}  {pointer}  ({served})", f.tool);
+            println!("    {}", f.reason);
+            println!("    fix: {}", f.fix);
+        }
+    }
+    if findings.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::tool(format!(
+            "{} finding(s) in {} tools",
+            findings.len(),
+            tools.len()
+        )))
     }
 }
 

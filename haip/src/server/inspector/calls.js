@@ -55,7 +55,8 @@ function selectTool(name) {
   } else {
     $('params').replaceChildren(el('p', { class: 'muted', text: 'loading the schema…' }));
     $('params').dataset.tool = '';
-    const id = send('TOOL_SCHEMA', 'USER', { tool: name });
+    // The schema as validated: every constraint, as the form checks it.
+    const id = send('TOOL_SCHEMA', 'USER', { tool: name, profile: 'full' });
     state.pending.set(id, { kind: 'schema', tool: name });
   }
 }
