@@ -3,13 +3,15 @@
 
 use proc_macro2::{Span, TokenStream};
 use syn::meta::ParseNestedMeta;
-use syn::{LitStr, Path};
+use syn::{Ident, LitStr, Path};
 
 use crate::errors::Errors;
 
 /// The options of one `#[haip_tool(...)]`.
 #[derive(Default)]
 pub(crate) struct Options {
+    /// `name = "..."`, as written: its rule is checked with the function's
+    /// name in `check`.
     pub(crate) name: Option<LitStr>,
     pub(crate) description: Option<LitStr>,
     /// The timeout in milliseconds, and the literal it came from.
@@ -25,13 +27,7 @@ impl Options {
         let mut options = Options::default();
         parse_keys(args, KNOWN, errors, |key, meta, errors| {
             match key {
-                "name" => {
-                    let lit: LitStr = meta.value()?.parse()?;
-                    if let Err(message) = validate_name(&lit.value()) {
-                        errors.push(syn::Error::new(lit.span(), message));
-                    }
-                    options.name = Some(lit);
-                }
+                "name" => options.name = Some(meta.value()?.parse()?),
                 "description" => options.description = Some(meta.value()?.parse()?),
                 "timeout" => {
                     let lit: LitStr = meta.value()?.parse()?;
@@ -52,6 +48,28 @@ impl Options {
     pub(crate) fn crate_path(&self) -> Path {
         crate_path(self.krate.as_ref())
     }
+
+    /// The tool's name: `name = "..."`, else the function's name without
+    /// `r#`; with the token it comes from.
+    pub(crate) fn tool_name(&self, func: &Ident) -> ToolName {
+        match &self.name {
+            Some(lit) => ToolName {
+                value: lit.value(),
+                span: lit.span(),
+            },
+            None => ToolName {
+                value: func.to_string().trim_start_matches("r#").to_owned(),
+                span: func.span(),
+            },
+        }
+    }
+}
+
+/// The name a tool is served under, and the user's token it comes from (the
+/// `name = "..."` literal or the function's identifier).
+pub(crate) struct ToolName {
+    pub(crate) value: String,
+    pub(crate) span: Span,
 }
 
 /// The options of one `#[haip::data(...)]`: `crate = "..."` only.
@@ -172,21 +190,6 @@ fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
     Ok(())
 }
 
-/// The runtime's rule for tool names: `^[A-Za-z0-9_.-]{1,64}$`.
-pub(crate) fn validate_name(name: &str) -> Result<(), String> {
-    let ok = (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "invalid tool name \"{name}\": expected 1 to 64 characters from A-Z, a-z, 0-9, `_`, `.` and `-`"
-        ))
-    }
-}
-
 /// Parses `"30s"`, `"500ms"`, `"2min"` (also `m`, `h`) into milliseconds.
 pub(crate) fn parse_duration(text: &str) -> Result<u64, String> {
     let bad = || {
@@ -232,15 +235,6 @@ mod tests {
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("1.5s").is_err());
         assert!(parse_duration("30x").is_err());
-    }
-
-    #[test]
-    fn names() {
-        assert!(validate_name("add").is_ok());
-        assert!(validate_name("ns.tool-v2_x").is_ok());
-        assert!(validate_name("").is_err());
-        assert!(validate_name("has space").is_err());
-        assert!(validate_name(&"x".repeat(65)).is_err());
     }
 
     #[test]
@@ -299,6 +293,20 @@ mod tests {
             &mut errors,
         );
         assert!(o.timeout.is_none());
-        assert_eq!(errors.messages().len(), 3);
+        assert!(o.krate.is_none());
+        assert_eq!(errors.messages().len(), 2, "{:?}", errors.messages());
+        // The name is kept as written: its rule is `check`'s.
+        assert_eq!(o.name.unwrap().value(), "bad name");
+    }
+
+    #[test]
+    fn the_tool_name_comes_from_the_option_or_the_function() {
+        let mut errors = Errors::default();
+        let func: Ident = syn::parse_quote!(r#type);
+        let name = Options::default().tool_name(&func);
+        assert_eq!(name.value, "type");
+        let o = Options::parse(quote!(name = "files.read"), &mut errors);
+        assert_eq!(o.tool_name(&func).value, "files.read");
+        assert!(errors.is_empty());
     }
 }

@@ -1,7 +1,8 @@
 //! The rules of `#[haip_tool]` functions, in two kinds:
 //!
-//! - **syntactic** ([`check`]): generics, receivers, qualifiers, `impl Trait`
-//!   parameters. Every violation is collected, so one build reports all of them.
+//! - **syntactic** ([`check`]): the tool's name (MCP's rule), generics,
+//!   receivers, qualifiers, `impl Trait` parameters. Every violation is
+//!   collected, so one build reports all of them.
 //! - **by role** ([`role_checks`]): whether a parameter is data, injected
 //!   (`Context`, `State<T>`) or the whole params (`Params<T>`) is decided by
 //!   its type's `ToolArg` implementation, which only the compiler knows. These
@@ -13,11 +14,23 @@ use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{GenericParam, Path, Type};
 
+use crate::attr::Options;
 use crate::errors::Errors;
 use crate::model::{Param, ToolFn};
 
-/// Checks the function against the syntactic rules of `#[haip_tool]`.
-pub(crate) fn check(model: &ToolFn, errors: &mut Errors) {
+/// The longest tool name MCP allows, in characters.
+const MAX_NAME_CHARS: usize = 128;
+
+/// How many of a name's offending characters a message lists.
+const SHOWN_CHARS: usize = 3;
+
+/// Checks the function and its options against the syntactic rules of
+/// `#[haip_tool]`.
+pub(crate) fn check(model: &ToolFn, options: &Options, errors: &mut Errors) {
+    let name = options.tool_name(model.name());
+    if let Some(message) = invalid_name(&name.value) {
+        errors.push(syn::Error::new(name.span, message));
+    }
     let sig = &model.func.sig;
     if !sig.generics.params.is_empty() {
         errors.push(syn::Error::new_spanned(
@@ -68,6 +81,68 @@ pub(crate) fn check(model: &ToolFn, errors: &mut Errors) {
                 "`impl Trait` parameters make the function generic; name a concrete type",
             ));
         }
+    }
+}
+
+/// What is wrong with a tool name under MCP's rule (1 to 128 characters, each
+/// `A-Z a-z 0-9 _ - .`), or `None` when it is valid. A function's name can
+/// break it too: by its length, or by non-ASCII letters (`fn café`).
+fn invalid_name(name: &str) -> Option<String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    let length = name.chars().count();
+    let mut offending: Vec<char> = Vec::new();
+    for c in name.chars().filter(|&c| !allowed(c)) {
+        if !offending.contains(&c) {
+            offending.push(c);
+        }
+    }
+    let found = if length == 0 {
+        "an empty name".to_owned()
+    } else if length > MAX_NAME_CHARS && offending.is_empty() {
+        format!("{length} characters")
+    } else if length > MAX_NAME_CHARS {
+        format!("{length} characters, including {}", list(&offending))
+    } else if !offending.is_empty() {
+        list(&offending)
+    } else {
+        return None;
+    };
+    // A long name is shortened: the source line shows it whole.
+    let mut shown: String = name.chars().take(32).map(show).collect();
+    if length > 32 {
+        shown.push('…');
+    }
+    let shown = if name.is_empty() {
+        String::new()
+    } else {
+        format!(" `{shown}`")
+    };
+    Some(format!(
+        "invalid tool name{shown}: a tool name is 1 to {MAX_NAME_CHARS} characters, \
+         each an ASCII letter, digit, `_`, `-` or `.` (MCP's rule); found {found}"
+    ))
+}
+
+/// "`a`", "`a` and `b`", "`a`, `b` and `c`", "`a`, `b`, `c` and 2 more".
+fn list(chars: &[char]) -> String {
+    let quoted: Vec<String> = chars
+        .iter()
+        .take(SHOWN_CHARS)
+        .map(|&c| format!("`{}`", show(c)))
+        .collect();
+    match (chars.len().saturating_sub(SHOWN_CHARS), quoted.as_slice()) {
+        (0, [one]) => one.clone(),
+        (0, [init @ .., last]) => format!("{} and {last}", init.join(", ")),
+        (more, _) => format!("{} and {more} more", quoted.join(", ")),
+    }
+}
+
+/// A character as a message shows it: control characters escaped (`\t`).
+fn show(c: char) -> String {
+    if c.is_control() {
+        c.escape_debug().to_string()
+    } else {
+        c.to_string()
     }
 }
 
@@ -216,10 +291,97 @@ mod tests {
     use syn::parse_quote;
 
     fn messages(f: syn::ItemFn) -> Vec<String> {
+        messages_with(f, TokenStream::new())
+    }
+
+    fn messages_with(f: syn::ItemFn, options: TokenStream) -> Vec<String> {
         let mut errors = Errors::default();
+        let options = Options::parse(options, &mut errors);
         let model = ToolFn::parse(f, &mut errors);
-        check(&model, &mut errors);
+        check(&model, &options, &mut errors);
         errors.messages()
+    }
+
+    const RULE: &str = "a tool name is 1 to 128 characters, each an ASCII letter, digit, \
+                        `_`, `-` or `.` (MCP's rule)";
+
+    #[test]
+    fn names_follow_mcps_rule() {
+        for good in ["add", "files.read-v2_beta", "X", "0", "-", &"n".repeat(128)] {
+            assert_eq!(invalid_name(good), None, "{good}");
+        }
+        let expect = |found: &str| format!("{RULE}; found {found}");
+        assert_eq!(
+            invalid_name("bad name!").unwrap(),
+            format!("invalid tool name `bad name!`: {}", expect("` ` and `!`"))
+        );
+        assert_eq!(
+            invalid_name("").unwrap(),
+            format!("invalid tool name: {}", expect("an empty name"))
+        );
+        assert_eq!(
+            invalid_name("café").unwrap(),
+            format!("invalid tool name `café`: {}", expect("`é`"))
+        );
+        // Deduplicated, at most three listed, control characters escaped.
+        assert_eq!(
+            invalid_name("a/b/c d\te:f").unwrap(),
+            format!(
+                "invalid tool name `a/b/c d\\te:f`: {}",
+                expect("`/`, ` `, `\\t` and 1 more")
+            )
+        );
+        // Too long: the length, and any offending characters.
+        let long = "n".repeat(129);
+        assert_eq!(
+            invalid_name(&long).unwrap(),
+            format!(
+                "invalid tool name `{}…`: {}",
+                "n".repeat(32),
+                expect("129 characters")
+            )
+        );
+        let long = format!("{} x", "n".repeat(128));
+        assert!(
+            invalid_name(&long)
+                .unwrap()
+                .ends_with("; found 130 characters, including ` `")
+        );
+    }
+
+    #[test]
+    fn the_name_is_checked_from_the_option_or_the_function() {
+        let m = messages_with(
+            parse_quote! { async fn ok() {} },
+            quote!(name = "bad name!"),
+        );
+        assert_eq!(m.len(), 1, "{m:#?}");
+        assert!(m[0].starts_with("invalid tool name `bad name!`"), "{m:#?}");
+        // A valid option hides an invalid function name, and the reverse.
+        let long = quote::format_ident!("{}", "f".repeat(129));
+        assert!(messages_with(parse_quote! { fn #long() {} }, quote!(name = "ok")).is_empty());
+        let m = messages(parse_quote! { fn #long() {} });
+        assert_eq!(m.len(), 1, "{m:#?}");
+        assert!(m[0].ends_with("found 129 characters"), "{m:#?}");
+        let m = messages(parse_quote! { fn café() {} });
+        assert_eq!(m.len(), 1, "{m:#?}");
+        assert!(m[0].ends_with("found `é`"), "{m:#?}");
+        // `r#` is not part of the name.
+        assert!(messages(parse_quote! { fn r#type() {} }).is_empty());
+    }
+
+    #[test]
+    fn a_bad_name_is_reported_with_the_other_mistakes() {
+        let mut errors = Errors::default();
+        let options = Options::parse(quote!(name = "", timeout = "soon"), &mut errors);
+        let model = ToolFn::parse(parse_quote! { fn f<T>(&self) {} }, &mut errors);
+        check(&model, &options, &mut errors);
+        let m = errors.messages();
+        assert_eq!(m.len(), 4, "{m:#?}");
+        assert!(m[0].starts_with("invalid timeout"));
+        assert!(m[1].ends_with("found an empty name"));
+        assert!(m[2].contains("cannot be generic"));
+        assert!(m[3].contains("cannot take `self`"));
     }
 
     fn role_checks_of(f: syn::ItemFn) -> String {

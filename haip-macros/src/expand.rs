@@ -23,11 +23,7 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
     let func = &model.func;
     let vis = &func.vis;
     let fn_name = model.name();
-    let tool_name = options
-        .name
-        .as_ref()
-        .map(LitStr::value)
-        .unwrap_or_else(|| fn_name.to_string().trim_start_matches("r#").to_owned());
+    let tool_name = options.tool_name(fn_name).value;
     let description = match &options.description {
         Some(d) => quote!(#d),
         None => doc::description(&model.docs).unwrap_or_else(|| quote!("")),

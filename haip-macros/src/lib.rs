@@ -57,8 +57,9 @@ use quote::quote;
 ///
 /// # What it derives
 ///
-/// - **Name**: the function's name, or `name = "..."` (`^[A-Za-z0-9_.-]{1,64}$`,
-///   checked at compile time).
+/// - **Name**: the function's name, or `name = "..."`; either must follow MCP's
+///   rule, checked at compile time: 1 to 128 characters, each an ASCII letter,
+///   digit, `_`, `-` or `.`.
 /// - **Description**: the doc comment (lines of a paragraph joined by spaces,
 ///   paragraphs by a blank line), or `description = "..."`.
 /// - **Input schema**: one property per data parameter (see below), described
@@ -67,7 +68,9 @@ use quote::quote;
 ///   Any `Deserialize + JsonSchema` type works, schemars validation attributes
 ///   included. A single `haip::Params<T>` parameter makes `T` the whole input
 ///   object instead. The schema is closed (`additionalProperties: false`) and
-///   self-contained (no `$ref`).
+///   self-contained (no `$ref`, but for recursive types). It is what params
+///   are validated against; clients are shown it under a schema profile that
+///   their model provider accepts (`haip::SchemaProfile`).
 /// - **Output schema**: from the return type `T`, or `T` of `Result<T, E>`;
 ///   none for `()`. `T` needs `Serialize + JsonSchema`.
 /// - **Errors**: `Err(e)` with any `E: Display` ends the call with
@@ -117,6 +120,20 @@ use quote::quote;
 /// `ServerBuilder::annotated_tools`) serves every annotated function in the
 /// binary, ordered by file and line; two tools with one name are a start-up
 /// error naming both.
+///
+/// # Checking the schemas in your tests
+///
+/// Model providers each refuse parts of JSON Schema. One line in a test of
+/// your crate checks every `#[haip_tool]` in it against their rules, without
+/// a server (`haip lint <url>` does the same against a running one):
+///
+/// ```
+/// # /// Add.
+/// # #[haip::haip_tool]
+/// # async fn add(a: f64, b: f64) -> f64 { a + b }
+/// // In a #[test]:
+/// haip::lint::assert_annotated_clean();
+/// ```
 ///
 /// # Compile errors
 ///
@@ -236,7 +253,7 @@ pub fn haip_tool(args: TokenStream, item: TokenStream) -> TokenStream {
         }
     };
     let model = model::ToolFn::parse(func, &mut errors);
-    check::check(&model, &mut errors);
+    check::check(&model, &options, &mut errors);
     if errors.is_empty() {
         expand::expand(&model, &options).into()
     } else {
