@@ -71,8 +71,8 @@ mod transport;
 
 pub use content::{Content, EmbeddedResource, Rich};
 pub use context::{
-    Answer, AskError, CancellationHandle, Context, LogLevel, Role, SampleError, SampleRequest,
-    Sampled,
+    Answer, Ask, AskError, CancellationHandle, Confirm, Context, ListRoots, LogLevel, Role, Root,
+    RootsError, SampleError, SampleRequest, Sampled,
 };
 pub use error::Error;
 pub use schema::{SchemaProblem, SchemaProfile, UnknownProfile, Violation};

@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
@@ -13,10 +14,12 @@ use crate::exec::{CallEvent, CallKey};
 use crate::schema::Form;
 use crate::tool::{State, StateMap};
 
+mod question;
 mod talk;
 
+pub use question::{Ask, Confirm, ListRoots, Root, RootsError};
 pub use talk::{Answer, AskError, LogLevel, Role, SampleError, SampleRequest, Sampled};
-pub(crate) use talk::{Ask, LogLine, Peer, PeerFuture};
+pub(crate) use talk::{LogLine, Peer, PeerFuture, PendingQuestion};
 
 /// The handle a tool gets for one call: ids, progress, log lines, questions
 /// to the person at the other end, and cancellation.
@@ -56,6 +59,8 @@ struct Inner {
     /// Who answers questions and sampling requests when the session does not
     /// (the MCP export's client).
     peer: Option<Arc<dyn Peer>>,
+    /// Questions made so far, for their default keys.
+    questions: AtomicUsize,
 }
 
 impl std::fmt::Debug for Context {
@@ -87,6 +92,7 @@ impl Context {
                 state,
                 subject,
                 peer,
+                questions: AtomicUsize::new(0),
             }),
         }
     }
@@ -251,7 +257,7 @@ impl Context {
         }
     }
 
-    /// Asks the person at the other end a question and waits for the
+    /// Asks the person at the other end a question; await it for the
     /// answer: a form with the fields of `T` (HAIP: `WAITING_INPUT` /
     /// `TOOL_INPUT`, §6.11; MCP: `elicitation/create` in form mode).
     ///
@@ -268,6 +274,21 @@ impl Context {
     /// The call's timeout keeps running while it waits, and a cancelled
     /// call stops waiting ([`AskError::CallEnded`]). A client that cannot
     /// answer questions gets none: [`AskError::Unsupported`], at once.
+    /// Questions awaited together (`tokio::join!`) are put to the client
+    /// together.
+    ///
+    /// **Over MCP without sessions** (the default `/mcp`, MCP 2026-07-28)
+    /// the server keeps nothing between a question and its answer: the call
+    /// ends its round with the questions it waits for (`input_required`),
+    /// and when the client retries with the answers, **the tool runs again
+    /// from the start**, on whichever instance takes the retry. Each
+    /// question then gets its answer at once, found by its
+    /// [key](Ask::key), and the tool goes on. So what a tool does before a
+    /// question runs once per round: keep it free of side effects (or
+    /// idempotent), and ask the same questions in the same order on every
+    /// run. A question the retry brings no answer for is asked again. Over
+    /// HAIP and MCP sessions the call simply waits for the answer, and
+    /// nothing runs twice.
     ///
     /// ```
     /// use haip::{Answer, Context, ToolError};
@@ -286,23 +307,16 @@ impl Context {
     ///     }
     /// }
     /// ```
-    pub async fn ask<T>(&self, message: impl Into<String>) -> Result<Answer<T>, AskError>
+    pub fn ask<T>(&self, message: impl Into<String>) -> Ask<'_, T>
     where
         T: schemars::JsonSchema + DeserializeOwned + 'static,
     {
-        let form = Form::of::<T>().map_err(AskError::InvalidForm)?;
-        match self.ask_form(message.into(), form).await? {
-            Answer::Accepted(value) => serde_json::from_value(value)
-                .map(Answer::Accepted)
-                .map_err(|e| AskError::InvalidAnswer(e.to_string())),
-            Answer::Declined => Ok(Answer::Declined),
-            Answer::Cancelled => Ok(Answer::Cancelled),
-        }
+        Ask::new(self, message.into())
     }
 
-    /// Asks a yes-or-no question: `true` only when the person accepts and
-    /// confirms; declining or dismissing it is `false`. Fails as
-    /// [`Context::ask`] does.
+    /// Asks a yes-or-no question; await it: `true` only when the person
+    /// accepts and confirms; declining or dismissing it is `false`. Fails
+    /// (and, over MCP without sessions, re-runs) as [`Context::ask`] does.
     ///
     /// ```
     /// # async fn f(ctx: haip::Context) -> Result<(), haip::ToolError> {
@@ -311,19 +325,25 @@ impl Context {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn confirm(&self, message: impl Into<String>) -> Result<bool, AskError> {
-        match self.ask_form(message.into(), Form::confirm()).await? {
-            Answer::Accepted(value) => {
-                Ok(value.get("confirm").and_then(Value::as_bool) == Some(true))
-            }
-            Answer::Declined | Answer::Cancelled => Ok(false),
-        }
+    pub fn confirm(&self, message: impl Into<String>) -> Confirm<'_> {
+        Confirm::new(self, message.into())
     }
 
-    async fn ask_form(&self, message: String, form: Arc<Form>) -> Result<Answer<Value>, AskError> {
+    /// The key of the call's next question of this kind, by its place.
+    pub(crate) fn next_key(&self, kind: &str) -> String {
+        let n = self.inner.questions.fetch_add(1, Ordering::Relaxed) + 1;
+        format!("{kind}-{n}")
+    }
+
+    pub(crate) async fn ask_form(
+        &self,
+        key: String,
+        message: String,
+        form: Arc<Form>,
+    ) -> Result<Answer<Value>, AskError> {
         let asked: PeerFuture<Result<Answer<Value>, AskError>> =
             match (&self.inner.peer, &self.inner.progress) {
-                (Some(peer), _) => peer.ask(message, form),
+                (Some(peer), _) => peer.ask(key, message, form),
                 (None, Some(sink)) => Box::pin(sink.ask(message, form)),
                 (None, None) => return Err(AskError::Unsupported),
             };
@@ -336,7 +356,9 @@ impl Context {
     /// Asks the client's language model for a completion (MCP
     /// `sampling/createMessage`): for tools served to MCP clients that offer
     /// sampling. HAIP has no sampling, and clients without it get
-    /// [`SampleError::Unsupported`] at once.
+    /// [`SampleError::Unsupported`] at once. Over MCP without sessions it
+    /// goes as [`Context::ask`] does (the tool runs again with the reply;
+    /// [`SampleRequest::key`] names it).
     ///
     /// ```
     /// use haip::{Context, SampleRequest, ToolError};
@@ -352,9 +374,40 @@ impl Context {
         let Some(peer) = &self.inner.peer else {
             return Err(SampleError::Unsupported);
         };
+        let key = request
+            .key
+            .clone()
+            .unwrap_or_else(|| self.next_key("sample"));
         tokio::select! {
-            reply = peer.sample(request) => reply,
+            reply = peer.sample(key, request) => reply,
             () = self.cancelled() => Err(SampleError::CallEnded),
+        }
+    }
+
+    /// The roots the client shares (MCP `roots/list`): the directories or
+    /// file trees it lets tools work in. Await it. HAIP clients share none,
+    /// nor do MCP clients that did not declare `roots`:
+    /// [`RootsError::Unsupported`]. Over MCP without sessions it goes as
+    /// [`Context::ask`] does.
+    ///
+    /// ```
+    /// # async fn f(ctx: haip::Context) -> Result<(), haip::ToolError> {
+    /// for root in ctx.roots().await? {
+    ///     println!("{}", root.uri);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn roots(&self) -> ListRoots<'_> {
+        ListRoots::new(self)
+    }
+
+    pub(crate) async fn list_roots(&self, key: String) -> Result<Vec<Root>, RootsError> {
+        let Some(peer) = &self.inner.peer else {
+            return Err(RootsError::Unsupported);
+        };
+        tokio::select! {
+            roots = peer.roots(key) => roots,
+            () = self.cancelled() => Err(RootsError::CallEnded),
         }
     }
 
@@ -419,7 +472,7 @@ struct SlotState {
     logs: VecDeque<LogLine>,
     /// Log lines dropped since the last take, the queue being full.
     dropped: u64,
-    asks: VecDeque<Ask>,
+    asks: VecDeque<PendingQuestion>,
     closed: bool,
 }
 
@@ -464,7 +517,7 @@ impl ProgressSlot {
     }
 
     /// Takes the questions, oldest first.
-    pub(crate) fn take_asks(&self) -> VecDeque<Ask> {
+    pub(crate) fn take_asks(&self) -> VecDeque<PendingQuestion> {
         std::mem::take(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()).asks)
     }
 
@@ -515,7 +568,7 @@ impl ProgressSink {
                 let _ = reply.send(Err(too_many_questions()));
                 return;
             }
-            state.asks.push_back(Ask {
+            state.asks.push_back(PendingQuestion {
                 message,
                 form,
                 reply,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
+use super::question::{Root, RootsError};
 use crate::content::Content;
 use crate::schema::Form;
 
@@ -92,7 +93,7 @@ impl LogLine {
 }
 
 /// A question on its way to the session that runs the call.
-pub(crate) struct Ask {
+pub(crate) struct PendingQuestion {
     pub(crate) message: String,
     pub(crate) form: Arc<Form>,
     pub(crate) reply: oneshot::Sender<Result<Answer<Value>, AskError>>,
@@ -185,6 +186,8 @@ pub struct SampleRequest {
     max_tokens: u32,
     system: Option<String>,
     temperature: Option<f32>,
+    /// The request's key among the call's questions.
+    pub(crate) key: Option<String>,
 }
 
 impl SampleRequest {
@@ -195,6 +198,7 @@ impl SampleRequest {
             max_tokens: 1000,
             system: None,
             temperature: None,
+            key: None,
         }
     }
 
@@ -219,6 +223,13 @@ impl SampleRequest {
     /// The sampling temperature.
     pub fn temperature(mut self, temperature: f32) -> SampleRequest {
         self.temperature = Some(temperature);
+        self
+    }
+
+    /// Names the request among the call's questions (default:
+    /// `sample-<n>`); see [`Ask::key`](crate::Ask::key).
+    pub fn key(mut self, key: impl Into<String>) -> SampleRequest {
+        self.key = Some(key.into());
         self
     }
 
@@ -292,8 +303,20 @@ pub(crate) type PeerFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// The client of a call that answers its questions and sampling requests
 /// itself, rather than through a HAIP session (the MCP export's client).
 pub(crate) trait Peer: Send + Sync {
-    /// Puts a question with this form to the client.
-    fn ask(&self, message: String, form: Arc<Form>) -> PeerFuture<Result<Answer<Value>, AskError>>;
+    /// Puts a question with this form to the client; `key` names it among
+    /// the call's questions.
+    fn ask(
+        &self,
+        key: String,
+        message: String,
+        form: Arc<Form>,
+    ) -> PeerFuture<Result<Answer<Value>, AskError>>;
     /// Asks the client's model.
-    fn sample(&self, request: SampleRequest) -> PeerFuture<Result<Sampled, SampleError>>;
+    fn sample(
+        &self,
+        key: String,
+        request: SampleRequest,
+    ) -> PeerFuture<Result<Sampled, SampleError>>;
+    /// Asks for the client's roots.
+    fn roots(&self, key: String) -> PeerFuture<Result<Vec<Root>, RootsError>>;
 }

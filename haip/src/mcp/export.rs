@@ -13,11 +13,10 @@ use std::time::Instant;
 use std::sync::atomic::AtomicU8;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-    CreateMessageRequestParams, ElicitRequestParams, ElicitationAction, Implementation,
-    InitializeResult, ListToolsResult, LoggingLevel, LoggingMessageNotificationParam,
-    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeResult, InputRequiredResult, ListToolsResult, LoggingLevel,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
+    ProtocolVersion, ServerCapabilities, ServerConfig, SetLevelRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer as McpPeer, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -26,15 +25,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::import::McpContent;
-use crate::content::{Content, Shape};
-use crate::context::{
-    Answer, AskError, LogLevel, LogLine, Peer, PeerFuture, ProgressSlot, Role, SampleError,
-    SampleRequest, Sampled,
-};
+use super::mrtr::{BadState, Can, RoundPeer, Rounds};
+use super::peer::SessionPeer;
+use crate::content::Shape;
+use crate::context::{LogLevel, LogLine, Peer, ProgressSlot};
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Validation};
 use crate::protocol::json_len;
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
-use crate::schema::{Form, SchemaProfile};
+use crate::schema::SchemaProfile;
 use crate::session::Shared;
 use crate::stats::{Ended, Throttle};
 use crate::tool::Tool;
@@ -65,6 +63,8 @@ pub(crate) struct ExportService {
     /// the client outside this request's response, and the client cannot
     /// answer requests of the server (elicitation, sampling).
     stateless: bool,
+    /// How calls of stateless requests ask questions by rounds (`mrtr.rs`).
+    rounds: Option<Arc<Rounds>>,
 }
 
 /// Counts live MCP-over-HTTP sessions (in stateless mode, requests being
@@ -93,6 +93,7 @@ impl ExportService {
             relaying: Arc::new(AtomicBool::new(false)),
             log_level: Arc::new(AtomicU8::new(LogLevel::Info as u8)),
             stateless: false,
+            rounds: None,
         }
     }
 
@@ -102,6 +103,7 @@ impl ExportService {
         shared: &Arc<Shared>,
         live: &Arc<AtomicUsize>,
         stateless: bool,
+        rounds: Option<Arc<Rounds>>,
     ) -> Result<ExportService, std::io::Error> {
         let max = shared.config.max_sessions;
         if live
@@ -115,6 +117,7 @@ impl ExportService {
         let guard = Arc::new(LiveSession(Arc::clone(live)));
         let mut service = ExportService::new(Arc::clone(shared), Some(guard));
         service.stateless = stateless;
+        service.rounds = rounds;
         Ok(service)
     }
 }
@@ -238,7 +241,7 @@ impl ServerHandler for ExportService {
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let stats = &self.shared.stats;
@@ -251,7 +254,22 @@ impl ServerHandler for ExportService {
                 None,
             ));
         };
-        let params = Value::Object(request.arguments.unwrap_or_default());
+        let params = Value::Object(request.arguments.take().unwrap_or_default());
+        let subject = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<McpSubject>())
+            .and_then(|s| s.0.clone());
+        // Without sessions, a 2026-07-28 client takes questions by rounds:
+        // the answers its retry brings (checked before anything runs).
+        let round = match self.round_peer(&tool, &params, subject.as_deref(), &request, &context) {
+            Ok(round) => round,
+            Err(bad) => {
+                stats.call_ended(Ended::Failed, Some(received.elapsed()));
+                return Err(McpError::invalid_params(bad.0, None));
+            }
+        };
+        let arguments = round.as_ref().map(|_| params.clone());
         let max_violations = self.shared.config.max_violations;
         let large = context
             .extensions
@@ -288,15 +306,72 @@ impl ServerHandler for ExportService {
             stats.call_ended(Ended::Failed, Some(received.elapsed()));
             return Ok(error_result("Too many tool calls in flight".to_owned(), None).into());
         };
-        let subject = context
-            .extensions
-            .get::<hyper::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<McpSubject>())
-            .and_then(|s| s.0.clone());
-        let stop = self.run(&tool, params, subject, &context, permit).await;
+        let stop = self
+            .run(
+                &tool,
+                params,
+                subject.clone(),
+                &context,
+                permit,
+                round.clone(),
+            )
+            .await;
+        if let (Stop::InputRequired, Some(round), Some(rounds), Some(arguments)) =
+            (&stop, &round, &self.rounds, &arguments)
+        {
+            // Not an end: the call goes on with the client's retry.
+            stats.calls_total.fetch_sub(1, Relaxed);
+            let (requests, state) =
+                round.input_required(rounds, tool.name(), arguments, subject.as_deref());
+            let result = InputRequiredResult::new(Some(requests), Some(state));
+            return Ok(CallToolResponse::InputRequired(result));
+        }
         let (ended, result) = self.result_of(&tool, stop);
         stats.call_ended(ended, Some(received.elapsed()));
         Ok(result.into())
+    }
+}
+
+impl ExportService {
+    /// The client of this call when it takes questions by rounds (stateless
+    /// `/mcp`, MCP 2026-07-28 or later), with the answers the request
+    /// brings; `None` otherwise; `Err` for a `requestState` that does not
+    /// verify.
+    fn round_peer(
+        &self,
+        tool: &Tool,
+        arguments: &Value,
+        subject: Option<&str>,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Option<Arc<RoundPeer>>, BadState> {
+        let Some(rounds) = self.rounds.as_deref().filter(|_| self.stateless) else {
+            return Ok(None);
+        };
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        if !modern {
+            return Ok(None);
+        }
+        let caps = context.client_capabilities().unwrap_or_default();
+        let can = Can {
+            elicit: caps.elicitation.is_some(),
+            sample: caps.sampling.is_some(),
+            roots: caps.roots.is_some(),
+        };
+        let given = request
+            .input_responses
+            .clone()
+            .map(|responses| responses.into_iter().collect::<Map<String, Value>>());
+        let answers = rounds.answers(
+            tool.name(),
+            arguments,
+            subject,
+            request.request_state.as_deref(),
+            given,
+        )?;
+        Ok(Some(RoundPeer::new(can, answers)))
     }
 }
 
@@ -305,6 +380,9 @@ enum Stop {
     Outcome(Outcome),
     /// The timeout elapsed; the task is being stopped in the background.
     TimedOut,
+    /// The tool waits for answers its client gives on a later round; the
+    /// task is being stopped in the background.
+    InputRequired,
 }
 
 impl ExportService {
@@ -318,6 +396,7 @@ impl ExportService {
         subject: Option<Arc<str>>,
         context: &RequestContext<RoleServer>,
         permit: OwnedSemaphorePermit,
+        round: Option<Arc<RoundPeer>>,
     ) -> Stop {
         let config = &self.shared.config;
         let n = self.calls.fetch_add(1, Relaxed);
@@ -347,10 +426,13 @@ impl ExportService {
             limits,
             // Not on a session's task: the request's own.
             inline: true,
-            peer: Some(Arc::new(ClientPeer {
-                peer: context.peer.clone(),
-                stateless: self.stateless,
-            })),
+            peer: Some(match &round {
+                Some(round) => Arc::new(Arc::clone(round)) as Arc<dyn Peer>,
+                None => Arc::new(SessionPeer {
+                    peer: context.peer.clone(),
+                    stateless: self.stateless,
+                }),
+            }),
         };
         let logs = LogRelay {
             peer: &context.peer,
@@ -376,6 +458,25 @@ impl ExportService {
                     continue;
                 }
                 event = events.recv() => event,
+                () = wait_for_questions(round.as_deref()) => {
+                    // Questions asked together go out together: the round
+                    // ends once no more come (the tool may also finish).
+                    let round = round.as_deref().expect("only awaited with a round");
+                    match settle(round, &mut events).await {
+                        Some(outcome) => {
+                            logs.flush(&slot).await;
+                            return Stop::Outcome(outcome);
+                        }
+                        None => {
+                            round.close();
+                            cancel.cancel();
+                            slot.close();
+                            let tasks = self.shared.runner.tasks();
+                            tasks.spawn(stopping(events, permit));
+                            return Stop::InputRequired;
+                        }
+                    }
+                }
             };
             match event {
                 Some(CallEvent::Progress(_)) => {
@@ -402,14 +503,7 @@ impl ExportService {
                     // stops the task within `cancel_grace`, and the slot is
                     // released only then.
                     slot.close();
-                    self.shared.runner.tasks().spawn(async move {
-                        while let Some(event) = events.recv().await {
-                            if matches!(event, CallEvent::Finished(..)) {
-                                break;
-                            }
-                        }
-                        drop(permit);
-                    });
+                    self.shared.runner.tasks().spawn(stopping(events, permit));
                     return Stop::TimedOut;
                 }
                 Some(CallEvent::Finished(_, outcome)) => {
@@ -428,6 +522,13 @@ impl ExportService {
     fn result_of(&self, tool: &Tool, stop: Stop) -> (Ended, CallToolResult) {
         let name = tool.name();
         let outcome = match stop {
+            // Answered as `input_required` by the caller; never here.
+            Stop::InputRequired => {
+                return (
+                    Ended::Cancelled,
+                    error_result(format!("Tool {name} waits for input"), None),
+                );
+            }
             Stop::TimedOut => {
                 let ms = tool
                     .timeout()
@@ -485,6 +586,53 @@ impl ExportService {
     }
 }
 
+/// Completes when the call (taking questions by rounds) has asked one it
+/// has no answer for; never without rounds.
+async fn wait_for_questions(round: Option<&RoundPeer>) {
+    match round {
+        Some(round) => round.waiting().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Lets a call that asked finish asking: the round ends once no new
+/// question has come for a few short waits. `Some` if the call ended
+/// meanwhile (it did not need the answer after all).
+async fn settle(
+    round: &RoundPeer,
+    events: &mut mpsc::UnboundedReceiver<CallEvent>,
+) -> Option<Outcome> {
+    const QUIET: std::time::Duration = std::time::Duration::from_millis(5);
+    let mut seen = round.pending();
+    let mut quiet = 0;
+    while quiet < 3 {
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(CallEvent::Finished(_, outcome)) => return Some(*outcome),
+                None => return Some(Outcome::Stopped),
+                Some(_) => {}
+            },
+            () = tokio::time::sleep(QUIET) => {
+                let now = round.pending();
+                quiet = if now == seen { quiet + 1 } else { 0 };
+                seen = now;
+            }
+        }
+    }
+    None
+}
+
+/// Holds a call's concurrency `permit` until its task has stopped (after
+/// its answer went out early: a timeout, a round that waits for input).
+async fn stopping(mut events: mpsc::UnboundedReceiver<CallEvent>, permit: OwnedSemaphorePermit) {
+    while let Some(event) = events.recv().await {
+        if matches!(event, CallEvent::Finished(..)) {
+            break;
+        }
+    }
+    drop(permit);
+}
+
 /// Whether `tool` was imported from an MCP server (its results hold content blocks).
 fn imported(tool: &Tool) -> bool {
     tool.mark::<McpContent>().is_some()
@@ -539,117 +687,6 @@ impl LogRelay<'_> {
             // A client that went away just misses its log lines.
             let _ = self.peer.notify_logging_message(note).await;
         }
-    }
-}
-
-/// The MCP client of a call, answering its questions (elicitation, form
-/// mode) and sampling requests.
-struct ClientPeer {
-    peer: McpPeer<RoleServer>,
-    /// A stateless `/mcp` request: the client's answer to a request of the
-    /// server would come as a new POST that no instance waits for, so
-    /// questions and sampling are refused at once.
-    stateless: bool,
-}
-
-impl Peer for ClientPeer {
-    fn ask(&self, message: String, form: Arc<Form>) -> PeerFuture<Result<Answer<Value>, AskError>> {
-        let peer = self.peer.clone();
-        let stateless = self.stateless;
-        Box::pin(async move {
-            if stateless {
-                return Err(AskError::Unsupported);
-            }
-            let forms = peer
-                .supported_elicitation_modes()
-                .contains(&rmcp::service::ElicitationMode::Form);
-            if !forms {
-                return Err(AskError::Unsupported);
-            }
-            let params: ElicitRequestParams = serde_json::from_value(serde_json::json!({
-                "mode": "form",
-                "message": message,
-                "requestedSchema": form.schema(),
-            }))
-            .map_err(|e| AskError::InvalidForm(format!("not an MCP elicitation form: {e}")))?;
-            let result = peer
-                .create_elicitation(params)
-                .await
-                .map_err(|e| AskError::Failed(e.to_string()))?;
-            match result.action {
-                ElicitationAction::Accept => {
-                    let content = result.content.unwrap_or(Value::Object(Map::new()));
-                    let found = form.check(&content, 5);
-                    if found.is_empty() {
-                        Ok(Answer::Accepted(content))
-                    } else {
-                        let why: Vec<String> = found
-                            .listed
-                            .iter()
-                            .map(|v| {
-                                format!(
-                                    "{}: {}",
-                                    if v.path.is_empty() {
-                                        "(answer)"
-                                    } else {
-                                        &v.path
-                                    },
-                                    v.message
-                                )
-                            })
-                            .collect();
-                        Err(AskError::InvalidAnswer(why.join("; ")))
-                    }
-                }
-                ElicitationAction::Decline => Ok(Answer::Declined),
-                // `cancel`, and whatever a newer client may send.
-                _ => Ok(Answer::Cancelled),
-            }
-        })
-    }
-
-    fn sample(&self, request: SampleRequest) -> PeerFuture<Result<Sampled, SampleError>> {
-        let peer = self.peer.clone();
-        let stateless = self.stateless;
-        Box::pin(async move {
-            if stateless {
-                return Err(SampleError::Unsupported);
-            }
-            let offers = peer
-                .peer_info()
-                .is_some_and(|info| info.capabilities.sampling.is_some());
-            if !offers {
-                return Err(SampleError::Unsupported);
-            }
-            let params: CreateMessageRequestParams =
-                serde_json::from_value(request.to_mcp_params())
-                    .map_err(|e| SampleError::Failed(format!("invalid request: {e}")))?;
-            let result = peer
-                .create_message(params)
-                .await
-                .map_err(|e| SampleError::Failed(e.to_string()))?;
-            let reply = serde_json::to_value(&result)
-                .map_err(|e| SampleError::Failed(format!("unreadable reply: {e}")))?;
-            // `{role, content, model, stopReason}` on the wire.
-            let message = reply.get("message").unwrap_or(&reply);
-            let content = match &message["content"] {
-                Value::Array(blocks) => blocks.clone(),
-                block => vec![block.clone()],
-            };
-            Ok(Sampled {
-                role: if message["role"] == "user" {
-                    Role::User
-                } else {
-                    Role::Assistant
-                },
-                content: content
-                    .into_iter()
-                    .filter_map(|b| serde_json::from_value::<Content>(b).ok())
-                    .collect(),
-                model: result.model,
-                stop_reason: result.stop_reason,
-            })
-        })
     }
 }
 
@@ -777,12 +814,14 @@ impl McpHttp {
     /// operator allowed unauthenticated non-loopback serving). Otherwise only
     /// loopback hosts are accepted, against DNS rebinding. `max_body_bytes`:
     /// the largest request body. `sessions`: MCP sessions held by this
-    /// instance instead of stateless requests.
+    /// instance instead of stateless requests. `rounds`: how stateless calls
+    /// ask questions.
     pub(crate) fn new(
         shared: &Arc<Shared>,
         open_host: bool,
         max_body_bytes: usize,
         sessions: bool,
+        rounds: Arc<Rounds>,
     ) -> McpHttp {
         use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
         let mut config = StreamableHttpServerConfig::default()
@@ -802,7 +841,8 @@ impl McpHttp {
                 // Asked for once the request is parsed: a large one's permit
                 // is not needed any more.
                 let _ = PARSING.try_with(|permit| permit.borrow_mut().take());
-                ExportService::for_http(&factory_shared, &factory_live, !sessions)
+                let rounds = (!sessions).then(|| Arc::clone(&rounds));
+                ExportService::for_http(&factory_shared, &factory_live, !sessions, rounds)
             },
             Arc::default(),
             config,
@@ -960,10 +1000,10 @@ mod tests {
         };
         let shared = Shared::for_tests(config);
         let live = Arc::new(AtomicUsize::new(0));
-        let session = ExportService::for_http(&shared, &live, false).unwrap();
-        let stateless = ExportService::for_http(&shared, &live, true).unwrap();
+        let session = ExportService::for_http(&shared, &live, false, None).unwrap();
+        let stateless = ExportService::for_http(&shared, &live, true, None).unwrap();
         assert_eq!(live.load(Relaxed), 2);
-        let full = ExportService::for_http(&shared, &live, true);
+        let full = ExportService::for_http(&shared, &live, true, None);
         assert!(full.is_err(), "a third service with max_sessions = 2");
         let tools = |s: &ExportService| s.get_info().capabilities.tools.unwrap();
         assert_eq!(tools(&session).list_changed, Some(true));

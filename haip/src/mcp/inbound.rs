@@ -263,7 +263,25 @@ pub(crate) fn check(body: &[u8]) -> Result<Checked, Refusal> {
                         "Invalid params: \"arguments\" must be an object".into(),
                     );
                 }
+                if !matches!(found.input_responses, None | Some(Kind::Object)) {
+                    return invalid_params(
+                        "Invalid params: \"inputResponses\" must be an object of answers by key"
+                            .into(),
+                    );
+                }
+                if !matches!(
+                    found.request_state,
+                    None | Some(Kind::Str(_) | Kind::LongStr(_))
+                ) {
+                    return invalid_params(
+                        "Invalid params: \"requestState\" must be the string the server sent"
+                            .into(),
+                    );
+                }
             }
+            // Removed in MCP 2026-07-28: the MCP server answers it for
+            // requests of that revision (`-32601`).
+            "logging/setLevel" if found.protocol_version.is_some() => {}
             "logging/setLevel" => match &found.level {
                 Some(Kind::Str(level)) if LOG_LEVELS.contains(&level.as_str()) => {}
                 Some(Kind::Str(level)) => {
@@ -306,6 +324,10 @@ struct Found {
     level: Option<Kind>,
     meta: Option<Kind>,
     progress_token: Option<Kind>,
+    input_responses: Option<Kind>,
+    request_state: Option<Kind>,
+    /// `_meta`'s protocol version: a request of MCP 2026-07-28 or later.
+    protocol_version: Option<Kind>,
 }
 
 /// A value's JSON type, with short strings and integers kept.
@@ -457,6 +479,9 @@ impl<'de> Visitor<'de> for Walk<'_> {
                 Field::Level => &mut found.level,
                 Field::Meta => &mut found.meta,
                 Field::ProgressToken => &mut found.progress_token,
+                Field::InputResponses => &mut found.input_responses,
+                Field::RequestState => &mut found.request_state,
+                Field::ProtocolVersion => &mut found.protocol_version,
                 Field::Other => continue,
             };
             *slot = Some(seen.kind);
@@ -481,6 +506,9 @@ enum Field {
     Level,
     Meta,
     ProgressToken,
+    InputResponses,
+    RequestState,
+    ProtocolVersion,
     Other,
 }
 
@@ -490,7 +518,7 @@ struct Key {
     len: usize,
 }
 
-const KEPT_KEYS: [&str; 10] = [
+const KEPT_KEYS: [&str; 13] = [
     "jsonrpc",
     "method",
     "id",
@@ -501,6 +529,9 @@ const KEPT_KEYS: [&str; 10] = [
     "arguments",
     "level",
     "_meta",
+    "inputResponses",
+    "requestState",
+    "io.modelcontextprotocol/protocolVersion",
 ];
 
 impl Key {
@@ -515,7 +546,10 @@ impl Key {
             (Spot::Params, Some("arguments")) => Field::Arguments,
             (Spot::Params, Some("level")) => Field::Level,
             (Spot::Params, Some("_meta")) => Field::Meta,
+            (Spot::Params, Some("inputResponses")) => Field::InputResponses,
+            (Spot::Params, Some("requestState")) => Field::RequestState,
             (Spot::Meta, Some("progressToken")) => Field::ProgressToken,
+            (Spot::Meta, Some("io.modelcontextprotocol/protocolVersion")) => Field::ProtocolVersion,
             _ => Field::Other,
         }
     }
@@ -643,6 +677,9 @@ mod tests {
             r#"{"name":"echo","_meta":5}"#,
             r#"{"name":"echo","_meta":{"progressToken":{}}}"#,
             r#"{"name":"echo","_meta":{"progressToken":1.5}}"#,
+            r#"{"name":"echo","inputResponses":null}"#,
+            r#"{"name":"echo","inputResponses":[1]}"#,
+            r#"{"name":"echo","requestState":5}"#,
         ] {
             let r = refused(&call(params));
             assert_eq!((r.status, r.code), (200, INVALID_PARAMS), "{params}");
@@ -677,6 +714,14 @@ mod tests {
         assert!(
             check(br#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"debug"}}"#).is_ok()
         );
+        // Removed in 2026-07-28: left to the MCP server to answer.
+        let modern = r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert!(check(modern.as_bytes()).is_ok());
+        let retry = call(&format!(
+            r#"{{"name":"t","inputResponses":{{"k":{{"action":"accept"}}}},"requestState":"{}"}}"#,
+            "s".repeat(5000)
+        ));
+        assert!(check(retry.as_bytes()).is_ok());
     }
 
     #[test]

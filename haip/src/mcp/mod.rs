@@ -61,6 +61,8 @@
 pub(crate) mod export;
 mod import;
 pub(crate) mod inbound;
+pub(crate) mod mrtr;
+mod peer;
 
 pub use import::McpImport;
 pub(crate) use import::start as start_imports;

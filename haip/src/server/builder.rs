@@ -113,7 +113,9 @@ impl ServerBuilder {
     /// `mcp`) `HAIP_MCP_SESSIONS=1` turns on `mcp_sessions`: MCP sessions at
     /// `/mcp` instead of stateless requests. `HAIP_SCHEMA_PROFILE` sets
     /// [`schema_profile`](Self::schema_profile) (`portable`, `openai-strict`,
-    /// `anthropic-strict` or `full`; another name is a start-up error).
+    /// `anthropic-strict` or `full`; another name is a start-up error), and
+    /// `HAIP_REQUEST_STATE_KEY` the
+    /// [`request_state_key`](Self::request_state_key).
     pub fn from_env(mut self) -> Self {
         if let Ok(addr) = std::env::var("HAIP_ADDR")
             && !addr.trim().is_empty()
@@ -146,12 +148,40 @@ impl ServerBuilder {
         if let Some(id) = set("HAIP_INSTANCE_ID") {
             self.instance_id = Some(id);
         }
+        if let Some(key) = set("HAIP_REQUEST_STATE_KEY") {
+            self.config.request_state_key = Some(key.into_bytes());
+        }
         if let Some(name) = set("HAIP_SCHEMA_PROFILE") {
             match name.parse() {
                 Ok(profile) => self.config.session.schema_profile = profile,
                 Err(_) => self.bad_schema_profile = Some(name),
             }
         }
+        self
+    }
+
+    /// The key that signs the `requestState` of `/mcp` calls asking
+    /// questions without sessions (MCP 2026-07-28; see
+    /// [`Context::ask`](crate::Context::ask)): at least 32 bytes, secret.
+    /// Instances behind one load balancer must share it, so that a retry
+    /// may land on any of them (`HAIP_REQUEST_STATE_KEY` with
+    /// [`from_env`](Self::from_env)). Default: a random key per process.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), haip::Error> {
+    /// let key = std::env::var("MY_SHARED_SECRET").unwrap_or_default();
+    /// let server = haip::Server::builder().request_state_key(key).build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn request_state_key(mut self, key: impl Into<Vec<u8>>) -> Self {
+        self.config.request_state_key = Some(key.into());
+        self
+    }
+
+    /// How long a `requestState` stays valid (default 10 min): a retry that
+    /// comes later is refused (`-32602`, the call starts again).
+    pub fn request_state_ttl(mut self, ttl: Duration) -> Self {
+        self.config.request_state_ttl = ttl;
         self
     }
 

@@ -17,6 +17,10 @@ pub(crate) struct Config {
     pub(crate) body_read_timeout: Duration,
     pub(crate) max_inflight_answer_bytes: usize,
     pub(crate) write_timeout: Duration,
+    /// The key `/mcp`'s `requestState` is signed with (at least 32 bytes);
+    /// a random one per process when `None`.
+    pub(crate) request_state_key: Option<Vec<u8>>,
+    pub(crate) request_state_ttl: Duration,
     pub(crate) handshake_timeout: Duration,
     pub(crate) max_connections_per_peer: Option<usize>,
     pub(crate) limit_loopback_peers: bool,
@@ -38,6 +42,8 @@ impl Default for Config {
             body_read_timeout: Duration::from_secs(30),
             max_inflight_answer_bytes: 128 * 1024 * 1024,
             write_timeout: Duration::from_secs(30),
+            request_state_key: None,
+            request_state_ttl: Duration::from_secs(600),
             handshake_timeout: Duration::from_secs(10),
             max_connections_per_peer: Some(1024),
             limit_loopback_peers: false,
@@ -52,7 +58,7 @@ impl Config {
     /// the sessions' first, then the server's own.
     pub(crate) fn validate(&self) -> Result<(), Error> {
         self.session.validate()?;
-        let positive: [(&'static str, u64); 6] = [
+        let positive: [(&'static str, u64); 7] = [
             ("max_body_bytes", self.max_body_bytes as u64),
             (
                 "max_inflight_body_bytes",
@@ -71,11 +77,23 @@ impl Config {
                 self.max_inflight_answer_bytes as u64,
             ),
             ("write_timeout", self.write_timeout.as_millis() as u64),
+            (
+                "request_state_ttl",
+                self.request_state_ttl.as_millis() as u64,
+            ),
         ];
         for (setting, value) in positive {
             if value == 0 {
                 return Err(invalid(setting, "must be greater than zero"));
             }
+        }
+        if let Some(key) = &self.request_state_key
+            && key.len() < 32
+        {
+            return Err(invalid(
+                "request_state_key",
+                &format!("must be at least 32 bytes (got {})", key.len()),
+            ));
         }
         if self.max_connections_per_peer == Some(0) {
             return Err(invalid(

@@ -161,11 +161,21 @@ impl Server {
         #[cfg(feature = "mcp")]
         let mcp = self.mcp.endpoint.then(|| {
             let open_host = self.auth.is_some() || self.config.allow_unauthenticated;
+            let key = self.config.request_state_key.clone().unwrap_or_else(|| {
+                // Random: no other instance can read this one's states.
+                let mut key = uuid::Uuid::new_v4().as_bytes().to_vec();
+                key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+                key
+            });
+            // The key's length was checked by `build`.
+            let rounds = crate::mcp::mrtr::Rounds::new(&key, self.config.request_state_ttl)
+                .expect("request_state_key was checked when the server was built");
             crate::mcp::export::McpHttp::new(
                 &self.shared,
                 open_host,
                 self.config.max_body_bytes,
                 self.mcp.sessions,
+                Arc::new(rounds),
             )
         });
         let hub = Arc::new(Hub {

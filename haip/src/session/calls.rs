@@ -12,7 +12,8 @@ use super::{Action, Pending, Record, Session};
 use tokio::sync::oneshot;
 
 use crate::context::{
-    Answer, Ask, AskError, LogLine, MAX_OPEN_QUESTIONS, Progress, ProgressSlot, too_many_questions,
+    Answer, AskError, LogLine, MAX_OPEN_QUESTIONS, PendingQuestion, Progress, ProgressSlot,
+    too_many_questions,
 };
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Render, Validation};
 use crate::protocol::payload::{
@@ -628,7 +629,7 @@ impl Session {
         }
         let limit = self.config().max_outbound_message_bytes;
         let mut asked = Vec::new();
-        for Ask {
+        for PendingQuestion {
             message,
             form,
             reply,

@@ -1,0 +1,209 @@
+//! The MCP client of a call, answering its questions: in an MCP session (or
+//! over stdio) it is asked directly (`elicitation/create` in form mode,
+//! `sampling/createMessage`, `roots/list`); the answers are read the same
+//! way whether they come back at once or, without sessions, on the call's
+//! next round (`mrtr.rs`).
+
+// Sampling and roots are deprecated upstream (SEP-2577), and still what
+// today's MCP clients speak.
+#![allow(deprecated)]
+
+use std::sync::Arc;
+
+use rmcp::model::{CreateMessageRequestParams, ElicitRequestParams};
+use rmcp::service::{Peer as McpPeer, RoleServer};
+use serde_json::{Map, Value, json};
+
+use crate::content::Content;
+use crate::context::{
+    Answer, AskError, Peer, PeerFuture, Role, Root, RootsError, SampleError, SampleRequest, Sampled,
+};
+use crate::schema::Form;
+
+/// The `elicitation/create` params of a question (form mode).
+pub(crate) fn elicitation_params(message: &str, form: &Form) -> Value {
+    json!({"mode": "form", "message": message, "requestedSchema": form.schema()})
+}
+
+/// An elicitation result (`{action, content?}`) as the answer to a question
+/// with `form`: accepted content is checked against the form.
+pub(crate) fn answer_of(result: &Value, form: &Form) -> Result<Answer<Value>, AskError> {
+    let Some(action) = result.get("action").and_then(Value::as_str) else {
+        return Err(AskError::InvalidAnswer(
+            "an elicitation result needs an `action`".into(),
+        ));
+    };
+    match action {
+        "accept" => {
+            let content = result
+                .get("content")
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Map::new()));
+            let found = form.check(&content, 5);
+            if found.is_empty() {
+                return Ok(Answer::Accepted(content));
+            }
+            let why: Vec<String> = found
+                .listed
+                .iter()
+                .map(|v| {
+                    let path = if v.path.is_empty() {
+                        "(answer)"
+                    } else {
+                        &v.path
+                    };
+                    format!("{path}: {}", v.message)
+                })
+                .collect();
+            Err(AskError::InvalidAnswer(why.join("; ")))
+        }
+        "decline" => Ok(Answer::Declined),
+        // `cancel`, and whatever a newer client may send.
+        _ => Ok(Answer::Cancelled),
+    }
+}
+
+/// A `sampling/createMessage` result as a [`Sampled`].
+pub(crate) fn sampled_of(reply: &Value) -> Result<Sampled, SampleError> {
+    // `{role, content, model, stopReason}` on the wire (some clients nest
+    // the message).
+    let message = reply.get("message").unwrap_or(reply);
+    let content = match message.get("content") {
+        Some(Value::Array(blocks)) => blocks.clone(),
+        Some(block) => vec![block.clone()],
+        None => return Err(SampleError::Failed("a reply with no content".into())),
+    };
+    Ok(Sampled {
+        role: if message["role"] == "user" {
+            Role::User
+        } else {
+            Role::Assistant
+        },
+        content: content
+            .into_iter()
+            .filter_map(|b| serde_json::from_value::<Content>(b).ok())
+            .collect(),
+        model: reply
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        stop_reason: reply
+            .get("stopReason")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    })
+}
+
+/// A `roots/list` result as the roots.
+pub(crate) fn roots_of(reply: &Value) -> Result<Vec<Root>, RootsError> {
+    let Some(list) = reply.get("roots").and_then(Value::as_array) else {
+        return Err(RootsError::Failed("a reply with no `roots` list".into()));
+    };
+    Ok(list
+        .iter()
+        .filter_map(|r| {
+            let uri = r.get("uri")?.as_str()?.to_owned();
+            let name = r.get("name").and_then(Value::as_str).map(str::to_owned);
+            Some(Root::new(uri, name))
+        })
+        .collect())
+}
+
+/// The MCP client of a call in an MCP session (or over stdio), asked
+/// directly. For a stateless request that cannot go another round, every
+/// question is refused at once ([`AskError::Unsupported`]).
+pub(crate) struct SessionPeer {
+    pub(crate) peer: McpPeer<RoleServer>,
+    /// A stateless `/mcp` request of a client that takes no second round:
+    /// its answer to a request of the server would come as a new POST that
+    /// no instance waits for.
+    pub(crate) stateless: bool,
+}
+
+impl Peer for SessionPeer {
+    fn ask(
+        &self,
+        _key: String,
+        message: String,
+        form: Arc<Form>,
+    ) -> PeerFuture<Result<Answer<Value>, AskError>> {
+        let peer = self.peer.clone();
+        let stateless = self.stateless;
+        Box::pin(async move {
+            if stateless {
+                return Err(AskError::Unsupported);
+            }
+            let forms = peer
+                .supported_elicitation_modes()
+                .contains(&rmcp::service::ElicitationMode::Form);
+            if !forms {
+                return Err(AskError::Unsupported);
+            }
+            let params: ElicitRequestParams =
+                serde_json::from_value(elicitation_params(&message, &form)).map_err(|e| {
+                    AskError::InvalidForm(format!("not an MCP elicitation form: {e}"))
+                })?;
+            let result = peer
+                .create_elicitation(params)
+                .await
+                .map_err(|e| AskError::Failed(e.to_string()))?;
+            let reply =
+                serde_json::to_value(&result).map_err(|e| AskError::Failed(e.to_string()))?;
+            answer_of(&reply, &form)
+        })
+    }
+
+    fn sample(
+        &self,
+        _key: String,
+        request: SampleRequest,
+    ) -> PeerFuture<Result<Sampled, SampleError>> {
+        let peer = self.peer.clone();
+        let stateless = self.stateless;
+        Box::pin(async move {
+            if stateless {
+                return Err(SampleError::Unsupported);
+            }
+            let offers = peer
+                .peer_info()
+                .is_some_and(|info| info.capabilities.sampling.is_some());
+            if !offers {
+                return Err(SampleError::Unsupported);
+            }
+            let params: CreateMessageRequestParams =
+                serde_json::from_value(request.to_mcp_params())
+                    .map_err(|e| SampleError::Failed(format!("invalid request: {e}")))?;
+            let result = peer
+                .create_message(params)
+                .await
+                .map_err(|e| SampleError::Failed(e.to_string()))?;
+            let reply = serde_json::to_value(&result)
+                .map_err(|e| SampleError::Failed(format!("unreadable reply: {e}")))?;
+            sampled_of(&reply)
+        })
+    }
+
+    fn roots(&self, _key: String) -> PeerFuture<Result<Vec<Root>, RootsError>> {
+        let peer = self.peer.clone();
+        let stateless = self.stateless;
+        Box::pin(async move {
+            if stateless {
+                return Err(RootsError::Unsupported);
+            }
+            let offers = peer
+                .peer_info()
+                .is_some_and(|info| info.capabilities.roots.is_some());
+            if !offers {
+                return Err(RootsError::Unsupported);
+            }
+            let result = peer
+                .list_roots()
+                .await
+                .map_err(|e| RootsError::Failed(e.to_string()))?;
+            let reply =
+                serde_json::to_value(&result).map_err(|e| RootsError::Failed(e.to_string()))?;
+            roots_of(&reply)
+        })
+    }
+}
