@@ -71,6 +71,72 @@ EXPECTED = {
          " (e) every call answered, RSS back down 10 s later.",
 }
 
+# The /mcp door: (mode, title, what it does), in the order the script runs them.
+MCP_ATTACKS = [
+    ("mcp-stalled-bodies", "Stalled bodies",
+     "600 POSTs at once announcing `Content-Length: 10485760` (over the 1 MiB `max_message_bytes`), each"
+     " sending all but 1 KiB of an `echo` call as fast as it can, then 1 byte/s; then 600 at once announcing"
+     " 1 048 000 bytes (within it) that send all but 100 of them, then 1 byte/s."),
+    ("mcp-stall", "One stalled body of each kind",
+     "Four POSTs at once: a 1000-byte body trickling 1 byte/s; `Content-Length: 1000` and nothing after the"
+     " headers; the same with `Expect: 100-continue`; `Transfer-Encoding: chunked` and no chunk."),
+    ("mcp-big-params", "Arrays of millions of zeros",
+     "(a) an `echo` `tools/call` of 10 MB whose arguments hold a 5 000 000-element `[0,0,…]` beside the"
+     " message, once, then 4 at once; (b) the same shape at 1 000 108 bytes (500 000 zeros, under 1 MiB;"
+     " `echo`'s schema is open), 4 at once, then continuously from 4 keep-alive connections for 15 s,"
+     " reading every answer."),
+    ("mcp-unread-answers", "Answers never read",
+     "100 connections, each with a 4 KiB receive buffer, pipeline 4 `echo` calls with a 1 040 000-character"
+     " message (~2 MiB answers: text and `structuredContent`) and read nothing; `/stats` sampled every"
+     " 500 ms for up to 40 s; then each connection is read, to see whether the server closed it. (On"
+     " loopback the kernel takes about 1 MiB of a connection's answers: one unread answer alone would"
+     " leave the server holding nothing.)"),
+    ("mcp-progress-token", "Progress tokens",
+     "20 `echo` calls at once with a 9 MB `_meta.progressToken`; 20 with a 300-byte one; 20 `process_file`"
+     " calls (`{\"filename\":\"a.txt\",\"operation\":\"count\"}`: 1 s, 6 progress reports) with a 200-byte one, left"
+     " unread for 5 s, then read."),
+    ("mcp-origin", "Browser origins",
+     "An `echo` call with `Origin: http://evil.example`, with `Origin: null`, with `Origin: http://localhost:6274`"
+     " and with no `Origin`; the canary paused meanwhile, so that `/stats` `toolExecutions.total` counts"
+     " only these."),
+    ("mcp-log-flood", "1 MB names",
+     "From 4 keep-alive connections: 100 requests whose method name has 1 000 000 characters; 100"
+     " `tools/call`s of a tool whose name has 1 000 000 characters; 100 `initialize` requests whose"
+     " `clientInfo.name` has 1 000 000 characters. The server's log is measured."),
+    ("mcp-errors", "Malformed messages",
+     "One request each: invalid JSON, an empty body, a batch, a number, a string, no `jsonrpc`, an id of"
+     " 300 bytes, a method of 1000 bytes, `tools/call` with `arguments` a number, a string and an array,"
+     " `logging/setLevel` with level `loud`, an unknown tool, `Content-Type: text/plain`,"
+     " `Accept: application/json` alone, `Content-Length: abc`; and a valid `ping`."),
+]
+
+MCP_EXPECTED = {
+    "mcp-stalled-bodies": "the 10 MiB ones `413` at once, connection closed; of the others, 128 fit the 128 MiB"
+        " `max_inflight_body_bytes` (declared lengths are reserved up front) and get `408` after 30 s"
+        " (`body_read_timeout`; their average rate stays above 1 KiB/s), connection closed; the rest `503` with"
+        " `Retry-After` at once, connection closed.",
+    "mcp-stall": "`408` after about 10 s each (less than 1 KiB/s after the first 10 s), connection closed; the"
+        " third gets a `100 Continue` first, once the server starts reading its body.",
+    "mcp-big-params": "(a) `413` at once; (b) every call answered `200` with `echo`'s result: large messages are"
+        " checked and parsed off the runtime's workers, `max(1, cores / 2)` at a time, each counted in"
+        " `max_inflight_body_bytes` at up to 17 times its length; the canary's p99 ≤ 100 ms.",
+    "mcp-unread-answers": "the server holds about one answer per connection in `outboundBytes` (about 100 MiB,"
+        " under the 128 MiB `max_inflight_answer_bytes`), and closes each connection once its client has taken"
+        " nothing for 30 s (`write_timeout`; after 1 s were the server over its budget), counted in"
+        " `connectionsClosed.tooSlow`; `outboundBytes` back to 0.",
+    "mcp-progress-token": "`413` (over 1 MiB); `200` with JSON-RPC `-32602` (a token is repeated in every"
+        " progress notification: at most 256 bytes); the 200-byte ones answered as SSE, progress notifications"
+        " then the result, with nothing held by the server while they wait.",
+    "mcp-origin": "`403` with a JSON-RPC error and the tool not run, twice; `200` with the result and the tool run,"
+        " twice (a loopback origin on a loopback `Host`; no origin: not a browser).",
+    "mcp-log-flood": "`-32601` and `-32602` quoting at most 40 characters of the name (small answers);"
+        " `initialize` answered; at most a short line per request in the log, never a name (under 1 MB in all"
+        " for the 300 MB of names).",
+    "mcp-errors": "`400` `-32700` for what is not JSON; `400` `-32600` for what is not one JSON-RPC request;"
+        " `200` `-32601` for the long method; `200` `-32602` for the bad params, level and unknown tool; `415`,"
+        " `406` and `400` for the HTTP ones; `200` and a result for the ping.",
+}
+
 RSS_LIMIT_MIB = 512
 # The steady state starts one minute after `replay_window_time` (5 min): the
 # first walked-away sessions are parked a few seconds into the soak and expire
@@ -221,14 +287,25 @@ def main():
     meta = load(directory, "meta.json") or {}
     only = meta.get("only", "1,2,3,4,5,6,7,8,soak").split(",")
 
+    mcp = mcp_selected(meta, only)
+    haip_ran = any(x in only for x in ("1", "2", "3", "4", "5", "6", "7", "8", "soak"))
+
     out = []
     w = out.append
     w("# Reliability")
     w("")
-    w("How the `haip` server holds up against hostile and slow clients. The server is the quickstart")
-    w("(`examples/hostile/`, `serve` mode: built-in and annotated tools plus a `blob` tool that returns")
-    w("`{\"data\": \"<n × 'x'>\"}`) with **default settings**; the attacks are `examples/hostile/` too, raw")
-    w("WebSocket and raw TCP clients on loopback. Every attack gets a fresh server process.")
+    if haip_ran:
+        w("How the `haip` server holds up against hostile and slow clients. The server is the quickstart")
+        w("(`examples/hostile/`, `serve` mode: built-in and annotated tools plus a `blob` tool that returns")
+        w("`{\"data\": \"<n × 'x'>\"}`) with **default settings**; the attacks are `examples/hostile/` too, raw")
+        w("WebSocket and raw TCP clients on loopback. Every attack gets a fresh server process.")
+        if mcp:
+            w("The `/mcp` door is measured the same way, [at the end](#the-mcp-door).")
+    else:
+        w("How the `haip` server's `/mcp` door (MCP Streamable HTTP) holds up against hostile and slow")
+        w("clients. The server is the quickstart (`examples/quickstart.rs`) with **default settings**; the")
+        w("attacks are `examples/hostile/` (`mcp-*` modes), raw HTTP/1.1 clients on loopback. Every attack")
+        w("gets a fresh server process. The HAIP attacks and the soak were not run.")
     w("Generated by `bench/reliability.sh`; do not edit by hand.")
     w("")
     w("| | |")
@@ -240,10 +317,25 @@ def main():
     w(f"| Toolchain | {meta.get('rustc', '?')}, release profile, mimalloc |")
     w(f"| Commit | {meta.get('commit', '?')} |")
     w(f"| Command | `{meta.get('command', 'bash bench/reliability.sh')}` |")
-    w("| Settings | defaults (HAIP.md §18, §18.1); `HAIP_LOG=warn` |")
+    if not mcp:
+        w("| Settings | defaults (HAIP.md §18, §18.1); `HAIP_LOG=warn` |")
+    elif haip_ran:
+        w("| Settings | defaults (HAIP.md §18, §18.1); `HAIP_LOG=warn` for the HAIP attacks; for `/mcp`, the"
+          " quickstart's own logging (`info`, `HAIP_LOG` unset) |")
+    else:
+        w("| Settings | defaults (HAIP.md §18, §18.1); the quickstart's own logging (`info`, `HAIP_LOG` unset) |")
     w(f"| Load average (1, 5, 15 min) | {meta.get('loadavg_before', '?')} before, {meta.get('loadavg_after', '?')} after |")
     w("")
 
+    if haip_ran:
+        haip_sections(w, directory, meta, only)
+    if mcp:
+        mcp_sections(w, directory, mcp)
+    print("\n".join(out))
+
+
+def haip_sections(w, directory, meta, only):
+    """The HAIP attacks, their deviations, and the soak."""
     rows = []
     problems = []
     for number, title, _ in ATTACKS:
@@ -539,7 +631,297 @@ def main():
         w("`replayBytes` and `detachedSessions` with an RSS that rises in steps point to that; a leak would")
         w("show as RSS minus `replayBytes` rising steadily and without steps, in longer soaks too.")
         w("")
-    print("\n".join(out))
+
+
+def mcp_selected(meta, only):
+    """The /mcp attacks the run selected, in the order they ran."""
+    names = [n for n, _, _ in MCP_ATTACKS]
+    if meta.get("mcp") is not None:
+        chosen = [x for x in meta["mcp"].split(",") if x]
+    else:
+        chosen = [n for n in names if n in only or "mcp" in only]
+    return [n for n in names if n in chosen]
+
+
+def log_written(server):
+    """Bytes the server logged while the attack ran, or None."""
+    server = server or {}
+    before, after = server.get("log_bytes_before"), server.get("log_bytes_after_attack")
+    if isinstance(before, int) and isinstance(after, int):
+        return after - before
+    return None
+
+
+def mcp_deadline_issues(name, r):
+    """Connections the server held past its deadlines, as texts."""
+    out = []
+    if name == "mcp-stalled-bodies":
+        for part, wait in (("over_limit", 12), ("within_limit", 38)):
+            for code, v in ((r.get(part) or {}).get("statuses") or {}).items():
+                if code == "none":
+                    out.append(f"{v.get('count')} {part.replace('_', ' ')} bodies got no answer within {wait} s")
+                    continue
+                if code == "408" and (v.get("max_s") or 0) > 32:
+                    out.append(f"`408` after up to {v['max_s']:.1f} s (`body_read_timeout` 30 s)")
+                if v.get("connection_closed") != v.get("count"):
+                    out.append(f"{part.replace('_', ' ')}: {v.get('count')} × {code}, only"
+                               f" {v.get('connection_closed')} connections closed after it")
+    elif name == "mcp-stall":
+        for case, c in (r.get("cases") or {}).items():
+            if c.get("status") != 408 or (c.get("after_s") or 99) > 12 or not c.get("connection_closed"):
+                out.append(f"{case.replace('_', ' ')}: {c.get('status')} after {c.get('after_s')} s,"
+                           f" closed: {c.get('connection_closed')}")
+    elif name == "mcp-unread-answers":
+        zero = r.get("outbound_zero_at_s")
+        if zero is None or zero > 36:
+            out.append(f"`outboundBytes` back under 64 KiB at {zero} s (expected by about 32 s:"
+                       " `write_timeout` 30 s after the answers were made)")
+        if r.get("ended_by_server") != r.get("connections"):
+            out.append(f"{r.get('ended_by_server')} of {r.get('connections')} unread connections closed by the server")
+    return out
+
+
+def check_mcp(name, r, server, samples, probe):
+    """Deviations of one /mcp attack from what is expected of it."""
+    out = []
+    if server is not None and not (server.get("alive") and server.get("health_ok")):
+        out.append(f"the server did not survive (alive: {server.get('alive')}, /health 200: {server.get('health_ok')})")
+    if not r:
+        return out + ["no report"]
+    if r.get("error"):
+        return out + [f"the attack tool failed: {r['error']}"]
+    peak = peak_kib(server, samples)
+    if peak is not None and mib(peak) > RSS_LIMIT_MIB:
+        out.append(f"peak RSS {mib(peak):.1f} MiB > {RSS_LIMIT_MIB} MiB")
+    c = r.get("canary") or {}
+    if c.get("error"):
+        out.append(f"the canary failed: {c['error']}")
+    if c.get("failed"):
+        out.append(f"{c['failed']} canary calls got no `200` with a result within 5 s: {c.get('first_failures')}")
+    if (c.get("p99_ms") or 0) > CANARY_P99_LIMIT_MS:
+        slow = ", ".join(f"{x['ms']:.0f} ms at {x['at_s']:.2f} s" for x in c.get("slowest") or [])
+        out.append(f"canary p99 {c['p99_ms']:.1f} ms > {CANARY_P99_LIMIT_MS} ms over {c.get('calls')} calls"
+                   f" (slowest: {slow}; attack started at {r.get('attack_started_at_s', '?')} s)")
+    pc = (probe or {}).get("canary") or {}
+    if server and server.get("alive") and (pc.get("failed") or not pc.get("ok")):
+        out.append(f"after the attack, the server did not answer every canary call: {pc or 'no report'}")
+    refused, answered = r.get("refused_requests"), r.get("refused_answered")
+    if isinstance(refused, int) and answered != refused:
+        out.append(f"{answered} of {refused} refused requests got a clear 4xx/5xx or JSON-RPC error")
+    if r.get("unanswered"):
+        out.append(f"{r['unanswered']} requests got no answer")
+    out += mcp_deadline_issues(name, r)
+
+    def labels(statuses):
+        return set((statuses or {}).keys())
+
+    if name == "mcp-stalled-bodies":
+        over = (r.get("over_limit") or {}).get("statuses") or {}
+        if labels(over) != {"413"} or (over.get("413") or {}).get("max_s", 99) > 1:
+            out.append(f"Content-Length 10 MiB: {over} (expected `413` at once)")
+        under = (r.get("within_limit") or {}).get("statuses") or {}
+        if labels(under) - {"408", "503"}:
+            out.append(f"Content-Length 1 048 000: {under} (expected `408` and `503` only)")
+        n408 = (under.get("408") or {}).get("count", 0)
+        if not 120 <= n408 <= 128:
+            out.append(f"{n408} bodies of 1 048 000 bytes admitted (expected about 128 = 128 MiB / 1 048 000 B)")
+        if n408 and (under["408"].get("min_s") or 0) < 28:
+            out.append(f"`408` after {under['408']['min_s']:.1f} s (expected 30 s, `body_read_timeout`)")
+        b = under.get("503") or {}
+        if b and (b.get("max_s", 99) > 1 or b.get("with_retry_after") != b.get("count")):
+            out.append(f"`503`: {b} (expected at once, each with `Retry-After`)")
+    elif name == "mcp-stall":
+        ec = (r.get("cases") or {}).get("expect_continue") or {}
+        if ec and ec.get("continue_after_s") is None:
+            out.append("`Expect: 100-continue`: no `100 Continue` before the `408`")
+    elif name == "mcp-big-params":
+        over = r.get("over_limit") or {}
+        for a in (over.get("one") or []) + (over.get("four_at_once") or []):
+            if a.get("status") != 413 or (a.get("ms") or 0) > 1000:
+                out.append(f"10 MB call: {a.get('label')} after {a.get('ms')} ms (expected `413` at once)")
+        under = r.get("under_limit") or {}
+        for a in under.get("four_at_once") or []:
+            if a.get("label") != "200 result":
+                out.append(f"~1 MB call, 4 at once: {a.get('label')} {a.get('message') or ''}")
+        cont = under.get("continuous") or {}
+        if labels(cont.get("statuses")) - {"200 result"} or not cont.get("answers"):
+            out.append(f"~1 MB calls continuously: {cont.get('statuses')} {cont.get('failures') or ''}")
+    elif name == "mcp-unread-answers":
+        if not r.get("outbound_peak_bytes"):
+            out.append("`/stats` `outboundBytes` never grew: the kernel took every answer, nothing was held")
+        if (r.get("closed_too_slow") or 0) < (r.get("connections") or 0):
+            out.append(f"{r.get('closed_too_slow')} of {r.get('connections')} connections closed as too slow")
+    elif name == "mcp-progress-token":
+        if labels((r.get("token_9mb") or {}).get("statuses")) != {"413 -32600"}:
+            out.append(f"9 MB token: {(r.get('token_9mb') or {}).get('statuses')} (expected `413`)")
+        if labels((r.get("token_300") or {}).get("statuses")) != {"200 -32602"}:
+            out.append(f"300-byte token: {(r.get('token_300') or {}).get('statuses')} (expected `-32602`)")
+        u = r.get("token_200_unread") or {}
+        if labels(u.get("statuses")) != {"200 result (SSE)"} or not all(u.get("progress_notifications") or [0]):
+            out.append(f"200-byte token on process_file: {u.get('statuses')}, progress"
+                       f" notifications {u.get('progress_notifications')}")
+    elif name == "mcp-origin":
+        for case, v in (r.get("cases") or {}).items():
+            if not v.get("as_expected"):
+                a = v.get("answer") or {}
+                out.append(f"Origin {v.get('origin')}: {a.get('label') or v.get('error')}, tool ran"
+                           f" {v.get('tool_executions')}× (expected {v.get('expected_status')})")
+        if not r.get("canary_paused"):
+            out.append("the canary could not be paused: the tool counts may include its calls")
+    elif name == "mcp-log-flood":
+        expected = {"method_name": "200 -32601", "tool_name": "200 -32602", "initialize_client_name": "200 result"}
+        for group, label in expected.items():
+            g = (r.get("groups") or {}).get(group) or {}
+            if labels(g.get("statuses")) != {label}:
+                out.append(f"{group.replace('_', ' ')}: {g.get('statuses')} (expected `{label}`)")
+            if (g.get("largest_answer_bytes") or 0) > 4096:
+                out.append(f"{group.replace('_', ' ')}: an answer of {g['largest_answer_bytes']} bytes")
+        logged = log_written(server)
+        if logged is not None and logged >= 1_000_000:
+            out.append(f"the server logged {logged} bytes (a 1 MB name may have reached the log)")
+    elif name == "mcp-errors":
+        for case in r.get("cases") or []:
+            if not case.get("as_expected"):
+                a = case.get("answer") or {}
+                out.append(f"{case.get('case')}: {a.get('label') or case.get('error')}"
+                           f" (expected {case.get('expected_status')} {case.get('expected_code') or ''})".rstrip())
+    return out
+
+
+def mcp_sections(w, directory, selected):
+    """The `/mcp` door: targets, attacks, deviations, what the server held."""
+    rows = []
+    problems = []
+    for name, title, _ in MCP_ATTACKS:
+        if name not in selected:
+            continue
+        report = load(directory, f"{name}.json")
+        server = load(directory, f"{name}-server.json")
+        samples = load_samples(directory, f"{name}-samples.jsonl")
+        probe = load(directory, f"{name}-canary-after.json")
+        if report is None:
+            err = load_text(directory, f"{name}.err")
+            problems.append(f"{name}: no report" + (f" — `{err[:300]}`" if err else ""))
+        elif report.get("error"):
+            problems.append(f"{name}: the attack tool failed: `{report['error']}`")
+        rows.append((name, title, report or {}, server, samples, probe))
+
+    w("## The `/mcp` door")
+    w("")
+    w("The same server answers MCP Streamable HTTP at `/mcp` (feature `mcp`), on the HAIP port. Here")
+    w("the server is the quickstart itself (`target/release/examples/quickstart`: built-in and annotated")
+    w("tools, no `blob`) at **default settings** and with its default logging (`info`, `HAIP_LOG` unset),")
+    w("a fresh process per attack, pinned as above; the attacks are `examples/hostile/` `mcp-*` modes, raw")
+    w("HTTP/1.1 clients on loopback. The MCP canary is a separate client on its own keep-alive connection,")
+    w("connected before the attack starts, calling `echo` on `/mcp` every 100 ms, one call at a time; its")
+    w("latency is from the first byte of the POST to the last byte of the answer, and a call fails unless")
+    w("it gets a `200` with a JSON-RPC `result` within 5 s.")
+    w("")
+    if problems:
+        w("**Problems during the run:**")
+        w("")
+        for p in problems:
+            w(f"- {p}")
+        w("")
+
+    def target(name, measured, met):
+        verdict = "not measured" if met is None else ("met" if met else "**missed**")
+        w(f"| {name} | {measured} | {verdict} |")
+
+    ran = [x for x in rows if x[2] or x[3]]
+    survived = [x for x in ran if x[3] and x[3].get("alive") and x[3].get("health_ok")]
+    peaks = [(peak_kib(x[3], x[4]), x[0]) for x in ran if peak_kib(x[3], x[4]) is not None]
+    worst_peak = max(peaks) if peaks else None
+    p99s = [((x[2].get("canary") or {}).get("p99_ms"), x[0]) for x in ran
+            if (x[2].get("canary") or {}).get("p99_ms") is not None]
+    worst_p99 = max(p99s) if p99s else None
+    failed = sum((x[2].get("canary") or {}).get("failed") or 0 for x in ran)
+    canary_missing = [x[0] for x in ran if (x[2].get("canary") or {}).get("p99_ms") is None]
+    refused = sum(x[2].get("refused_requests") or 0 for x in ran)
+    answered = sum(x[2].get("refused_answered") or 0 for x in ran)
+    unanswered = sum(x[2].get("unanswered") or 0 for x in ran)
+    held = [f"{x[0]}: {d}" for x in ran for d in mcp_deadline_issues(x[0], x[2])]
+    w("### Targets")
+    w("")
+    w("| Target | Measured | |")
+    w("|---|---|---|")
+    target("Every attack survived (process alive, `/health` 200), default settings",
+           f"{len(survived)} of {len(ran)}", len(survived) == len(ran) if ran else None)
+    target(f"Peak RSS ≤ {RSS_LIMIT_MIB} MiB in the worst row",
+           f"{fmt(mib(worst_peak[0]))} MiB ({worst_peak[1]})" if worst_peak else "—",
+           None if worst_peak is None else mib(worst_peak[0]) <= RSS_LIMIT_MIB)
+    target(f"Canary p99 ≤ {CANARY_P99_LIMIT_MS} ms under each attack, and no failed canary call",
+           (f"worst p99 {fmt(worst_p99[0], 2)} ms ({worst_p99[1]}); {failed} failed calls" if worst_p99 else "—")
+           + (f"; no canary report for {', '.join(canary_missing)}" if canary_missing else ""),
+           None if worst_p99 is None or canary_missing
+           else worst_p99[0] <= CANARY_P99_LIMIT_MS and failed == 0)
+    target("Every refused request got a clear 4xx/5xx or JSON-RPC error",
+           f"{answered} of {refused}" + (f"; {unanswered} requests without an answer" if unanswered else ""),
+           (answered == refused and unanswered == 0) if refused else None)
+    held_ok = not held
+    target("No connection held past the deadlines (`408` by `body_read_timeout`, 30 s; unread answers let"
+           " go by `write_timeout`, 30 s; refused connections closed)",
+           "none" if held_ok else "; ".join(cell_text(h) for h in held),
+           held_ok if any(x[0] in ("mcp-stalled-bodies", "mcp-stall", "mcp-unread-answers") for x in ran) else None)
+    w("")
+
+    w("### Attacks")
+    w("")
+    w("RSS as above: *before* once `/health` answers, *peak* its `VmHWM`, *after* 10 s after the attacker")
+    w("exited. *Log* is what the server wrote to its log (stderr) while the attack ran. *Closed* are the")
+    w("server's `/stats` `connectionsClosed` counters 1 s after the attack: `tooSlow` (a client that took")
+    w("nothing of its answers) and `bodyTimeout` (`408`s).")
+    w("")
+    w("| Attack | Survived | What the attacker got | RSS MiB before / peak / 10 s after | Canary p50 / p99 ms | Log bytes | Closed too slow / body timeout |")
+    w("|---|---|---|---|---|---:|---|")
+    for name, title, report, server, samples, probe in rows:
+        survived_cell = "yes" if server and server.get("alive") and server.get("health_ok") else "**no**"
+        got = report.get("attacker_got") or report.get("error") or "no report"
+        before = mib((server or {}).get("rss_before_kib"))
+        after = mib((server or {}).get("rss_after_kib"))
+        peak = mib(peak_kib(server, samples))
+        logged = log_written(server)
+        cc = ((report.get("stats_after") or {}).get("connectionsClosed")) or {}
+        w(f"| `{name}` {title} | {survived_cell} | {cell_text(got)} | {fmt(before)} / {fmt(peak)} / {fmt(after)}"
+          f" | {canary_cell(report.get('canary'))} | {'—' if logged is None else logged}"
+          f" | {cc.get('tooSlow', '—')} / {cc.get('bodyTimeout', '—')} |")
+    w("")
+    w("What each attack does:")
+    w("")
+    for name, title, text in MCP_ATTACKS:
+        if name in selected:
+            w(f"- **{title}** (`{name}`). {text} *Expected:* {MCP_EXPECTED[name]}")
+    w("")
+    w("### Deviations from the expected behaviour")
+    w("")
+    w("Checked by `bench/reliability.py` against the raw results and the expectations above:")
+    w("")
+    deviations = [f"`{name}` ({title}): {d}" for name, title, report, server, samples, probe in rows
+                  for d in check_mcp(name, report, server, samples, probe)]
+    if deviations:
+        for d in deviations:
+            w(f"- {cell_text(d)}")
+    else:
+        w("None: every `/mcp` attack that ran behaved as expected.")
+    w("")
+    w("What the server still held: `/stats` 1 s after each attack (the canary still connected), and its")
+    w("RSS once more after the 10 s of quiet plus 5 s of MCP canary calls.")
+    w("")
+    w("| Attack | outboundBytes | tool calls (total / failed) | RSS MiB after 10 s + 5 s of canary calls | those canary calls | log bytes in all |")
+    w("|---|---:|---|---:|---|---:|")
+    for name, title, report, server, samples, probe in rows:
+        st = report.get("stats_after") or {}
+        te = st.get("toolExecutions") or {}
+        pc = (probe or {}).get("canary") or {}
+        probe_cell = (f"{pc.get('ok')} of {pc.get('calls')} OK, p99 {fmt(pc.get('p99_ms'), 2)} ms"
+                      if pc.get("calls") is not None else "—")
+        w(f"| `{name}` | {st.get('outboundBytes', '—')} | {te.get('total', '—')} / {te.get('failed', '—')}"
+          f" | {fmt(mib((server or {}).get('rss_after_traffic_kib')))} | {probe_cell}"
+          f" | {(server or {}).get('log_bytes_end', '—')} |")
+    w("")
+    w("Raw results are in `target/reliability-results/mcp-*.json` (the server's log in `mcp-*-server.log`,")
+    w("the RSS and fd samples in `mcp-*-samples.jsonl`).")
+    w("")
 
 
 def check_common(report, server, samples, canary_limit=CANARY_P99_LIMIT_MS):

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The haip reliability measurement: the quickstart server (plus a `blob` tool,
 # examples/hostile/ `serve`, default settings) against hostile and slow
-# clients (examples/hostile/), on this machine's loopback.
+# clients (examples/hostile/), on this machine's loopback; and the same for
+# the `/mcp` door, against the quickstart itself.
 #
-#   bash bench/reliability.sh                          # attacks 1-8, then a 10-minute soak
+#   bash bench/reliability.sh                          # attacks 1-8, the /mcp attacks, a 10-minute soak
 #   SOAK_SECONDS=60 bash bench/reliability.sh          # a short soak
 #   RELIABILITY_ONLY=1,4 bash bench/reliability.sh     # a subset (numbers and/or `soak`)
+#   RELIABILITY_ONLY=mcp bash bench/reliability.sh     # the /mcp attacks (or some: mcp-stall,mcp-origin)
 #
 # Per attack 1-8: a fresh server pinned to CPU 0 on a free 127.0.0.1 port; its
 # VmRSS before; a sampler reading VmRSS every 100 ms (and VmHWM at the end)
@@ -17,6 +19,11 @@
 # (50 connections x 8 in flight, 5 s); then another fresh server gets half that
 # rate for SOAK_SECONDS (default 600, at most 900) of calls, cancels, abrupt
 # disconnects and resumptions, its VmRSS and open fds sampled every 5 s.
+# Per /mcp attack (mcp-stalled-bodies ... mcp-errors): the same, but the
+# server is a fresh target/release/examples/quickstart with its default
+# logging (HAIP_LOG unset: info), the attack and canary modes are hostile's
+# `mcp-*`, and the byte size of the server's log (stderr) is recorded before
+# and after the attack.
 # Raw JSON goes to target/reliability-results/; bench/reliability.py writes
 # RELIABILITY.md. Everything is bounded in time and count; only 127.0.0.1 is
 # ever contacted.
@@ -27,8 +34,16 @@ ROOT=$(pwd)
 OUT=$ROOT/target/reliability-results
 BIN=$ROOT/target/release
 SOAK_SECONDS=${SOAK_SECONDS:-600}
-ONLY=${RELIABILITY_ONLY:-1,2,3,4,5,6,7,8,soak}
+ONLY=${RELIABILITY_ONLY:-1,2,3,4,5,6,7,8,mcp,soak}
 AFTER_SECONDS=10
+# The /mcp attacks, in the order they run, and their arguments.
+MCP_ATTACKS=(mcp-stalled-bodies mcp-stall mcp-big-params mcp-unread-answers mcp-progress-token mcp-origin mcp-log-flood mcp-errors)
+declare -A MCP_ARGS=(
+    [mcp-stalled-bodies]="--count 600"
+    [mcp-big-params]="--duration 15"
+    [mcp-unread-answers]="--count 100"
+    [mcp-log-flood]="--count 100"
+)
 
 case $SOAK_SECONDS in
     '' | *[!0-9]*) echo "SOAK_SECONDS must be a whole number" >&2; exit 2 ;;
@@ -37,11 +52,17 @@ if ((SOAK_SECONDS < 10 || SOAK_SECONDS > 900)); then
     echo "SOAK_SECONDS must be between 10 and 900" >&2
     exit 2
 fi
-if [[ ! $ONLY =~ ^((soak|[1-8]),)*(soak|[1-8])$ ]]; then
-    echo "RELIABILITY_ONLY must be a comma-separated list of 1-8 and soak" >&2
+MCP_NAMES=$(IFS='|'; echo "${MCP_ATTACKS[*]}")
+if [[ ! $ONLY =~ ^((soak|mcp|$MCP_NAMES|[1-8]),)*(soak|mcp|$MCP_NAMES|[1-8])$ ]]; then
+    echo "RELIABILITY_ONLY must be a comma-separated list of 1-8, soak, mcp (all /mcp attacks) and ${MCP_ATTACKS[*]}" >&2
     exit 2
 fi
-selected() { [[ ,$ONLY, == *,$1,* ]]; }
+# selected NAME: NAME was asked for (an /mcp attack also through `mcp`).
+selected() { [[ ,$ONLY, == *,$1,* ]] || { [[ $1 == mcp-* ]] && [[ ,$ONLY, == *,mcp,* ]]; }; }
+MCP_SELECTED=()
+for attack in "${MCP_ATTACKS[@]}"; do
+    if selected "$attack"; then MCP_SELECTED+=("$attack"); fi
+done
 
 COMMAND="bash bench/reliability.sh"
 if ((SOAK_SECONDS != 600)); then COMMAND="SOAK_SECONDS=$SOAK_SECONDS $COMMAND"; fi
@@ -67,6 +88,9 @@ fi
 
 echo "== building (release)"
 cargo build --release --quiet -p haip-examples --example hostile
+if ((${#MCP_SELECTED[@]} > 0)); then
+    cargo build --release --quiet -p haip-examples --example quickstart
+fi
 if selected soak; then
     cargo build --release --quiet -p haip --features cli --bin haip
 fi
@@ -104,14 +128,22 @@ proc_kib() {
     echo "${value:-null}"
 }
 
-# start_server NAME: a fresh `hostile serve` on a free port, ready; sets PID, PORT, URL.
+# start_server NAME [quickstart]: a fresh `hostile serve` (or, for the /mcp
+# attacks, the quickstart with its own logging; its stderr alone in the log)
+# on a free port, ready; sets PID, PORT, URL (ws://…/haip or http://…/mcp).
 start_server() {
     local log=$OUT/$1-server.log deadline
     PORT=$(free_port)
-    HAIP_ADDR=127.0.0.1:$PORT HAIP_LOG=warn "${PIN_SERVER[@]}" "$BIN/examples/hostile" serve >"$log" 2>&1 &
+    if [[ ${2:-} == quickstart ]]; then
+        env -u HAIP_LOG HAIP_ADDR=127.0.0.1:$PORT "${PIN_SERVER[@]}" "$BIN/examples/quickstart" \
+            >"$OUT/$1-server.out" 2>"$log" &
+        URL=http://127.0.0.1:$PORT/mcp
+    else
+        HAIP_ADDR=127.0.0.1:$PORT HAIP_LOG=warn "${PIN_SERVER[@]}" "$BIN/examples/hostile" serve >"$log" 2>&1 &
+        URL=ws://127.0.0.1:$PORT/haip
+    fi
     PID=$!
     RUNNING[$PID]=server
-    URL=ws://127.0.0.1:$PORT/haip
     deadline=$((SECONDS + 30))
     until health_ok "$PORT"; do
         if ! kill -0 "$PID" 2>/dev/null; then
@@ -149,25 +181,33 @@ stop_sampler() {
     unset "RUNNING[$SAMPLER]"
 }
 
-# finish_server NAME PID RSS_BEFORE: the quiet period, the survival check, then
-# 5 s of canary calls (mimalloc returns freed pages lazily, when the process
-# allocates again) and VmRSS once more; the record.
+# log_bytes NAME: the size of the server's log so far.
+log_bytes() {
+    stat -c %s "$OUT/$1-server.log" 2>/dev/null || echo null
+}
+
+# finish_server NAME PID RSS_BEFORE [CANARY_MODE [EXTRA_JSON]]: the quiet
+# period, the survival check, then 5 s of canary calls (mimalloc returns freed
+# pages lazily, when the process allocates again) and VmRSS once more; the
+# record, with EXTRA_JSON (`, "key": value…`) appended.
 finish_server() {
-    local name=$1 pid=$2 before=$3 hwm after after_traffic=null alive=false healthy=false
+    local name=$1 pid=$2 before=$3 canary=${4:-canary} extra=${5:-}
+    local hwm after after_traffic=null alive=false healthy=false
     hwm=$(proc_kib "$pid" VmHWM)
     sleep "$AFTER_SECONDS"
     after=$(proc_kib "$pid" VmRSS)
     kill -0 "$pid" 2>/dev/null && alive=true
     health_ok "$PORT" && healthy=true
     if [[ $alive == true ]]; then
-        timeout 60 "${PIN_LOAD[@]}" "$BIN/examples/hostile" canary "$URL" --duration 5 \
+        timeout 60 "${PIN_LOAD[@]}" "$BIN/examples/hostile" "$canary" "$URL" --duration 5 \
             >"$OUT/$name-canary-after.json" 2>"$OUT/$name-canary-after.err" || true
         after_traffic=$(proc_kib "$pid" VmRSS)
     fi
     stop_server "$pid"
     cat >"$OUT/$name-server.json" <<EOF
 {"rss_before_kib": $before, "hwm_kib": $hwm, "rss_after_kib": $after, "after_seconds": $AFTER_SECONDS,
- "rss_after_traffic_kib": $after_traffic, "alive": $alive, "health_ok": $healthy, "exit_status_on_stop": $STOP_STATUS}
+ "rss_after_traffic_kib": $after_traffic, "alive": $alive, "health_ok": $healthy, "exit_status_on_stop": $STOP_STATUS,
+ "log_bytes_end": $(log_bytes "$name")$extra}
 EOF
     if [[ $alive != true || $healthy != true ]]; then
         echo "   the server did NOT survive (alive: $alive, /health: $healthy); see ${OUT#"$ROOT"/}/$name-server.log" >&2
@@ -191,6 +231,27 @@ run_attack() {
     finish_server "$name" "$PID" "$before"
 }
 
+# run_mcp_attack NAME: one /mcp attack against a fresh quickstart.
+run_mcp_attack() {
+    local name=$1 before log_before log_after status=0
+    local -a args
+    read -r -a args <<<"${MCP_ARGS[$name]:-}"
+    echo "== $name"
+    start_server "$name" quickstart
+    before=$(proc_kib "$PID" VmRSS)
+    log_before=$(log_bytes "$name")
+    start_sampler "$name" "$PID" 0.1
+    timeout 400 "${PIN_LOAD[@]}" "$BIN/examples/hostile" "$name" "$URL" "${args[@]}" \
+        >"$OUT/$name.json" 2>"$OUT/$name.err" || status=$?
+    log_after=$(log_bytes "$name")
+    stop_sampler
+    if ((status != 0)); then
+        echo "   error: hostile $name exited with status $status: $(head -c 500 "$OUT/$name.err")" >&2
+    fi
+    finish_server "$name" "$PID" "$before" mcp-canary \
+        ", \"log_bytes_before\": $log_before, \"log_bytes_after_attack\": $log_after"
+}
+
 LOADAVG_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 selected 1 && run_attack 1 --duration 30
 selected 2 && run_attack 2 --count 200
@@ -200,6 +261,9 @@ selected 5 && run_attack 5 --duration 20
 selected 6 && run_attack 6 --count 10050
 selected 7 && run_attack 7 --count 400
 selected 8 && run_attack 8 --duration 10
+for attack in "${MCP_SELECTED[@]}"; do
+    run_mcp_attack "$attack"
+done
 
 if selected soak; then
     echo "== soak: measuring the maximum echo call rate (haip bench, 50 x 8, 5 s)"
@@ -241,6 +305,7 @@ cat >"$OUT/meta.json" <<EOF
   "commit": "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')",
   "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
   "only": "$ONLY",
+  "mcp": "$(IFS=,; echo "${MCP_SELECTED[*]}")",
   "soak_seconds": $SOAK_SECONDS,
   "after_seconds": $AFTER_SECONDS,
   "fd_limit": "$FD_LIMIT",

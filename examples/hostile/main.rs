@@ -26,9 +26,26 @@
 //! | `soak` | calls at `--rate` per second mixing `echo`, `process_file` (some cancelled), abrupt disconnects every 9 s and resumptions, a walk-away on every tenth disconnect (the clients in turn), for `--duration` seconds |
 //! | `canary` | nothing but the canary, for `--duration` seconds (the script's check that a server still answers after an attack) |
 //!
+//! And the `/mcp` door (MCP Streamable HTTP on the same port), against
+//! `http://127.0.0.1:PORT/mcp`, with an MCP canary calling `echo` on `/mcp`
+//! every 100 ms (see `mcp/`):
+//!
+//! | Attack | What it does |
+//! |---|---|
+//! | `mcp-stalled-bodies` | `--count` (600) POSTs announcing 10 MiB, then as many announcing 1 048 000 bytes that send all but 100 and trickle 1 byte/s |
+//! | `mcp-stall` | one body each: trickling 1 byte/s, nothing after the headers, `Expect: 100-continue` then nothing, chunked with no chunk |
+//! | `mcp-big-params` | 10 MB `tools/call`s holding 5 million zeros (1, then 4 at once); ~1 MB ones (4 at once, then from 4 connections for `--duration` s, 15) |
+//! | `mcp-unread-answers` | `--count` (100) connections pipeline `echo` calls with ~2 MiB answers and never read them |
+//! | `mcp-progress-token` | progress tokens of 9 MB, 300 bytes, and 200 bytes (on `process_file`, unread while it runs) |
+//! | `mcp-origin` | `echo` with `Origin` `http://evil.example`, `null`, `http://localhost:6274`, none |
+//! | `mcp-log-flood` | `--count` (100) each: a 1 MB method name, a 1 MB tool name, `initialize` with a 1 MB client name |
+//! | `mcp-errors` | malformed JSON-RPC (invalid JSON, batch, non-object, no `jsonrpc`, bad `arguments`, bad level) and HTTP |
+//! | `mcp-canary` | nothing but the MCP canary, for `--duration` seconds |
+//!
 //! ```text
 //! cargo run --release --example hostile -- serve                 # HAIP_ADDR=127.0.0.1:PORT
 //! cargo run --release --example hostile -- 1 ws://127.0.0.1:PORT/haip --duration 30
+//! cargo run --release --example hostile -- mcp-stall http://127.0.0.1:PORT/mcp
 //! ```
 //!
 //! Each run prints one JSON object on standard output: `attack`,
@@ -40,7 +57,8 @@
 //!
 //! The code: `main.rs` (arguments, dispatch, `serve`), `wire.rs` (raw
 //! WebSocket clients and shared helpers), `http.rs` (raw TCP and HTTP/1.1),
-//! `canary.rs`, `attacks/` (attacks 1–8) and `soak.rs`.
+//! `canary.rs`, `attacks/` (attacks 1–8), `soak.rs`, and `mcp/` (the
+//! `/mcp` attacks and their canary).
 
 use std::net::ToSocketAddrs;
 use std::process::ExitCode;
@@ -55,6 +73,7 @@ use haip_examples as _;
 mod attacks;
 mod canary;
 mod http;
+mod mcp;
 mod soak;
 mod wire;
 
@@ -128,7 +147,9 @@ fn parse_args() -> Result<Args, String> {
                 }
                 rate = Some(r);
             }
-            _ if arg.starts_with("ws://") && url.is_none() => url = Some(arg),
+            _ if (arg.starts_with("ws://") || arg.starts_with("http://")) && url.is_none() => {
+                url = Some(arg);
+            }
             _ => return Err(format!("unexpected argument `{arg}`\n{USAGE}")),
         }
     }
@@ -143,7 +164,13 @@ fn parse_args() -> Result<Args, String> {
         });
     }
     let url = url.ok_or(USAGE)?;
-    let addr = check_loopback(&url)?;
+    // The `/mcp` door is plain HTTP; the HAIP attacks speak WebSocket.
+    let scheme = if mode.starts_with("mcp-") {
+        "http://"
+    } else {
+        "ws://"
+    };
+    let addr = check_loopback(&url, scheme)?;
     Ok(Args {
         mode,
         url,
@@ -154,13 +181,15 @@ fn parse_args() -> Result<Args, String> {
     })
 }
 
-const USAGE: &str = "usage: hostile serve | hostile (1|2|3|4|5|6|7|8|soak|canary) ws://127.0.0.1:PORT/haip [--duration SECS] [--count N] [--rate CALLS_PER_S]";
+pub(crate) const USAGE: &str = "usage: hostile serve | hostile (1|2|3|4|5|6|7|8|soak|canary) ws://127.0.0.1:PORT/haip [--duration SECS] [--count N] [--rate CALLS_PER_S]
+       hostile (mcp-stalled-bodies|mcp-stall|mcp-big-params|mcp-unread-answers|mcp-progress-token|mcp-origin|mcp-log-flood|mcp-errors|mcp-canary) http://127.0.0.1:PORT/mcp [--duration SECS] [--count N]";
 
-/// Refuses anything but this machine's loopback; returns `host:port`.
-fn check_loopback(url: &str) -> Result<String, String> {
+/// Refuses anything but this machine's loopback, and a URL not of
+/// `scheme`; returns `host:port`.
+fn check_loopback(url: &str, scheme: &str) -> Result<String, String> {
     let rest = url
-        .strip_prefix("ws://")
-        .ok_or("the URL must start with ws://")?;
+        .strip_prefix(scheme)
+        .ok_or_else(|| format!("the URL must start with {scheme}"))?;
     let authority = rest.split('/').next().unwrap_or_default();
     let addrs: Vec<_> = authority
         .to_socket_addrs()
@@ -276,7 +305,11 @@ fn main() -> ExitCode {
             }
         };
     }
-    let report = runtime.block_on(run(args));
+    let report = if args.mode.starts_with("mcp-") {
+        runtime.block_on(mcp::run(&args))
+    } else {
+        runtime.block_on(run(args))
+    };
     println!("{report}");
     // Sockets still held by aborted tasks go with the process.
     runtime.shutdown_timeout(Duration::from_secs(1));

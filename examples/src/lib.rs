@@ -15,14 +15,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Logs to stderr, filtered by `HAIP_LOG` (e.g. `HAIP_LOG=debug`), else by
 /// `default_filter`. stderr keeps stdout free for the MCP stdio example.
 ///
-/// The default keeps the MCP library's own lines at `warn`: at `info` it
-/// logs three lines for every request `/mcp` serves.
+/// The default keeps the MCP library's own lines to errors: at `info` it
+/// logs three lines for every request `/mcp` serves, and at `warn` one for
+/// every request a client gets wrong (which haip answers, and counts).
 pub fn init_logging(default_filter: &str) {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("HAIP_LOG").unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new(format!("{default_filter},rmcp=warn"))
+                tracing_subscriber::EnvFilter::new(format!("{default_filter},rmcp=error"))
             }),
         )
         .init();

@@ -254,7 +254,13 @@ impl ServerHandler for ExportService {
                 None,
             ));
         };
-        let params = Value::Object(request.arguments.take().unwrap_or_default());
+        // A large call's arguments come parsed already, beside the message.
+        let parsed = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<LargeArguments>())
+            .and_then(LargeArguments::take);
+        let params = Value::Object(parsed.or(request.arguments.take()).unwrap_or_default());
         let subject = context
             .extensions
             .get::<hyper::http::request::Parts>()
@@ -904,6 +910,22 @@ tokio::task_local! {
 /// Marks a request over 64 KiB: its params are validated on the blocking pool.
 #[derive(Clone, Copy)]
 pub(crate) struct LargeRequest;
+
+/// The arguments of a large `tools/call`, parsed by the server's front door
+/// off the runtime's workers and left out of the message the MCP server
+/// parses (which keeps only their small scalars). Taken once, by the call.
+#[derive(Clone, Default)]
+pub(crate) struct LargeArguments(pub(crate) Arc<std::sync::Mutex<Option<Map<String, Value>>>>);
+
+impl LargeArguments {
+    pub(crate) fn new(arguments: Map<String, Value>) -> LargeArguments {
+        LargeArguments(Arc::new(std::sync::Mutex::new(Some(arguments))))
+    }
+
+    fn take(&self) -> Option<Map<String, Value>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
 
 #[cfg(test)]
 mod tests {

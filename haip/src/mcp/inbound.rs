@@ -13,7 +13,7 @@
 //! times the message's length (an array of single digits is the worst case).
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 /// JSON-RPC: not JSON.
 pub(crate) const PARSE_ERROR: i32 = -32700;
@@ -306,6 +306,33 @@ pub(crate) fn check(body: &[u8]) -> Result<Checked, Refusal> {
         id,
         cost: root.cost,
     })
+}
+
+/// A large `tools/call` taken apart before the MCP server parses it: the
+/// message with its arguments' large values left out (small scalars stay,
+/// for the `Mcp-Param-*` header checks), and the whole arguments, parsed
+/// here, off the runtime's workers; `None` when there is nothing to take
+/// (the arguments are not an object).
+pub(crate) fn split_arguments(body: &[u8]) -> Option<(Vec<u8>, Map<String, Value>)> {
+    let mut message: Value = serde_json::from_slice(body).ok()?;
+    let arguments = message.get_mut("params")?.get_mut("arguments")?;
+    if !arguments.is_object() {
+        return None;
+    }
+    let Value::Object(whole) = arguments.take() else {
+        return None;
+    };
+    let kept: Map<String, Value> = whole
+        .iter()
+        .filter(|(_, v)| match v {
+            Value::String(s) => s.len() <= MAX_TOKEN_BYTES,
+            Value::Array(_) | Value::Object(_) => false,
+            _ => true,
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    *arguments = Value::Object(kept);
+    Some((serde_json::to_vec(&message).ok()?, whole))
 }
 
 // ----- the walk -------------------------------------------------------------------------
@@ -742,6 +769,26 @@ mod tests {
             r.message,
             format!("Method not found: {}…", "é".repeat(QUOTE_CHARS))
         );
+    }
+
+    #[test]
+    fn large_arguments_are_taken_out_of_the_message() {
+        let body = call(
+            r#"{"name":"echo","arguments":{"message":"hi","n":3,"junk":[0,0,0],"deep":{"a":1}}}"#,
+        );
+        let (stub, whole) = split_arguments(body.as_bytes()).unwrap();
+        let stub: Value = serde_json::from_slice(&stub).unwrap();
+        assert_eq!(
+            stub["params"]["arguments"],
+            json!({"message": "hi", "n": 3})
+        );
+        assert_eq!(stub["params"]["name"], "echo");
+        assert_eq!(stub["id"], 7);
+        assert_eq!(
+            Value::Object(whole),
+            json!({"message": "hi", "n": 3, "junk": [0, 0, 0], "deep": {"a": 1}})
+        );
+        assert!(split_arguments(call(r#"{"name":"echo"}"#).as_bytes()).is_none());
     }
 
     #[test]

@@ -151,8 +151,9 @@ pub(crate) struct AnswerBody {
     budget: Arc<AnswerBudget>,
     shared: Arc<Shared>,
     /// What the request holds in the body budget (its parsed form), until
-    /// its answer has gone.
-    _request: Option<Reservation>,
+    /// its answer is complete (what is left of it then is the answer, which
+    /// the answer budget counts).
+    request: Option<Reservation>,
 }
 
 impl AnswerBody {
@@ -169,7 +170,7 @@ impl AnswerBody {
             outflow,
             budget,
             shared,
-            _request: request,
+            request,
         }
     }
 
@@ -223,9 +224,18 @@ impl HttpBody for AnswerBody {
                             this.hold(data.len());
                             this.pending = data;
                         }
+                        // The whole answer exists now: the request's own
+                        // data is gone, what is held is counted as answer.
+                        if this.inner.is_end_stream() {
+                            this.request = None;
+                        }
                     }
                     Err(frame) => return Poll::Ready(Some(Ok(frame))),
                 },
+                Poll::Ready(None) => {
+                    this.request = None;
+                    return Poll::Ready(None);
+                }
                 other => return other,
             }
         }

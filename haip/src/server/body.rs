@@ -198,6 +198,13 @@ impl Reader {
     /// Reads the rest of the body into one buffer (at most `max` bytes).
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(super) async fn read_rest(&mut self) -> Result<Bytes, Stopped> {
+        // A declared length is allocated once (it fits the limit): a body
+        // held while its request runs takes its own size, not up to twice.
+        let declared = if self.reserved_up_front {
+            self.reservation.bytes()
+        } else {
+            0
+        };
         let mut whole = bytes::BytesMut::new();
         let mut first: Option<Bytes> = None;
         while let Some(chunk) = self.chunk().await? {
@@ -206,7 +213,7 @@ impl Reader {
                 None if whole.is_empty() => first = Some(chunk),
                 None => whole.extend_from_slice(&chunk),
                 Some(earlier) => {
-                    whole.reserve(earlier.len() + chunk.len());
+                    whole.reserve(declared.max(earlier.len() + chunk.len()));
                     whole.extend_from_slice(&earlier);
                     whole.extend_from_slice(&chunk);
                 }

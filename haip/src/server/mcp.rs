@@ -13,10 +13,12 @@
 //!   ([`inbound::check`]: at most 17 times its length).
 //! - **Parsing**: the message is checked once here (a walk that builds
 //!   nothing) and refused with its JSON-RPC error (`-32700`, `-32600`,
-//!   `-32601`, `-32602`); one over 64 KiB is checked on the blocking pool and
-//!   handed to the MCP server only with one of `max(1, cores / 2)` permits,
-//!   held until the server has parsed it, so large requests never stall the
-//!   runtime's workers for others.
+//!   `-32601`, `-32602`). One over 64 KiB is checked on the blocking pool,
+//!   with one of `max(1, cores / 2)` permits; a `tools/call`'s arguments
+//!   are parsed there too and handed to the call beside the message, so the
+//!   MCP server parses only what is left (the method, the name, small
+//!   scalars). Any other large message is parsed by the MCP server under the
+//!   permit, held until it has done so: few at once, whatever arrives.
 //! - **Answers**: counted until the client takes them (`answer.rs`).
 
 use std::sync::Arc;
@@ -33,7 +35,7 @@ use super::body::{Reader, Refused, Stopped};
 use super::http::{Body, authenticate, unauthorized};
 use super::hub::Hub;
 use crate::auth::query_param;
-use crate::mcp::export::McpProfile;
+use crate::mcp::export::{LargeArguments, McpProfile};
 use crate::mcp::inbound::{self, INVALID_REQUEST, Refusal};
 use crate::schema::SchemaProfile;
 use crate::session::LARGE_PARAMS;
@@ -129,19 +131,31 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
     } else {
         None
     };
-    let checked = if large {
+    // A large call's arguments are parsed here too, off the workers, and
+    // left out of what the MCP server parses on them.
+    let (checked, split) = if large {
         let owned = bytes.clone();
-        tokio::task::spawn_blocking(move || inbound::check(&owned))
-            .await
-            .unwrap_or_else(|_| {
-                Err(Refusal::new(
-                    400,
-                    inbound::PARSE_ERROR,
-                    "Parse error: the body could not be read",
-                ))
-            })
+        tokio::task::spawn_blocking(move || {
+            let checked = inbound::check(&owned);
+            let split = match &checked {
+                Ok(c) if c.method.as_deref() == Some("tools/call") => {
+                    inbound::split_arguments(&owned)
+                }
+                _ => None,
+            };
+            (checked, split)
+        })
+        .await
+        .unwrap_or_else(|_| {
+            let broken = Refusal::new(
+                400,
+                inbound::PARSE_ERROR,
+                "Parse error: the body could not be read",
+            );
+            (Err(broken), None)
+        })
     } else {
-        inbound::check(&bytes)
+        (inbound::check(&bytes), None)
     };
     let checked = match checked {
         Ok(checked) => checked,
@@ -154,6 +168,17 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
     if checked.cost > reservation.bytes() && !reservation.grow(checked.cost - reservation.bytes()) {
         return busy("Too many request bodies in flight; retry shortly");
     }
+    let mut parts = parts;
+    let bytes = match split {
+        Some((stub, arguments)) => {
+            parts.extensions.insert(LargeArguments::new(arguments));
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, stub.len().into());
+            Bytes::from(stub)
+        }
+        None => bytes,
+    };
     let req = Request::from_parts(parts, Full::new(bytes));
     let response = mcp.handle(req, subject, permit).await;
     answered(response, hub, outflow, Some(reservation))
