@@ -6,6 +6,7 @@ use syn::meta::ParseNestedMeta;
 use syn::{Ident, LitStr, Path};
 
 use crate::errors::Errors;
+use crate::hints::{Hints, IconOption, parse_hint, parse_icon};
 
 /// The options of one `#[haip_tool(...)]`.
 #[derive(Default)]
@@ -14,21 +15,40 @@ pub(crate) struct Options {
     /// name in `check`.
     pub(crate) name: Option<LitStr>,
     pub(crate) description: Option<LitStr>,
+    /// `title = "..."`: the name people are shown (HAIP.md §6.13).
+    pub(crate) title: Option<LitStr>,
     /// The timeout in milliseconds, and the literal it came from.
     pub(crate) timeout: Option<(u64, LitStr)>,
+    /// `read_only`, `destructive`, `idempotent`, `open_world` (MCP's hints).
+    pub(crate) hints: Hints,
+    /// Every `icon = "..."` / `icon(...)`, in order.
+    pub(crate) icons: Vec<IconOption>,
     pub(crate) krate: Option<Path>,
 }
 
-const KNOWN: &str = "`name`, `description`, `timeout`, `crate`";
+const KNOWN: &str = "`name`, `description`, `title`, `timeout`, `read_only`, `destructive`, \
+                     `idempotent`, `open_world`, `icon`, `crate`";
+
+/// Options that may be written more than once.
+const REPEATABLE: &[&str] = &["icon"];
 
 impl Options {
     /// Parses the attribute's arguments, recording every mistake in `errors`.
     pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Options {
         let mut options = Options::default();
-        parse_keys(args, KNOWN, errors, |key, meta, errors| {
+        let mut position = 0;
+        parse_keys(args, KNOWN, REPEATABLE, errors, |key, meta, errors| {
+            position += 1;
+            let hint = |errors: &mut Errors| parse_hint(meta, key, position, errors);
             match key {
                 "name" => options.name = Some(meta.value()?.parse()?),
                 "description" => options.description = Some(meta.value()?.parse()?),
+                "title" => options.title = Some(meta.value()?.parse()?),
+                "read_only" => options.hints.read_only = hint(errors)?,
+                "destructive" => options.hints.destructive = hint(errors)?,
+                "idempotent" => options.hints.idempotent = hint(errors)?,
+                "open_world" => options.hints.open_world = hint(errors)?,
+                "icon" => options.icons.extend(parse_icon(meta, errors)?),
                 "timeout" => {
                     let lit: LitStr = meta.value()?.parse()?;
                     match parse_duration(&lit.value()) {
@@ -82,7 +102,7 @@ impl DataOptions {
     /// Parses the attribute's arguments, recording every mistake in `errors`.
     pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> DataOptions {
         let mut options = DataOptions::default();
-        parse_keys(args, "`crate`", errors, |key, meta, errors| {
+        parse_keys(args, "`crate`", &[], errors, |key, meta, errors| {
             if key != "crate" {
                 return Ok(false);
             }
@@ -112,11 +132,13 @@ pub(crate) fn derive_crates(krate: &Path) -> (LitStr, LitStr) {
     )
 }
 
-/// Walks `key = value` arguments: a repeated key is an error, `handle` takes
-/// the known ones (returning `false` for an unknown key, reported with `known`).
+/// Walks `key = value` arguments: a repeated key is an error (unless it is
+/// `repeatable`), `handle` takes the known ones (returning `false` for an
+/// unknown key, reported with `known`).
 fn parse_keys(
     args: TokenStream,
     known: &str,
+    repeatable: &[&str],
     errors: &mut Errors,
     mut handle: impl FnMut(&str, &ParseNestedMeta<'_>, &mut Errors) -> syn::Result<bool>,
 ) {
@@ -132,7 +154,7 @@ fn parse_keys(
                     .to_string()
                     .replace(' ', "")
             });
-        if seen.contains(&key) {
+        if seen.contains(&key) && !repeatable.contains(&key.as_str()) {
             found.push(syn::Error::new_spanned(
                 &meta.path,
                 format!("`{key}` set more than once"),
@@ -181,7 +203,7 @@ fn parse_crate(meta: &ParseNestedMeta<'_>, errors: &mut Errors) -> syn::Result<O
 }
 
 /// Consumes `= value` after a rejected key so parsing can go on.
-fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
+pub(crate) fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
     if meta.input.peek(syn::Token![=]) {
         meta.value()?.parse::<syn::Expr>()?;
     } else if meta.input.peek(syn::token::Paren) {

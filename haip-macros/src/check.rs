@@ -31,6 +31,9 @@ pub(crate) fn check(model: &ToolFn, options: &Options, errors: &mut Errors) {
     if let Some(message) = invalid_name(&name.value) {
         errors.push(syn::Error::new(name.span, message));
     }
+    if let Some(error) = contradicting_hints(options) {
+        errors.push(error);
+    }
     let sig = &model.func.sig;
     if !sig.generics.params.is_empty() {
         errors.push(syn::Error::new_spanned(
@@ -82,6 +85,31 @@ pub(crate) fn check(model: &ToolFn, options: &Options, errors: &mut Errors) {
             ));
         }
     }
+}
+
+/// `read_only` with `destructive`: a tool that modifies nothing destroys
+/// nothing (MCP: `destructiveHint` is meaningful only when `readOnlyHint` is
+/// false). Reported at whichever of the two comes later, as a repeated
+/// option is.
+fn contradicting_hints(options: &Options) -> Option<syn::Error> {
+    let hints = &options.hints;
+    let (read_only, destructive) = (hints.read_only.as_ref()?, hints.destructive.as_ref()?);
+    if !(read_only.value && destructive.value) {
+        return None;
+    }
+    let (later, earlier, at) = if destructive.position > read_only.position {
+        ("destructive", "read_only", destructive.span)
+    } else {
+        ("read_only", "destructive", read_only.span)
+    };
+    Some(syn::Error::new(
+        at,
+        format!(
+            "`{later}` contradicts `{earlier}`: a read-only tool does not modify its environment, \
+             so it cannot be destructive (MCP's destructiveHint is meaningful only when \
+             readOnlyHint is false); remove one of them"
+        ),
+    ))
 }
 
 /// What is wrong with a tool name under MCP's rule (1 to 128 characters, each
@@ -368,6 +396,36 @@ mod tests {
         assert!(m[0].ends_with("found `é`"), "{m:#?}");
         // `r#` is not part of the name.
         assert!(messages(parse_quote! { fn r#type() {} }).is_empty());
+    }
+
+    #[test]
+    fn read_only_and_destructive_contradict_at_the_later_one() {
+        let m = messages_with(parse_quote! { fn f() {} }, quote!(read_only, destructive));
+        assert_eq!(m.len(), 1, "{m:#?}");
+        assert!(
+            m[0].starts_with("`destructive` contradicts `read_only`: a read-only tool"),
+            "{m:#?}"
+        );
+        assert!(m[0].contains("meaningful only when readOnlyHint is false"));
+        let m = messages_with(
+            parse_quote! { fn f() {} },
+            quote!(destructive = true, title = "t", read_only = true),
+        );
+        assert_eq!(m.len(), 1, "{m:#?}");
+        assert!(
+            m[0].starts_with("`read_only` contradicts `destructive`"),
+            "{m:#?}"
+        );
+        // Any other combination says something coherent.
+        for ok in [
+            quote!(read_only, destructive = false),
+            quote!(read_only = false, destructive),
+            quote!(read_only, idempotent, open_world = false),
+            quote!(destructive, idempotent),
+        ] {
+            let m = messages_with(parse_quote! { fn f() {} }, ok.clone());
+            assert!(m.is_empty(), "{ok}: {m:#?}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ use syn::spanned::Spanned;
 use crate::attr::{self, Options};
 use crate::check;
 use crate::doc;
+use crate::hints::{Hints, IconOption, Theme};
 use crate::model::{Output, ToolFn};
 
 pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
@@ -147,6 +148,9 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
         .timeout
         .as_ref()
         .map(|(ms, _)| quote!(.timeout(__haip::millis(#ms))));
+    let title = options.title.as_ref().map(|t| quote!(.title(#t)));
+    let annotations = annotations(&options.hints);
+    let icons = options.icons.iter().map(icon);
     let role_checks = check::role_checks(model, &krate);
     let doc_type = format!(
         "The `#[haip_tool]` tool `{tool_name}`, built from [`{fn_name}`](fn@{fn_name}): \
@@ -202,7 +206,10 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
                 let __builder = __haip::Tool::builder(#tool_name)
                     .description(#description)
                     .input_schema(__haip::args_input_schema::<__HaipArgs>(&[#(#arg_schemas),*]))
-                    #timeout;
+                    #timeout
+                    #title
+                    #annotations
+                    #(#icons)*;
                 let __builder = __haip::output_schema(__builder, #output_schema);
                 #(#prepares)*
                 __builder #handler .build()
@@ -218,6 +225,41 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
             }
         }
     }
+}
+
+/// `.annotations(...)` with the hints written, or nothing when none is (so a
+/// tool that declares nothing sends no `annotations`).
+fn annotations(hints: &Hints) -> Option<TokenStream> {
+    let set: Vec<TokenStream> = [
+        ("read_only", &hints.read_only),
+        ("destructive", &hints.destructive),
+        ("idempotent", &hints.idempotent),
+        ("open_world", &hints.open_world),
+    ]
+    .into_iter()
+    .filter_map(|(method, flag)| {
+        let value = flag.as_ref()?.value;
+        let method = format_ident!("{}", method);
+        Some(quote!(.#method(#value)))
+    })
+    .collect();
+    if set.is_empty() {
+        return None;
+    }
+    Some(quote!(.annotations(__haip::ToolAnnotations::new() #(#set)*)))
+}
+
+/// `.icon(...)` for one `icon` option.
+fn icon(icon: &IconOption) -> TokenStream {
+    let src = &icon.src;
+    let mime_type = icon.mime_type.as_ref().map(|m| quote!(.with_mime_type(#m)));
+    let sizes = &icon.sizes;
+    let sizes = (!sizes.is_empty()).then(|| quote!(.with_sizes([#(#sizes),*])));
+    let theme = icon.theme.map(|theme| match theme {
+        Theme::Light => quote!(.with_theme(__haip::IconTheme::Light)),
+        Theme::Dark => quote!(.with_theme(__haip::IconTheme::Dark)),
+    });
+    quote!(.icon(__haip::Icon::new(#src) #mime_type #sizes #theme))
 }
 
 /// `expr` spanning all of `at`: its top-level tokens at the first token of
@@ -311,6 +353,38 @@ mod tests {
             quote!(__haip::ToolOutput::glue(x.ok_type())).to_string()
         );
         assert!(spanning(&ty, TokenStream::new()).is_empty());
+    }
+
+    #[test]
+    fn title_hints_and_icons_go_on_the_builder() {
+        let out = expand_fn(
+            parse_quote! { fn t() {} },
+            quote!(
+                title = "Delete a repository",
+                destructive,
+                idempotent = false,
+                icon = "https://example.com/a.svg",
+                icon(
+                    src = "b.png",
+                    mime_type = "image/png",
+                    sizes = ["48x48", "any"],
+                    theme = "dark"
+                )
+            ),
+        );
+        for needle in [
+            ". title (\"Delete a repository\")",
+            ". annotations (__haip :: ToolAnnotations :: new () . destructive (true) . idempotent (false))",
+            ". icon (__haip :: Icon :: new (\"https://example.com/a.svg\"))",
+            ". icon (__haip :: Icon :: new (\"b.png\") . with_mime_type (\"image/png\") . with_sizes ([\"48x48\" , \"any\"]) . with_theme (__haip :: IconTheme :: Dark))",
+        ] {
+            assert!(out.contains(needle), "{needle}: {out}");
+        }
+        // Nothing declared: no annotations at all (MCP's defaults apply).
+        let out = expand_fn(parse_quote! { fn t() {} }, quote!());
+        for absent in [". title", ". annotations", ". icon ("] {
+            assert!(!out.contains(absent), "{absent}: {out}");
+        }
     }
 
     #[test]

@@ -4,15 +4,17 @@
 //! crate to its own version; generated code names the runtime only through
 //! `::haip::__private`.
 
-// Phases, in order: `attr` (options) → `model` (the function) → `check`
-// (rules) → `expand` (or `fallback` when there are errors). Each imports only
-// earlier phases and the shared `errors` and `doc`.
+// Phases, in order: `attr` (options; MCP's hints and icons among them are
+// parsed in `hints`) → `model` (the function) → `check` (rules) → `expand` (or
+// `fallback` when there are errors). Each imports only earlier phases and the
+// shared `errors` and `doc`.
 mod attr;
 mod check;
 mod doc;
 mod errors;
 mod expand;
 mod fallback;
+mod hints;
 mod model;
 
 use proc_macro::TokenStream;
@@ -110,6 +112,42 @@ use quote::quote;
 /// the timeout takes `ms`, `s` or `min` (also `h`); `crate` names the `haip`
 /// crate when it is renamed.
 ///
+/// What clients show people about the tool (HAIP.md §6.13, MCP's `title`,
+/// tool annotations and icons; every client sees them, over HAIP and MCP):
+///
+/// - `title = "..."`: a name for people, shown beside or instead of the name.
+/// - `read_only`, `destructive`, `idempotent`, `open_world`: MCP's hints,
+///   each written alone (`true`) or as `read_only = true` / `= false`. Only
+///   the hints written are sent; clients assume MCP's defaults for the
+///   others (not read-only, destructive, not idempotent, open-world).
+///   `haip call` and the inspector ask for confirmation before calling a tool
+///   marked `destructive`. `read_only` together with `destructive` is a
+///   compile error: a tool that modifies nothing destroys nothing.
+/// - `icon = "https://..."`, or `icon(src = "...", mime_type = "image/svg+xml",
+///   sizes = ["48x48"], theme = "dark")` (`sizes`: `"WxH"` or `"any"`;
+///   `theme`: `"light"` or `"dark"`); repeat it for several icons.
+///
+/// ```
+/// # use haip::haip_tool;
+/// /// Delete a repository and everything in it.
+/// #[haip_tool(
+///     title = "Delete a repository",
+///     destructive,
+///     idempotent,
+///     icon(src = "https://example.com/trash.svg", mime_type = "image/svg+xml", sizes = ["any"]),
+/// )]
+/// async fn delete_repo(name: String) -> bool {
+///     # let _ = name;
+///     true
+/// }
+///
+/// let tool = delete_repo::tool();
+/// assert_eq!(tool.title(), Some("Delete a repository"));
+/// assert!(tool.annotations().declares_destructive());
+/// assert_eq!(tool.annotations().read_only_hint, None); // not written, not sent
+/// assert_eq!(tool.icons()[0].sizes, ["any"]);
+/// ```
+///
 /// # Using the tool
 ///
 /// The function stays a normal function: tests call it directly. Next to it the
@@ -143,7 +181,8 @@ use quote::quote;
 ///
 /// - Found by the macro, from the syntax: generic functions, `self`
 ///   receivers, `const`/`unsafe`/`extern` functions, `impl Trait` parameters,
-///   unknown or repeated options, an invalid name or timeout.
+///   unknown or repeated options, an invalid name, timeout or icon, `read_only`
+///   with `destructive`.
 /// - Found by the compiler, from the types, one error per mistake in haip's
 ///   words: a parameter type that is neither data (`Deserialize + JsonSchema`)
 ///   nor `Context`/`State<T>`/`Params<T>` ("`Plain` cannot be a tool

@@ -75,6 +75,7 @@ pub use context::{
     RootsError, SampleError, SampleRequest, Sampled,
 };
 pub use error::Error;
+pub use protocol::{Icon, IconTheme, ToolAnnotations};
 pub use schema::{SchemaProblem, SchemaProfile, UnknownProfile, Violation};
 pub use server::{Server, ServerBuilder, ServerHandle, serve};
 pub use tool::{Injected, Params, State, Tool, ToolBuilder, ToolError, ToolFuture, ToolHandler};

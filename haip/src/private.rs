@@ -18,7 +18,9 @@ pub use serde_json;
 use crate::Injected;
 use crate::protocol::ErrorCode;
 pub use crate::schema::{input_schema_for, output_schema_for};
-pub use crate::{Context, Error, Params, State, Tool, ToolBuilder, ToolError};
+pub use crate::{
+    Context, Error, Icon, IconTheme, Params, State, Tool, ToolAnnotations, ToolBuilder, ToolError,
+};
 
 /// One `#[haip_tool]` function, collected at link time for [`crate::serve`].
 pub struct ToolRegistration {

@@ -200,3 +200,74 @@ async fn lint_is_clean_on_the_quickstart_tools_and_names_what_providers_refuse()
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("openai-strict"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destructive_tools_are_called_only_with_yes_when_nobody_can_be_asked() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let handle = server().await;
+    let url = format!("ws://{}/haip", handle.local_addr());
+    // Counts its calls: "not called" is read here, not guessed from output.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let wipe = haip::Tool::builder("wipe")
+        .title("Wipe everything")
+        .annotations(haip::ToolAnnotations::new().destructive(true))
+        .handler(move |_, _| {
+            let counted = Arc::clone(&counted);
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(serde_json::json!({"wiped": true}))
+            }
+        })
+        .build()
+        .unwrap();
+    handle.register_tool(wipe).unwrap();
+
+    // stdin is not a terminal here: nobody to ask, so it refuses.
+    let out = haip(args(&["call", &url, "wipe"])).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("pass --yes"), "{stderr}");
+    assert!(stderr.contains("Wipe everything"), "the title: {stderr}");
+    assert!(out.stdout.is_empty());
+
+    let out = haip(args(&["call", &url, "wipe", "--yes", "--json"])).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        printed,
+        serde_json::json!({"status": "OK", "result": {"wiped": true}})
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "called once: with --yes, and not when refused"
+    );
+
+    // Read-only, where destructiveHint means nothing (MCP): called without
+    // a question, as tools that declare nothing are (above).
+    let keep = haip::Tool::builder("keep")
+        .annotations(
+            haip::ToolAnnotations::new()
+                .read_only(true)
+                .destructive(true),
+        )
+        .handler(|_, _| async { Ok(serde_json::json!("kept")) })
+        .build()
+        .unwrap();
+    handle.register_tool(keep).unwrap();
+    let out = haip(args(&["call", &url, "keep", "--json"])).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

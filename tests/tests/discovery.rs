@@ -1,7 +1,8 @@
 //! Tool discovery over a real WebSocket (HAIP.md §6.1–§6.3): `TOOL_LIST`,
 //! `TOOL_SCHEMA` (including the legacy `schema` field), tools registered,
-//! replaced and unregistered while clients are connected, and `TOOL_LIST`
-//! pushed on registry changes with `advertise_tools`.
+//! replaced and unregistered while clients are connected, `TOOL_LIST`
+//! pushed on registry changes with `advertise_tools`, and tools' titles,
+//! annotations and icons (§6.13).
 //!
 //! Every envelope a test receives is also checked by the support client
 //! against the outbound rules (seven fields, UUID v4 ids, `seq` +1 from `"1"`
@@ -64,6 +65,61 @@ async fn tool_list_omits_empty_descriptions() {
     client.request("TOOL_LIST", json!({})).await;
     let env = client.recv().await;
     assert_eq!(env["payload"]["tools"][3], json!({"name": "bare"}));
+}
+
+/// Deletes a repository.
+#[haip::haip_tool(
+    title = "Delete a repository",
+    destructive,
+    idempotent = true,
+    icon(src = "https://example.com/trash.svg", mime_type = "image/svg+xml", sizes = ["any"], theme = "dark"),
+    icon = "https://example.com/trash.png"
+)]
+async fn delete_repo(name: String) -> bool {
+    !name.is_empty()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn titles_annotations_and_icons_are_listed_only_when_declared() {
+    let (_handle, url) = start(builder().builtin_tools().tool(delete_repo::tool())).await;
+    let mut client = Client::connect(&url).await;
+    // HAIP.md §6.13: beside name and description, in MCP's spelling, only
+    // the hints declared; the built-ins declare nothing and carry none of it.
+    let declared = json!({
+        "title": "Delete a repository",
+        "annotations": {"destructiveHint": true, "idempotentHint": true},
+        "icons": [
+            {"src": "https://example.com/trash.svg", "mimeType": "image/svg+xml",
+             "sizes": ["any"], "theme": "dark"},
+            {"src": "https://example.com/trash.png"}
+        ]
+    });
+    client.request("TOOL_LIST", json!({})).await;
+    let env = client.recv().await;
+    let tools = env["payload"]["tools"].as_array().unwrap();
+    assert_eq!(
+        tools[0],
+        json!({"name": "echo", "description": "Echo back the input"})
+    );
+    let mut expected = json!({"name": "delete_repo", "description": "Deletes a repository."});
+    expected
+        .as_object_mut()
+        .unwrap()
+        .extend(declared.as_object().unwrap().clone());
+    assert_eq!(tools[3], expected);
+
+    client
+        .request("TOOL_SCHEMA", json!({"tool": "delete_repo"}))
+        .await;
+    let payload = client.recv().await["payload"].clone();
+    for key in ["title", "annotations", "icons"] {
+        assert_eq!(payload[key], declared[key], "{key}: {payload}");
+    }
+    client.request("TOOL_SCHEMA", json!({"tool": "echo"})).await;
+    let payload = client.recv().await["payload"].clone();
+    for key in ["title", "annotations", "icons"] {
+        assert!(payload.get(key).is_none(), "{key}: {payload}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,8 +2,9 @@
 //! Chromium over WebDriver, `support/browser.rs`) against the quickstart's
 //! tools: the page lists them, builds forms from their schemas, calls them
 //! with live progress, cancels, shows `INVALID_PARAMS` under the field it
-//! names, answers `ctx.ask` questions, and asks for a token when the server
-//! needs one. Each state is saved under `target/inspector-screenshots/`.
+//! names, answers `ctx.ask` questions, shows tools' titles, hints and icons
+//! and asks before calling a destructive one, and asks for a token when the
+//! server needs one. Each state is saved under `target/inspector-screenshots/`.
 
 #[path = "support/browser.rs"]
 mod browser;
@@ -14,11 +15,13 @@ mod support;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use browser::{Browser, WIDE};
-use haip::{Context, Tool, ToolError};
+use haip::{Context, Icon, Tool, ToolAnnotations, ToolError};
 use serde_json::{Value, json};
-use support::{demo_builder, hs256_token, http_get, start, within};
+use support::{demo_builder, get_json, hs256_token, http_get, start, within};
 
 /// Opens the inspector of the server at `addr` (with `query`, e.g.
 /// `?transport=sse`) and waits until it is connected and lists the tools.
@@ -455,6 +458,156 @@ async fn forms_cover_defaults_lists_choices_and_nested_objects() {
             )
             .await;
         assert_eq!(width, 8);
+    })
+    .await;
+}
+
+/// `wipe`, which declares itself destructive and idempotent, with a title
+/// and an icon, and counts its calls; and `peek`, read-only and open-world.
+fn annotated(calls: Arc<AtomicUsize>) -> [Tool; 2] {
+    let wipe = Tool::builder("wipe")
+        .title("Wipe everything")
+        .description("Deletes every file")
+        .annotations(ToolAnnotations::new().destructive(true).idempotent(true))
+        .icon(Icon::new(format!("data:image/png;base64,{RED_DOT}")).with_mime_type("image/png"))
+        .handler(move |_params: Value, _ctx: Context| {
+            let calls = Arc::clone(&calls);
+            async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>(json!({"wiped": true}))
+            }
+        })
+        .build()
+        .expect("wipe is a valid tool");
+    let peek = Tool::builder("peek")
+        .annotations(ToolAnnotations::new().read_only(true).open_world(true))
+        .handler(|_params: Value, _ctx: Context| async move { Ok::<_, ToolError>(json!("seen")) })
+        .build()
+        .expect("peek is a valid tool");
+    [wipe, peek]
+}
+
+/// The hints shown as badges under `scope`.
+async fn badges(b: &Browser, scope: &str) -> Value {
+    b.eval(&format!(
+        "return [...document.querySelectorAll('{scope} .badge')].map(x => x.dataset.hint);"
+    ))
+    .await
+}
+
+/// How many `TOOL_CALL`s the page has sent.
+async fn calls_sent(b: &Browser) -> Value {
+    b.eval(
+        "return document.querySelectorAll('#wire-log li[data-dir=\"out\"][data-type=\"TOOL_CALL\"]').length;",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn titles_hints_and_icons_show_and_a_destructive_tool_asks_first() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (server, _) = start(
+        demo_builder()
+            .tools(annotated(Arc::clone(&calls)))
+            .inspector(true),
+    )
+    .await;
+    let addr = server.local_addr();
+    Browser::run("annotations", WIDE, |b| async move {
+        open(&b, addr, "").await;
+        // The list: the title with the name beside it, the hints, the icon.
+        let wipe = "#tools button[data-tool=\"wipe\"]";
+        b.wait_text(&format!("{wipe} .tool-title"), "Wipe everything")
+            .await;
+        assert_eq!(b.text(&format!("{wipe} .tool-name")).await, "wipe");
+        assert_eq!(badges(&b, wipe).await, json!(["destructive", "idempotent"]));
+        b.find(&format!("{wipe} img.tool-icon")).await;
+        // A tool that declares nothing shows nothing of the kind.
+        let bare = b
+            .eval(
+                "return document.querySelectorAll('#tools button[data-tool=\"calculator\"] \
+                 :is(.badge, .tool-title, img)').length;",
+            )
+            .await;
+        assert_eq!(bare, 0);
+
+        choose(&b, "wipe").await;
+        b.wait_text("#tool-title", "Wipe everything").await;
+        assert_eq!(b.text("#tool-name").await, "wipe");
+        assert_eq!(
+            badges(&b, "#tool-badges").await,
+            json!(["destructive", "idempotent"])
+        );
+        let width = b
+            .wait_until(
+                "the icon to load",
+                "document.getElementById('tool-icon').naturalWidth",
+            )
+            .await;
+        assert_eq!(width, 8);
+
+        // Asked first; "Don't call" sends nothing.
+        b.click("#call").await;
+        b.wait_text(
+            "#confirm-message",
+            "This tool is destructive: Wipe everything. Call it?",
+        )
+        .await;
+        b.screenshot("annotations-confirm").await;
+        b.click("#confirm-cancel").await;
+        b.wait_until(
+            "the confirmation to go",
+            "document.getElementById('confirm').hidden",
+        )
+        .await;
+        assert_eq!(calls_sent(&b).await, 0);
+        assert_eq!(
+            b.eval("return document.getElementById('run').hidden;")
+                .await,
+            true,
+            "no call shown"
+        );
+
+        // A read-only tool is called at once. The server handles a session's
+        // envelopes in order: once this call is done, a call sent before it
+        // would have been counted.
+        choose(&b, "peek").await;
+        assert_eq!(
+            badges(&b, "#tool-badges").await,
+            json!(["read-only", "open-world"])
+        );
+        assert_eq!(
+            b.eval("return document.getElementById('tool-title').hidden;")
+                .await,
+            true,
+            "no title: the name is the heading"
+        );
+        b.click("#call").await;
+        b.find("#result[data-status=\"OK\"]").await;
+        b.wait_text("#result-body", "seen").await;
+        assert_eq!(calls_sent(&b).await, 1);
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "the dismissed call never ran"
+        );
+        let stats = get_json(addr, "/stats").await;
+        assert_eq!(stats["toolExecutions"]["total"], 1, "{stats}");
+
+        // "Call it" calls it, once.
+        choose(&b, "wipe").await;
+        b.click("#call").await;
+        b.find("#confirm:not([hidden])").await;
+        b.click("#confirm-call").await;
+        b.find("#result[data-status=\"OK\"]").await;
+        b.wait_text("#result-body", "\"wiped\": true").await;
+        assert_eq!(
+            b.eval("return document.getElementById('confirm').hidden;")
+                .await,
+            true
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        b.screenshot("annotations-called").await;
     })
     .await;
 }

@@ -187,10 +187,24 @@ async fn stdio_import_lists_prefixed_tools_with_their_schemas() {
     );
     let sum = tools.iter().find(|t| t.name == "ev.get-sum").unwrap();
     assert_eq!(sum.description, "Returns the sum of two numbers");
+    // Its title and hints come along, as the MCP server declared them.
+    assert_eq!(sum.title.as_deref(), Some("Get Sum Tool"));
+    assert_eq!(
+        sum.annotations,
+        haip::ToolAnnotations::new()
+            .read_only(true)
+            .destructive(false)
+            .idempotent(true)
+            .open_world(false)
+    );
 
-    let schema = within("TOOL_SCHEMA", client.schema("ev.get-structured-content"))
-        .await
-        .unwrap();
+    // As the MCP server wrote it (`full`: imported schemas pass as they are).
+    let schema = within(
+        "TOOL_SCHEMA",
+        client.schema_in("ev.get-structured-content", Some("full")),
+    )
+    .await
+    .unwrap();
     assert_eq!(schema.tool, "ev.get-structured-content");
     assert_eq!(
         schema.input_schema,
@@ -227,6 +241,8 @@ async fn stdio_import_lists_prefixed_tools_with_their_schemas() {
         .unwrap();
     assert_eq!(schema.input_schema["required"], json!(["a", "b"]));
     assert_eq!(schema.output_schema, None);
+    assert_eq!(schema.title.as_deref(), Some("Get Sum Tool"));
+    assert_eq!(schema.annotations.read_only_hint, Some(true));
     // The prefix is only a HAIP name: the unprefixed name is unknown.
     let err = within("TOOL_SCHEMA", client.schema("get-sum"))
         .await

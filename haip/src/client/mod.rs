@@ -72,6 +72,9 @@ use crate::protocol::payload::{
     self, Hai, InputAction, Payload, ToolCall, ToolCancel, ToolListRequest, ToolOutcome,
     ToolSchemaRequest,
 };
+/// A tool's hints and icons: the protocol's types, as the server's
+/// [`Tool`](crate::Tool) has them.
+pub use crate::protocol::{Icon, IconTheme, ToolAnnotations};
 use connection::{Connection, EventReader, Inbox, Waiter};
 pub use question::{Choice, Field, FieldKind, InputError, Question, SchemaError};
 
@@ -178,15 +181,33 @@ impl std::fmt::Display for Violation {
 }
 
 /// A tool as `TOOL_LIST` lists it.
+///
+/// ```no_run
+/// # async fn demo(client: &haip::client::Client) -> Result<(), haip::client::ClientError> {
+/// for tool in client.list_tools().await? {
+///     let shown = tool.title.as_deref().unwrap_or(&tool.name);
+///     let warning = if tool.annotations.declares_destructive() { " (destructive)" } else { "" };
+///     println!("{shown}{warning}");
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolInfo {
     /// Its name.
     pub name: String,
     /// Its description (empty when it has none).
     pub description: String,
+    /// Its title, a name for people, when it has one (HAIP.md §6.13).
+    pub title: Option<String>,
+    /// The hints it declares (empty when none; MCP's defaults apply to the
+    /// others).
+    pub annotations: ToolAnnotations,
+    /// Its icons.
+    pub icons: Vec<Icon>,
 }
 
-/// A tool's schemas, as `TOOL_SCHEMA` returns them.
+/// A tool's schemas, as `TOOL_SCHEMA` returns them, with its title,
+/// annotations and icons.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolSchema {
     /// The tool's name.
@@ -195,6 +216,12 @@ pub struct ToolSchema {
     pub input_schema: Value,
     /// The JSON Schema of its result, if it declares one.
     pub output_schema: Option<Value>,
+    /// Its title, when it has one.
+    pub title: Option<String>,
+    /// The hints it declares.
+    pub annotations: ToolAnnotations,
+    /// Its icons.
+    pub icons: Vec<Icon>,
 }
 
 /// One `TOOL_UPDATE` of a call: its status, or its progress.
@@ -453,6 +480,9 @@ impl Client {
             .map(|t| ToolInfo {
                 name: t.name,
                 description: t.description,
+                title: t.title,
+                annotations: t.annotations,
+                icons: t.icons,
             })
             .collect())
     }
@@ -489,6 +519,9 @@ impl Client {
             tool: schema.tool,
             input_schema: schema.input_schema,
             output_schema: schema.output_schema,
+            title: schema.title,
+            annotations: schema.annotations,
+            icons: schema.icons,
         })
     }
 

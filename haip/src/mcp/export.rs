@@ -140,7 +140,36 @@ pub(crate) fn mcp_tool(tool: &Tool, profile: SchemaProfile) -> Option<rmcp::mode
     {
         out.output_schema = Some(Arc::new(output.clone()));
     }
+    // HAIP.md §6.13: the same fields one to one.
+    out.title = tool.title().map(str::to_owned);
+    let hints = tool.annotations();
+    if !hints.is_empty() {
+        out.annotations = Some(rmcp::model::ToolAnnotations::from_raw(
+            None, // the title goes in `Tool.title`, not the older `annotations.title`
+            hints.read_only_hint,
+            hints.destructive_hint,
+            hints.idempotent_hint,
+            hints.open_world_hint,
+        ));
+    }
+    if !tool.icons().is_empty() {
+        out.icons = Some(tool.icons().iter().map(mcp_icon).collect());
+    }
     Some(out)
+}
+
+/// A haip icon as an MCP icon (HAIP.md §6.13: the same fields).
+fn mcp_icon(icon: &crate::protocol::Icon) -> rmcp::model::Icon {
+    let mut out = rmcp::model::Icon::new(icon.src.clone());
+    out.mime_type = icon.mime_type.clone();
+    if !icon.sizes.is_empty() {
+        out.sizes = Some(icon.sizes.clone());
+    }
+    out.theme = icon.theme.map(|theme| match theme {
+        crate::protocol::IconTheme::Light => rmcp::model::IconTheme::Light,
+        crate::protocol::IconTheme::Dark => rmcp::model::IconTheme::Dark,
+    });
+    out
 }
 
 /// The schema profile of an `/mcp` request (`?schema_profile=` on its URL),

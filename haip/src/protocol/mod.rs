@@ -17,12 +17,14 @@
 //! reads an accepted envelope's payload once, leniently, and the payload
 //! types encode strictly.
 
+mod annotations;
 mod code;
 mod envelope;
 mod event;
 mod inbound;
 pub mod payload;
 
+pub use annotations::{Icon, IconTheme, ToolAnnotations};
 pub use code::ErrorCode;
 #[cfg_attr(not(feature = "mcp"), allow(unused_imports))]
 pub(crate) use envelope::json_len;

@@ -36,9 +36,9 @@
 //! | Event | Required (else [`PayloadError`]) | Loose |
 //! |---|---|---|
 //! | `HAI` | — | every field; `accept_major`, `accept_events` kept only when arrays |
-//! | `TOOL_LIST` | — (a `tools` array makes it an advertisement: [`InboundEvent::Other`]) | reply items: `description` |
+//! | `TOOL_LIST` | — (a `tools` array makes it an advertisement: [`InboundEvent::Other`]) | reply items: `description`, `title`, `annotations`, `icons` |
 //! | `TOOL_SCHEMA` request | `tool` (reply `INVALID_MESSAGE`, `missing tool`) | — |
-//! | `TOOL_SCHEMA` reply | `tool`, `inputSchema` (or legacy `schema`) | `outputSchema` |
+//! | `TOOL_SCHEMA` reply | `tool`, `inputSchema` (or legacy `schema`) | `outputSchema`, `title`, `annotations`, `icons` |
 //! | `TOOL_CALL` | — (see [`ToolCall`]) | `call_id`, `tool`, `params`, `run_id` |
 //! | `TOOL_CANCEL` | `call_id` string (ignored silently) | `reason` |
 //! | `TOOL_INPUT` | `call_id`, `request_id`, `action` (reply `INVALID_MESSAGE`) | `content` |
@@ -82,7 +82,9 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Number, Value};
 
-use super::{ACCEPT_MAJOR, ErrorCode, EventType, HAIP_VERSION, Inbound, u64_loose};
+use super::{
+    ACCEPT_MAJOR, ErrorCode, EventType, HAIP_VERSION, Icon, Inbound, ToolAnnotations, u64_loose,
+};
 
 // ----- the trait and the errors ------------------------------------------------
 
@@ -671,6 +673,16 @@ pub struct ToolListItem {
     /// Its description; empty when it has none, and then not written.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub description: String,
+    /// `title`: a name for people, when it has one (HAIP.md §6.13).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// `annotations`: the hints it declares; not written when it declares
+    /// none (HAIP.md §6.13).
+    #[serde(skip_serializing_if = "ToolAnnotations::is_empty")]
+    pub annotations: ToolAnnotations,
+    /// `icons`; not written when it has none (HAIP.md §6.13).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub icons: Vec<Icon>,
 }
 
 impl Payload for ToolList {
@@ -696,6 +708,9 @@ impl Payload for ToolList {
             tools.push(ToolListItem {
                 name,
                 description: item.opt_string("description").unwrap_or_default(),
+                title: item.opt_string("title"),
+                annotations: ToolAnnotations::from_value(item.take("annotations")),
+                icons: Icon::list_from_value(item.take("icons")),
             });
         }
         Ok(ToolList { tools })
@@ -745,6 +760,15 @@ pub struct ToolSchema {
     /// `tool_schema_legacy_field` setting.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schema: Option<Value>,
+    /// `title`, as in [`ToolListItem::title`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// `annotations`, as in [`ToolListItem::annotations`].
+    #[serde(skip_serializing_if = "ToolAnnotations::is_empty")]
+    pub annotations: ToolAnnotations,
+    /// `icons`, as in [`ToolListItem::icons`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub icons: Vec<Icon>,
 }
 
 impl Payload for ToolSchema {
@@ -764,6 +788,9 @@ impl Payload for ToolSchema {
             input_schema,
             output_schema: r.take("outputSchema").filter(|v| !v.is_null()),
             schema,
+            title: r.opt_string("title"),
+            annotations: ToolAnnotations::from_value(r.take("annotations")),
+            icons: Icon::list_from_value(r.take("icons")),
         })
     }
 }
@@ -2019,10 +2046,24 @@ mod tests {
                 ToolListItem {
                     name: "echo".into(),
                     description: "Echo back the input".into(),
+                    ..ToolListItem::default()
                 },
                 ToolListItem {
                     name: "bare".into(),
-                    description: String::new(),
+                    ..ToolListItem::default()
+                },
+                ToolListItem {
+                    name: "delete_repo".into(),
+                    description: "Delete a repository".into(),
+                    title: Some("Delete a repository".into()),
+                    annotations: ToolAnnotations::new().destructive(true).open_world(false),
+                    icons: vec![
+                        Icon::new("https://example.com/trash.svg")
+                            .with_mime_type("image/svg+xml")
+                            .with_sizes(["48x48", "any"])
+                            .with_theme(crate::protocol::IconTheme::Dark),
+                        Icon::new("data:image/png;base64,AAAA"),
+                    ],
                 },
             ],
         };
@@ -2042,6 +2083,16 @@ mod tests {
             input_schema: json!({"type": "object"}),
             output_schema: Some(json!({"type": "object", "properties": {}})),
             schema: Some(json!({"type": "object"})),
+            title: None,
+            annotations: ToolAnnotations::default(),
+            icons: Vec::new(),
+        };
+        assert_eq!(round_trip(&schema), schema);
+        let schema = ToolSchema {
+            title: Some("Echo".into()),
+            annotations: ToolAnnotations::new().read_only(true),
+            icons: vec![Icon::new("https://example.com/echo.png")],
+            ..schema
         };
         assert_eq!(round_trip(&schema), schema);
         let call = ToolCall {
@@ -2220,16 +2271,29 @@ mod tests {
                 ToolListItem {
                     name: "echo".into(),
                     description: "Echo back the input".into(),
+                    ..ToolListItem::default()
                 },
                 ToolListItem {
                     name: "bare".into(),
-                    description: String::new(),
+                    ..ToolListItem::default()
+                },
+                ToolListItem {
+                    name: "wipe".into(),
+                    title: Some("Wipe".into()),
+                    annotations: ToolAnnotations::new().destructive(true),
+                    icons: vec![Icon::new("w.svg")],
+                    ..ToolListItem::default()
                 },
             ],
         };
+        // Only what is there; a tool that declares nothing has no
+        // `title`, `annotations` or `icons` (HAIP.md §6.2, §6.13).
         assert_eq!(
             text(list.to_json()),
-            r#"{"tools":[{"name":"echo","description":"Echo back the input"},{"name":"bare"}]}"#
+            concat!(
+                r#"{"tools":[{"name":"echo","description":"Echo back the input"},{"name":"bare"},"#,
+                r#"{"name":"wipe","title":"Wipe","annotations":{"destructiveHint":true},"icons":[{"src":"w.svg"}]}]}"#
+            )
         );
         assert_eq!(text(Ping::default().pong().to_json()), "{}");
         assert_eq!(
@@ -2444,6 +2508,24 @@ mod tests {
             ToolSchema::from_payload(map(json!({"tool": "t", "schema": {"type": "object"}})))
                 .unwrap();
         assert_eq!(schema.input_schema, json!({"type": "object"}));
+        // Annotations and icons of the wrong type are absent, not errors.
+        let schema = ToolSchema::from_payload(map(json!({
+            "tool": "t", "inputSchema": {}, "title": 5, "annotations": [true],
+            "icons": [{"src": "i.png", "theme": "sepia"}, {"src": 1}]
+        })))
+        .unwrap();
+        assert_eq!(schema.title, None);
+        assert!(schema.annotations.is_empty());
+        assert_eq!(schema.icons, [Icon::new("i.png")]);
+        let list = ToolList::from_payload(map(json!({"tools": [
+            {"name": "a", "annotations": {"readOnlyHint": 1, "openWorldHint": false}, "icons": "x.png"}
+        ]})))
+        .unwrap();
+        assert_eq!(
+            list.tools[0].annotations,
+            ToolAnnotations::new().open_world(false)
+        );
+        assert!(list.tools[0].icons.is_empty());
         // PING: any nonce is copied unchanged, even a number.
         let ping = Ping::from_payload(map(json!({"nonce": 5}))).unwrap();
         assert_eq!(ping.pong().to_value(), json!({"nonce": 5}));

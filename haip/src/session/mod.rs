@@ -934,20 +934,22 @@ impl Session {
         self.push(Outgoing::new(Channel::Agent, EventType::ToolList, payload));
     }
 
+    /// The `TOOL_LIST` payload: each tool's name, and its description,
+    /// title, annotations and icons when it has them (HAIP.md §6.2, §6.13).
     fn tool_list(&self) -> Value {
         let snapshot = self.shared.registry.snapshot();
-        let tools: Vec<Value> = snapshot
+        let tools = snapshot
             .tools()
             .iter()
-            .map(|t| {
-                if t.description().is_empty() {
-                    json!({ "name": t.name() })
-                } else {
-                    json!({ "name": t.name(), "description": t.description() })
-                }
+            .map(|t| payload::ToolListItem {
+                name: t.name().to_owned(),
+                description: t.description().to_owned(),
+                title: t.title().map(str::to_owned),
+                annotations: t.annotations().clone(),
+                icons: t.icons().to_vec(),
             })
             .collect();
-        json!({ "tools": tools })
+        payload::ToolList { tools }.to_value()
     }
 
     /// `ERROR INVALID_MESSAGE` for a schema profile name that is not one
@@ -1010,17 +1012,22 @@ impl Session {
             );
             return;
         };
-        let mut payload = json!({ "tool": tool.name(), "inputSchema": input });
-        if let Some(output) = tool.advertised_output_schema(profile) {
-            payload["outputSchema"] = output.clone();
-        }
-        if self.config().tool_schema_legacy_field {
-            payload["schema"] = input.clone();
-        }
+        let reply = payload::ToolSchema {
+            tool: tool.name().to_owned(),
+            input_schema: input.clone(),
+            output_schema: tool.advertised_output_schema(profile).cloned(),
+            schema: self
+                .config()
+                .tool_schema_legacy_field
+                .then(|| input.clone()),
+            title: tool.title().map(str::to_owned),
+            annotations: tool.annotations().clone(),
+            icons: tool.icons().to_vec(),
+        };
         self.push(Outgoing::new(
             Channel::Agent,
             EventType::ToolSchema,
-            payload,
+            reply.to_value(),
         ));
     }
 

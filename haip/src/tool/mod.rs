@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::Context;
 use crate::content::Shape;
+use crate::protocol::{Icon, ToolAnnotations};
 use crate::schema::{
     CompiledSchema, Profiles, SchemaProblem, SchemaProfile, Violation, Violations,
 };
@@ -102,6 +103,10 @@ pub struct Tool {
 struct ToolInner {
     name: String,
     description: String,
+    /// What people are shown instead of the name (HAIP.md §6.13).
+    title: Option<String>,
+    annotations: ToolAnnotations,
+    icons: Vec<Icon>,
     input_schema: Value,
     output_schema: Option<Value>,
     /// Whether results carry content blocks (read from the output schema).
@@ -122,7 +127,9 @@ impl fmt::Debug for Tool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tool")
             .field("name", &self.inner.name)
+            .field("title", &self.inner.title)
             .field("description", &self.inner.description)
+            .field("annotations", &self.inner.annotations)
             .field("timeout", &self.inner.timeout)
             .finish_non_exhaustive()
     }
@@ -136,6 +143,9 @@ impl Tool {
         ToolBuilder {
             name: name.into(),
             description: String::new(),
+            title: None,
+            annotations: ToolAnnotations::default(),
+            icons: Vec::new(),
             input_schema: json!({ "type": "object" }),
             output_schema: None,
             timeout: None,
@@ -166,6 +176,22 @@ impl Tool {
     /// The description shown in `TOOL_LIST` (may be empty).
     pub fn description(&self) -> &str {
         &self.inner.description
+    }
+
+    /// The name people are shown, when it has one ([`ToolBuilder::title`]).
+    pub fn title(&self) -> Option<&str> {
+        self.inner.title.as_deref()
+    }
+
+    /// The hints it declares about its behaviour ([`ToolBuilder::annotations`]);
+    /// empty when it declares none.
+    pub fn annotations(&self) -> &ToolAnnotations {
+        &self.inner.annotations
+    }
+
+    /// Its icons, in the order given ([`ToolBuilder::icon`]).
+    pub fn icons(&self) -> &[Icon] {
+        &self.inner.icons
     }
 
     /// The JSON Schema its params are validated against (what the `full`
@@ -295,6 +321,9 @@ impl Marks {
 pub struct ToolBuilder {
     name: String,
     description: String,
+    title: Option<String>,
+    annotations: ToolAnnotations,
+    icons: Vec<Icon>,
     input_schema: Value,
     output_schema: Option<Value>,
     timeout: Option<Duration>,
@@ -315,6 +344,46 @@ impl ToolBuilder {
     /// The description shown in `TOOL_LIST`.
     pub fn description(mut self, description: impl Into<String>) -> Self {
         self.description = description.into();
+        self
+    }
+
+    /// A name for people (`"Delete a repository"`), shown by clients beside or
+    /// instead of the tool's name (HAIP.md §6.13, MCP's `title`). An empty
+    /// title is none.
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into()).filter(|t| !t.is_empty());
+        self
+    }
+
+    /// Hints about how the tool behaves (HAIP.md §6.13, MCP's tool
+    /// annotations): read-only, destructive, idempotent, open-world. Only
+    /// the hints set are sent; clients assume MCP's defaults for the others.
+    /// `haip call` and the inspector ask before calling a tool that
+    /// [declares itself destructive](ToolAnnotations::declares_destructive).
+    ///
+    /// ```
+    /// use haip::{Icon, Tool, ToolAnnotations};
+    /// use serde_json::json;
+    ///
+    /// let search = Tool::builder("search_web")
+    ///     .title("Search the web")
+    ///     .annotations(ToolAnnotations::new().read_only(true).open_world(true))
+    ///     .icon(Icon::new("https://example.com/search.svg").with_mime_type("image/svg+xml"))
+    ///     .handler(|_, _| async { Ok(json!([])) })
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(search.title(), Some("Search the web"));
+    /// assert_eq!(search.annotations().read_only_hint, Some(true));
+    /// assert_eq!(search.icons()[0].src, "https://example.com/search.svg");
+    /// ```
+    pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.annotations = annotations;
+        self
+    }
+
+    /// Adds an icon (HAIP.md §6.13); call again for more (sizes, themes).
+    pub fn icon(mut self, icon: Icon) -> Self {
+        self.icons.push(icon);
         self
     }
 
@@ -418,6 +487,9 @@ impl ToolBuilder {
             inner: Arc::new(ToolInner {
                 name: self.name,
                 description: self.description,
+                title: self.title,
+                annotations: self.annotations,
+                icons: self.icons,
                 input_schema: self.input_schema,
                 output_schema,
                 shape,
@@ -468,6 +540,25 @@ mod tests {
             let err = Tool::builder(bad).handler(noop()).build().unwrap_err();
             assert!(err.to_string().contains("invalid tool name"), "{err}");
         }
+    }
+
+    #[test]
+    fn titles_hints_and_icons_are_kept_as_given() {
+        let plain = Tool::builder("plain").handler(noop()).build().unwrap();
+        assert_eq!(plain.title(), None);
+        assert!(plain.annotations().is_empty() && plain.icons().is_empty());
+        let tool = Tool::builder("t")
+            .title("")
+            .annotations(ToolAnnotations::new().read_only(true))
+            .icon(Icon::new("a.png"))
+            .icon(Icon::new("b.svg"))
+            .handler(noop())
+            .build()
+            .unwrap();
+        assert_eq!(tool.title(), None, "an empty title is none");
+        assert_eq!(tool.annotations(), &ToolAnnotations::new().read_only(true));
+        let icons: Vec<&str> = tool.icons().iter().map(|i| i.src.as_str()).collect();
+        assert_eq!(icons, ["a.png", "b.svg"], "in the order given");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `haip call`: params from JSON or `key=value` pairs, a live progress bar,
+//! `haip call`: params from JSON or `key=value` pairs, a confirmation before
+//! a tool that declares itself destructive (or `--yes`), a live progress bar,
 //! the tool's log lines above it, its questions answered in the terminal (or
 //! by `--answer` / `--decline`), Ctrl-C to cancel.
 
@@ -7,14 +8,14 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use clap::Args;
 use haip::client::{
-    Call, CallEvent, ClientError, ClientOptions, LogLevel, LogLine, Outcome, Question, Response,
-    Update,
+    Call, CallEvent, Client, ClientError, ClientOptions, LogLevel, LogLine, Outcome, Question,
+    Response, Update,
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use crate::prompt::{Form, Step, violations_text};
+use crate::prompt::{Form, Step, confirm_prompt, confirmed, violations_text};
 use crate::{Common, Failure, connect_with, print_json};
 
 #[derive(Args)]
@@ -38,6 +39,10 @@ pub(crate) struct CallArgs {
     /// Decline every question the tool asks, without asking.
     #[arg(long)]
     decline: bool,
+    /// Call a tool that declares itself destructive without asking first
+    /// (needed when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    yes: bool,
     /// The least severe tool log line to show: debug, info, notice, warning
     /// or error.
     #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = log_level)]
@@ -55,7 +60,13 @@ Tools that talk:
   default it declines the question, and an answer with no value at all
   declines too. When stdin ends, questions are declined. If the tool
   refuses the answer, the reasons are shown and the question is asked
-  again. --answer / --decline answer without asking.";
+  again. --answer / --decline answer without asking.
+
+Destructive tools:
+  A tool whose annotations declare it destructive is called only once you
+  answer y to \"Call it? [y/N]\" (anything else: not called, exit code 1).
+  Without a terminal on stdin nobody can be asked: pass --yes, or the
+  command refuses with exit code 2.";
 
 /// `--log-level`: a level's wire name.
 fn log_level(name: &str) -> Result<LogLevel, String> {
@@ -106,6 +117,9 @@ pub(crate) async fn run(args: CallArgs) -> Result<(), Failure> {
             Value::Object(coerce_pairs(&args.pairs, &schema.input_schema)?)
         }
     };
+    if !args.yes {
+        confirm_destructive(&client, &args.tool).await?;
+    }
     let mut call = client.call(&args.tool, params).await?;
     let mut screen = Screen::new(args.common.json);
     let mut questions: VecDeque<Question> = VecDeque::new();
@@ -252,6 +266,46 @@ pub(crate) async fn run(args: CallArgs) -> Result<(), Failure> {
         return Err(failure);
     }
     report(&outcome, args.common.json)
+}
+
+/// Asks a person before a tool that declares itself destructive is called
+/// (its `TOOL_LIST` annotations, HAIP.md §6.13): `y` calls it, anything else
+/// does not. Without a terminal on stdin nobody can be asked, so it refuses
+/// (`--yes` skips this). A tool the list does not name is called: the call
+/// reports it.
+async fn confirm_destructive(client: &Client, tool: &str) -> Result<(), Failure> {
+    let tools = client.list_tools().await?;
+    let Some(info) = tools.iter().find(|t| t.name == tool) else {
+        return Ok(());
+    };
+    if !info.annotations.declares_destructive() {
+        return Ok(());
+    }
+    let shown = info.title.as_deref().unwrap_or(&info.name);
+    if !std::io::stdin().is_terminal() {
+        return Err(Failure::usage(format!(
+            "{tool} is destructive ({shown}) and stdin is not a terminal to ask on; \
+             pass --yes to call it anyway"
+        )));
+    }
+    prompt(&confirm_prompt(shown));
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        match std::io::stdin().lock().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        }
+    })
+    .await
+    .unwrap_or(None);
+    if line.is_none() {
+        eprintln!();
+    }
+    if confirmed(line.as_deref()) {
+        Ok(())
+    } else {
+        Err(Failure::tool(format!("{tool} was not called")))
+    }
 }
 
 /// Replies to a question whatever happens to it.

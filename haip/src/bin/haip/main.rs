@@ -240,7 +240,11 @@ async fn lint(common: &Common) -> Result<(), Failure> {
     } else {
         for f in &findings {
             let profile = f.profile.map_or("every profile", |p| p.name());
-            let pointer = if f.pointer.is_empty() { "/" } else { &f.pointer };
+            let pointer = if f.pointer.is_empty() {
+                "/"
+            } else {
+                &f.pointer
+            };
             let served = if f.refused { "not served" } else { "served" };
             println!("{}  {profile}  {pointer}  ({served})", f.tool);
             println!("    {}", f.reason);

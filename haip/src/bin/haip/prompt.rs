@@ -13,6 +13,9 @@
 //! * a question with no fields asks yes or no: `y` accepts, anything else
 //!   empty or `n` declines;
 //! * the end of the input (stdin closed) declines.
+//!
+//! Before a tool that declares itself destructive is called, [`confirm_prompt`]
+//! asks whether to call it; only `y` or `yes` ([`confirmed`]) does.
 
 use haip::client::{Field, FieldKind, Question, Response, SchemaError, Violation};
 use serde_json::{Map, Value};
@@ -203,6 +206,18 @@ fn kind_text(kind: &FieldKind) -> String {
     }
 }
 
+/// The question asked before calling a tool that declares itself
+/// destructive, `shown` by its title (else its name); no line break.
+pub(crate) fn confirm_prompt(shown: &str) -> String {
+    format!("This tool is destructive: {shown}. Call it? [y/N] ")
+}
+
+/// Whether the line typed at [`confirm_prompt`] says yes (`y` or `yes`, in
+/// any case); anything else, and the end of the input, is no.
+pub(crate) fn confirmed(line: Option<&str>) -> bool {
+    line.is_some_and(|line| matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
+}
+
 /// The server's reasons for refusing an answer, one per line.
 pub(crate) fn violations_text(message: &str, violations: &[Violation]) -> String {
     let mut text = format!("  the answer was not accepted: {message}");
@@ -327,6 +342,21 @@ mod tests {
             Form::new(&question).unwrap().feed(Some("")),
             Step::Done(Response::Decline)
         );
+    }
+
+    #[test]
+    fn destructive_tools_are_called_only_on_yes() {
+        assert_eq!(
+            confirm_prompt("Delete a repository"),
+            "This tool is destructive: Delete a repository. Call it? [y/N] "
+        );
+        for yes in ["y", "Y\n", " yes\r\n", "YES"] {
+            assert!(confirmed(Some(yes)), "{yes:?}");
+        }
+        for no in ["", "\n", "n", "no", "yep", "sure"] {
+            assert!(!confirmed(Some(no)), "{no:?}");
+        }
+        assert!(!confirmed(None), "the input ended");
     }
 
     #[test]

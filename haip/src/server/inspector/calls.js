@@ -2,13 +2,61 @@
 
 // ----- tools ---------------------------------------------------------------------
 
+// What a tool says about itself (HAIP.md §6.13, MCP's meaning): its title,
+// its hints and its icons, each optional.
+const titleOf = (t) => (t && typeof t.title === 'string' && t.title ? t.title : '');
+const annotationsOf = (t) => (t && t.annotations && typeof t.annotations === 'object' ? t.annotations : {});
+
+// Destructive only when it says so (destructiveHint: true), and not read-only,
+// where MCP gives destructiveHint no meaning. (MCP's default for a tool that
+// says nothing is destructive; asking before every such call would make the
+// question meaningless.)
+function isDestructive(t) {
+  const a = annotationsOf(t);
+  return a.destructiveHint === true && a.readOnlyHint !== true;
+}
+
+// The badges of the hints a tool declares true.
+function badges(t) {
+  const a = annotationsOf(t);
+  const shown = [];
+  if (a.readOnlyHint === true) shown.push('read-only');
+  if (isDestructive(t)) shown.push('destructive');
+  if (a.idempotentHint === true) shown.push('idempotent');
+  if (a.openWorldHint === true) shown.push('open-world');
+  return shown.map((hint) => el('li', { class: 'badge', dataset: { hint }, text: hint }));
+}
+
+// The first icon this page can show: a data: image, or https (the page's
+// policy allows no other images).
+function iconSrc(t) {
+  const icons = t && Array.isArray(t.icons) ? t.icons : [];
+  const first = icons.find((i) => i && typeof i.src === 'string');
+  if (!first) return '';
+  return /^(data:image\/|https:)/i.test(first.src) ? first.src : '';
+}
+
+// A tool as the list has it, with what its TOOL_SCHEMA added.
+function toolInfo(name) {
+  return { ...(state.schemas.get(name) || {}), ...(state.tools.find((t) => t.name === name) || { name }) };
+}
+
 function renderTools(tools) {
   state.tools = tools.filter((t) => t && typeof t.name === 'string');
   const list = $('tools');
-  list.replaceChildren(...state.tools.map((t) => el('li', { dataset: { tool: t.name } },
-    el('button', { type: 'button', 'data-tool': t.name },
-      el('span', { class: 'tool-name', text: t.name }),
-      t.description ? el('span', { class: 'tool-desc', text: t.description }) : null))));
+  list.replaceChildren(...state.tools.map((t) => {
+    const icon = iconSrc(t);
+    const title = titleOf(t);
+    const hints = badges(t);
+    return el('li', { dataset: { tool: t.name } },
+      el('button', { type: 'button', 'data-tool': t.name },
+        el('span', { class: 'tool-head' },
+          icon ? el('img', { class: 'tool-icon', src: icon, alt: '' }) : null,
+          title ? el('span', { class: 'tool-title', text: title }) : null,
+          el('span', { class: 'tool-name', text: t.name })),
+        t.description ? el('span', { class: 'tool-desc', text: t.description }) : null,
+        hints.length ? el('ul', { class: 'badges' }, ...hints) : null));
+  }));
   for (const button of list.querySelectorAll('button')) {
     button.addEventListener('click', () => selectTool(button.dataset.tool));
   }
@@ -23,7 +71,8 @@ function applyFilter() {
   let shown = 0;
   for (const li of $('tools').children) {
     const tool = state.tools.find((t) => t.name === li.dataset.tool);
-    const hit = !q || tool.name.toLowerCase().includes(q) || (tool.description || '').toLowerCase().includes(q);
+    const hit = !q || tool.name.toLowerCase().includes(q) || (tool.description || '').toLowerCase().includes(q)
+      || titleOf(tool).toLowerCase().includes(q);
     li.hidden = !hit;
     if (hit) shown += 1;
   }
@@ -43,10 +92,11 @@ function selectTool(name) {
   state.selected = name;
   history.replaceState(null, '', `${location.pathname}${location.search}#tool=${encodeURIComponent(name)}`);
   markSelected();
-  const tool = state.tools.find((t) => t.name === name) || { name };
+  hideConfirm();
+  const tool = toolInfo(name);
   $('tool-empty').hidden = true;
   $('tool-body').hidden = false;
-  $('tool-name').textContent = name;
+  showHeading(tool);
   $('tool-description').textContent = tool.description || '';
   if (!state.call || state.call.tool !== name) $('run').hidden = true;
   const known = state.schemas.get(name);
@@ -61,13 +111,31 @@ function selectTool(name) {
   }
 }
 
+// The tool's title (its name beside it), first icon and hint badges.
+function showHeading(tool) {
+  const title = titleOf(tool);
+  $('tool-title').textContent = title;
+  $('tool-title').hidden = !title;
+  $('tool-name').textContent = tool.name;
+  const icon = iconSrc(tool);
+  if (icon) $('tool-icon').src = icon;
+  else $('tool-icon').removeAttribute('src');
+  $('tool-icon').hidden = !icon;
+  const hints = badges(tool);
+  $('tool-badges').replaceChildren(...hints);
+  $('tool-badges').hidden = !hints.length;
+}
+
 function onSchema(p) {
   if (typeof p.tool !== 'string') return;
   for (const [id, asked] of state.pending) {
     if (asked.kind === 'schema' && asked.tool === p.tool) state.pending.delete(id);
   }
   state.schemas.set(p.tool, p);
-  if (state.selected === p.tool) renderParams(p);
+  if (state.selected === p.tool) {
+    showHeading(toolInfo(p.tool));
+    renderParams(p);
+  }
 }
 
 function renderParams(schemaReply) {
@@ -111,8 +179,32 @@ function call() {
   } else {
     paramsValue = {};
   }
+  const tool = toolInfo(state.selected);
+  if (isDestructive(tool)) {
+    // Asked in the page (not window.confirm): nothing is sent until "Call it".
+    state.confirming = { tool: state.selected, params: paramsValue };
+    $('confirm-message').textContent = `This tool is destructive: ${titleOf(tool) || tool.name}. Call it?`;
+    $('confirm').hidden = false;
+    $('confirm-cancel').focus();
+    return;
+  }
+  sendCall(state.selected, paramsValue);
+}
+
+function hideConfirm() {
+  state.confirming = null;
+  $('confirm').hidden = true;
+}
+
+function confirmCall() {
+  const asked = state.confirming;
+  hideConfirm();
+  if (asked && asked.tool === state.selected && state.transport) sendCall(asked.tool, asked.params);
+}
+
+function sendCall(toolName, paramsValue) {
   const callId = `inspector-${++state.callCounter}-${uuid().slice(0, 8)}`;
-  state.call = { id: callId, tool: state.selected, done: false };
+  state.call = { id: callId, tool: toolName, done: false };
   for (const q of state.questions.values()) q.element.remove();
   state.questions.clear();
   $('run').hidden = false;
@@ -128,7 +220,7 @@ function call() {
   $('result').hidden = true;
   $('result').dataset.status = '';
   $('cancel').disabled = false;
-  const id = send('TOOL_CALL', 'USER', { call_id: callId, tool: state.selected, params: paramsValue });
+  const id = send('TOOL_CALL', 'USER', { call_id: callId, tool: toolName, params: paramsValue });
   state.pending.set(id, { kind: 'call', callId });
 }
 
@@ -293,6 +385,8 @@ function logEnvelope(dir, env, text) {
 for (const event of ['input', 'change']) $('filter').addEventListener(event, applyFilter);
 $('call').addEventListener('click', call);
 $('cancel').addEventListener('click', cancel);
+$('confirm-call').addEventListener('click', confirmCall);
+$('confirm-cancel').addEventListener('click', hideConfirm);
 $('params').addEventListener('submit', (e) => { e.preventDefault(); call(); });
 $('params').addEventListener('keydown', (e) => {
   if (e.key === 'Enter' && e.target.tagName === 'INPUT' && e.target.type !== 'checkbox') {

@@ -63,6 +63,7 @@ const state = {
   selected: null,       // the tool shown
   form: null,           // the params form of the tool shown
   call: null,           // {id, tool, done}
+  confirming: null,     // {tool, params}: a destructive call waiting for "Call it"
   questions: new Map(), // request_id -> {form, element}
   token: sessionStorage.getItem('haip-inspector-token') || '',
   authFailed: false,

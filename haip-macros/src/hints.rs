@@ -1,0 +1,340 @@
+//! The options of `#[haip_tool(...)]` that tell clients how a tool behaves
+//! and what it looks like (HAIP.md §6.13): MCP's hints (`read_only`,
+//! `destructive`, `idempotent`, `open_world`) and icons. Part of the `attr`
+//! phase: `attr` walks the arguments and hands these keys here.
+
+use proc_macro2::Span;
+use syn::meta::ParseNestedMeta;
+use syn::spanned::Spanned;
+use syn::{Expr, ExprLit, Lit, LitStr};
+
+use crate::attr::skip_value;
+use crate::errors::Errors;
+
+/// The MCP annotation hints, each as written (`read_only` or
+/// `read_only = true/false`); absent when not written.
+#[derive(Default)]
+pub(crate) struct Hints {
+    pub(crate) read_only: Option<Flag>,
+    pub(crate) destructive: Option<Flag>,
+    pub(crate) idempotent: Option<Flag>,
+    pub(crate) open_world: Option<Flag>,
+}
+
+/// One hint as written.
+pub(crate) struct Flag {
+    pub(crate) value: bool,
+    /// The option's key (`destructive`), where errors about it point.
+    pub(crate) span: Span,
+    /// Its place among the attribute's arguments, to tell which of two
+    /// options came later.
+    pub(crate) position: usize,
+}
+
+/// One `icon = "src"` or `icon(src = "...", mime_type = "...", sizes = [...],
+/// theme = "light" | "dark")`.
+pub(crate) struct IconOption {
+    pub(crate) src: LitStr,
+    pub(crate) mime_type: Option<LitStr>,
+    pub(crate) sizes: Vec<LitStr>,
+    pub(crate) theme: Option<Theme>,
+}
+
+/// An icon's `theme`, checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Theme {
+    Light,
+    Dark,
+}
+
+const ICON_KNOWN: &str = "`src`, `mime_type`, `sizes`, `theme`";
+
+/// A hint as written at `position` among the attribute's arguments; `None`
+/// (with the mistake in `errors`) when its value is not a boolean.
+pub(crate) fn parse_hint(
+    meta: &ParseNestedMeta<'_>,
+    key: &str,
+    position: usize,
+    errors: &mut Errors,
+) -> syn::Result<Option<Flag>> {
+    Ok(parse_flag(meta, key, errors)?.map(|value| Flag {
+        value,
+        span: meta.path.span(),
+        position,
+    }))
+}
+
+/// A hint: `key` alone is `true`; `key = true` or `key = false`. Anything
+/// else is recorded in `errors` (and the hint left out).
+fn parse_flag(
+    meta: &ParseNestedMeta<'_>,
+    key: &str,
+    errors: &mut Errors,
+) -> syn::Result<Option<bool>> {
+    if !meta.input.peek(syn::Token![=]) {
+        if meta.input.peek(syn::token::Paren) {
+            errors.push(meta.error(format!(
+                "`{key}` takes no arguments: write `{key}`, `{key} = true` or `{key} = false`"
+            )));
+            skip_value(meta)?;
+            return Ok(None);
+        }
+        return Ok(Some(true));
+    }
+    match meta.value()?.parse::<Expr>()? {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(b), ..
+        }) => Ok(Some(b.value)),
+        other => {
+            errors.push(syn::Error::new_spanned(
+                other,
+                format!("`{key}` is `true` or `false` (or `{key}` alone, for `true`)"),
+            ));
+            Ok(None)
+        }
+    }
+}
+
+/// `icon = "src"` or `icon(src = "...", mime_type = "...", sizes = ["48x48"],
+/// theme = "dark")`; `None` (with the mistakes in `errors`) when it cannot be
+/// used.
+pub(crate) fn parse_icon(
+    meta: &ParseNestedMeta<'_>,
+    errors: &mut Errors,
+) -> syn::Result<Option<IconOption>> {
+    if meta.input.peek(syn::Token![=]) {
+        let src: LitStr = meta.value()?.parse()?;
+        return Ok(check_src(src, errors).map(|src| IconOption {
+            src,
+            mime_type: None,
+            sizes: Vec::new(),
+            theme: None,
+        }));
+    }
+    if !meta.input.peek(syn::token::Paren) {
+        errors.push(meta.error(
+            "`icon` needs a source: `icon = \"https://...\"` or `icon(src = \"...\", mime_type = \"...\", sizes = [\"48x48\"], theme = \"dark\")`",
+        ));
+        return Ok(None);
+    }
+    let mut src: Option<LitStr> = None;
+    let mut mime_type = None;
+    let mut sizes = Vec::new();
+    let mut theme = None;
+    let mut seen: Vec<String> = Vec::new();
+    let mut valid = true;
+    meta.parse_nested_meta(|inner| {
+        let key = quote::ToTokens::to_token_stream(&inner.path)
+            .to_string()
+            .replace(' ', "");
+        if seen.contains(&key) {
+            valid = false;
+            errors.push(syn::Error::new_spanned(
+                &inner.path,
+                format!("`{key}` set more than once in `icon(...)`"),
+            ));
+            return skip_value(&inner);
+        }
+        seen.push(key.clone());
+        match key.as_str() {
+            "src" => src = Some(inner.value()?.parse()?),
+            "mime_type" => mime_type = Some(inner.value()?.parse()?),
+            "sizes" => match inner.value()?.parse::<Expr>()? {
+                Expr::Array(array) => {
+                    for size in array.elems {
+                        match size {
+                            Expr::Lit(ExprLit {
+                                lit: Lit::Str(size),
+                                ..
+                            }) if valid_size(&size.value()) => sizes.push(size),
+                            Expr::Lit(ExprLit {
+                                lit: Lit::Str(size),
+                                ..
+                            }) => {
+                                valid = false;
+                                errors.push(syn::Error::new(
+                                    size.span(),
+                                    format!(
+                                        "invalid icon size \"{}\": expected \"WxH\" (e.g. \"48x48\") or \"any\"",
+                                        size.value()
+                                    ),
+                                ));
+                            }
+                            other => {
+                                valid = false;
+                                errors.push(syn::Error::new_spanned(
+                                    other,
+                                    "an icon size is a string: \"48x48\" or \"any\"",
+                                ));
+                            }
+                        }
+                    }
+                }
+                other => {
+                    valid = false;
+                    errors.push(syn::Error::new_spanned(
+                        other,
+                        "`sizes` is a list of strings, e.g. `sizes = [\"48x48\", \"96x96\"]`",
+                    ));
+                }
+            },
+            "theme" => {
+                let lit: LitStr = inner.value()?.parse()?;
+                match lit.value().as_str() {
+                    "light" => theme = Some(Theme::Light),
+                    "dark" => theme = Some(Theme::Dark),
+                    other => {
+                        valid = false;
+                        errors.push(syn::Error::new(
+                            lit.span(),
+                            format!(
+                                "invalid icon theme \"{other}\": expected \"light\" or \"dark\""
+                            ),
+                        ));
+                    }
+                }
+            }
+            _ => {
+                valid = false;
+                errors.push(syn::Error::new_spanned(
+                    &inner.path,
+                    format!("unknown icon option `{key}`; expected one of: {ICON_KNOWN}"),
+                ));
+                skip_value(&inner)?;
+            }
+        }
+        Ok(())
+    })?;
+    let Some(src) = src else {
+        errors.push(syn::Error::new_spanned(
+            &meta.path,
+            "`icon(...)` needs `src = \"...\"`: the icon's URL",
+        ));
+        return Ok(None);
+    };
+    let src = check_src(src, errors);
+    Ok(src.filter(|_| valid).map(|src| IconOption {
+        src,
+        mime_type,
+        sizes,
+        theme,
+    }))
+}
+
+/// An icon's `src`, unless it is empty.
+fn check_src(src: LitStr, errors: &mut Errors) -> Option<LitStr> {
+    if src.value().trim().is_empty() {
+        errors.push(syn::Error::new(
+            src.span(),
+            "an icon's `src` cannot be empty: give its URL (`https:` or `data:`)",
+        ));
+        return None;
+    }
+    Some(src)
+}
+
+/// `"any"` or `"<width>x<height>"` (MCP's icon sizes).
+fn valid_size(size: &str) -> bool {
+    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    size == "any"
+        || size
+            .split_once(['x', 'X'])
+            .is_some_and(|(w, h)| number(w) && number(h))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attr::Options;
+    use quote::quote;
+
+    #[test]
+    fn title_hints_and_icons_are_parsed() {
+        let mut errors = Errors::default();
+        let o = Options::parse(
+            quote!(
+                title = "Delete a repository",
+                read_only = false,
+                destructive,
+                idempotent = true,
+                icon = "https://example.com/trash.svg",
+                icon(
+                    src = "data:image/png;base64,AAAA",
+                    mime_type = "image/png",
+                    sizes = ["48x48", "any"],
+                    theme = "dark"
+                )
+            ),
+            &mut errors,
+        );
+        assert!(errors.is_empty(), "{:?}", errors.messages());
+        assert_eq!(o.title.unwrap().value(), "Delete a repository");
+        let flag = |f: &Option<Flag>| f.as_ref().map(|f| (f.value, f.position));
+        assert_eq!(flag(&o.hints.read_only), Some((false, 2)));
+        assert_eq!(flag(&o.hints.destructive), Some((true, 3)));
+        assert_eq!(flag(&o.hints.idempotent), Some((true, 4)));
+        assert_eq!(flag(&o.hints.open_world), None);
+        assert_eq!(o.icons.len(), 2);
+        assert_eq!(o.icons[0].src.value(), "https://example.com/trash.svg");
+        assert!(o.icons[0].mime_type.is_none() && o.icons[0].sizes.is_empty());
+        assert_eq!(o.icons[0].theme, None);
+        let full = &o.icons[1];
+        assert_eq!(full.src.value(), "data:image/png;base64,AAAA");
+        assert_eq!(full.mime_type.as_ref().unwrap().value(), "image/png");
+        let sizes: Vec<String> = full.sizes.iter().map(LitStr::value).collect();
+        assert_eq!(sizes, ["48x48", "any"]);
+        assert_eq!(full.theme, Some(Theme::Dark));
+    }
+
+    #[test]
+    fn bad_hints_and_icons_are_reported_together() {
+        let mut errors = Errors::default();
+        let o = Options::parse(
+            quote!(
+                read_only = "yes",
+                open_world(true),
+                destructive,
+                destructive = false,
+                icon,
+                icon(mime_type = "image/png"),
+                icon(
+                    src = "a.png",
+                    theme = "sepia",
+                    sizes = ["big", 48],
+                    colour = "red"
+                ),
+                icon(src = "b.png", src = "c.png"),
+                icon = "",
+                icon(src = "ok.png", sizes = "48x48"),
+                nmae = "x"
+            ),
+            &mut errors,
+        );
+        assert!(o.hints.read_only.is_none() && o.hints.open_world.is_none());
+        assert!(o.hints.destructive.unwrap().value, "the first is kept");
+        assert!(o.icons.is_empty(), "no icon with a mistake is kept");
+        let messages = errors.messages();
+        let expected = [
+            "`read_only` is `true` or `false` (or `read_only` alone, for `true`)",
+            "`open_world` takes no arguments: write `open_world`, `open_world = true` or `open_world = false`",
+            "`destructive` set more than once",
+            "`icon` needs a source: `icon = \"https://...\"` or `icon(src = \"...\", mime_type = \"...\", sizes = [\"48x48\"], theme = \"dark\")`",
+            "`icon(...)` needs `src = \"...\"`: the icon's URL",
+            "invalid icon theme \"sepia\": expected \"light\" or \"dark\"",
+            "invalid icon size \"big\": expected \"WxH\" (e.g. \"48x48\") or \"any\"",
+            "an icon size is a string: \"48x48\" or \"any\"",
+            "unknown icon option `colour`; expected one of: `src`, `mime_type`, `sizes`, `theme`",
+            "`src` set more than once in `icon(...)`",
+            "an icon's `src` cannot be empty: give its URL (`https:` or `data:`)",
+            "`sizes` is a list of strings, e.g. `sizes = [\"48x48\", \"96x96\"]`",
+        ];
+        assert_eq!(messages[..expected.len()], expected, "{messages:#?}");
+        assert_eq!(messages.len(), expected.len() + 1, "{messages:#?}");
+        assert_eq!(
+            messages[expected.len()],
+            "unknown argument `nmae`; expected one of: `name`, `description`, `title`, `timeout`, \
+             `read_only`, `destructive`, `idempotent`, `open_world`, `icon`, `crate`"
+        );
+        assert!(valid_size("16X16") && !valid_size("x16") && !valid_size("16x") && !valid_size(""));
+    }
+}

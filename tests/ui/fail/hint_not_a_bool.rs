@@ -1,0 +1,4 @@
+#[haip::haip_tool(idempotent = "yes")]
+async fn f() {}
+
+fn main() {}
