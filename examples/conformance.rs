@@ -14,12 +14,17 @@
 //! not link `haip_examples`, so the quickstart's tools stay out of it.
 
 use std::borrow::Cow;
+use std::future::IntoFuture;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 // serde and schemars through haip (the example crate does not depend on them).
 use haip::__private::schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use haip::__private::serde::{Deserialize, Serialize};
-use haip::{Answer, Content, Context, Params, SampleRequest, ToolError, haip_tool};
+use haip::{
+    Answer, AskError, Content, Context, Params, SampleError, SampleRequest, ServerHandle, State,
+    Tool, ToolError, haip_tool,
+};
 
 // ----- content ------------------------------------------------------------------
 
@@ -322,22 +327,43 @@ async fn test_elicitation_sep1330_enums(ctx: Context) -> Result<Content, ToolErr
 /// Tool with JSON Schema 2020-12 features
 #[haip_tool]
 async fn json_schema_2020_12_tool(params: Params<Person>) -> String {
-    let Person { name, address } = params.0;
+    let Person {
+        name,
+        address,
+        contact_method,
+        phone,
+        email,
+    } = params.0;
     let name = name.as_deref().unwrap_or("someone");
-    match address.and_then(|a| a.city) {
+    let home = match address.and_then(|a| a.city) {
         Some(city) => format!("{name} lives in {city}"),
         None => format!("{name} has no known address"),
-    }
+    };
+    // The schema makes sure the chosen way of contact is given.
+    let contact = match (contact_method, phone, email) {
+        (Some(ContactMethod::Phone), Some(phone), _) => format!("call {phone}"),
+        (Some(ContactMethod::Email), _, Some(email)) | (None, None, Some(email)) => {
+            format!("write to {email}")
+        }
+        (None, Some(phone), _) => format!("call {phone}"),
+        _ => "no way of contact".to_owned(),
+    };
+    format!("{home}; {contact}")
 }
 
 /// The params of `json_schema_2020_12_tool`. Their schema is written by hand:
-/// the scenario checks that `$schema`, `$defs` and `additionalProperties`
-/// reach `tools/list` as written.
+/// the scenario checks that `$schema`, `$defs` (with an `$anchor`),
+/// `additionalProperties`, composition (`allOf`/`anyOf`) and conditionals
+/// (`if`/`then`/`else`) reach `tools/list` as written (SEP-1613, SEP-2106).
 #[derive(Deserialize)]
 #[serde(crate = "haip::__private::serde", deny_unknown_fields)]
 struct Person {
     name: Option<String>,
     address: Option<Address>,
+    #[serde(rename = "contactMethod")]
+    contact_method: Option<ContactMethod>,
+    phone: Option<String>,
+    email: Option<String>,
 }
 
 /// `#/$defs/address`.
@@ -347,6 +373,14 @@ struct Address {
     #[allow(dead_code)]
     street: Option<String>,
     city: Option<String>,
+}
+
+/// How to get in touch.
+#[derive(Deserialize)]
+#[serde(crate = "haip::__private::serde", rename_all = "lowercase")]
+enum ContactMethod {
+    Phone,
+    Email,
 }
 
 impl JsonSchema for Person {
@@ -360,6 +394,7 @@ impl JsonSchema for Person {
             "type": "object",
             "$defs": {
                 "address": {
+                    "$anchor": "addressDef",
                     "type": "object",
                     "properties": {
                         "street": { "type": "string" },
@@ -369,11 +404,420 @@ impl JsonSchema for Person {
             },
             "properties": {
                 "name": { "type": "string" },
-                "address": { "$ref": "#/$defs/address" }
+                "address": { "$ref": "#/$defs/address" },
+                "contactMethod": { "type": "string", "enum": ["phone", "email"] },
+                "phone": { "type": "string" },
+                "email": { "type": "string" }
             },
+            "allOf": [{ "anyOf": [{ "required": ["phone"] }, { "required": ["email"] }] }],
+            "if": {
+                "properties": { "contactMethod": { "const": "phone" } },
+                "required": ["contactMethod"]
+            },
+            "then": { "required": ["phone"] },
+            "else": { "required": ["email"] },
             "additionalProperties": false
         })
     }
+}
+
+// ----- questions in rounds (MCP 2026-07-28, SEP-2322) ---------------------------
+//
+// Without a session, a call that asks ends its round with the questions it
+// waits for (`input_required`, keyed as below), and runs again from the start
+// when the client retries with the answers and the signed `requestState`.
+
+/// A person's name.
+#[haip::data]
+struct Name {
+    /// Their name.
+    name: String,
+}
+
+/// A confirmation.
+#[haip::data]
+struct Confirmation {
+    /// Whether to go on.
+    ok: bool,
+}
+
+/// A favourite colour.
+#[haip::data]
+struct Color {
+    /// Their favourite colour.
+    color: String,
+}
+
+/// The name in an answer, if one was given.
+fn name_of(answer: Answer<Name>) -> Option<String> {
+    answer.accepted().map(|n| n.name)
+}
+
+/// Asks the person's name (question `user_name`), then greets them.
+#[haip_tool]
+async fn test_input_required_result_elicitation(ctx: Context) -> Result<String, ToolError> {
+    let answer = ctx
+        .ask::<Name>("What is your name?")
+        .key("user_name")
+        .await?;
+    Ok(match name_of(answer) {
+        Some(name) => format!("Hello, {name}!"),
+        None => "Hello, whoever you are!".to_owned(),
+    })
+}
+
+/// Asks the client's model for the capital of France (`capital_question`).
+#[haip_tool]
+async fn test_input_required_result_sampling(ctx: Context) -> Result<String, ToolError> {
+    let reply = ctx
+        .sample(
+            SampleRequest::new("What is the capital of France?")
+                .max_tokens(100)
+                .key("capital_question"),
+        )
+        .await?;
+    Ok(format!(
+        "The model answered: {}",
+        reply.text().unwrap_or("(no text)")
+    ))
+}
+
+/// Lists the roots the client shares (`client_roots`).
+#[haip_tool]
+async fn test_input_required_result_list_roots(ctx: Context) -> Result<String, ToolError> {
+    let roots = ctx.roots().key("client_roots").await?;
+    let uris: Vec<&str> = roots.iter().map(|r| r.uri.as_str()).collect();
+    Ok(format!(
+        "The client shares {} root(s): {}",
+        roots.len(),
+        uris.join(", ")
+    ))
+}
+
+/// Asks for a confirmation (`confirm`); the retry's `requestState` is
+/// verified by the server before the tool runs again.
+#[haip_tool]
+async fn test_input_required_result_request_state(ctx: Context) -> Result<String, ToolError> {
+    let answer = ctx
+        .ask::<Confirmation>("Please confirm")
+        .key("confirm")
+        .await?;
+    let confirmed = matches!(answer, Answer::Accepted(Confirmation { ok: true }));
+    // The tool runs again only once the server has verified the state the
+    // retry brought (signed with its key, not expired, for this very call):
+    // a tampered one is refused with -32602 before anything runs.
+    Ok(format!(
+        "state-ok: the request state was verified; confirmed: {confirmed}"
+    ))
+}
+
+/// Asks a name, the client's model and its roots at once: one round with
+/// three questions (`user_name`, `greeting`, `client_roots`).
+#[haip_tool]
+async fn test_input_required_result_multiple_inputs(ctx: Context) -> Result<String, ToolError> {
+    let (name, greeting, roots) = tokio::join!(
+        ctx.ask::<Name>("What is your name?")
+            .key("user_name")
+            .into_future(),
+        ctx.sample(
+            SampleRequest::new("Generate a greeting")
+                .max_tokens(50)
+                .key("greeting")
+        ),
+        ctx.roots().key("client_roots").into_future(),
+    );
+    let name = name_of(name?).unwrap_or_else(|| "stranger".to_owned());
+    let greeting = greeting?;
+    let roots = roots?;
+    Ok(format!(
+        "{} {name} ({} root(s) shared)",
+        greeting.text().unwrap_or("Hello,"),
+        roots.len()
+    ))
+}
+
+/// Asks one question, then another: two rounds (`step1`, then `step2`).
+#[haip_tool]
+async fn test_input_required_result_multi_round(ctx: Context) -> Result<String, ToolError> {
+    let name = ctx
+        .ask::<Name>("Step 1: What is your name?")
+        .key("step1")
+        .await?;
+    let name = name_of(name).unwrap_or_else(|| "someone".to_owned());
+    let color = ctx
+        .ask::<Color>("Step 2: What is your favorite color?")
+        .key("step2")
+        .await?;
+    Ok(match color.accepted() {
+        Some(Color { color }) => format!("{name} likes {color}"),
+        None => format!("{name} keeps their favourite colour to themselves"),
+    })
+}
+
+/// Asks for a confirmation (`confirm`): a retry whose `requestState` was
+/// tampered with is refused (-32602) before the tool runs again.
+#[haip_tool]
+async fn test_input_required_result_tampered_state(ctx: Context) -> Result<String, ToolError> {
+    let answer = ctx
+        .ask::<Confirmation>("Please confirm")
+        .key("confirm")
+        .await?;
+    let confirmed = matches!(answer, Answer::Accepted(Confirmation { ok: true }));
+    Ok(format!("confirmed: {confirmed}"))
+}
+
+/// Asks a name (`user_name`) and the client's model (`greeting`) at once,
+/// each only of a client that declared it can answer it; what the client
+/// cannot answer is done without.
+#[haip_tool]
+async fn test_input_required_result_capabilities(ctx: Context) -> Result<String, ToolError> {
+    let (name, greeting) = tokio::join!(
+        ctx.ask::<Name>("What is your name?")
+            .key("user_name")
+            .into_future(),
+        ctx.sample(
+            SampleRequest::new("Generate a greeting")
+                .max_tokens(50)
+                .key("greeting")
+        ),
+    );
+    let name = match name {
+        Ok(answer) => name_of(answer),
+        Err(AskError::Unsupported) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let greeting = match greeting {
+        Ok(reply) => reply.text().map(str::to_owned),
+        Err(SampleError::Unsupported) => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(format!(
+        "{} {}",
+        greeting.as_deref().unwrap_or("Hello,"),
+        name.as_deref().unwrap_or("whoever you are")
+    ))
+}
+
+// ----- requests without sessions (MCP 2026-07-28, SEP-2575) ----------------------
+
+/// Needs the client's model: a client that did not declare `sampling` is
+/// refused with `MissingRequiredClientCapability` (-32021).
+#[haip_tool]
+async fn test_missing_capability(ctx: Context) -> Result<String, ToolError> {
+    let reply = ctx
+        .sample(SampleRequest::new("Say hello").max_tokens(20).key("hello"))
+        .await?;
+    Ok(format!(
+        "The model said: {}",
+        reply.text().unwrap_or("(no text)")
+    ))
+}
+
+/// Asks the person a question. Without a session the question goes back in
+/// the call's own response (`input_required`), never as a request of the
+/// server on the response stream.
+#[haip_tool]
+async fn test_streaming_elicitation(ctx: Context) -> Result<String, ToolError> {
+    let answer = ctx.ask::<Name>("What is your name?").await?;
+    Ok(match name_of(answer) {
+        Some(name) => format!("Nice to meet you, {name}"),
+        None => "No name given".to_owned(),
+    })
+}
+
+/// Logs a line at three levels. A client without a session gets log lines
+/// only at the level its request names (`_meta` `io.modelcontextprotocol/logLevel`).
+#[haip_tool]
+async fn test_logging_tool(ctx: Context) -> String {
+    ctx.debug("test_logging_tool: a debug line");
+    ctx.info("test_logging_tool: an info line");
+    ctx.warning("test_logging_tool: a warning line");
+    "Logged a debug, an info and a warning line".to_owned()
+}
+
+/// The name of the tool `test_trigger_tool_change` takes out and puts back.
+const DYNAMIC_TOOL: &str = "test_dynamic_tool";
+
+/// In the tool list, or not: `test_trigger_tool_change` takes it out of the
+/// registry and puts it back.
+#[haip_tool]
+async fn test_dynamic_tool() -> String {
+    "test_dynamic_tool is in the tool list".to_owned()
+}
+
+/// The running server, for `test_trigger_tool_change`: its handle once it
+/// has started (never over stdio), and `test_dynamic_tool` while it is out.
+#[derive(Clone, Default)]
+struct Running {
+    handle: Arc<OnceLock<ServerHandle>>,
+    parked: Arc<Mutex<Option<Tool>>>,
+}
+
+/// Changes the tool list: takes `test_dynamic_tool` out of the registry, or
+/// puts it back. Every client listening for changes (an MCP session's
+/// stream, a `subscriptions/listen` stream) is told
+/// `notifications/tools/list_changed`.
+#[haip_tool]
+async fn test_trigger_tool_change(running: State<Running>) -> Result<String, ToolError> {
+    let Some(handle) = running.handle.get() else {
+        return Err(ToolError::execution(
+            "the tool list cannot change here: the server serves MCP over stdio",
+        ));
+    };
+    let mut parked = running.parked.lock().unwrap_or_else(|e| e.into_inner());
+    match parked.take() {
+        Some(tool) => {
+            handle
+                .register_tool(tool)
+                .map_err(|e| ToolError::execution(e.to_string()))?;
+            Ok(format!("{DYNAMIC_TOOL} is back in the tool list"))
+        }
+        None => {
+            let tool = handle.unregister_tool(DYNAMIC_TOOL).ok_or_else(|| {
+                ToolError::execution(format!("{DYNAMIC_TOOL} is not in the tool list"))
+            })?;
+            *parked = Some(tool);
+            Ok(format!("{DYNAMIC_TOOL} is out of the tool list"))
+        }
+    }
+}
+
+// ----- HTTP headers (SEP-2243) -----------------------------------------------------
+
+/// Names the region it is called for. `region` travels in the
+/// `Mcp-Param-Region` header as well (its `x-mcp-header`), which the server
+/// checks against the body: one that is missing or differs is refused.
+#[haip_tool]
+async fn test_mcp_param_header(
+    /// The region, also sent as the `Mcp-Param-Region` header.
+    #[schemars(extend("x-mcp-header" = "Region"))]
+    region: String,
+) -> String {
+    format!("Called for region {region}")
+}
+
+// ----- tasks (the io.modelcontextprotocol/tasks extension) ----------------------
+
+/// Greets by name (never a task).
+#[haip_tool]
+async fn greet(
+    /// Who to greet.
+    name: Option<String>,
+) -> String {
+    format!("Hello, {}!", name.as_deref().unwrap_or("world"))
+}
+
+/// Computes for `seconds` seconds, then says its label: a task for clients
+/// that take them (one that takes no time answers at once). Stops when
+/// cancelled.
+#[haip_tool(task)]
+async fn slow_compute(
+    /// How long to compute.
+    seconds: Option<f64>,
+    /// What to call the result.
+    label: Option<String>,
+    ctx: Context,
+) -> Result<String, ToolError> {
+    let seconds = seconds.unwrap_or(0.0).clamp(0.0, 3600.0);
+    if seconds > 0.0 {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs_f64(seconds)) => {}
+            () = ctx.cancelled() => return Err(ToolError::cancelled()),
+        }
+    }
+    Ok(format!(
+        "computed {} in {seconds} s",
+        label.as_deref().unwrap_or("result")
+    ))
+}
+
+/// Always runs as a task, and fails as a tool after a second: the task
+/// completes with `isError`.
+#[haip_tool(task = "required")]
+async fn failing_job() -> Result<String, ToolError> {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Err(ToolError::execution("the job failed"))
+}
+
+/// Runs as a task and panics after a moment: the task fails with a
+/// JSON-RPC error (a fault of the server, not a result of the tool).
+#[haip_tool(task)]
+async fn protocol_error_job() -> String {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    panic!("protocol_error_job breaks, as the scenario asks")
+}
+
+/// What `confirm_delete` and `multi_input` ask.
+#[haip::data]
+struct TaskAnswer {
+    /// A name.
+    name: Option<String>,
+    /// Whether to go on.
+    confirm: Option<bool>,
+}
+
+/// Deletes a file once the person confirms: it looks the file up first (so
+/// the call is a task by then), then asks inside the task.
+#[haip_tool(task)]
+async fn confirm_delete(
+    /// The file.
+    filename: String,
+    ctx: Context,
+) -> Result<String, ToolError> {
+    // Looking the file up.
+    tokio::task::yield_now().await;
+    let answer = ctx
+        .ask::<TaskAnswer>(format!("Delete {filename}?"))
+        .key("confirm")
+        .await?;
+    Ok(match answer {
+        Answer::Accepted(TaskAnswer {
+            confirm: Some(true),
+            ..
+        }) => format!("deleted {filename}"),
+        _ => format!("kept {filename}"),
+    })
+}
+
+/// Asks two questions at once inside its task.
+#[haip_tool(task)]
+async fn multi_input(ctx: Context) -> Result<String, ToolError> {
+    tokio::task::yield_now().await;
+    let (first, second) = tokio::join!(
+        ctx.ask::<TaskAnswer>("First value?")
+            .key("first")
+            .into_future(),
+        ctx.ask::<TaskAnswer>("Second value?")
+            .key("second")
+            .into_future()
+    );
+    let name = |answer: Answer<TaskAnswer>| match answer {
+        Answer::Accepted(TaskAnswer { name: Some(n), .. }) => n,
+        _ => "-".to_owned(),
+    };
+    Ok(format!("got {} and {}", name(first?), name(second?)))
+}
+
+/// The name `test_tool_with_task` asks for.
+#[haip::data]
+struct UserName {
+    /// Your name.
+    name: String,
+}
+
+/// Always a task: asks the person's name first (before the task exists, by
+/// rounds), then greets as a task.
+#[haip_tool(task = "required")]
+async fn test_tool_with_task(ctx: Context) -> Result<String, ToolError> {
+    let name = match ctx
+        .ask::<UserName>("What is your name?")
+        .key("user_name")
+        .await?
+    {
+        Answer::Accepted(UserName { name }) => name,
+        Answer::Declined | Answer::Cancelled => "stranger".to_owned(),
+    };
+    Ok(format!("Hello, {name}! (from a task)"))
 }
 
 #[tokio::main]
@@ -385,22 +829,57 @@ async fn main() -> Result<(), haip::Error> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    let running = Running::default();
     let server = haip::Server::builder()
         .from_env()
-        // MCP sessions at `/mcp`: the elicitation and sampling scenarios need
-        // the client to answer the server's requests, which a stateless
-        // server cannot receive (the answer is a new POST no request waits
-        // for), and the SSE scenarios open the session's `GET` stream.
+        // MCP sessions at `/mcp`: the 2025-11-25 elicitation and sampling
+        // scenarios need the client to answer the server's requests, which
+        // a client without a session cannot (its answer would be a new POST
+        // nothing waits for), and the SSE scenarios open the session's `GET`
+        // stream. Requests of MCP 2026-07-28, which has no sessions, are
+        // served on their own all the same.
         .mcp_sessions(true)
         // The suite checks that hand-written schemas (`allOf`, `if`/`then`,
-        // `$anchor`, `$defs`) reach the client exactly as written.
+        // `$anchor`, `$defs`) and `x-mcp-header` annotations reach the
+        // client exactly as written.
         .schema_profile(haip::SchemaProfile::Full)
+        .state(running.clone())
         .annotated_tools()
         .build()?;
     // `--stdio`: MCP on stdin and stdout instead of a listening server.
     if std::env::args().any(|a| a == "--stdio") {
-        server.run_mcp_stdio().await
-    } else {
-        server.run().await
+        return server.run_mcp_stdio().await;
+    }
+    let handle = server.start().await?;
+    // Set once, here: the handle of the server just started.
+    let _ = running.handle.set(handle);
+    // Serves until Ctrl-C or SIGTERM, then stops as any haip server does.
+    stopped().await;
+    if let Some(handle) = running.handle.get() {
+        handle.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Completes on Ctrl-C or (on Unix) SIGTERM.
+async fn stopped() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

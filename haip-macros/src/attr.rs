@@ -6,7 +6,7 @@ use syn::meta::ParseNestedMeta;
 use syn::{Ident, LitStr, Path};
 
 use crate::errors::Errors;
-use crate::hints::{Hints, IconOption, parse_hint, parse_icon};
+use crate::hints::{Hints, IconOption, TaskSupport, parse_hint, parse_icon, parse_task};
 
 /// The options of one `#[haip_tool(...)]`.
 #[derive(Default)]
@@ -23,11 +23,14 @@ pub(crate) struct Options {
     pub(crate) hints: Hints,
     /// Every `icon = "..."` / `icon(...)`, in order.
     pub(crate) icons: Vec<IconOption>,
+    /// `task` / `task = "..."`: whether MCP calls may run as tasks; absent
+    /// when not written (the runtime's default, forbidden, applies).
+    pub(crate) task: Option<TaskSupport>,
     pub(crate) krate: Option<Path>,
 }
 
 const KNOWN: &str = "`name`, `description`, `title`, `timeout`, `read_only`, `destructive`, \
-                     `idempotent`, `open_world`, `icon`, `crate`";
+                     `idempotent`, `open_world`, `icon`, `task`, `crate`";
 
 /// Options that may be written more than once.
 const REPEATABLE: &[&str] = &["icon"];
@@ -49,6 +52,7 @@ impl Options {
                 "idempotent" => options.hints.idempotent = hint(errors)?,
                 "open_world" => options.hints.open_world = hint(errors)?,
                 "icon" => options.icons.extend(parse_icon(meta, errors)?),
+                "task" => options.task = parse_task(meta, errors)?,
                 "timeout" => {
                     let lit: LitStr = meta.value()?.parse()?;
                     match parse_duration(&lit.value()) {

@@ -13,7 +13,7 @@ use syn::spanned::Spanned;
 use crate::attr::{self, Options};
 use crate::check;
 use crate::doc;
-use crate::hints::{Hints, IconOption, Theme};
+use crate::hints::{Hints, IconOption, TaskSupport, Theme};
 use crate::model::{Output, ToolFn};
 
 pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
@@ -151,6 +151,7 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
     let title = options.title.as_ref().map(|t| quote!(.title(#t)));
     let annotations = annotations(&options.hints);
     let icons = options.icons.iter().map(icon);
+    let task = options.task.map(task_support);
     let role_checks = check::role_checks(model, &krate);
     let doc_type = format!(
         "The `#[haip_tool]` tool `{tool_name}`, built from [`{fn_name}`](fn@{fn_name}): \
@@ -209,7 +210,8 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
                     #timeout
                     #title
                     #annotations
-                    #(#icons)*;
+                    #(#icons)*
+                    #task;
                 let __builder = __haip::output_schema(__builder, #output_schema);
                 #(#prepares)*
                 __builder #handler .build()
@@ -260,6 +262,12 @@ fn icon(icon: &IconOption) -> TokenStream {
         Theme::Dark => quote!(.with_theme(__haip::IconTheme::Dark)),
     });
     quote!(.icon(__haip::Icon::new(#src) #mime_type #sizes #theme))
+}
+
+/// `.task_support(...)` for a `task` option (only when it is written).
+fn task_support(task: TaskSupport) -> TokenStream {
+    let variant = format_ident!("{}", task.variant());
+    quote!(.task_support(__haip::TaskSupport::#variant))
 }
 
 /// `expr` spanning all of `at`: its top-level tokens at the first token of
@@ -382,9 +390,41 @@ mod tests {
         }
         // Nothing declared: no annotations at all (MCP's defaults apply).
         let out = expand_fn(parse_quote! { fn t() {} }, quote!());
-        for absent in [". title", ". annotations", ". icon ("] {
+        for absent in [". title", ". annotations", ". icon (", ". task_support"] {
             assert!(!out.contains(absent), "{absent}: {out}");
         }
+    }
+
+    #[test]
+    fn task_support_goes_on_the_builder_when_written() {
+        for (option, variant) in [
+            (quote!(task), "Optional"),
+            (quote!(task = "optional"), "Optional"),
+            (quote!(task = "required"), "Required"),
+            (quote!(task = "forbidden"), "Forbidden"),
+        ] {
+            let out = expand_fn(parse_quote! { async fn t() {} }, option.clone());
+            let needle = format!(". task_support (__haip :: TaskSupport :: {variant})");
+            assert_eq!(out.matches(&needle).count(), 1, "{option}: {out}");
+        }
+        // Beside the other options, through the crate named by `crate`.
+        let out = expand_fn(
+            parse_quote! { fn t() {} },
+            quote!(
+                title = "Report",
+                destructive,
+                task = "required",
+                crate = "my_haip"
+            ),
+        );
+        assert!(
+            out.contains(
+                ". annotations (__haip :: ToolAnnotations :: new () . destructive (true)) \
+                 . task_support (__haip :: TaskSupport :: Required) ;"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("use my_haip :: __private as __haip"), "{out}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The options of `#[haip_tool(...)]` that tell clients how a tool behaves
 //! and what it looks like (HAIP.md §6.13): MCP's hints (`read_only`,
-//! `destructive`, `idempotent`, `open_world`) and icons. Part of the `attr`
-//! phase: `attr` walks the arguments and hands these keys here.
+//! `destructive`, `idempotent`, `open_world`), icons, and whether its MCP
+//! calls may run as tasks (`task`). Part of the `attr` phase: `attr` walks the
+//! arguments and hands these keys here.
 
 use proc_macro2::Span;
 use syn::meta::ParseNestedMeta;
@@ -49,6 +50,28 @@ pub(crate) enum Theme {
 
 const ICON_KNOWN: &str = "`src`, `mime_type`, `sizes`, `theme`";
 
+/// `task` / `task = "..."`: whether a tool's MCP calls may run as tasks (the
+/// runtime's `TaskSupport`, of the same name and variants).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TaskSupport {
+    Forbidden,
+    Optional,
+    Required,
+}
+
+impl TaskSupport {
+    /// The runtime's variant: `haip::TaskSupport::<variant>`.
+    pub(crate) fn variant(self) -> &'static str {
+        match self {
+            TaskSupport::Forbidden => "Forbidden",
+            TaskSupport::Optional => "Optional",
+            TaskSupport::Required => "Required",
+        }
+    }
+}
+
+const TASK_VALUES: &str = "\"optional\", \"required\" or \"forbidden\"";
+
 /// A hint as written at `position` among the attribute's arguments; `None`
 /// (with the mistake in `errors`) when its value is not a boolean.
 pub(crate) fn parse_hint(
@@ -89,6 +112,51 @@ fn parse_flag(
             errors.push(syn::Error::new_spanned(
                 other,
                 format!("`{key}` is `true` or `false` (or `{key}` alone, for `true`)"),
+            ));
+            Ok(None)
+        }
+    }
+}
+
+/// `task` alone is `"optional"`; `task = "optional"`, `"required"` or
+/// `"forbidden"` (MCP's names). Anything else is recorded in `errors`, at the
+/// value (and the option left out).
+pub(crate) fn parse_task(
+    meta: &ParseNestedMeta<'_>,
+    errors: &mut Errors,
+) -> syn::Result<Option<TaskSupport>> {
+    if !meta.input.peek(syn::Token![=]) {
+        if meta.input.peek(syn::token::Paren) {
+            errors.push(meta.error(format!(
+                "`task` takes no arguments: write `task` (for \"optional\") or `task = \"...\"` with {TASK_VALUES}"
+            )));
+            // Whatever is inside, `task("required")` included, is passed over.
+            let inside;
+            syn::parenthesized!(inside in meta.input);
+            inside.parse::<proc_macro2::TokenStream>()?;
+            return Ok(None);
+        }
+        return Ok(Some(TaskSupport::Optional));
+    }
+    match meta.value()?.parse::<Expr>()? {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => match lit.value().as_str() {
+            "optional" => Ok(Some(TaskSupport::Optional)),
+            "required" => Ok(Some(TaskSupport::Required)),
+            "forbidden" => Ok(Some(TaskSupport::Forbidden)),
+            other => {
+                errors.push(syn::Error::new(
+                    lit.span(),
+                    format!("unknown task support {other:?}: expected {TASK_VALUES}"),
+                ));
+                Ok(None)
+            }
+        },
+        other => {
+            errors.push(syn::Error::new_spanned(
+                other,
+                format!("`task` is a string: {TASK_VALUES} (or `task` alone, for \"optional\")"),
             ));
             Ok(None)
         }
@@ -333,8 +401,76 @@ mod tests {
         assert_eq!(
             messages[expected.len()],
             "unknown argument `nmae`; expected one of: `name`, `description`, `title`, `timeout`, \
-             `read_only`, `destructive`, `idempotent`, `open_world`, `icon`, `crate`"
+             `read_only`, `destructive`, `idempotent`, `open_world`, `icon`, `task`, `crate`"
         );
         assert!(valid_size("16X16") && !valid_size("x16") && !valid_size("16x") && !valid_size(""));
+    }
+
+    fn task_of(args: proc_macro2::TokenStream) -> (Option<TaskSupport>, Vec<String>) {
+        let mut errors = Errors::default();
+        let o = Options::parse(args, &mut errors);
+        (o.task, errors.messages())
+    }
+
+    #[test]
+    fn task_support_is_parsed() {
+        for (args, expected) in [
+            (quote!(task), TaskSupport::Optional),
+            (quote!(task = "optional"), TaskSupport::Optional),
+            (quote!(task = "required"), TaskSupport::Required),
+            (quote!(task = "forbidden"), TaskSupport::Forbidden),
+            (
+                quote!(title = "Build a report", task = "required", destructive),
+                TaskSupport::Required,
+            ),
+        ] {
+            let (task, errors) = task_of(args.clone());
+            assert!(errors.is_empty(), "{args}: {errors:?}");
+            assert_eq!(task, Some(expected), "{args}");
+        }
+        assert_eq!(task_of(quote!(title = "t")), (None, Vec::new()));
+        assert_eq!(TaskSupport::Optional.variant(), "Optional");
+        assert_eq!(TaskSupport::Required.variant(), "Required");
+        assert_eq!(TaskSupport::Forbidden.variant(), "Forbidden");
+    }
+
+    #[test]
+    fn bad_task_support_is_reported() {
+        let values = "\"optional\", \"required\" or \"forbidden\"";
+        let not_a_string =
+            format!("`task` is a string: {values} (or `task` alone, for \"optional\")");
+        for (args, message) in [
+            (
+                quote!(task = "always"),
+                format!("unknown task support \"always\": expected {values}"),
+            ),
+            (
+                quote!(task = "Required"),
+                format!("unknown task support \"Required\": expected {values}"),
+            ),
+            (quote!(task = true), not_a_string.clone()),
+            (quote!(task = 3), not_a_string.clone()),
+            (quote!(task = optional), not_a_string),
+            (
+                quote!(task("required")),
+                format!(
+                    "`task` takes no arguments: write `task` (for \"optional\") or \
+                     `task = \"...\"` with {values}"
+                ),
+            ),
+        ] {
+            let (task, errors) = task_of(args.clone());
+            assert_eq!(task, None, "{args}");
+            assert_eq!(errors, [message], "{args}");
+        }
+        // Given twice: an error at the second, the first kept; parsing goes on.
+        let (task, errors) = task_of(quote!(task, task = "required", nmae = "x"));
+        assert_eq!(task, Some(TaskSupport::Optional));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors[0], "`task` set more than once");
+        assert!(
+            errors[1].starts_with("unknown argument `nmae`"),
+            "{errors:?}"
+        );
     }
 }

@@ -4,8 +4,8 @@
 //! crate to its own version; generated code names the runtime only through
 //! `::haip::__private`.
 
-// Phases, in order: `attr` (options; MCP's hints and icons among them are
-// parsed in `hints`) → `model` (the function) → `check` (rules) → `expand` (or
+// Phases, in order: `attr` (options; MCP's hints, icons and task support
+// among them are parsed in `hints`) → `model` (the function) → `check` (rules) → `expand` (or
 // `fallback` when there are errors). Each imports only earlier phases and the
 // shared `errors` and `doc`.
 mod attr;
@@ -127,6 +127,14 @@ use quote::quote;
 ///   sizes = ["48x48"], theme = "dark")` (`sizes`: `"WxH"` or `"any"`;
 ///   `theme`: `"light"` or `"dark"`); repeat it for several icons.
 ///
+/// Whether its MCP calls may run as tasks (`haip::TaskSupport`; HAIP calls
+/// are unaffected):
+///
+/// - `task`, or `task = "optional"`: a task for MCP clients that take tasks,
+///   a plain call for the others. `task = "required"`: always a task (clients
+///   that do not take tasks are refused). `task = "forbidden"`: never (the
+///   default). Any other value is a compile error.
+///
 /// ```
 /// # use haip::haip_tool;
 /// /// Delete a repository and everything in it.
@@ -146,6 +154,15 @@ use quote::quote;
 /// assert!(tool.annotations().declares_destructive());
 /// assert_eq!(tool.annotations().read_only_hint, None); // not written, not sent
 /// assert_eq!(tool.icons()[0].sizes, ["any"]);
+///
+/// /// Build the yearly report; takes minutes.
+/// #[haip_tool(task)]
+/// async fn build_report(year: u16) -> String {
+///     format!("report {year}")
+/// }
+///
+/// assert_eq!(build_report::tool().task_support(), haip::TaskSupport::Optional);
+/// assert_eq!(delete_repo::tool().task_support(), haip::TaskSupport::Forbidden);
 /// ```
 ///
 /// # Using the tool
@@ -181,8 +198,8 @@ use quote::quote;
 ///
 /// - Found by the macro, from the syntax: generic functions, `self`
 ///   receivers, `const`/`unsafe`/`extern` functions, `impl Trait` parameters,
-///   unknown or repeated options, an invalid name, timeout or icon, `read_only`
-///   with `destructive`.
+///   unknown or repeated options, an invalid name, timeout, icon or `task`
+///   value, `read_only` with `destructive`.
 /// - Found by the compiler, from the types, one error per mistake in haip's
 ///   words: a parameter type that is neither data (`Deserialize + JsonSchema`)
 ///   nor `Context`/`State<T>`/`Params<T>` ("`Plain` cannot be a tool

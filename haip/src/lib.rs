@@ -78,7 +78,9 @@ pub use error::Error;
 pub use protocol::{Icon, IconTheme, ToolAnnotations};
 pub use schema::{SchemaProblem, SchemaProfile, UnknownProfile, Violation};
 pub use server::{Server, ServerBuilder, ServerHandle, serve};
-pub use tool::{Injected, Params, State, Tool, ToolBuilder, ToolError, ToolFuture, ToolHandler};
+pub use tool::{
+    Injected, Params, State, TaskSupport, Tool, ToolBuilder, ToolError, ToolFuture, ToolHandler,
+};
 
 pub use haip_macros::{data, haip_tool};
 

@@ -10,8 +10,9 @@
 //! - A tampered, expired, foreign (another key) or misapplied (another
 //!   caller, tool or arguments) `requestState` is refused with `-32602`.
 //! - Questions awaited together go out in one round, later ones in the next;
-//!   only what the client declared is asked; a missing or unfitting answer
-//!   is asked for again.
+//!   only what the client declared is asked (a call that fails for want of a
+//!   capability is answered `-32021`, naming it); a missing or unfitting
+//!   answer is asked for again.
 
 #[path = "support/mcp_http.rs"]
 mod mcp_http;
@@ -378,13 +379,12 @@ async fn only_what_the_client_declared_is_asked_and_missing_answers_are_asked_ag
         None,
     )
     .await;
-    // `confirm` cannot be asked either: the tool's `?` ends the call.
-    assert_eq!(done["result"]["isError"], true, "{done}");
-    assert!(
-        done["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("cannot answer questions"),
+    // `confirm` cannot be asked either: the tool's `?` ends the call, which
+    // is answered `-32021` naming what the client lacked (MCP 2026-07-28).
+    assert_eq!(done["error"]["code"], -32021, "{done}");
+    assert_eq!(
+        done["error"]["data"]["requiredCapabilities"],
+        json!({"elicitation": {}, "roots": {}}),
         "{done}"
     );
 

@@ -15,6 +15,16 @@
 //!   the request's `_meta` is honoured, `logging/setLevel` lasts for its own
 //!   request only.
 //! - `GET` and `DELETE` are `405`; `max_sessions` bounds requests in flight.
+//! - MCP 2026-07-28 (no sessions at all): a `subscriptions/listen` stream is
+//!   acknowledged, then hears of every registry change (tagged with its
+//!   subscription id) until the server stops, idle or not, past the write
+//!   deadline; it gets only what it asked for; half of `max_sessions` may be
+//!   open at once, one more is refused with `503`. With `mcp_sessions(true)`
+//!   such requests are still served on their own (questions in rounds,
+//!   listen streams). A request gets log lines only at the level its
+//!   `_meta` names, and `logging/setLevel` is not found (`404`, `-32601`).
+//!   `Mcp-Param-*` headers are checked against the `x-mcp-header`
+//!   annotations the client was shown (its schema profile).
 
 #[path = "support/mcp_http.rs"]
 mod mcp_http;
@@ -229,7 +239,7 @@ async fn a_call_without_initialize_is_served_statelessly_and_refused_with_sessio
     assert_eq!(result["serverInfo"]["name"], "haip", "{init:?}");
     assert!(
         result["capabilities"]["tools"].get("listChanged").is_none(),
-        "stateless, listChanged is not promised: {init:?}"
+        "stateless, listChanged is not promised to a client with a handshake: {init:?}"
     );
     // ... and calls on B, which never heard of it: plain JSON, no session.
     let reply = post(b_addr, &call(2, "add", json!({"a": 2, "b": 3}))).await;
@@ -494,6 +504,405 @@ async fn max_sessions_bounds_requests_in_flight() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+// ----- MCP 2026-07-28: no sessions at all ---------------------------------------------
+
+/// A request of MCP 2026-07-28 (`_meta` with the version and what the
+/// client can answer), and the headers such a client sends with it.
+fn modern(id: u64, method: &str, mut params: Value, can: Value) -> (Value, Vec<(String, String)>) {
+    let name = params["name"].as_str().map(str::to_owned);
+    let meta = params
+        .as_object_mut()
+        .expect("params are an object")
+        .entry("_meta")
+        .or_insert_with(|| json!({}));
+    meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+    meta["io.modelcontextprotocol/clientCapabilities"] = can;
+    let mut headers = vec![
+        ("MCP-Protocol-Version".to_owned(), "2026-07-28".to_owned()),
+        ("Mcp-Method".to_owned(), method.to_owned()),
+    ];
+    if let Some(name) = name {
+        headers.push(("Mcp-Name".to_owned(), name));
+    }
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    (body, headers)
+}
+
+fn header_refs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
+    headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect()
+}
+
+/// Posts a 2026-07-28 request to `path` with `extra` headers besides its own.
+async fn post_modern(
+    addr: SocketAddr,
+    path: &str,
+    (body, headers): &(Value, Vec<(String, String)>),
+    extra: &[(&str, &str)],
+) -> Reply {
+    let mut all = header_refs(headers);
+    all.extend_from_slice(extra);
+    mcp_http::mcp_request_to(addr, path, "POST", Some(body), &all).await
+}
+
+/// Opens a `subscriptions/listen` stream asking for `notifications`.
+async fn listen(addr: SocketAddr, id: u64, notifications: Value) -> mcp_http::Streaming {
+    let (body, headers) = modern(
+        id,
+        "subscriptions/listen",
+        json!({"notifications": notifications}),
+        json!({}),
+    );
+    mcp_http::mcp_stream(addr, &body, &header_refs(&headers)).await
+}
+
+/// A tool named `name` that answers `{}`.
+fn plain_tool(name: &str) -> Tool {
+    Tool::builder(name)
+        .description("Answers at once")
+        .handler(|_: Value, _: Context| async { Ok::<_, ToolError>(json!({})) })
+        .build()
+        .expect("a valid tool")
+}
+
+/// The id of the subscription a listen-stream notification is tagged with.
+fn subscription_of(message: &Value) -> &Value {
+    &message["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_stream_hears_every_registry_change_until_the_server_stops() {
+    // A short write deadline: an idle listen stream holds nothing unsent,
+    // so the deadline never closes it.
+    let (handle, addr) = start_instance(
+        builder()
+            .tool(chatty_tool())
+            .write_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    let mut stream = listen(addr, 7, json!({"toolsListChanged": true})).await;
+    assert_eq!(stream.status, 200);
+    let ack = stream.next().await.expect("the acknowledgment");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true}),
+        "{ack}"
+    );
+    assert_eq!(subscription_of(&ack), 7, "{ack}");
+
+    // A tool added, replaced, removed: each is told, tagged with the id.
+    handle
+        .register_tool(plain_tool("added"))
+        .expect("registered");
+    let changed = stream.next().await.expect("a change");
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
+        "{changed}"
+    );
+    assert_eq!(subscription_of(&changed), 7, "{changed}");
+    handle.unregister_tool("added").expect("it was there");
+    let changed = stream.next().await.expect("a change");
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
+        "{changed}"
+    );
+
+    // Quiet for several write deadlines, and still open.
+    assert!(
+        stream.quiet_for(Duration::from_millis(1200)).await,
+        "nothing changed"
+    );
+    handle
+        .register_tool(plain_tool("later"))
+        .expect("registered");
+    let changed = stream
+        .next()
+        .await
+        .expect("the stream outlived the write deadline");
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
+        "{changed}"
+    );
+
+    // The server stopping ends the stream (rmcp closes its response streams
+    // at once; a final result may or may not make it out first).
+    let stopping = tokio::spawn(async move { handle.shutdown().await });
+    while let Some(last) = stream.next().await {
+        assert_eq!(last["id"], 7, "only the final result: {last}");
+        assert!(last.get("result").is_some(), "{last}");
+    }
+    within("the server to stop", stopping)
+        .await
+        .expect("shutdown does not panic");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_stream_gets_only_what_it_asked_for() {
+    let (handle, addr) = start_instance(builder().tool(chatty_tool())).await;
+    // Prompts only: haip has none, so nothing is accepted and the stream,
+    // which would never carry anything, ends at once.
+    let mut stream = listen(addr, 3, json!({"promptsListChanged": true})).await;
+    let ack = stream.next().await.expect("the acknowledgment");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(ack["params"]["notifications"], json!({}), "{ack}");
+    handle
+        .register_tool(plain_tool("added"))
+        .expect("registered");
+    let last = stream.next().await.expect("the final result");
+    assert_eq!(last["id"], 3, "not a tools/list_changed: {last}");
+    assert!(last.get("result").is_some(), "{last}");
+    assert_eq!(stream.next().await, None);
+    // An MCP 2025 client without a session has no listen stream: the
+    // method is not found.
+    let legacy = json!({"jsonrpc": "2.0", "id": 4, "method": "subscriptions/listen",
+                        "params": {"notifications": {"toolsListChanged": true}}});
+    let reply = post(addr, &legacy).await;
+    assert_eq!(reply.response()["error"]["code"], -32601, "{reply:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_of_max_sessions_may_listen_and_one_more_is_refused() {
+    let (_s, addr) = start_instance(builder().tool(chatty_tool()).max_sessions(2)).await;
+    let mut first = listen(addr, 1, json!({"toolsListChanged": true})).await;
+    first.next().await.expect("the acknowledgment");
+    let refused = listen(addr, 2, json!({"toolsListChanged": true})).await;
+    assert_eq!(refused.status, 503);
+    assert_eq!(
+        refused
+            .headers
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    let mut refused = refused;
+    let error = refused.next().await.expect("a JSON-RPC error");
+    assert_eq!(error["id"], 2, "{error}");
+    assert_eq!(error["error"]["code"], -32000, "{error}");
+    let message = error["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("subscriptions/listen") && message.contains("at most 1"),
+        "{message}"
+    );
+    // Calls still have their place.
+    let reply = post_modern(
+        addr,
+        "/mcp",
+        &modern(
+            3,
+            "tools/call",
+            json!({"name": "chatty", "arguments": {}}),
+            json!({}),
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        reply.response()["result"]["content"][0]["text"],
+        r#"{"done":true}"#,
+        "{reply:?}"
+    );
+    // The listener goes away: its place is free again (once the server
+    // notices the closed connection).
+    drop(first);
+    let deadline = Instant::now() + WAIT * 3;
+    loop {
+        let mut again = listen(addr, 4, json!({"toolsListChanged": true})).await;
+        if again.status == 200 {
+            let ack = again.next().await.expect("the acknowledgment");
+            assert_eq!(
+                ack["method"], "notifications/subscriptions/acknowledged",
+                "{ack}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first listener's place was never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_sessions_2026_requests_are_still_served_on_their_own() {
+    let (handle, addr) = start_instance(
+        builder()
+            .tool(ask_tool())
+            .request_state_key("a secret of at least thirty-two bytes....")
+            .mcp_sessions(true),
+    )
+    .await;
+    // The question goes back in rounds, as without sessions.
+    let ask = modern(
+        1,
+        "tools/call",
+        json!({"name": "ask", "arguments": {}}),
+        json!({"elicitation": {}}),
+    );
+    let reply = post_modern(addr, "/mcp", &ask, &[]).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert!(reply.headers.get("mcp-session-id").is_none(), "{reply:?}");
+    let result = &reply.response()["result"];
+    assert_eq!(result["resultType"], "input_required", "{reply:?}");
+    let (key, request) = result["inputRequests"]
+        .as_object()
+        .and_then(|r| r.iter().next())
+        .expect("one question");
+    assert_eq!(request["method"], "elicitation/create", "{reply:?}");
+    let state = result["requestState"].as_str().expect("a request state");
+    let (mut retry, headers) = ask;
+    retry["params"]["inputResponses"] =
+        json!({ key.as_str(): {"action": "accept", "content": {"confirm": true}} });
+    retry["params"]["requestState"] = json!(state);
+    let reply = post_modern(addr, "/mcp", &(retry, headers), &[]).await;
+    let text = reply.response()["result"]["content"][0]["text"].clone();
+    let outcome: Value = serde_json::from_str(text.as_str().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {reply:?}"));
+    assert_eq!(outcome["outcome"], json!({"answer": true}), "{reply:?}");
+    // And a listen stream hears registry changes.
+    let mut stream = listen(addr, 9, json!({"toolsListChanged": true})).await;
+    stream.next().await.expect("the acknowledgment");
+    handle
+        .register_tool(plain_tool("added"))
+        .expect("registered");
+    let changed = stream.next().await.expect("a change");
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
+        "{changed}"
+    );
+    // `initialize` still opens a session.
+    let init = post(addr, &initialize(2)).await;
+    assert!(init.headers.get("mcp-session-id").is_some(), "{init:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_request_gets_log_lines_only_at_the_level_it_names() {
+    let (_s, addr) = start_instance(builder().tool(chatty_tool())).await;
+    let chatty = |id, meta: Value| {
+        modern(
+            id,
+            "tools/call",
+            json!({"name": "chatty", "arguments": {}, "_meta": meta}),
+            json!({}),
+        )
+    };
+    let logs = |reply: &Reply| -> Vec<String> {
+        reply
+            .messages()
+            .iter()
+            .filter(|m| m["method"] == "notifications/message")
+            .map(|m| m["params"]["level"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    // No `logLevel`: no log lines at all (a 2025 request gets `info`).
+    let reply = post_modern(addr, "/mcp", &chatty(1, json!({})), &[]).await;
+    assert!(logs(&reply).is_empty(), "{reply:?}");
+    assert_eq!(
+        reply.response()["result"]["content"][0]["text"],
+        r#"{"done":true}"#
+    );
+    let reply = post_modern(
+        addr,
+        "/mcp",
+        &chatty(2, json!({"io.modelcontextprotocol/logLevel": "debug"})),
+        &[],
+    )
+    .await;
+    assert_eq!(logs(&reply), ["debug", "info"], "{reply:?}");
+    // `logging/setLevel` is gone in 2026-07-28: not found, with its id.
+    for params in [json!({}), json!({"level": "debug"})] {
+        let set = modern(3, "logging/setLevel", params, json!({}));
+        let reply = post_modern(addr, "/mcp", &set, &[]).await;
+        assert_eq!(reply.status, 404, "{reply:?}");
+        let response = reply.response();
+        assert_eq!(
+            (response["id"].clone(), response["error"]["code"].clone()),
+            (json!(3), json!(-32601)),
+            "{reply:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_param_headers_are_checked_against_what_the_client_was_shown() {
+    let region = Tool::builder("regional")
+        .description("Answers for a region")
+        .input_schema(json!({
+            "type": "object",
+            "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+            "required": ["region"]
+        }))
+        .handler(|params: Value, _: Context| async move {
+            Ok::<_, ToolError>(json!({"region": params["region"]}))
+        })
+        .build()
+        .expect("a valid tool");
+    let (_s, addr) = start_instance(builder().tool(region)).await;
+    let call = || {
+        modern(
+            1,
+            "tools/call",
+            json!({"name": "regional", "arguments": {"region": "eu-west"}}),
+            json!({}),
+        )
+    };
+    let list = modern(2, "tools/list", json!({}), json!({}));
+    // In `full`, the annotation is shown, and the header is required.
+    let full = "/mcp?schema_profile=full";
+    let listed = post_modern(addr, full, &list, &[]).await;
+    assert_eq!(
+        listed.response()["result"]["tools"][0]["inputSchema"]["properties"]["region"]["x-mcp-header"],
+        "Region",
+        "{listed:?}"
+    );
+    let missing = post_modern(addr, full, &call(), &[]).await;
+    assert_eq!(missing.status, 400, "{missing:?}");
+    assert_eq!(missing.response()["error"]["code"], -32020, "{missing:?}");
+    let wrong = post_modern(addr, full, &call(), &[("Mcp-Param-Region", "us-east")]).await;
+    assert_eq!(wrong.status, 400, "{wrong:?}");
+    let right = post_modern(addr, full, &call(), &[("Mcp-Param-Region", "eu-west")]).await;
+    assert_eq!(right.status, 200, "{right:?}");
+    assert_eq!(
+        right.response()["result"]["content"][0]["text"],
+        r#"{"region":"eu-west"}"#,
+        "{right:?}"
+    );
+    // In a call over 64 KiB (whose arguments the front door parses apart),
+    // a long annotated value is still checked against its header.
+    let long = "r".repeat(2000);
+    let large = modern(
+        4,
+        "tools/call",
+        json!({"name": "regional", "arguments": {"region": long, "padding": "p".repeat(70_000)}}),
+        json!({}),
+    );
+    let right = post_modern(addr, full, &large, &[("Mcp-Param-Region", long.as_str())]).await;
+    assert_eq!(right.status, 200, "{right:?}");
+    assert!(right.response().get("result").is_some(), "{right:?}");
+    let wrong = post_modern(addr, full, &large, &[("Mcp-Param-Region", "eu-west")]).await;
+    assert_eq!(wrong.status, 400, "{wrong:?}");
+    // The default profile shows no annotation: a client that was shown none
+    // sends no header, and is not refused for it.
+    let listed = post_modern(addr, "/mcp", &list, &[]).await;
+    let schema = &listed.response()["result"]["tools"][0]["inputSchema"];
+    assert!(
+        schema["properties"]["region"].get("x-mcp-header").is_none(),
+        "{schema}"
+    );
+    let plain = post_modern(addr, "/mcp", &call(), &[]).await;
+    assert_eq!(plain.status, 200, "{plain:?}");
+    assert!(plain.response().get("result").is_some(), "{plain:?}");
 }
 
 // ----- running the Python script ------------------------------------------------------

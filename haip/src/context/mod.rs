@@ -290,6 +290,13 @@ impl Context {
     /// HAIP and MCP sessions the call simply waits for the answer, and
     /// nothing runs twice.
     ///
+    /// **In an MCP task** (a tool with [`TaskSupport`](crate::TaskSupport),
+    /// a client that takes tasks) the call waits too: the question shows in
+    /// the task's `tasks/get` until the client answers it with
+    /// `tasks/update`, and nothing runs twice. Questions a call asks before
+    /// it first waits for anything else go by rounds as above, so the task
+    /// starts with their answers.
+    ///
     /// ```
     /// use haip::{Answer, Context, ToolError};
     ///

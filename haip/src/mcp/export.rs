@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::import::McpContent;
 use super::mrtr::{BadState, Can, RoundPeer, Rounds};
 use super::peer::SessionPeer;
+use super::tasks::{NOTE_EVERY, TaskPeer, Tasks};
 use crate::content::Shape;
 use crate::context::{LogLevel, LogLine, Peer, ProgressSlot};
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Validation};
@@ -34,8 +35,9 @@ use crate::protocol::json_len;
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
 use crate::schema::SchemaProfile;
 use crate::session::Shared;
+use crate::session::tasks::{TaskEnd, TaskStatus};
 use crate::stats::{Ended, Throttle};
-use crate::tool::Tool;
+use crate::tool::{TaskSupport, Tool};
 
 /// The subject an authenticated `/mcp` request carries into its calls.
 #[derive(Clone)]
@@ -65,6 +67,8 @@ pub(crate) struct ExportService {
     stateless: bool,
     /// How calls of stateless requests ask questions by rounds (`mrtr.rs`).
     rounds: Option<Arc<Rounds>>,
+    /// The server's tasks (`tasks.rs`).
+    tasks: Arc<Tasks>,
 }
 
 /// Counts live MCP-over-HTTP sessions (in stateless mode, requests being
@@ -79,7 +83,11 @@ impl Drop for LiveSession {
 
 impl ExportService {
     /// A service for one MCP session (stdio, or `/mcp` in session mode).
-    pub(crate) fn new(shared: Arc<Shared>, live: Option<Arc<LiveSession>>) -> ExportService {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        live: Option<Arc<LiveSession>>,
+        tasks: Arc<Tasks>,
+    ) -> ExportService {
         let permits = shared.config.max_inflight_calls;
         let ended = CancellationToken::new();
         ExportService {
@@ -94,6 +102,7 @@ impl ExportService {
             log_level: Arc::new(AtomicU8::new(LogLevel::Info as u8)),
             stateless: false,
             rounds: None,
+            tasks,
         }
     }
 
@@ -104,6 +113,7 @@ impl ExportService {
         live: &Arc<AtomicUsize>,
         stateless: bool,
         rounds: Option<Arc<Rounds>>,
+        tasks: &Arc<Tasks>,
     ) -> Result<ExportService, std::io::Error> {
         let max = shared.config.max_sessions;
         if live
@@ -115,7 +125,7 @@ impl ExportService {
             )));
         }
         let guard = Arc::new(LiveSession(Arc::clone(live)));
-        let mut service = ExportService::new(Arc::clone(shared), Some(guard));
+        let mut service = ExportService::new(Arc::clone(shared), Some(guard), Arc::clone(tasks));
         service.stateless = stateless;
         service.rounds = rounds;
         Ok(service)
@@ -198,16 +208,44 @@ impl ServerHandler for ExportService {
             .enable_logging()
             .enable_tools()
             .build();
-        // A stateless server has no stream to announce registry changes on:
-        // it does not promise `notifications/tools/list_changed`.
-        if !self.stateless
-            && let Some(tools) = &mut capabilities.tools
-        {
+        // Every registry change is announced with
+        // `notifications/tools/list_changed`: in an MCP session on its
+        // stream, and without one on a `subscriptions/listen` stream (MCP
+        // 2026-07-28, `listen.rs`), which rmcp acknowledges only for what
+        // these capabilities promise. (A client of an earlier revision
+        // without a session has neither: `initialize` tells it so.)
+        if let Some(tools) = &mut capabilities.tools {
             tools.list_changed = Some(true);
         }
+        // Tasks (SEP-2663), for the tools that support them.
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(
+                rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+                Default::default(),
+            );
         let mut info = InitializeResult::new(capabilities);
         info.server_info = Implementation::new("haip", env!("CARGO_PKG_VERSION"));
         info
+    }
+
+    /// The handshake of MCP revisions before 2026-07-28. Served on its own
+    /// (no MCP session), it promises no `listChanged`: such a client has no
+    /// stream to be told on (`subscriptions/listen` came with 2026-07-28).
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        let mut info = self.negotiate_initialize(&request)?;
+        if self.stateless
+            && let Some(tools) = &mut info.capabilities.tools
+        {
+            tools.list_changed = None;
+        }
+        Ok(info)
     }
 
     /// From now on, tell the client of every registry change
@@ -236,14 +274,64 @@ impl ServerHandler for ExportService {
     }
 
     /// `logging/setLevel`: the least severe tool log line this client gets.
+    /// Removed in MCP 2026-07-28 (a request says its level in its `_meta`):
+    /// `-32601` for requests of that revision.
     async fn set_level(
         &self,
         request: SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        if per_request(context.meta.protocol_version().as_ref()) {
+            return Err(McpError::method_not_found::<
+                rmcp::model::SetLevelRequestMethod,
+            >());
+        }
         self.log_level
             .store(log_level(request.level) as u8, Relaxed);
         Ok(())
+    }
+
+    /// `subscriptions/listen` (MCP 2026-07-28): tool list changes, the only
+    /// notifications of a server with tools only (`listen.rs`).
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(super::listen::accepted())
+    }
+
+    /// One listen stream, until its client goes away, the server shuts down
+    /// or the registry is gone (`listen.rs`).
+    async fn listen(
+        &self,
+        subscription: rmcp::service::SubscriptionContext,
+    ) -> Result<(), McpError> {
+        let listening =
+            super::listen::listening(&subscription, &self.inflight, &self.shared.registry)?;
+        let subject = subject_of(subscription.request_context());
+        let tasks = self.tasks.watch();
+        super::listen::run(
+            subscription,
+            listening,
+            self.shared.shutdown.clone(),
+            subject,
+            tasks,
+        )
+        .await
+    }
+
+    /// A tool as `tools/list` shows it to the client of the request being
+    /// served, in its schema profile: rmcp checks a call's `Mcp-Param-*`
+    /// headers against the `x-mcp-header` annotations of this input schema
+    /// (SEP-2243), so it must be the one the client was shown (only `full`
+    /// keeps annotations). Asked while the request is handed over.
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        let profile = SERVING
+            .try_with(|serving| serving.profile)
+            .ok()
+            .flatten()
+            .unwrap_or(self.shared.config.schema_profile);
+        mcp_tool(&self.shared.registry.get(name)?, profile)
     }
 
     async fn list_tools(
@@ -283,6 +371,19 @@ impl ServerHandler for ExportService {
                 None,
             ));
         };
+        // A tool that always runs as a task needs a client that takes tasks.
+        let takes_tasks = context
+            .client_capabilities()
+            .is_some_and(|caps| caps.supports_tasks());
+        if tool.task_support() == TaskSupport::Required && !takes_tasks {
+            stats.call_ended(Ended::Failed, Some(received.elapsed()));
+            return Err(McpError::missing_required_client_capability(
+                rmcp::model::ClientCapabilities::builder()
+                    .enable_tasks()
+                    .build(),
+            ));
+        }
+        let as_task = takes_tasks && tool.task_support() != TaskSupport::Forbidden;
         // A large call's arguments come parsed already, beside the message.
         let parsed = context
             .extensions
@@ -290,11 +391,7 @@ impl ServerHandler for ExportService {
             .and_then(|parts| parts.extensions.get::<LargeArguments>())
             .and_then(LargeArguments::take);
         let params = Value::Object(parsed.or(request.arguments.take()).unwrap_or_default());
-        let subject = context
-            .extensions
-            .get::<hyper::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<McpSubject>())
-            .and_then(|s| s.0.clone());
+        let subject = subject_of(&context);
         // Without sessions, a 2026-07-28 client takes questions by rounds:
         // the answers its retry brings (checked before anything runs).
         let round = match self.round_peer(&tool, &params, subject.as_deref(), &request, &context) {
@@ -341,16 +438,27 @@ impl ServerHandler for ExportService {
             stats.call_ended(Ended::Failed, Some(received.elapsed()));
             return Ok(error_result("Too many tool calls in flight".to_owned(), None).into());
         };
-        let stop = self
-            .run(
-                &tool,
-                params,
-                subject.clone(),
-                &context,
-                permit,
-                round.clone(),
-            )
-            .await;
+        let call = Call {
+            tool: &tool,
+            params,
+            subject: subject.clone(),
+            context: &context,
+            permit,
+            round: round.clone(),
+            received,
+        };
+        let stop = if as_task {
+            match self.run_as_task(call).await {
+                AsTask::Task(result) => return Ok(CallToolResponse::Task(result)),
+                AsTask::Refused(result) => {
+                    stats.call_ended(Ended::Failed, Some(received.elapsed()));
+                    return Ok(result.into());
+                }
+                AsTask::Stopped(stop) => stop,
+            }
+        } else {
+            self.run(call).await
+        };
         if let (Stop::InputRequired, Some(round), Some(rounds), Some(arguments)) =
             (&stop, &round, &self.rounds, &arguments)
         {
@@ -361,10 +469,96 @@ impl ServerHandler for ExportService {
             let result = InputRequiredResult::new(Some(requests), Some(state));
             return Ok(CallToolResponse::InputRequired(result));
         }
-        let (ended, result) = self.result_of(&tool, stop);
+        let (ended, result) = result_of(&self.shared, &tool, stop);
         stats.call_ended(ended, Some(received.elapsed()));
+        // A call that failed after a question its client could not take
+        // (it did not declare the capability): say which it lacks.
+        if result.is_error == Some(true)
+            && let Some(required) = round.as_ref().and_then(|r| r.refused())
+        {
+            return Err(McpError::missing_required_client_capability(required));
+        }
         Ok(result.into())
     }
+
+    /// `tasks/get`.
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, McpError> {
+        let subject = subject_of(&context);
+        self.tasks.get(&request.task_id, subject.as_deref()).await
+    }
+
+    /// `tasks/update`: answers to a task's questions.
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let subject = subject_of(&context);
+        self.tasks
+            .update(
+                &request.task_id,
+                subject.as_deref(),
+                request.input_responses,
+            )
+            .await
+    }
+
+    /// `tasks/cancel`.
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let subject = subject_of(&context);
+        self.tasks
+            .cancel(&request.task_id, subject.as_deref())
+            .await
+    }
+}
+
+/// The authenticated caller of an `/mcp` request, if any.
+fn subject_of(context: &RequestContext<RoleServer>) -> Option<Arc<str>> {
+    context
+        .extensions
+        .get::<hyper::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<McpSubject>())
+        .and_then(|s| s.0.clone())
+}
+
+/// Which questions the client of `context` can be sent.
+fn can_of(context: &RequestContext<RoleServer>) -> Can {
+    let caps = context.client_capabilities().unwrap_or_default();
+    Can {
+        elicit: caps.elicitation.is_some(),
+        sample: caps.sampling.is_some(),
+        roots: caps.roots.is_some(),
+    }
+}
+
+/// One validated call, about to run.
+struct Call<'a> {
+    tool: &'a Tool,
+    params: Value,
+    subject: Option<Arc<str>>,
+    context: &'a RequestContext<RoleServer>,
+    /// Held until the tool's task has stopped.
+    permit: OwnedSemaphorePermit,
+    round: Option<Arc<RoundPeer>>,
+    received: Instant,
+}
+
+/// How a call that may become a task was answered.
+enum AsTask {
+    /// It is a task now, running on.
+    Task(rmcp::model::CreateTaskResult),
+    /// It could not become one (too many tasks): this says why.
+    Refused(CallToolResult),
+    /// It stopped before it became one: answered as any call.
+    Stopped(Stop),
 }
 
 impl ExportService {
@@ -389,12 +583,7 @@ impl ExportService {
         if !modern {
             return Ok(None);
         }
-        let caps = context.client_capabilities().unwrap_or_default();
-        let can = Can {
-            elicit: caps.elicitation.is_some(),
-            sample: caps.sampling.is_some(),
-            roots: caps.roots.is_some(),
-        };
+        let can = can_of(context);
         let given = request
             .input_responses
             .clone()
@@ -421,62 +610,60 @@ enum Stop {
 }
 
 impl ExportService {
+    /// What starts `call`, its questions going to `peer`.
+    fn start_of(
+        &self,
+        call: &Call<'_>,
+        cancel: CancellationToken,
+        slot: Arc<ProgressSlot>,
+        peer: Arc<dyn Peer>,
+    ) -> exec::Start {
+        let config = &self.shared.config;
+        let n = self.calls.fetch_add(1, Relaxed);
+        exec::Start {
+            key: CallKey(n),
+            tool: call.tool.clone(),
+            params: call.params.clone(),
+            call_id: format!("mcp-{n}"),
+            session_id: Arc::clone(&self.session_id),
+            cancel,
+            slot,
+            state: Arc::clone(&self.shared.state),
+            subject: call.subject.clone(),
+            limits: exec::Limits {
+                timeout: call.tool.timeout().or(config.tool_timeout),
+                grace: config.cancel_grace,
+                // MCP renders the value itself (structured content and text).
+                render: None,
+            },
+            // Not on a session's task: the request's own.
+            inline: true,
+            peer: Some(peer),
+        }
+    }
+
     /// Runs one call to its end (or its timeout), relaying progress (when the
     /// client sent a progress token) and the client's cancellation. The
     /// concurrency `permit` is held until the tool's task has stopped.
-    async fn run(
-        &self,
-        tool: &Tool,
-        params: Value,
-        subject: Option<Arc<str>>,
-        context: &RequestContext<RoleServer>,
-        permit: OwnedSemaphorePermit,
-        round: Option<Arc<RoundPeer>>,
-    ) -> Stop {
-        let config = &self.shared.config;
-        let n = self.calls.fetch_add(1, Relaxed);
-        let key = CallKey(n);
+    async fn run(&self, call: Call<'_>) -> Stop {
         // Unbounded but small by construction, as in a session: a progress
         // event only when the slot fills, then at most TimedOut and Finished.
         let (events_tx, mut events) = mpsc::unbounded_channel();
         let slot = Arc::new(ProgressSlot::default());
         // Server shutdown cancels the call as well as the client's cancellation.
         let cancel = self.shared.shutdown.child_token();
-        let limits = exec::Limits {
-            timeout: tool.timeout().or(config.tool_timeout),
-            grace: config.cancel_grace,
-            // MCP renders the value itself (structured content and text).
-            render: None,
-        };
-        let start = exec::Start {
-            key,
-            tool: tool.clone(),
-            params,
-            call_id: format!("mcp-{n}"),
-            session_id: Arc::clone(&self.session_id),
-            cancel: cancel.clone(),
-            slot: Arc::clone(&slot),
-            state: Arc::clone(&self.shared.state),
-            subject,
-            limits,
-            // Not on a session's task: the request's own.
-            inline: true,
-            peer: Some(match &round {
-                Some(round) => Arc::new(Arc::clone(round)) as Arc<dyn Peer>,
-                None => Arc::new(SessionPeer {
-                    peer: context.peer.clone(),
-                    stateless: self.stateless,
-                }),
+        let context = call.context;
+        let round = call.round.clone();
+        let peer: Arc<dyn Peer> = match &round {
+            Some(round) => Arc::new(Arc::clone(round)),
+            None => Arc::new(SessionPeer {
+                peer: context.peer.clone(),
+                stateless: self.stateless,
             }),
         };
-        let logs = LogRelay {
-            peer: &context.peer,
-            level: &self.log_level,
-            // A level in the request's `_meta` (how a stateless client says
-            // it: no `logging/setLevel` outlives its request) wins.
-            requested: context.meta.log_level().map(|l| log_level(l) as u8),
-            logger: tool.name(),
-        };
+        let start = self.start_of(&call, cancel.clone(), Arc::clone(&slot), peer);
+        let Call { tool, permit, .. } = call;
+        let logs = self.log_relay(context, tool);
         // A call that finished on its first poll is done here and now.
         if let Some((_, outcome)) = self.shared.runner.start(start, &events_tx) {
             logs.flush(&slot).await;
@@ -497,20 +684,7 @@ impl ExportService {
                     // Questions asked together go out together: the round
                     // ends once no more come (the tool may also finish).
                     let round = round.as_deref().expect("only awaited with a round");
-                    match settle(round, &mut events).await {
-                        Some(outcome) => {
-                            logs.flush(&slot).await;
-                            return Stop::Outcome(outcome);
-                        }
-                        None => {
-                            round.close();
-                            cancel.cancel();
-                            slot.close();
-                            let tasks = self.shared.runner.tasks();
-                            tasks.spawn(stopping(events, permit));
-                            return Stop::InputRequired;
-                        }
-                    }
+                    return self.end_round(round, events, &slot, &cancel, permit, &logs).await;
                 }
             };
             match event {
@@ -554,71 +728,317 @@ impl ExportService {
         }
     }
 
-    fn result_of(&self, tool: &Tool, stop: Stop) -> (Ended, CallToolResult) {
-        let name = tool.name();
-        let outcome = match stop {
-            // Answered as `input_required` by the caller; never here.
-            Stop::InputRequired => {
-                return (
-                    Ended::Cancelled,
-                    error_result(format!("Tool {name} waits for input"), None),
-                );
+    /// Ends the round of a call that asked questions its client answers on
+    /// the next one: once no more come (or the call finishes after all).
+    async fn end_round(
+        &self,
+        round: &RoundPeer,
+        mut events: mpsc::UnboundedReceiver<CallEvent>,
+        slot: &ProgressSlot,
+        cancel: &CancellationToken,
+        permit: OwnedSemaphorePermit,
+        logs: &LogRelay<'_>,
+    ) -> Stop {
+        match settle(round, &mut events).await {
+            Some(outcome) => {
+                logs.flush(slot).await;
+                Stop::Outcome(outcome)
             }
-            Stop::TimedOut => {
-                let ms = tool
-                    .timeout()
-                    .or(self.shared.config.tool_timeout)
-                    .map_or(0, |t| t.as_millis());
-                let text = format!("Tool {name} timed out after {ms} ms");
-                return (Ended::Failed, error_result(text, None));
+            None => {
+                round.close();
+                cancel.cancel();
+                slot.close();
+                let tasks = self.shared.runner.tasks();
+                tasks.spawn(stopping(events, permit));
+                Stop::InputRequired
             }
-            Stop::Outcome(outcome) => outcome,
+        }
+    }
+
+    /// The relay of a call's log lines to the client of `context`.
+    fn log_relay<'a>(
+        &'a self,
+        context: &'a RequestContext<RoleServer>,
+        tool: &'a Tool,
+    ) -> LogRelay<'a> {
+        LogRelay {
+            peer: &context.peer,
+            level: &self.log_level,
+            // A level in the request's `_meta` (how a stateless client says
+            // it: no `logging/setLevel` outlives its request) wins.
+            requested: context.meta.log_level().map(|l| log_level(l) as u8),
+            logger: tool.name(),
+        }
+    }
+
+    /// Runs a call of a tool that supports tasks, for a client that takes
+    /// them: it becomes a task once it waits for anything but answers of the
+    /// client's next round (see [`TaskSupport`]).
+    async fn run_as_task(&self, call: Call<'_>) -> AsTask {
+        let admission = match self.tasks.admit(call.subject.clone()) {
+            Ok(admission) => admission,
+            Err(why) => return AsTask::Refused(error_result(why, None)),
         };
-        let config = &self.shared.config;
-        let policy = Policy {
-            max_violations: config.max_violations,
-            strict_output_validation: config.strict_output_validation,
-            debug_errors: config.debug_errors,
-        };
-        let (completion, ended) = exec::complete(tool, outcome, policy, &self.shared.stats);
-        let result = match completion {
-            Completion::Done(ToolOutcome::Ok(value)) => {
-                success_result(tool, value.unwrap_or(Value::Null))
-            }
-            Completion::Done(ToolOutcome::Cancelled(_)) => {
-                error_result(format!("Tool {name} was cancelled"), None)
-            }
-            Completion::Done(ToolOutcome::Error(failure)) => {
-                // An imported tool's `isError` blocks pass through as they are.
-                let blocks = failure
-                    .details
-                    .as_ref()
-                    .filter(|_| imported(tool))
-                    .and_then(passthrough_blocks);
-                match blocks {
-                    Some(blocks) => CallToolResult::error(blocks),
-                    None => failure_result(failure),
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let slot = Arc::new(ProgressSlot::default());
+        let cancel = self.shared.shutdown.child_token();
+        let context = call.context;
+        let peer = self.tasks.peer(can_of(context), call.round.clone());
+        let start = self.start_of(
+            &call,
+            cancel.clone(),
+            Arc::clone(&slot),
+            Arc::new(Arc::clone(&peer)),
+        );
+        let Call {
+            tool,
+            subject,
+            permit,
+            round,
+            received,
+            ..
+        } = call;
+        let logs = self.log_relay(context, tool);
+        let required = tool.task_support() == TaskSupport::Required;
+        let finished = match self.shared.runner.start(start, &events_tx) {
+            Some((_, outcome)) => Some(*outcome),
+            None => {
+                drop(events_tx);
+                if self.tasks.hand_over(&peer) {
+                    None
+                } else {
+                    // It waits for answers of the client's next round: they
+                    // come first (the task starts with them).
+                    let round = round.as_deref().expect("only rounds hold a call back");
+                    match self
+                        .end_round(round, events, &slot, &cancel, permit, &logs)
+                        .await
+                    {
+                        Stop::Outcome(outcome) if required => {
+                            return self
+                                .ended_task(tool, &peer, subject, outcome, received)
+                                .await;
+                        }
+                        stop => return AsTask::Stopped(stop),
+                    }
                 }
             }
-            // Not asked for (`render: None`): MCP renders values itself.
-            Completion::Encoded(_) => error_result(format!("Internal error in tool {name}"), None),
         };
-        // As HAIP's `TOOL_DONE` (HAIP.md §18.1): a result too large to send
-        // becomes an error the model can read, and the call still ends once.
-        let limit = config.max_outbound_message_bytes;
-        let size = json_len(&result);
-        if size > limit {
-            static TOO_LARGE: Throttle = Throttle::new();
-            if let Some(suppressed) = TOO_LARGE.allow() {
-                tracing::warn!(tool = %name, size, limit, suppressed, "tool result too large to send");
+        if let Some(outcome) = finished {
+            logs.flush(&slot).await;
+            // Done at once: a plain result, unless the tool is always a task.
+            if !required {
+                return AsTask::Stopped(Stop::Outcome(outcome));
             }
-            let text = format!("Result of {size} bytes exceeds {limit} (RESULT_TOO_LARGE)");
-            let details =
-                serde_json::json!({"code": "RESULT_TOO_LARGE", "size": size, "limit": limit});
-            return (Ended::Failed, error_result(text, Some(details)));
+            return self
+                .ended_task(tool, &peer, subject, outcome, received)
+                .await;
         }
-        (ended, result)
+        let created = match self.tasks.create(&peer, subject.as_deref(), None).await {
+            Ok(created) => created,
+            Err(e) => {
+                cancel.cancel();
+                slot.close();
+                self.shared.runner.tasks().spawn(stopping(events, permit));
+                return AsTask::Refused(error_result(
+                    format!("The task could not start: {e}"),
+                    None,
+                ));
+            }
+        };
+        let shared = Arc::clone(&self.shared);
+        let tasks = Arc::clone(&self.tasks);
+        let tool = tool.clone();
+        self.shared.runner.tasks().spawn(async move {
+            let stop = follow(&tasks, &peer, &mut events, &slot, &cancel).await;
+            if matches!(stop, Stop::TimedOut) {
+                // Stopped within the grace period, in the background.
+                shared.runner.tasks().spawn(stopping(events, permit));
+            } else {
+                drop(permit);
+            }
+            let (ended, end) = task_end(&shared, &tool, stop, peer.cancel.is_cancelled());
+            tasks.finish(&peer, end).await;
+            shared.stats.call_ended(ended, Some(received.elapsed()));
+            drop(admission);
+        });
+        AsTask::Task(created)
     }
+
+    /// A task that ended as it began (a tool that is always a task).
+    async fn ended_task(
+        &self,
+        tool: &Tool,
+        peer: &Arc<TaskPeer>,
+        subject: Option<Arc<str>>,
+        outcome: Outcome,
+        received: Instant,
+    ) -> AsTask {
+        let (ended, end) = task_end(&self.shared, tool, Stop::Outcome(outcome), false);
+        self.shared
+            .stats
+            .call_ended(ended, Some(received.elapsed()));
+        match self.tasks.create(peer, subject.as_deref(), Some(end)).await {
+            Ok(created) => AsTask::Task(created),
+            Err(e) => AsTask::Refused(error_result(
+                format!("The task could not be kept: {e}"),
+                None,
+            )),
+        }
+    }
+}
+
+/// Follows a task's call to its end: its progress into the task's status
+/// message, `tasks/cancel` into the call's cancellation.
+async fn follow(
+    tasks: &Tasks,
+    peer: &TaskPeer,
+    events: &mut mpsc::UnboundedReceiver<CallEvent>,
+    slot: &ProgressSlot,
+    cancel: &CancellationToken,
+) -> Stop {
+    let mut noted: Option<Instant> = None;
+    loop {
+        let event = tokio::select! {
+            () = peer.cancel.cancelled(), if !cancel.is_cancelled() => {
+                cancel.cancel();
+                slot.close();
+                continue;
+            }
+            event = events.recv() => event,
+        };
+        match event {
+            Some(CallEvent::Progress(_)) => {
+                if noted.is_some_and(|at| at.elapsed() < NOTE_EVERY) {
+                    continue;
+                }
+                let Some(progress) = slot.take() else {
+                    continue;
+                };
+                let text = match (progress.partial, progress.percent) {
+                    (Some(Value::String(s)), _) => s,
+                    (Some(other), _) => other.to_string(),
+                    (None, Some(percent)) => format!("{percent}%"),
+                    (None, None) => continue,
+                };
+                noted = Some(Instant::now());
+                tasks.note(peer, text).await;
+            }
+            Some(CallEvent::TimedOut(_)) => {
+                slot.close();
+                return Stop::TimedOut;
+            }
+            Some(CallEvent::Finished(_, outcome)) => return Stop::Outcome(*outcome),
+            Some(CallEvent::Validated(..)) => {}
+            None => return Stop::Outcome(Outcome::Stopped),
+        }
+    }
+}
+
+/// How a task's call ended, as the task's end: a result (an error result
+/// too: the tool ran) completes it, a panic fails it (an error of the
+/// server's), a cancellation by the client cancels it.
+fn task_end(shared: &Shared, tool: &Tool, stop: Stop, cancelled: bool) -> (Ended, TaskEnd) {
+    let panicked = matches!(stop, Stop::Outcome(Outcome::Panicked(_)));
+    let (ended, result) = result_of(shared, tool, stop);
+    if cancelled {
+        let end = TaskEnd {
+            status: TaskStatus::Cancelled,
+            message: Some("Cancelled by the client".to_owned()),
+            result: None,
+            error: None,
+        };
+        return (Ended::Cancelled, end);
+    }
+    let text = |result: &CallToolResult| {
+        result
+            .content
+            .iter()
+            .find_map(|c| c.as_text().map(|t| t.text.clone()))
+            .unwrap_or_default()
+    };
+    if panicked {
+        let end = TaskEnd {
+            status: TaskStatus::Failed,
+            message: None,
+            result: None,
+            error: Some(serde_json::json!({"code": -32603, "message": text(&result)})),
+        };
+        return (ended, end);
+    }
+    let end = TaskEnd {
+        status: TaskStatus::Completed,
+        message: None,
+        result: Some(serde_json::to_value(&result).unwrap_or(Value::Null)),
+        error: None,
+    };
+    (ended, end)
+}
+
+/// The `CallToolResult` of a call that stopped.
+fn result_of(shared: &Shared, tool: &Tool, stop: Stop) -> (Ended, CallToolResult) {
+    let name = tool.name();
+    let outcome = match stop {
+        // Answered as `input_required` by the caller; never here.
+        Stop::InputRequired => {
+            return (
+                Ended::Cancelled,
+                error_result(format!("Tool {name} waits for input"), None),
+            );
+        }
+        Stop::TimedOut => {
+            let ms = tool
+                .timeout()
+                .or(shared.config.tool_timeout)
+                .map_or(0, |t| t.as_millis());
+            let text = format!("Tool {name} timed out after {ms} ms");
+            return (Ended::Failed, error_result(text, None));
+        }
+        Stop::Outcome(outcome) => outcome,
+    };
+    let config = &shared.config;
+    let policy = Policy {
+        max_violations: config.max_violations,
+        strict_output_validation: config.strict_output_validation,
+        debug_errors: config.debug_errors,
+    };
+    let (completion, ended) = exec::complete(tool, outcome, policy, &shared.stats);
+    let result = match completion {
+        Completion::Done(ToolOutcome::Ok(value)) => {
+            success_result(tool, value.unwrap_or(Value::Null))
+        }
+        Completion::Done(ToolOutcome::Cancelled(_)) => {
+            error_result(format!("Tool {name} was cancelled"), None)
+        }
+        Completion::Done(ToolOutcome::Error(failure)) => {
+            // An imported tool's `isError` blocks pass through as they are.
+            let blocks = failure
+                .details
+                .as_ref()
+                .filter(|_| imported(tool))
+                .and_then(passthrough_blocks);
+            match blocks {
+                Some(blocks) => CallToolResult::error(blocks),
+                None => failure_result(failure),
+            }
+        }
+        // Not asked for (`render: None`): MCP renders values itself.
+        Completion::Encoded(_) => error_result(format!("Internal error in tool {name}"), None),
+    };
+    // As HAIP's `TOOL_DONE` (HAIP.md §18.1): a result too large to send
+    // becomes an error the model can read, and the call still ends once.
+    let limit = config.max_outbound_message_bytes;
+    let size = json_len(&result);
+    if size > limit {
+        static TOO_LARGE: Throttle = Throttle::new();
+        if let Some(suppressed) = TOO_LARGE.allow() {
+            tracing::warn!(tool = %name, size, limit, suppressed, "tool result too large to send");
+        }
+        let text = format!("Result of {size} bytes exceeds {limit} (RESULT_TOO_LARGE)");
+        let details = serde_json::json!({"code": "RESULT_TOO_LARGE", "size": size, "limit": limit});
+        return (Ended::Failed, error_result(text, Some(details)));
+    }
+    (ended, result)
 }
 
 /// Completes when the call (taking questions by rounds) has asked one it
@@ -694,6 +1114,13 @@ fn log_level(level: LoggingLevel) -> LogLevel {
     }
 }
 
+/// Whether `version` is MCP 2026-07-28 or later: a revision whose requests
+/// carry what they need in their `_meta` (no `initialize`, no
+/// `logging/setLevel`).
+fn per_request(version: Option<&ProtocolVersion>) -> bool {
+    version.is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
 /// Sends a call's log lines to the MCP client as `notifications/message`,
 /// in order, those at or above the level it set.
 struct LogRelay<'a> {
@@ -708,7 +1135,19 @@ impl LogRelay<'_> {
     async fn flush(&self, slot: &ProgressSlot) {
         let (lines, dropped) = slot.take_logs();
         let dropped = (dropped > 0).then(|| LogLine::dropped(dropped));
-        let least = self.requested.unwrap_or_else(|| self.level.load(Relaxed));
+        let least = match self.requested {
+            Some(level) => level,
+            // MCP 2026-07-28: a request that names no `logLevel` in its
+            // `_meta` gets no log lines (there is no `logging/setLevel`).
+            None if self
+                .peer
+                .peer_info()
+                .is_some_and(|info| per_request(Some(&info.protocol_version))) =>
+            {
+                return;
+            }
+            None => self.level.load(Relaxed),
+        };
         for line in lines.iter().chain(dropped.as_ref()) {
             if (line.level as u8) < least {
                 continue;
@@ -822,18 +1261,23 @@ fn error_result(message: String, details: Option<Value>) -> CallToolResult {
 /// [`ExportService`], with no `Mcp-Session-Id`, so any instance behind a load
 /// balancer answers any request. A plain request-response is answered with
 /// `application/json`; a call that reports progress or log lines first gets
-/// them on its response's SSE stream. `GET` and `DELETE` are `405`. Requests
-/// of the server to the client (elicitation, sampling) are refused at once
+/// them on its response's SSE stream. `GET` and `DELETE` are `405`. An MCP
+/// 2026-07-28 client takes a call's questions in rounds (`mrtr.rs`) and
+/// hears of registry changes on a `subscriptions/listen` stream
+/// (`listen.rs`); for a client of an earlier revision, requests of the
+/// server (elicitation, sampling) are refused at once
 /// (`AskError::Unsupported`, `SampleError::Unsupported`): the answer would
 /// be a new POST that nothing waits for. `max_sessions` bounds the requests
-/// being served at once.
+/// being served at once (a listen stream is one while it is open; at most
+/// half of them may be listen streams).
 ///
 /// **Sessions** (`ServerBuilder::mcp_sessions(true)`): `initialize` opens an
 /// MCP session held by this instance (`Mcp-Session-Id`), which serves the
 /// client's later requests, its answers to elicitation and sampling, and the
 /// `GET` stream that carries `notifications/tools/list_changed`.
-/// `max_sessions` bounds the live sessions. (Requests of protocol revisions
-/// without `initialize`, 2026-07-28 and later, are stateless either way.)
+/// `max_sessions` bounds the live sessions and the requests served on their
+/// own: those of protocol revisions without `initialize`, 2026-07-28 and
+/// later, are stateless either way (rounds, listen streams).
 pub(crate) struct McpHttp {
     service: rmcp::transport::StreamableHttpService<
         ExportService,
@@ -842,6 +1286,8 @@ pub(crate) struct McpHttp {
     live: Arc<AtomicUsize>,
     max_sessions: usize,
     sessions: bool,
+    /// The places for `subscriptions/listen` streams (`listen.rs`).
+    listens: super::listen::Listens,
 }
 
 impl McpHttp {
@@ -850,13 +1296,14 @@ impl McpHttp {
     /// loopback hosts are accepted, against DNS rebinding. `max_body_bytes`:
     /// the largest request body. `sessions`: MCP sessions held by this
     /// instance instead of stateless requests. `rounds`: how stateless calls
-    /// ask questions.
+    /// ask questions. `tasks`: the server's tasks.
     pub(crate) fn new(
         shared: &Arc<Shared>,
         open_host: bool,
         max_body_bytes: usize,
         sessions: bool,
         rounds: Arc<Rounds>,
+        tasks: Arc<Tasks>,
     ) -> McpHttp {
         use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
         let mut config = StreamableHttpServerConfig::default()
@@ -864,6 +1311,10 @@ impl McpHttp {
             // Stateless: a result with nothing before it is plain JSON.
             .with_json_response(!sessions)
             .with_cancellation_token(shared.shutdown.child_token())
+            // An SSE comment every 15 s on an idle response stream (a listen
+            // stream, a session's `GET`): proxies keep it open, and a client
+            // that went away is noticed.
+            .with_sse_keep_alive(Some(std::time::Duration::from_secs(15)))
             .with_max_request_body_bytes(max_body_bytes);
         if open_host {
             config = config.disable_allowed_hosts();
@@ -875,9 +1326,14 @@ impl McpHttp {
             move || {
                 // Asked for once the request is parsed: a large one's permit
                 // is not needed any more.
-                let _ = PARSING.try_with(|permit| permit.borrow_mut().take());
-                let rounds = (!sessions).then(|| Arc::clone(&rounds));
-                ExportService::for_http(&factory_shared, &factory_live, !sessions, rounds)
+                let stateless = SERVING
+                    .try_with(|serving| {
+                        serving.parsing.borrow_mut().take();
+                        serving.stateless
+                    })
+                    .unwrap_or(!sessions);
+                let rounds = stateless.then(|| Arc::clone(&rounds));
+                ExportService::for_http(&factory_shared, &factory_live, stateless, rounds, &tasks)
             },
             Arc::default(),
             config,
@@ -887,7 +1343,14 @@ impl McpHttp {
             live,
             max_sessions: shared.config.max_sessions,
             sessions,
+            listens: super::listen::Listens::new(shared.config.max_sessions),
         }
+    }
+
+    /// The places for `subscriptions/listen` streams, taken by the front
+    /// door when a listen request arrives.
+    pub(crate) fn listens(&self) -> &super::listen::Listens {
+        &self.listens
     }
 
     /// Whether `req` would need a service while `max_sessions` are live: a
@@ -923,18 +1386,49 @@ impl McpHttp {
         if parsing.is_some() {
             req.extensions_mut().insert(LargeRequest);
         }
+        // In session mode, a POST without `Mcp-Session-Id` that is not an
+        // `initialize` is of a revision without sessions (2026-07-28 and
+        // later): rmcp serves it on its own, and so must its service.
+        let stateless = !self.sessions
+            || (req.method() == hyper::Method::POST
+                && !req.headers().contains_key("mcp-session-id")
+                && req.extensions().get::<Handshake>().is_none());
+        let serving = Serving {
+            parsing: std::cell::RefCell::new(parsing),
+            stateless,
+            profile: req.extensions().get::<McpProfile>().map(|p| p.0),
+        };
         let served = self.service.handle(req);
-        PARSING
-            .scope(std::cell::RefCell::new(parsing), served)
+        SERVING
+            .scope(serving, served)
             .await
             .map(|b| b.boxed_unsync())
     }
 }
 
 tokio::task_local! {
-    /// The permit of the large request being handed to the MCP server.
-    static PARSING: std::cell::RefCell<Option<OwnedSemaphorePermit>>;
+    /// The request being handed to the MCP server, while it is.
+    static SERVING: Serving;
 }
+
+/// What the front door knows of the request being handed to the MCP
+/// server, for what the MCP server asks of it meanwhile: the service for
+/// the request (its factory takes no arguments), a tool's input schema.
+struct Serving {
+    /// The permit of a large request: given back once the MCP server has
+    /// parsed it (when it asks for its service).
+    parsing: std::cell::RefCell<Option<OwnedSemaphorePermit>>,
+    /// Served on its own, no MCP session holding it: in stateless mode any
+    /// request; in session mode one of a revision without `initialize`.
+    stateless: bool,
+    /// The schema profile its URL asks for (`?schema_profile=`), if any.
+    profile: Option<SchemaProfile>,
+}
+
+/// Marks an `initialize` request (the front door has read its method): in
+/// session mode it opens a session, and is not served on its own.
+#[derive(Clone, Copy)]
+pub(crate) struct Handshake;
 
 /// Marks a request over 64 KiB: its params are validated on the blocking pool.
 #[derive(Clone, Copy)]
@@ -942,7 +1436,8 @@ pub(crate) struct LargeRequest;
 
 /// The arguments of a large `tools/call`, parsed by the server's front door
 /// off the runtime's workers and left out of the message the MCP server
-/// parses (which keeps only their small scalars). Taken once, by the call.
+/// parses (which keeps only their small scalars, and the values that travel
+/// in `Mcp-Param-*` headers too). Taken once, by the call.
 #[derive(Clone, Default)]
 pub(crate) struct LargeArguments(pub(crate) Arc<std::sync::Mutex<Option<Map<String, Value>>>>);
 
@@ -1041,24 +1536,26 @@ mod tests {
         );
     }
 
-    /// Stateless services do not promise `listChanged` (nothing to send it
-    /// on); each counts against `max_sessions` while it lives.
+    /// Every service promises `listChanged` (a session's stream, or without
+    /// one a `subscriptions/listen` stream, carries it); each counts against
+    /// `max_sessions` while it lives.
     #[tokio::test]
-    async fn http_services_count_and_only_sessions_promise_list_changed() {
+    async fn http_services_count_and_all_promise_list_changed() {
         let config = crate::session::SessionConfig {
             max_sessions: 2,
             ..Default::default()
         };
         let shared = Shared::for_tests(config);
         let live = Arc::new(AtomicUsize::new(0));
-        let session = ExportService::for_http(&shared, &live, false, None).unwrap();
-        let stateless = ExportService::for_http(&shared, &live, true, None).unwrap();
+        let tasks = Tasks::new(&shared, crate::mcp::tasks::TaskSettings::default());
+        let session = ExportService::for_http(&shared, &live, false, None, &tasks).unwrap();
+        let stateless = ExportService::for_http(&shared, &live, true, None, &tasks).unwrap();
         assert_eq!(live.load(Relaxed), 2);
-        let full = ExportService::for_http(&shared, &live, true, None);
+        let full = ExportService::for_http(&shared, &live, true, None, &tasks);
         assert!(full.is_err(), "a third service with max_sessions = 2");
         let tools = |s: &ExportService| s.get_info().capabilities.tools.unwrap();
         assert_eq!(tools(&session).list_changed, Some(true));
-        assert_eq!(tools(&stateless).list_changed, None);
+        assert_eq!(tools(&stateless).list_changed, Some(true));
         assert!(stateless.get_info().capabilities.logging.is_some());
         drop(stateless);
         assert_eq!(live.load(Relaxed), 1);

@@ -3,7 +3,8 @@
 //! serde walk that keeps only a few short fields), and says what parsing it
 //! will cost, or answers the JSON-RPC error a client should get: `-32700`
 //! for what is not JSON, `-32600` for what is not one JSON-RPC message,
-//! `-32601` for a method name no server has, `-32602` for params of
+//! `-32601` for a method name no server has (and `logging/setLevel` in a
+//! request of MCP 2026-07-28, which removed it), `-32602` for params of
 //! `tools/call` and `logging/setLevel` of the wrong shape, and for a progress
 //! token too long to repeat in every progress notification.
 //!
@@ -74,7 +75,9 @@ pub(crate) struct Checked {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Refusal {
     /// `400` for what is not one JSON-RPC message, `200` for a request the
-    /// server understood and refuses (JSON-RPC's own error response).
+    /// server understood and refuses (JSON-RPC's own error response), `404`
+    /// for a method that MCP 2026-07-28 removed, in a request of that
+    /// revision (as the MCP server answers its `-32601`).
     pub(crate) status: u16,
     pub(crate) code: i32,
     pub(crate) message: String,
@@ -279,9 +282,18 @@ pub(crate) fn check(body: &[u8]) -> Result<Checked, Refusal> {
                     );
                 }
             }
-            // Removed in MCP 2026-07-28: the MCP server answers it for
-            // requests of that revision (`-32601`).
-            "logging/setLevel" if found.protocol_version.is_some() => {}
+            // Removed in MCP 2026-07-28: a request of that revision is
+            // answered as a method this server does not have (HTTP 404, as
+            // the MCP server answers `-32601` to such requests).
+            "logging/setLevel" if per_request(found.protocol_version.as_ref()) => {
+                return Err(Refusal::new(
+                    404,
+                    METHOD_NOT_FOUND,
+                    "Method not found: logging/setLevel (removed in MCP 2026-07-28: \
+                     a request names its level in _meta io.modelcontextprotocol/logLevel)",
+                )
+                .with_id(id.as_ref()));
+            }
             "logging/setLevel" => match &found.level {
                 Some(Kind::Str(level)) if LOG_LEVELS.contains(&level.as_str()) => {}
                 Some(Kind::Str(level)) => {
@@ -308,21 +320,38 @@ pub(crate) fn check(body: &[u8]) -> Result<Checked, Refusal> {
     })
 }
 
+/// Whether a request's `_meta` protocol version is MCP 2026-07-28 or later
+/// (dates compare as text).
+fn per_request(version: Option<&Kind>) -> bool {
+    matches!(version, Some(Kind::Str(v)) if v.as_str() >= "2026-07-28")
+}
+
 /// A large `tools/call` taken apart before the MCP server parses it: the
-/// message with its arguments' large values left out (small scalars stay,
-/// for the `Mcp-Param-*` header checks), and the whole arguments, parsed
-/// here, off the runtime's workers; `None` when there is nothing to take
-/// (the arguments are not an object).
-pub(crate) fn split_arguments(body: &[u8]) -> Option<(Vec<u8>, Map<String, Value>)> {
+/// message with its arguments' large values left out, and the whole
+/// arguments, parsed here, off the runtime's workers; `None` when there is
+/// nothing to take (the arguments are not an object). What stays is what
+/// the `Mcp-Param-*` header checks read (SEP-2243): small top-level scalars,
+/// and whatever scalar sits at a path `header_paths` gives for the called
+/// tool (the properties its input schema annotates with `x-mcp-header`,
+/// see [`header_paths`]), however long.
+pub(crate) fn split_arguments(
+    body: &[u8],
+    header_paths: impl FnOnce(&str) -> Vec<Vec<String>>,
+) -> Option<(Vec<u8>, Map<String, Value>)> {
     let mut message: Value = serde_json::from_slice(body).ok()?;
-    let arguments = message.get_mut("params")?.get_mut("arguments")?;
+    let params = message.get_mut("params")?;
+    let paths = match params.get("name").and_then(Value::as_str) {
+        Some(name) => header_paths(name),
+        None => Vec::new(),
+    };
+    let arguments = params.get_mut("arguments")?;
     if !arguments.is_object() {
         return None;
     }
     let Value::Object(whole) = arguments.take() else {
         return None;
     };
-    let kept: Map<String, Value> = whole
+    let mut kept: Map<String, Value> = whole
         .iter()
         .filter(|(_, v)| match v {
             Value::String(s) => s.len() <= MAX_TOKEN_BYTES,
@@ -331,8 +360,69 @@ pub(crate) fn split_arguments(body: &[u8]) -> Option<(Vec<u8>, Map<String, Value
         })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    for path in &paths {
+        keep_at(&whole, &mut kept, path);
+    }
     *arguments = Value::Object(kept);
     Some((serde_json::to_vec(&message).ok()?, whole))
+}
+
+/// Copies the scalar at `path` in `whole` (through objects) into `kept`,
+/// making the objects on the way.
+fn keep_at(whole: &Map<String, Value>, kept: &mut Map<String, Value>, path: &[String]) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut from = whole;
+    let mut into = kept;
+    for key in parents {
+        let Some(Value::Object(next)) = from.get(key) else {
+            return;
+        };
+        from = next;
+        let slot = into
+            .entry(key.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !slot.is_object() {
+            *slot = Value::Object(Map::new());
+        }
+        let Value::Object(slot) = slot else {
+            return;
+        };
+        into = slot;
+    }
+    if let Some(value) = from.get(last).filter(|v| !v.is_array() && !v.is_object()) {
+        into.insert(last.clone(), value.clone());
+    }
+}
+
+/// How deep [`header_paths`] looks into nested `properties`.
+const MAX_HEADER_DEPTH: usize = 32;
+
+/// The paths (through `properties` alone, from the root) of the properties
+/// an input schema annotates with `x-mcp-header` (SEP-2243): their values
+/// travel in `Mcp-Param-*` headers too, which the MCP server checks against
+/// the body.
+pub(crate) fn header_paths(schema: &Value) -> Vec<Vec<String>> {
+    fn walk(schema: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+        if path.len() >= MAX_HEADER_DEPTH {
+            return;
+        }
+        let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+            return;
+        };
+        for (name, property) in properties {
+            path.push(name.clone());
+            if property.get("x-mcp-header").is_some() {
+                out.push(path.clone());
+            }
+            walk(property, path, out);
+            path.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(schema, &mut Vec::new(), &mut out);
+    out
 }
 
 // ----- the walk -------------------------------------------------------------------------
@@ -741,9 +831,22 @@ mod tests {
         assert!(
             check(br#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"debug"}}"#).is_ok()
         );
-        // Removed in 2026-07-28: left to the MCP server to answer.
-        let modern = r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
-        assert!(check(modern.as_bytes()).is_ok());
+        // Removed in 2026-07-28: not found, with or without a level.
+        for params in ["", r#""level":"debug","#] {
+            let modern = format!(
+                r#"{{"jsonrpc":"2.0","id":9,"method":"logging/setLevel","params":{{{params}"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}}}}"#
+            );
+            let r = refused(&modern);
+            assert_eq!(
+                (r.status, r.code, r.id.clone()),
+                (404, METHOD_NOT_FOUND, json!(9)),
+                "{modern}"
+            );
+            assert!(r.message.contains("logLevel"), "{}", r.message);
+        }
+        // An earlier revision named in `_meta` still has it.
+        let older = r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"info","_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}"#;
+        assert!(check(older.as_bytes()).is_ok());
         let retry = call(&format!(
             r#"{{"name":"t","inputResponses":{{"k":{{"action":"accept"}}}},"requestState":"{}"}}"#,
             "s".repeat(5000)
@@ -776,7 +879,7 @@ mod tests {
         let body = call(
             r#"{"name":"echo","arguments":{"message":"hi","n":3,"junk":[0,0,0],"deep":{"a":1}}}"#,
         );
-        let (stub, whole) = split_arguments(body.as_bytes()).unwrap();
+        let (stub, whole) = split_arguments(body.as_bytes(), |_| Vec::new()).unwrap();
         let stub: Value = serde_json::from_slice(&stub).unwrap();
         assert_eq!(
             stub["params"]["arguments"],
@@ -788,7 +891,45 @@ mod tests {
             Value::Object(whole),
             json!({"message": "hi", "n": 3, "junk": [0, 0, 0], "deep": {"a": 1}})
         );
-        assert!(split_arguments(call(r#"{"name":"echo"}"#).as_bytes()).is_none());
+        assert!(split_arguments(call(r#"{"name":"echo"}"#).as_bytes(), |_| Vec::new()).is_none());
+    }
+
+    #[test]
+    fn values_that_travel_in_headers_stay_in_the_message_however_long() {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "where": {"type": "object", "properties": {
+                "zone": {"type": "string", "x-mcp-header": "Zone"},
+                "note": {"type": "string"}
+            }},
+            "text": {"type": "string"}
+        }});
+        let paths = header_paths(&schema);
+        assert_eq!(
+            paths,
+            [
+                vec!["region".to_owned()],
+                vec!["where".to_owned(), "zone".to_owned()]
+            ]
+        );
+        let long = "r".repeat(1000);
+        let body = call(&format!(
+            r#"{{"name":"regional","arguments":{{"region":"{long}","where":{{"zone":"{long}","note":"{long}"}},"text":"{long}"}}}}"#
+        ));
+        let mut asked = None;
+        let (stub, whole) = split_arguments(body.as_bytes(), |name| {
+            asked = Some(name.to_owned());
+            paths.clone()
+        })
+        .unwrap();
+        assert_eq!(asked.as_deref(), Some("regional"));
+        let stub: Value = serde_json::from_slice(&stub).unwrap();
+        assert_eq!(
+            stub["params"]["arguments"],
+            json!({"region": long, "where": {"zone": long}}),
+            "the annotated values stay, the rest goes"
+        );
+        assert_eq!(whole["text"], json!(long));
     }
 
     #[test]

@@ -41,9 +41,15 @@
 //! `elicitation/create` (form mode) for clients that declare elicitation,
 //! `ctx.sample` becomes `sampling/createMessage`, and
 //! [`Content`](crate::Content) results become content blocks one to one.
-//! `/mcp` is stateless by default (any instance answers any request); over
-//! HTTP, elicitation, sampling and `notifications/tools/list_changed` need
-//! [`ServerBuilder::mcp_sessions`](crate::ServerBuilder::mcp_sessions).
+//! `/mcp` is stateless by default (any instance answers any request). Over
+//! HTTP without sessions, an MCP 2026-07-28 client takes a call's questions
+//! (elicitation, sampling, roots) in rounds (`input_required`), and hears of
+//! registry changes on a `subscriptions/listen` stream; older clients get
+//! them with [`ServerBuilder::mcp_sessions`](crate::ServerBuilder::mcp_sessions).
+//! Tools that declare [`TaskSupport`](crate::TaskSupport) run as MCP tasks
+//! (the `io.modelcontextprotocol/tasks` extension) for clients that take
+//! them: `tasks/get`, `tasks/update` (answers to questions asked inside the
+//! task) and `tasks/cancel`, on any instance.
 //!
 //! ```no_run
 //! /// Shout the input.
@@ -61,8 +67,10 @@
 pub(crate) mod export;
 mod import;
 pub(crate) mod inbound;
+pub(crate) mod listen;
 pub(crate) mod mrtr;
 mod peer;
+pub(crate) mod tasks;
 
 pub use import::McpImport;
 pub(crate) use import::start as start_imports;

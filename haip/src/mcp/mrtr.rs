@@ -179,6 +179,9 @@ pub(crate) struct RoundPeer {
     round: Mutex<Round>,
     /// Told when a question without an answer is asked.
     asked: Notify,
+    /// The kinds of question refused because the client did not declare
+    /// them: a call that fails after one is answered `-32021`, naming them.
+    refused: Mutex<Can>,
 }
 
 impl RoundPeer {
@@ -190,6 +193,7 @@ impl RoundPeer {
                 ..Round::default()
             }),
             asked: Notify::new(),
+            refused: Mutex::new(Can::default()),
         })
     }
 
@@ -200,6 +204,31 @@ impl RoundPeer {
     /// Completes once the call has asked a question without an answer.
     pub(crate) async fn waiting(&self) {
         self.asked.notified().await;
+    }
+
+    /// Notes a question refused for want of a capability the client did
+    /// not declare.
+    pub(crate) fn refuse(&self, what: impl FnOnce(&mut Can)) {
+        what(&mut self.refused.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// The capabilities the call's refused questions needed, if any.
+    pub(crate) fn refused(&self) -> Option<rmcp::model::ClientCapabilities> {
+        let refused = *self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if !(refused.elicit || refused.sample || refused.roots) {
+            return None;
+        }
+        let mut caps = rmcp::model::ClientCapabilities::default();
+        if refused.elicit {
+            caps.elicitation = Some(Default::default());
+        }
+        if refused.sample {
+            caps.sampling = Some(Default::default());
+        }
+        if refused.roots {
+            caps.roots = Some(Default::default());
+        }
+        Some(caps)
     }
 
     /// How many questions wait for an answer.
@@ -236,7 +265,7 @@ impl RoundPeer {
     /// The answer to question `key` (asked as `request`), if this round has
     /// one for this very question; else the question waits for the next
     /// round, and so does the tool.
-    fn answer(&self, key: &str, request: Value) -> Option<Value> {
+    pub(crate) fn answer(&self, key: &str, request: Value) -> Option<Value> {
         let digest = digest_question(&request);
         let mut round = self.lock();
         let found = round.answers.get(key).and_then(|(answer, asked)| {
@@ -262,7 +291,7 @@ impl RoundPeer {
     }
 
     /// Asks again: an answer that did not fit goes, and the question waits.
-    fn reask(&self, key: &str, request: Value) {
+    pub(crate) fn reask(&self, key: &str, request: Value) {
         let mut round = self.lock();
         if round.closed {
             return;
@@ -290,6 +319,7 @@ impl Peer for Arc<RoundPeer> {
         let this = Arc::clone(self);
         Box::pin(async move {
             if !this.can.elicit {
+                this.refuse(|r| r.elicit = true);
                 return Err(AskError::Unsupported);
             }
             let request = json!({"method": ELICIT, "params": elicitation_params(&message, &form)});
@@ -315,6 +345,7 @@ impl Peer for Arc<RoundPeer> {
         let this = Arc::clone(self);
         Box::pin(async move {
             if !this.can.sample {
+                this.refuse(|r| r.sample = true);
                 return Err(SampleError::Unsupported);
             }
             let request = json!({"method": SAMPLE, "params": request.to_mcp_params()});
@@ -335,6 +366,7 @@ impl Peer for Arc<RoundPeer> {
         let this = Arc::clone(self);
         Box::pin(async move {
             if !this.can.roots {
+                this.refuse(|r| r.roots = true);
                 return Err(RootsError::Unsupported);
             }
             let request = json!({"method": ROOTS, "params": {}});

@@ -185,6 +185,30 @@ impl ServerBuilder {
         self
     }
 
+    /// How long an MCP task is kept after it ended, for `tasks/get` (default
+    /// 30 min; its `ttlMs`). A running task is kept while it runs.
+    pub fn task_ttl(mut self, ttl: Duration) -> Self {
+        self.config.task_ttl = ttl;
+        self
+    }
+
+    /// MCP tasks one caller (an authenticated subject; all unauthenticated
+    /// clients count as one) may have running on one instance (default
+    /// 100); a call that would start one more answers with a tool error.
+    pub fn max_tasks_per_client(mut self, max: usize) -> Self {
+        self.config.max_tasks_per_client = max;
+        self
+    }
+
+    /// The bytes of MCP task records (their results and questions) one
+    /// instance keeps in memory (default 64 MiB). A task whose result does
+    /// not fit fails, saying so; a call that would start a task when the
+    /// store is full answers with a tool error.
+    pub fn max_task_bytes(mut self, max: usize) -> Self {
+        self.config.max_task_bytes = max;
+        self
+    }
+
     /// The schema profile tools are advertised in (HAIP.md §6.14; default
     /// [`SchemaProfile::Portable`]): in `TOOL_SCHEMA` and MCP `tools/list`,
     /// unless a client asks for another (`HAI.capabilities.schema_profile`,
@@ -630,8 +654,12 @@ impl ServerBuilder {
         let instance = self.instance_id.clone().unwrap_or_else(|| {
             format!("haip-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
         });
-        #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
         let mut shared = Shared::new(self.config.session.clone(), registry, self.state);
+        shared.tasks = Arc::new(crate::session::tasks::InMemoryTaskStore::new(
+            &instance,
+            self.config.task_limits(),
+            Arc::clone(&shared.clock),
+        ));
         #[cfg(feature = "redis")]
         let cluster = match &self.redis_url {
             Some(url) => {
@@ -650,6 +678,13 @@ impl ServerBuilder {
                 })?;
                 let store = Arc::new(store);
                 shared.store = Arc::new(crate::cluster::SharedRedisStore(Arc::clone(&store)));
+                // Task records in Redis too, on the session store's
+                // connection once `start` connects it.
+                shared.tasks = crate::cluster::tasks::RedisTaskStore::attach(
+                    &store,
+                    self.config.task_limits(),
+                    Arc::clone(&shared.clock),
+                );
                 Some(store)
             }
             None => None,

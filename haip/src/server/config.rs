@@ -3,6 +3,10 @@ use std::time::Duration;
 use crate::Error;
 use crate::session::{SessionConfig, invalid};
 
+/// The polling interval MCP task clients are advised.
+#[cfg(feature = "mcp")]
+const TASK_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
 /// Every setting of HAIP.md §18 this server implements, with its default.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -21,6 +25,12 @@ pub(crate) struct Config {
     /// a random one per process when `None`.
     pub(crate) request_state_key: Option<Vec<u8>>,
     pub(crate) request_state_ttl: Duration,
+    /// How long an ended MCP task is kept for `tasks/get`.
+    pub(crate) task_ttl: Duration,
+    /// The bytes of MCP task records one instance keeps.
+    pub(crate) max_task_bytes: usize,
+    /// MCP tasks one caller may have running on one instance.
+    pub(crate) max_tasks_per_client: usize,
     pub(crate) handshake_timeout: Duration,
     pub(crate) max_connections_per_peer: Option<usize>,
     pub(crate) limit_loopback_peers: bool,
@@ -44,6 +54,9 @@ impl Default for Config {
             write_timeout: Duration::from_secs(30),
             request_state_key: None,
             request_state_ttl: Duration::from_secs(600),
+            task_ttl: Duration::from_secs(30 * 60),
+            max_task_bytes: 64 * 1024 * 1024,
+            max_tasks_per_client: 100,
             handshake_timeout: Duration::from_secs(10),
             max_connections_per_peer: Some(1024),
             limit_loopback_peers: false,
@@ -54,11 +67,40 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The MCP tasks settings. The tasks running on one instance are
+    /// bounded as the calls of its sessions are: at most `max_sessions` ×
+    /// `max_inflight_calls`, and never over 65 536.
+    #[cfg(feature = "mcp")]
+    pub(crate) fn task_settings(&self) -> crate::mcp::tasks::TaskSettings {
+        crate::mcp::tasks::TaskSettings {
+            ttl: self.task_ttl,
+            poll_interval: TASK_POLL_INTERVAL,
+            max_per_client: self.max_tasks_per_client,
+            max_running: self
+                .session
+                .max_sessions
+                .saturating_mul(self.session.max_inflight_calls)
+                .clamp(1, 65_536),
+        }
+    }
+
+    /// The records of MCP tasks' limits.
+    pub(crate) fn task_limits(&self) -> crate::session::tasks::TaskLimits {
+        crate::session::tasks::TaskLimits {
+            ttl: self.task_ttl,
+            max_tasks: crate::session::tasks::MAX_TASKS,
+            max_bytes: self.max_task_bytes,
+        }
+    }
+
     /// Rejects nonsensical settings, naming the first bad one (HAIP.md §18):
     /// the sessions' first, then the server's own.
     pub(crate) fn validate(&self) -> Result<(), Error> {
         self.session.validate()?;
-        let positive: [(&'static str, u64); 7] = [
+        let positive: [(&'static str, u64); 10] = [
+            ("task_ttl", self.task_ttl.as_millis() as u64),
+            ("max_task_bytes", self.max_task_bytes as u64),
+            ("max_tasks_per_client", self.max_tasks_per_client as u64),
             ("max_body_bytes", self.max_body_bytes as u64),
             (
                 "max_inflight_body_bytes",

@@ -17,9 +17,14 @@
 //!   with one of `max(1, cores / 2)` permits; a `tools/call`'s arguments
 //!   are parsed there too and handed to the call beside the message, so the
 //!   MCP server parses only what is left (the method, the name, small
-//!   scalars). Any other large message is parsed by the MCP server under the
-//!   permit, held until it has done so: few at once, whatever arrives.
-//! - **Answers**: counted until the client takes them (`answer.rs`).
+//!   scalars, and values that travel in `Mcp-Param-*` headers too). Any
+//!   other large message is parsed by the MCP server under the permit, held
+//!   until it has done so: few at once, whatever arrives.
+//! - **Answers**: counted until the client takes them (`answer.rs`). Only
+//!   bytes held and not taken count against the write deadline: a
+//!   `subscriptions/listen` stream may be silent for hours (rmcp sends an SSE
+//!   comment every 15 s, which a reading client takes at once), and one
+//!   over the server's limit is refused here (`mcp/listen.rs`).
 
 use std::sync::Arc;
 
@@ -35,8 +40,9 @@ use super::body::{Reader, Refused, Stopped};
 use super::http::{Body, authenticate, unauthorized};
 use super::hub::Hub;
 use crate::auth::query_param;
-use crate::mcp::export::{LargeArguments, McpProfile};
+use crate::mcp::export::{Handshake, LargeArguments, McpProfile};
 use crate::mcp::inbound::{self, INVALID_REQUEST, Refusal};
+use crate::mcp::listen::ListenTicket;
 use crate::schema::SchemaProfile;
 use crate::session::LARGE_PARAMS;
 
@@ -135,11 +141,27 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
     // left out of what the MCP server parses on them.
     let (checked, split) = if large {
         let owned = bytes.clone();
+        // What of the arguments travels in `Mcp-Param-*` headers too (the
+        // `x-mcp-header` properties of the schema the client was shown)
+        // stays in the message the MCP server checks the headers against.
+        let registry = hub.shared.registry.clone();
+        let profile = parts
+            .extensions
+            .get::<McpProfile>()
+            .map_or(hub.shared.config.schema_profile, |p| p.0);
         tokio::task::spawn_blocking(move || {
             let checked = inbound::check(&owned);
             let split = match &checked {
                 Ok(c) if c.method.as_deref() == Some("tools/call") => {
-                    inbound::split_arguments(&owned)
+                    inbound::split_arguments(&owned, |name| {
+                        registry
+                            .get(name)
+                            .and_then(|tool| {
+                                tool.advertised_input_schema(profile)
+                                    .map(inbound::header_paths)
+                            })
+                            .unwrap_or_default()
+                    })
                 }
                 _ => None,
             };
@@ -169,6 +191,28 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
         return busy("Too many request bodies in flight; retry shortly");
     }
     let mut parts = parts;
+    match checked.method.as_deref() {
+        // In session mode it opens a session: its service is the session's.
+        Some("initialize") => {
+            parts.extensions.insert(Handshake);
+        }
+        // A listen stream's place is taken (and the registry watched) now,
+        // before the MCP server acknowledges it: one over the limit is
+        // refused before anything is sent (`mcp/listen.rs`).
+        Some("subscriptions/listen") if checked.id.is_some() => {
+            match mcp.listens().open(&hub.shared.registry) {
+                Ok(listening) => {
+                    parts.extensions.insert(ListenTicket::new(listening));
+                }
+                Err(why) => {
+                    let mut refusal = Refusal::new(503, SERVER_BUSY, why);
+                    refusal.id = checked.id.clone().unwrap_or_default();
+                    return with_retry_after(rpc_error(StatusCode::SERVICE_UNAVAILABLE, &refusal));
+                }
+            }
+        }
+        _ => {}
+    }
     let bytes = match split {
         Some((stub, arguments)) => {
             parts.extensions.insert(LargeArguments::new(arguments));
@@ -327,10 +371,14 @@ fn closing(mut response: Response<Body>) -> Response<Body> {
 
 /// `503` with `Retry-After`.
 fn busy(why: &str) -> Response<Body> {
-    let mut response = rpc_error(
+    with_retry_after(rpc_error(
         StatusCode::SERVICE_UNAVAILABLE,
         &Refusal::new(503, SERVER_BUSY, why),
-    );
+    ))
+}
+
+/// `Retry-After: 1`.
+fn with_retry_after(mut response: Response<Body>) -> Response<Body> {
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

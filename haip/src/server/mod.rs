@@ -176,6 +176,7 @@ impl Server {
                 self.config.max_body_bytes,
                 self.mcp.sessions,
                 Arc::new(rounds),
+                crate::mcp::tasks::Tasks::new(&self.shared, self.config.task_settings()),
             )
         });
         let hub = Arc::new(Hub {
@@ -254,9 +255,21 @@ impl Server {
     /// ```
     pub async fn run_mcp_stdio(self) -> Result<(), Error> {
         use rmcp::ServiceExt;
+        // Tasks live in Redis when sessions would.
+        #[cfg(feature = "redis")]
+        if let Some(cluster) = &self.cluster {
+            cluster
+                .connect(&self.shared, self.shared.shutdown.child_token())
+                .await
+                .map_err(|reason| Error::Redis {
+                    url: cluster.url().to_owned(),
+                    reason,
+                })?;
+        }
         let tracker = self.shared.runner.tasks().clone();
         crate::mcp::start_imports(&self.mcp.imports, &self.shared, &tracker).await;
-        let service = crate::mcp::export::ExportService::new(Arc::clone(&self.shared), None);
+        let tasks = crate::mcp::tasks::Tasks::new(&self.shared, self.config.task_settings());
+        let service = crate::mcp::export::ExportService::new(Arc::clone(&self.shared), None, tasks);
         let result = match service
             .serve_with_ct(rmcp::transport::stdio(), self.shared.shutdown.child_token())
             .await

@@ -22,6 +22,8 @@ pub(crate) mod link;
 mod replay;
 mod resume;
 mod store;
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) mod tasks;
 #[cfg(test)]
 mod tests;
 mod timers;
@@ -86,6 +88,9 @@ pub(crate) struct Shared {
     pub(crate) clock: Arc<dyn Clock>,
     /// Fresh ids, for the sessions.
     pub(crate) ids: Arc<dyn IdSource>,
+    /// The records of MCP tasks (kept where sessions are: shared by the
+    /// instances when the session store is).
+    pub(crate) tasks: Arc<dyn tasks::TaskStore>,
 }
 
 impl Shared {
@@ -101,6 +106,11 @@ impl Shared {
             replay: ReplayBudget::new(config.replay_budget_bytes),
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
+            tasks: Arc::new(tasks::InMemoryTaskStore::new(
+                "local",
+                tasks::TaskLimits::default(),
+                Arc::new(SystemClock),
+            )),
             config,
         }
     }

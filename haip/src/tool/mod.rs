@@ -107,6 +107,8 @@ struct ToolInner {
     title: Option<String>,
     annotations: ToolAnnotations,
     icons: Vec<Icon>,
+    /// Whether an MCP client may get the call as a task.
+    task_support: TaskSupport,
     input_schema: Value,
     output_schema: Option<Value>,
     /// Whether results carry content blocks (read from the output schema).
@@ -146,6 +148,7 @@ impl Tool {
             title: None,
             annotations: ToolAnnotations::default(),
             icons: Vec::new(),
+            task_support: TaskSupport::Forbidden,
             input_schema: json!({ "type": "object" }),
             output_schema: None,
             timeout: None,
@@ -192,6 +195,12 @@ impl Tool {
     /// Its icons, in the order given ([`ToolBuilder::icon`]).
     pub fn icons(&self) -> &[Icon] {
         &self.inner.icons
+    }
+
+    /// Whether an MCP client that takes tasks gets calls of it as tasks
+    /// ([`ToolBuilder::task_support`]).
+    pub fn task_support(&self) -> TaskSupport {
+        self.inner.task_support
     }
 
     /// The JSON Schema its params are validated against (what the `full`
@@ -324,6 +333,7 @@ pub struct ToolBuilder {
     title: Option<String>,
     annotations: ToolAnnotations,
     icons: Vec<Icon>,
+    task_support: TaskSupport,
     input_schema: Value,
     output_schema: Option<Value>,
     timeout: Option<Duration>,
@@ -384,6 +394,27 @@ impl ToolBuilder {
     /// Adds an icon (HAIP.md §6.13); call again for more (sizes, themes).
     pub fn icon(mut self, icon: Icon) -> Self {
         self.icons.push(icon);
+        self
+    }
+
+    /// Whether a call may run as an MCP task (the `io.modelcontextprotocol/tasks`
+    /// extension): [`TaskSupport::Optional`] for a tool that may take long,
+    /// [`TaskSupport::Required`] for one that always does. HAIP calls are
+    /// unaffected (they already report progress and end with `TOOL_DONE`);
+    /// the default is [`TaskSupport::Forbidden`].
+    ///
+    /// ```
+    /// use haip::{TaskSupport, Tool};
+    ///
+    /// let report = Tool::builder("build_report")
+    ///     .task_support(TaskSupport::Optional)
+    ///     .handler(|_, _| async { Ok(serde_json::json!("done")) })
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(report.task_support(), TaskSupport::Optional);
+    /// ```
+    pub fn task_support(mut self, support: TaskSupport) -> Self {
+        self.task_support = support;
         self
     }
 
@@ -490,6 +521,7 @@ impl ToolBuilder {
                 title: self.title,
                 annotations: self.annotations,
                 icons: self.icons,
+                task_support: self.task_support,
                 input_schema: self.input_schema,
                 output_schema,
                 shape,
@@ -502,6 +534,50 @@ impl ToolBuilder {
                 marks: self.marks,
             }),
         })
+    }
+}
+
+/// Whether calls of a tool may run as MCP tasks (the
+/// `io.modelcontextprotocol/tasks` extension), set with
+/// [`ToolBuilder::task_support`] or `#[haip_tool(task)]`.
+///
+/// For an MCP client that declares the extension, a call of a tool that
+/// supports tasks starts as any call does; the server answers with a task
+/// (`resultType: "task"`) once the call has to wait for something other
+/// than a question asked before it did any waiting, and the client follows
+/// it with `tasks/get` (status, questions, then the result), `tasks/update`
+/// (answers) and `tasks/cancel`. A call that finishes at once is answered
+/// at once: with its plain result when the support is
+/// [`Optional`](TaskSupport::Optional), and with a task holding that result
+/// when it is [`Required`](TaskSupport::Required). Questions a call asks
+/// before it first waits are asked in rounds (`input_required`) by clients
+/// that take them, so that the task starts with its answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TaskSupport {
+    /// Never a task: every call answers on its own request (the default).
+    #[default]
+    Forbidden,
+    /// A task for clients that take tasks; for others, a call like any other.
+    Optional,
+    /// Always a task: a client that does not take tasks is refused (MCP error
+    /// `-32021`, naming the extension it lacks).
+    Required,
+}
+
+impl TaskSupport {
+    /// Its name in MCP (`"forbidden"`, `"optional"`, `"required"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskSupport::Forbidden => "forbidden",
+            TaskSupport::Optional => "optional",
+            TaskSupport::Required => "required",
+        }
+    }
+}
+
+impl fmt::Display for TaskSupport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

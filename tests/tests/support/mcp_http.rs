@@ -1,6 +1,7 @@
 //! MCP over HTTP as a test sees it: a round-robin proxy in front of two
 //! instances (each POST to the other instance than the one before), raw
-//! requests to `/mcp` and their answers, and the Python SDK's scripts of
+//! requests to `/mcp` and their answers (read whole, or as they come), and
+//! the Python SDK's scripts of
 //! `tests/mcp/` run against a URL.
 #![allow(dead_code)]
 
@@ -220,20 +221,19 @@ pub(crate) async fn mcp_request(
     body: Option<&Value>,
     extra: &[(&str, &str)],
 ) -> Reply {
-    let mut request = Request::builder()
-        .method(method)
-        .uri("/mcp")
-        .header("host", format!("127.0.0.1:{}", addr.port()))
-        .header("accept", "application/json, text/event-stream");
-    if body.is_some() {
-        request = request.header("content-type", "application/json");
-    }
-    for (name, value) in extra {
-        request = request.header(*name, *value);
-    }
-    let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-    let request = request.body(body).expect("a valid request");
-    within(&format!("{method} /mcp"), async {
+    mcp_request_to(addr, "/mcp", method, body, extra).await
+}
+
+/// [`mcp_request`] to `path` (`/mcp?schema_profile=full`, say).
+pub(crate) async fn mcp_request_to(
+    addr: SocketAddr,
+    path: &str,
+    method: &str,
+    body: Option<&Value>,
+    extra: &[(&str, &str)],
+) -> Reply {
+    let request = mcp_http_request(addr, path, method, body, extra);
+    within(&format!("{method} {path}"), async {
         let response = send(addr, request).await.unwrap_or_else(|e| panic!("{e}"));
         let (parts, body) = response.into_parts();
         let body = body.collect().await.expect("the body arrives").to_bytes();
@@ -244,6 +244,122 @@ pub(crate) async fn mcp_request(
         }
     })
     .await
+}
+
+/// The HTTP request an MCP client sends to `path` of `addr`.
+fn mcp_http_request(
+    addr: SocketAddr,
+    path: &str,
+    method: &str,
+    body: Option<&Value>,
+    extra: &[(&str, &str)],
+) -> Request<Bytes> {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", format!("127.0.0.1:{}", addr.port()))
+        .header("accept", "application/json, text/event-stream");
+    if body.is_some() {
+        request = request.header("content-type", "application/json");
+    }
+    for (name, value) in extra {
+        request = request.header(*name, *value);
+    }
+    let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+    request.body(body).expect("a valid request")
+}
+
+/// An answer of `/mcp` read as it comes (a `subscriptions/listen` stream,
+/// say): its status and headers at once, then its JSON-RPC messages one by
+/// one. Dropping it closes the connection.
+pub(crate) struct Streaming {
+    pub(crate) status: u16,
+    pub(crate) headers: hyper::HeaderMap,
+    body: Incoming,
+    /// What has arrived of the body and not been read as messages.
+    pending: String,
+    /// The body is plain JSON (one message), not an SSE stream.
+    json: bool,
+}
+
+/// POSTs `body` to `/mcp` of `addr` with `extra` headers, and hands back
+/// the answer as it comes.
+pub(crate) async fn mcp_stream(
+    addr: SocketAddr,
+    body: &Value,
+    extra: &[(&str, &str)],
+) -> Streaming {
+    let request = mcp_http_request(addr, "/mcp", "POST", Some(body), extra);
+    let response = within("the answer to start", send(addr, request))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (parts, body) = response.into_parts();
+    let json = !parts
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .starts_with("text/event-stream");
+    Streaming {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body,
+        pending: String::new(),
+        json,
+    }
+}
+
+impl Streaming {
+    /// The next JSON-RPC message, or `None` once the answer has ended;
+    /// fails the test when none comes within [`WAIT`](super::support::WAIT).
+    pub(crate) async fn next(&mut self) -> Option<Value> {
+        within("the next message of the answer", self.next_message()).await
+    }
+
+    /// Whether no message (SSE comments aside) comes, nor the answer ends,
+    /// within `quiet`.
+    pub(crate) async fn quiet_for(&mut self, quiet: Duration) -> bool {
+        tokio::time::timeout(quiet, self.next_message())
+            .await
+            .is_err()
+    }
+
+    /// Cancel-safe: what arrived stays in `pending`.
+    async fn next_message(&mut self) -> Option<Value> {
+        loop {
+            if self.json {
+                if let Some(Ok(frame)) = self.body.frame().await {
+                    if let Ok(data) = frame.into_data() {
+                        self.pending.push_str(&String::from_utf8_lossy(&data));
+                    }
+                    continue;
+                }
+                let text = std::mem::take(&mut self.pending);
+                return (!text.trim().is_empty()).then(|| {
+                    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+                });
+            }
+            while let Some(end) = self.pending.find('\n') {
+                let line: String = self.pending.drain(..=end).collect();
+                if let Some(data) = line.trim_end().strip_prefix("data:") {
+                    let data = data.trim();
+                    if !data.is_empty() {
+                        return Some(
+                            serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {data}")),
+                        );
+                    }
+                }
+            }
+            match self.body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.pending.push_str(&String::from_utf8_lossy(&data));
+                    }
+                }
+                Some(Err(_)) | None => return None,
+            }
+        }
+    }
 }
 
 /// Runs a script of `tests/mcp/` with the SDK's Python and `args`; fails the

@@ -20,12 +20,17 @@
 //! | `haip:i:{instance}` | string | the instance's lease ([`LEASE_TTL`]) |
 //! | `haip:open:{subject}` | set | `{session} {instance}` of each open stream session (upstream POST targets) |
 //!
+//! MCP task records (`haip:t:{task}`, `haip:t:{task}:q`) are kept by the
+//! task store of [`tasks`], on the same connection and lease.
+//!
 //! Instances talk to each other through one pub/sub channel each,
 //! `haip:to:{instance}`: links ([`crate::session::link`]) that relay a client
 //! connection to the instance running its session, or forward an upstream
-//! POST to the instance holding its stream. Every message is one byte of kind,
-//! the link id in 16 hex digits, and the body. Each end of a link sends a
-//! heartbeat every [`LEASE_REFRESH`]; a link silent for [`LEASE_TTL`] is lost.
+//! POST to the instance holding its stream, and the signals of tasks (kind
+//! `S`: answers and cancellations for the instance running a task). Every
+//! message is one byte of kind, the link id in 16 hex digits (0 for a task
+//! signal), and the body. Each end of a link sends a heartbeat every
+//! [`LEASE_REFRESH`]; a link silent for [`LEASE_TTL`] is lost.
 //!
 //! Recording never blocks a session: records go through a bounded queue to
 //! one writer task that sends them in pipelined batches. When Redis is away,
@@ -36,7 +41,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -53,6 +58,8 @@ use crate::session::{
     TransportKind,
 };
 use crate::session::{TakeoverAddress, Takeovers};
+
+pub(crate) mod tasks;
 
 /// How often an instance refreshes its lease.
 pub(crate) const LEASE_REFRESH: Duration = Duration::from_secs(2);
@@ -140,6 +147,9 @@ pub(crate) struct RedisSessionStore {
     incoming_rx: std::sync::Mutex<Option<mpsc::Receiver<IncomingLink>>>,
     /// When this store was made: link clocks count from it.
     epoch: std::time::Instant,
+    /// The task store sharing this connection, if any (its signals come
+    /// through this instance's channel).
+    tasks: OnceLock<Weak<tasks::RedisTaskStore>>,
 }
 
 /// One session's committed envelopes in a batch of records.
@@ -198,6 +208,7 @@ impl RedisSessionStore {
             incoming,
             incoming_rx: std::sync::Mutex::new(Some(incoming_rx)),
             epoch: std::time::Instant::now(),
+            tasks: OnceLock::new(),
         })
     }
 
@@ -259,6 +270,9 @@ impl RedisSessionStore {
         // Subscribed before anyone may open a link here.
         let pubsub = self.subscribe().await.map_err(|e| e.to_string())?;
         tasks.spawn(Arc::clone(self).listen(pubsub, shutdown.clone()));
+        if let Some(task_store) = self.tasks.get().and_then(Weak::upgrade) {
+            tasks.spawn(task_store.refresh(shutdown.clone()));
+        }
         tasks.spawn(Arc::clone(self).refresh_lease(conn, shutdown));
         Ok(())
     }
@@ -325,12 +339,17 @@ impl RedisSessionStore {
         self.links.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One message from another instance, to the link end it is for.
+    /// One message from another instance, to the link end it is for (or,
+    /// a task signal, to the task store).
     fn dispatch(self: &Arc<Self>, payload: &[u8]) {
         let Some((kind, id, body)) = split_message(payload) else {
             tracing::debug!("malformed message between instances dropped");
             return;
         };
+        if kind == tasks::SIGNAL {
+            tasks::deliver(&self.tasks, body);
+            return;
+        }
         if kind == b'O' {
             let Some((from, open)) = decode_open(body) else {
                 tracing::debug!("malformed link opening dropped");

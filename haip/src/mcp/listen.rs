@@ -1,0 +1,268 @@
+//! `subscriptions/listen` (MCP 2026-07-28, SEP-2575): how a client without
+//! an MCP session hears of registry changes.
+//!
+//! A client opens a listen stream with the notifications it wants; haip has
+//! tools only, so it accepts `toolsListChanged` and nothing else (rmcp
+//! acknowledges the accepted part first: `notifications/subscriptions/
+//! acknowledged`). From then on, every change of the registry (tools added,
+//! replaced or removed, by the application or by an imported MCP server
+//! whose tools changed) sends `notifications/tools/list_changed`, tagged
+//! with the subscription's id, until the client goes away (its request is
+//! cancelled or its connection closes), the server shuts down (`/mcp` closes
+//! its response streams then), or the registry is gone; a stream that ends
+//! while its client is there ends with its final result. Changes
+//! that come faster than the client takes them are coalesced: a client is
+//! told that the list changed, never how often. A stream that accepted
+//! nothing (the client asked only for prompts or resources) ends at once.
+//!
+//! An authenticated caller's stream also carries `notifications/tasks` for
+//! its own MCP tasks (`tasks.rs`) as their status changes on this instance:
+//! the task as `tasks/get` would show it then. Tasks are their caller's own,
+//! so a stream without a subject hears of none; the notifications are a
+//! convenience, and `tasks/get` stays the truth (a stream that falls behind,
+//! or listens on another instance than the one running the task, misses
+//! some).
+//!
+//! **Bounded.** A listen stream costs one future (no task of its own) and
+//! one place among [`Listens`]: over HTTP, at most half of `max_sessions`
+//! (at least one) are open at once server-wide, so that listeners never take
+//! every request slot from calls; the `/mcp` front door takes the place when
+//! the request arrives ([`Listens::open`], which also starts watching the
+//! registry, so that no change after the acknowledgment is missed) and
+//! refuses one more with `503` and a JSON-RPC error saying so. Over stdio a
+//! listen stream counts as one of the session's calls in flight
+//! (`max_inflight_calls`). An idle stream is kept alive by the transport's
+//! SSE comments (`/mcp`: every 15 s), which is also how a client that went
+//! away without closing is noticed.
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    ErrorCode, GetMeta, ServerNotification, SubscriptionFilter, TaskStatusNotification,
+    TaskStatusNotificationParams,
+};
+use rmcp::service::{SubscriptionContext, SubscriptionSendError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::tasks::TaskEvent;
+use crate::tool::Registry;
+
+/// JSON-RPC's implementation-defined server error: the server is busy.
+const SERVER_BUSY: i32 = -32000;
+
+/// What haip accepts of a requested filter: tool list changes (it has no
+/// prompts or resources). rmcp keeps only what was requested and what the
+/// server's capabilities advertise.
+pub(crate) fn accepted() -> SubscriptionFilter {
+    SubscriptionFilter::builder().tools_list_changed().build()
+}
+
+/// The places for listen streams, server-wide.
+pub(crate) struct Listens {
+    open: Arc<Semaphore>,
+    max: usize,
+}
+
+impl Listens {
+    /// Half of `max_sessions` (at least one) listen streams at once.
+    pub(crate) fn new(max_sessions: usize) -> Listens {
+        let max = (max_sessions / 2).max(1);
+        Listens {
+            open: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// A place for one listen stream, watching the registry from now on; or
+    /// why not, for the client.
+    pub(crate) fn open(&self, registry: &Registry) -> Result<Listening, String> {
+        let Ok(place) = Arc::clone(&self.open).try_acquire_owned() else {
+            return Err(format!(
+                "Too many subscriptions/listen streams open (at most {}, half of max_sessions); retry later",
+                self.max
+            ));
+        };
+        Ok(Listening {
+            _place: place,
+            changes: registry.subscribe(),
+        })
+    }
+}
+
+/// One listen stream's place, and the registry's changes since it was taken.
+pub(crate) struct Listening {
+    _place: OwnedSemaphorePermit,
+    changes: watch::Receiver<u64>,
+}
+
+/// The listen stream a `/mcp` request opened at the front door, handed to
+/// the MCP server with the request (an extension); taken once.
+#[derive(Clone)]
+pub(crate) struct ListenTicket(Arc<Mutex<Option<Listening>>>);
+
+impl ListenTicket {
+    pub(crate) fn new(listening: Listening) -> ListenTicket {
+        ListenTicket(Arc::new(Mutex::new(Some(listening))))
+    }
+
+    fn take(&self) -> Option<Listening> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// The listen stream of `subscription`: the one its `/mcp` request opened,
+/// or else (stdio) a new one counted as one of the session's calls in
+/// flight (`inflight`, `max_inflight_calls` permits).
+pub(crate) fn listening(
+    subscription: &SubscriptionContext,
+    inflight: &Arc<Semaphore>,
+    registry: &Registry,
+) -> Result<Listening, McpError> {
+    let opened = subscription
+        .request_context()
+        .extensions
+        .get::<hyper::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<ListenTicket>())
+        .and_then(ListenTicket::take);
+    if let Some(listening) = opened {
+        return Ok(listening);
+    }
+    let Ok(place) = Arc::clone(inflight).try_acquire_owned() else {
+        return Err(McpError::new(
+            ErrorCode(SERVER_BUSY),
+            "Too many requests in flight in this session (max_inflight_calls): \
+             a subscriptions/listen stream counts as one",
+            None,
+        ));
+    };
+    Ok(Listening {
+        _place: place,
+        changes: registry.subscribe(),
+    })
+}
+
+/// Runs one listen stream until its client goes away, the server shuts
+/// down (`shutdown`) or the registry is gone; `Ok` ends it with its final
+/// result (nobody hears it when the client went away). An authenticated
+/// caller (`subject`) is also told of its tasks' changes of status
+/// (`notifications/tasks`, from `tasks`).
+pub(crate) async fn run(
+    subscription: SubscriptionContext,
+    listening: Listening,
+    shutdown: CancellationToken,
+    subject: Option<Arc<str>>,
+    tasks: broadcast::Receiver<TaskEvent>,
+) -> Result<(), McpError> {
+    if subscription.accepted().tools_list_changed != Some(true) {
+        // Nothing it asked for is ever sent: it holds nothing open.
+        return Ok(());
+    }
+    let Listening {
+        _place,
+        mut changes,
+    } = listening;
+    let sink = subscription.sink();
+    // Tasks are their caller's own: an unauthenticated stream hears of none.
+    let mut tasks = subject.is_some().then_some(tasks);
+    loop {
+        tokio::select! {
+            () = subscription.cancelled() => return Ok(()),
+            () = shutdown.cancelled() => return Ok(()),
+            event = next_task_event(&mut tasks) => {
+                if event.subject.as_deref() != subject.as_deref() {
+                    continue;
+                }
+                let mut note = ServerNotification::TaskStatusNotification(
+                    TaskStatusNotification::new(TaskStatusNotificationParams::new(event.task)),
+                );
+                note.get_meta_mut().set_subscription_id(sink.id().clone());
+                let peer = &subscription.request_context().peer;
+                if peer.send_notification(note).await.is_err() {
+                    return Ok(());
+                }
+            }
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                // The change is seen; any number of changes while this is
+                // sent make one more notification.
+                match sink.notify_tool_list_changed().await {
+                    Ok(()) => {}
+                    Err(SubscriptionSendError::SubscriptionClosed | SubscriptionSendError::Service(_)) => {
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        // Only a filter mistake of ours: say it once and end.
+                        tracing::warn!(error = %e, "a listen stream cannot send tools/list_changed");
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The next change of a task's status; never when there are none to hear
+/// (the stream hears of no tasks, or the server's tasks are gone). A stream
+/// that fell behind skips what it missed.
+async fn next_task_event(tasks: &mut Option<broadcast::Receiver<TaskEvent>>) -> TaskEvent {
+    loop {
+        let Some(receiver) = tasks.as_mut() else {
+            return std::future::pending().await;
+        };
+        match receiver.recv().await {
+            Ok(event) => return event,
+            Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => *tasks = None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_of_max_sessions_and_at_least_one_may_listen() {
+        let registry = Registry::default();
+        let listens = Listens::new(4);
+        let a = listens.open(&registry).unwrap();
+        let _b = listens.open(&registry).unwrap();
+        let refused = listens.open(&registry).err().unwrap();
+        assert!(refused.contains("at most 2"), "{refused}");
+        drop(a);
+        assert!(
+            listens.open(&registry).is_ok(),
+            "a closed stream's place is free"
+        );
+        let one = Listens::new(1);
+        let _only = one.open(&registry).unwrap();
+        assert!(one.open(&registry).is_err());
+    }
+
+    #[test]
+    fn a_listen_watches_the_registry_from_when_it_was_opened() {
+        let registry = Registry::default();
+        let listens = Listens::new(10);
+        let mut listening = listens.open(&registry).unwrap();
+        assert!(!listening.changes.has_changed().unwrap());
+        registry.unregister("nothing"); // no such tool: no change
+        assert!(!listening.changes.has_changed().unwrap());
+        registry.register(
+            crate::tool::Tool::builder("t")
+                .handler(|_: serde_json::Value, _: crate::Context| async {
+                    Ok(serde_json::Value::Null)
+                })
+                .build()
+                .unwrap(),
+        );
+        assert!(listening.changes.has_changed().unwrap());
+        listening.changes.mark_unchanged();
+        let ticket = ListenTicket::new(listening);
+        assert!(ticket.take().is_some());
+        assert!(ticket.take().is_none(), "taken once");
+    }
+}

@@ -1,0 +1,762 @@
+//! MCP tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663): a
+//! call of a tool that supports tasks ([`TaskSupport`]), from a client that
+//! declares the extension, becomes a task once it has to wait for something
+//! other than a question asked before it did any waiting; the client follows
+//! it with `tasks/get`, answers its questions with `tasks/update`, and may
+//! stop it with `tasks/cancel`.
+//!
+//! The task's call runs on the instance that started it; its record (status,
+//! open questions, result) is in the server's task store (`session::tasks`),
+//! which a Redis-backed server shares with its other instances. Whichever
+//! instance serves `tasks/update` or `tasks/cancel` changes the record
+//! first, then tells the running instance, which hands the answers to the
+//! waiting `ctx.ask` (or cancels the call).
+//!
+//! [`TaskSupport`]: crate::TaskSupport
+
+// Sampling and roots are deprecated upstream (SEP-2577), and still what
+// today's MCP clients speak.
+#![allow(deprecated)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    CreateTaskResult, DetailedTask, GetTaskResult, InputRequests, JsonObject, Task, TaskPayload,
+};
+use serde_json::{Map, Value, json};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::mrtr::{Can, RoundPeer};
+use super::peer::{answer_of, elicitation_params, roots_of, sampled_of};
+use crate::context::{
+    Answer, AskError, Peer, PeerFuture, Root, RootsError, SampleError, SampleRequest, Sampled,
+};
+use crate::protocol::iso8601_millis;
+use crate::schema::Form;
+use crate::session::Shared;
+use crate::session::tasks::{
+    TaskEnd, TaskRecord, TaskSignal, TaskStatus, TaskStore, TaskStoreError,
+};
+
+/// The methods of the questions a client can be sent.
+const ELICIT: &str = "elicitation/create";
+const SAMPLE: &str = "sampling/createMessage";
+const ROOTS: &str = "roots/list";
+
+/// Questions one task may have open at once.
+const MAX_OPEN_QUESTIONS: usize = 64;
+
+/// How often a task's progress may change its status message, at most.
+pub(crate) const NOTE_EVERY: Duration = Duration::from_millis(500);
+
+/// The error a task whose instance died fails with.
+fn lost_error() -> Value {
+    json!({
+        "code": -32603,
+        "message": "instance lost: the server instance running this task stopped before it ended",
+    })
+}
+
+/// What `tasks/*` answer for a task that is not the caller's to see.
+fn invalid_task() -> McpError {
+    McpError::invalid_params("Invalid task: unknown, expired, or not yours", None)
+}
+
+fn unavailable(e: &TaskStoreError) -> McpError {
+    McpError::internal_error(format!("tasks are unavailable: {e}"), None)
+}
+
+/// The server's tasks settings.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TaskSettings {
+    /// How long an ended task is kept (`ttlMs`).
+    pub(crate) ttl: Duration,
+    /// The polling interval clients are advised (`pollIntervalMs`).
+    pub(crate) poll_interval: Duration,
+    /// Tasks one caller may have running on this instance.
+    pub(crate) max_per_client: usize,
+    /// Tasks running on this instance, at most.
+    pub(crate) max_running: usize,
+}
+
+impl Default for TaskSettings {
+    fn default() -> Self {
+        TaskSettings {
+            ttl: Duration::from_secs(30 * 60),
+            poll_interval: Duration::from_secs(1),
+            max_per_client: 100,
+            max_running: 1024,
+        }
+    }
+}
+
+/// A task's change of status, for the listen streams of its caller.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskEvent {
+    /// The authenticated caller that started it.
+    pub(crate) subject: Option<String>,
+    /// The task as `tasks/get` would show it then.
+    pub(crate) task: DetailedTask,
+}
+
+/// Status changes waiting for slow listen streams, at most (a stream that
+/// falls further behind misses some: `tasks/get` has the truth).
+const EVENTS: usize = 256;
+
+/// What the tasks and their calls share: the records, the settings, and the
+/// announcement of changes.
+pub(crate) struct Board {
+    store: Arc<dyn TaskStore>,
+    settings: TaskSettings,
+    events: broadcast::Sender<TaskEvent>,
+}
+
+impl Board {
+    /// The task fields of `record` as MCP shows them.
+    fn task_of(&self, record: &TaskRecord) -> Task {
+        let status = match record.shown_status() {
+            TaskStatus::Working => rmcp::model::TaskStatus::Working,
+            TaskStatus::InputRequired => rmcp::model::TaskStatus::InputRequired,
+            TaskStatus::Completed => rmcp::model::TaskStatus::Completed,
+            TaskStatus::Failed => rmcp::model::TaskStatus::Failed,
+            TaskStatus::Cancelled => rmcp::model::TaskStatus::Cancelled,
+        };
+        let mut task = Task::new(
+            record.id.clone(),
+            status,
+            iso8601_millis(record.created_ms),
+            iso8601_millis(record.updated_ms),
+        )
+        .with_ttl_ms(self.settings.ttl.as_millis() as u64)
+        .with_poll_interval_ms(self.settings.poll_interval.as_millis().max(1) as u64);
+        if let Some(message) = &record.message {
+            task = task.with_status_message(message.clone());
+        }
+        task
+    }
+
+    /// `record` as `tasks/get` shows it.
+    fn detailed(&self, record: &TaskRecord) -> DetailedTask {
+        let payload = match record.shown_status() {
+            TaskStatus::Working => TaskPayload::Working,
+            TaskStatus::Cancelled => TaskPayload::Cancelled,
+            TaskStatus::InputRequired => TaskPayload::InputRequired {
+                input_requests: input_requests(&record.questions),
+            },
+            TaskStatus::Completed => TaskPayload::Completed {
+                result: object(record.result.clone()),
+            },
+            TaskStatus::Failed => TaskPayload::Failed {
+                error: object(
+                    record
+                        .error
+                        .clone()
+                        .or_else(|| Some(json!({"code": -32603, "message": "the task failed"}))),
+                ),
+            },
+        };
+        DetailedTask::new(self.task_of(record), payload)
+    }
+
+    /// Announces task `id` as it is now, to the listen streams there are.
+    async fn changed(&self, id: &str) {
+        if self.events.receiver_count() == 0 {
+            return;
+        }
+        if let Ok(Some(record)) = self.store.get(id, lost_error()).await {
+            let task = self.detailed(&record);
+            let _ = self.events.send(TaskEvent {
+                subject: record.subject,
+                task,
+            });
+        }
+    }
+}
+
+/// This instance's tasks: the ones it runs, and the way to the records of
+/// all of them.
+pub(crate) struct Tasks {
+    shared: Arc<Shared>,
+    board: Arc<Board>,
+    running: Mutex<HashMap<String, Arc<TaskPeer>>>,
+    per_client: Mutex<HashMap<Option<Arc<str>>, usize>>,
+    slots: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tasks")
+            .field("settings", &self.board.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A task's hold on the instance's and its caller's budgets; given back
+/// when the task's call has stopped.
+pub(crate) struct Admission {
+    tasks: Arc<Tasks>,
+    subject: Option<Arc<str>>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let mut counts = self.tasks.lock_counts();
+        if let Some(n) = counts.get_mut(&self.subject) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.subject);
+            }
+        }
+    }
+}
+
+impl Tasks {
+    /// The tasks of the server sharing `shared`; takes the store's signals
+    /// (answers and cancellations other instances pass on) until shutdown.
+    pub(crate) fn new(shared: &Arc<Shared>, settings: TaskSettings) -> Arc<Tasks> {
+        let tasks = Arc::new(Tasks {
+            shared: Arc::clone(shared),
+            board: Arc::new(Board {
+                store: Arc::clone(&shared.tasks),
+                settings,
+                events: broadcast::channel(EVENTS).0,
+            }),
+            running: Mutex::new(HashMap::new()),
+            per_client: Mutex::new(HashMap::new()),
+            slots: Arc::new(Semaphore::new(settings.max_running.max(1))),
+        });
+        if let Some(mut signals) = shared.tasks.take_signals() {
+            let weak = Arc::downgrade(&tasks);
+            let shutdown = shared.shutdown.clone();
+            shared.runner.tasks().spawn(async move {
+                loop {
+                    let signal = tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        signal = signals.recv() => signal,
+                    };
+                    let (Some((id, signal)), Some(tasks)) = (signal, weak.upgrade()) else {
+                        return;
+                    };
+                    tasks.deliver(&id, signal);
+                }
+            });
+        }
+        tasks
+    }
+
+    fn store(&self) -> &Arc<dyn TaskStore> {
+        &self.shared.tasks
+    }
+
+    /// The status changes of tasks, from now on (for listen streams).
+    pub(crate) fn watch(&self) -> broadcast::Receiver<TaskEvent> {
+        self.board.events.subscribe()
+    }
+
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TaskPeer>>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_counts(&self) -> std::sync::MutexGuard<'_, HashMap<Option<Arc<str>>, usize>> {
+        self.per_client.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Room for one more task of `subject`, or why not.
+    pub(crate) fn admit(self: &Arc<Self>, subject: Option<Arc<str>>) -> Result<Admission, String> {
+        let max = self.board.settings.max_per_client;
+        let mut counts = self.lock_counts();
+        let n = counts.entry(subject.clone()).or_insert(0);
+        if *n >= max {
+            return Err(format!(
+                "Too many tasks running for this client (max_tasks_per_client = {max})"
+            ));
+        }
+        let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
+            return Err(format!(
+                "Too many tasks running on this server ({} at most)",
+                self.board.settings.max_running
+            ));
+        };
+        *n += 1;
+        Ok(Admission {
+            tasks: Arc::clone(self),
+            subject,
+            _slot: slot,
+        })
+    }
+
+    /// The peer of a call that may become a task: `round` answers the
+    /// questions it asks before (for a client that takes rounds).
+    pub(crate) fn peer(&self, can: Can, round: Option<Arc<RoundPeer>>) -> Arc<TaskPeer> {
+        Arc::new(TaskPeer {
+            id: uuid::Uuid::new_v4().to_string(),
+            store: Arc::clone(self.store()),
+            board: Arc::clone(&self.board),
+            can,
+            round,
+            state: Mutex::new(PeerState::default()),
+            order: tokio::sync::Mutex::new(()),
+            cancel: CancellationToken::new(),
+        })
+    }
+
+    /// Whether the call of `peer`, still running after its first poll,
+    /// becomes a task now: not while it waits for answers of the client's
+    /// next round (those go first, as `input_required`).
+    pub(crate) fn hand_over(&self, peer: &TaskPeer) -> bool {
+        let mut state = peer.lock();
+        if peer.round.as_ref().is_some_and(|round| round.pending() > 0) {
+            return false;
+        }
+        state.mode = Mode::Task;
+        true
+    }
+
+    /// Records the task of `peer` (its call handed over, or ended as `end`),
+    /// and keeps it among this instance's running tasks unless it ended.
+    /// Answers once any instance can read it.
+    pub(crate) async fn create(
+        &self,
+        peer: &Arc<TaskPeer>,
+        subject: Option<&str>,
+        end: Option<TaskEnd>,
+    ) -> Result<CreateTaskResult, TaskStoreError> {
+        let now = self.shared.clock.unix_millis();
+        let _order = peer.order.lock().await;
+        let questions: BTreeMap<String, Value> = {
+            let mut state = peer.lock();
+            state.mode = Mode::Task;
+            state
+                .waiting
+                .iter()
+                .map(|(k, w)| (k.clone(), w.request.clone()))
+                .collect()
+        };
+        let mut record = TaskRecord {
+            id: peer.id.clone(),
+            owner: self.store().instance().to_owned(),
+            subject: subject.map(str::to_owned),
+            status: TaskStatus::Working,
+            message: None,
+            created_ms: now,
+            updated_ms: now,
+            questions,
+            result: None,
+            error: None,
+        };
+        if let Some(end) = end {
+            record.status = end.status;
+            record.message = end.message;
+            record.result = end.result;
+            record.error = end.error;
+        }
+        let ended = record.status.is_terminal();
+        if !ended {
+            self.lock_running()
+                .insert(peer.id.clone(), Arc::clone(peer));
+        }
+        let shown = self.board.task_of(&record);
+        if let Err(e) = self.store().create(record).await {
+            self.lock_running().remove(&peer.id);
+            return Err(e);
+        }
+        peer.lock().created = true;
+        self.board.changed(&peer.id).await;
+        Ok(CreateTaskResult::new(shown))
+    }
+
+    /// Ends the task of `peer` as `end` (unless it ended already, e.g.
+    /// cancelled), and forgets it here.
+    pub(crate) async fn finish(&self, peer: &TaskPeer, end: TaskEnd) {
+        let _order = peer.order.lock().await;
+        peer.lock().mode = Mode::Ended;
+        self.lock_running().remove(&peer.id);
+        match self.store().finish(&peer.id, end).await {
+            Ok(_) => {}
+            Err(TaskStoreError::Full(why)) => {
+                // The result does not fit: the task still ends, saying why.
+                let end = TaskEnd {
+                    status: TaskStatus::Failed,
+                    message: None,
+                    result: None,
+                    error: Some(
+                        json!({"code": -32603, "message": format!("the task's result was not kept: {why}")}),
+                    ),
+                };
+                if let Err(e) = self.store().finish(&peer.id, end).await {
+                    tracing::warn!(task = %peer.id, error = %e, "a task's end was not recorded");
+                }
+            }
+            Err(e) => tracing::warn!(task = %peer.id, error = %e, "a task's end was not recorded"),
+        }
+        self.board.changed(&peer.id).await;
+    }
+
+    /// Puts the task's progress in its status message.
+    pub(crate) async fn note(&self, peer: &TaskPeer, message: String) {
+        let _order = peer.order.lock().await;
+        if let Err(e) = self.store().note(&peer.id, message).await {
+            tracing::debug!(task = %peer.id, error = %e, "a task's status message was not recorded");
+        }
+    }
+
+    /// `tasks/get`: the task of `subject` with id `id`.
+    pub(crate) async fn get(
+        &self,
+        id: &str,
+        subject: Option<&str>,
+    ) -> Result<GetTaskResult, McpError> {
+        let record = self.record(id, subject).await?;
+        Ok(GetTaskResult::new(self.board.detailed(&record)))
+    }
+
+    /// `tasks/update`: answers to the task's open questions (others are
+    /// ignored, as the extension says).
+    pub(crate) async fn update(
+        &self,
+        id: &str,
+        subject: Option<&str>,
+        responses: BTreeMap<String, Value>,
+    ) -> Result<(), McpError> {
+        let record = self.record(id, subject).await?;
+        let keys: Vec<String> = responses
+            .keys()
+            .filter(|k| record.questions.contains_key(*k))
+            .cloned()
+            .collect();
+        if keys.is_empty() || record.status.is_terminal() {
+            return Ok(());
+        }
+        let taken = self
+            .store()
+            .answered(id, keys)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if taken.is_empty() {
+            return Ok(());
+        }
+        let mut answers = Map::new();
+        let mut responses = responses;
+        for key in &taken {
+            if let Some(answer) = responses.remove(key) {
+                answers.insert(key.clone(), answer);
+            }
+        }
+        if let Err(e) = self
+            .tell(&record.owner, id, TaskSignal::Answers(answers))
+            .await
+        {
+            // Not delivered: the questions stay open, for the client to
+            // answer again.
+            for key in taken {
+                if let Some(request) = record.questions.get(&key) {
+                    let _ = self.store().ask(id, &key, request.clone()).await;
+                }
+            }
+            return Err(e);
+        }
+        self.board.changed(id).await;
+        Ok(())
+    }
+
+    /// `tasks/cancel`: ends the task as cancelled (if it has not ended) and
+    /// stops its call.
+    pub(crate) async fn cancel(&self, id: &str, subject: Option<&str>) -> Result<(), McpError> {
+        let record = self.record(id, subject).await?;
+        if record.status.is_terminal() {
+            return Ok(());
+        }
+        let end = TaskEnd {
+            status: TaskStatus::Cancelled,
+            message: Some("Cancelled by the client".to_owned()),
+            result: None,
+            error: None,
+        };
+        let ended = self
+            .store()
+            .finish(id, end)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        // The record says cancelled already; an instance that misses the
+        // signal stops the call when it next checks its tasks' records.
+        if ended && let Err(e) = self.tell(&record.owner, id, TaskSignal::Cancel).await {
+            tracing::debug!(task = %id, error = %e.message, "a task's cancellation was not passed on");
+        }
+        if ended {
+            self.board.changed(id).await;
+        }
+        Ok(())
+    }
+
+    /// Passes `signal` to the instance running task `id`: here, at once.
+    async fn tell(&self, owner: &str, id: &str, signal: TaskSignal) -> Result<(), McpError> {
+        if owner == self.store().instance() {
+            self.deliver(id, signal);
+            return Ok(());
+        }
+        self.store()
+            .signal(owner, id, signal)
+            .await
+            .map_err(|e| unavailable(&e))
+    }
+
+    /// A signal for task `id`, running here.
+    fn deliver(&self, id: &str, signal: TaskSignal) {
+        let Some(peer) = self.lock_running().get(id).cloned() else {
+            return;
+        };
+        match signal {
+            TaskSignal::Answers(answers) => peer.answered(answers),
+            TaskSignal::Cancel => peer.cancel.cancel(),
+        }
+    }
+
+    /// The record of task `id` if `subject` started it.
+    async fn record(&self, id: &str, subject: Option<&str>) -> Result<TaskRecord, McpError> {
+        let record = self
+            .store()
+            .get(id, lost_error())
+            .await
+            .map_err(|e| unavailable(&e))?;
+        match record {
+            Some(record) if record.subject.as_deref() == subject => Ok(record),
+            _ => Err(invalid_task()),
+        }
+    }
+}
+
+/// `value` as a JSON object (an empty one if it is not).
+fn object(value: Option<Value>) -> JsonObject {
+    match value {
+        Some(Value::Object(map)) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+/// The open questions as MCP input requests.
+fn input_requests(questions: &BTreeMap<String, Value>) -> InputRequests {
+    let mut out = InputRequests::new();
+    for (key, request) in questions {
+        // Built by this module from the same params the SDK reads back.
+        if let Ok(request) = serde_json::from_value(request.clone()) {
+            out.insert(key.clone(), request);
+        }
+    }
+    out
+}
+
+/// Where a call's questions go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Mode {
+    /// Not a task yet: to the client's rounds (if it takes them), else kept
+    /// for the task.
+    #[default]
+    Before,
+    /// A task: to its record, answered by `tasks/update`.
+    Task,
+    /// The task has ended: nowhere.
+    Ended,
+}
+
+/// A question waiting for its answer.
+struct Waiter {
+    request: Value,
+    reply: oneshot::Sender<Value>,
+}
+
+#[derive(Default)]
+struct PeerState {
+    mode: Mode,
+    waiting: HashMap<String, Waiter>,
+    /// The task's record exists: questions are written to it (before, the
+    /// record is created with the open ones).
+    created: bool,
+}
+
+/// The client of a call that may become a task.
+pub(crate) struct TaskPeer {
+    id: String,
+    store: Arc<dyn TaskStore>,
+    board: Arc<Board>,
+    can: Can,
+    /// The client's rounds, for questions asked before the task.
+    round: Option<Arc<RoundPeer>>,
+    state: Mutex<PeerState>,
+    /// Held while writing the record, so that writes land in order.
+    order: tokio::sync::Mutex<()>,
+    /// Cancelled by `tasks/cancel`.
+    pub(crate) cancel: CancellationToken,
+}
+
+/// How a question was taken.
+enum Taken {
+    /// Answered at once (by the client's earlier round).
+    Now(Value),
+    /// Waiting for the client's next round: the call will be stopped.
+    NextRound,
+    /// Waiting for `tasks/update`.
+    Later(oneshot::Receiver<Value>),
+}
+
+impl TaskPeer {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PeerState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes a question refused for want of a capability (for `-32021`).
+    fn refuse(&self, what: impl FnOnce(&mut Can)) {
+        if let Some(round) = &self.round {
+            round.refuse(what);
+        }
+    }
+
+    /// Takes question `key` (`request`: `{method, params}`).
+    async fn take(&self, key: &str, request: Value) -> Result<Taken, String> {
+        let (rx, write) = {
+            let mut state = self.lock();
+            match state.mode {
+                Mode::Before if self.round.is_some() => {
+                    let round = self.round.as_ref().expect("checked");
+                    return Ok(match round.answer(key, request) {
+                        Some(answer) => Taken::Now(answer),
+                        None => Taken::NextRound,
+                    });
+                }
+                Mode::Ended => return Err("the task has ended".to_owned()),
+                _ => {}
+            }
+            if state.waiting.len() >= MAX_OPEN_QUESTIONS {
+                return Err(format!(
+                    "a task may have at most {MAX_OPEN_QUESTIONS} questions open at once"
+                ));
+            }
+            if state.waiting.contains_key(key) {
+                return Err(format!(
+                    "a question with key {key:?} is already open in this task"
+                ));
+            }
+            let (tx, rx) = oneshot::channel();
+            state.waiting.insert(
+                key.to_owned(),
+                Waiter {
+                    request: request.clone(),
+                    reply: tx,
+                },
+            );
+            (rx, state.mode == Mode::Task)
+        };
+        if write {
+            let _order = self.order.lock().await;
+            // Still open (not answered or ended meanwhile), and the record
+            // exists (else it is created with this question)?
+            let open = {
+                let state = self.lock();
+                state.created && state.waiting.contains_key(key)
+            };
+            if open {
+                if let Err(e) = self.store.ask(&self.id, key, request).await {
+                    self.lock().waiting.remove(key);
+                    return Err(format!("the question could not be recorded: {e}"));
+                }
+                self.board.changed(&self.id).await;
+            }
+        }
+        Ok(Taken::Later(rx))
+    }
+
+    /// Answers from `tasks/update`, to the questions waiting for them.
+    fn answered(&self, answers: Map<String, Value>) {
+        let mut state = self.lock();
+        for (key, answer) in answers {
+            if let Some(waiter) = state.waiting.remove(&key) {
+                let _ = waiter.reply.send(answer);
+            }
+        }
+    }
+
+    /// Asks `request` under `key` until an answer `read` accepts.
+    async fn ask_until<T>(
+        &self,
+        key: &str,
+        request: Value,
+        read: impl Fn(&Value) -> Option<T>,
+    ) -> Result<T, String> {
+        loop {
+            let answer = match self.take(key, request.clone()).await? {
+                Taken::Now(answer) => answer,
+                Taken::NextRound => return std::future::pending().await,
+                Taken::Later(rx) => rx.await.map_err(|_| "the task was cancelled".to_owned())?,
+            };
+            if let Some(read) = read(&answer) {
+                return Ok(read);
+            }
+            // An answer that does not fit: asked again.
+            if let Some(round) = self
+                .round
+                .as_ref()
+                .filter(|_| self.lock().mode == Mode::Before)
+            {
+                round.reask(key, request.clone());
+                return std::future::pending().await;
+            }
+        }
+    }
+}
+
+impl Peer for Arc<TaskPeer> {
+    fn ask(
+        &self,
+        key: String,
+        message: String,
+        form: Arc<Form>,
+    ) -> PeerFuture<Result<Answer<Value>, AskError>> {
+        let this = Arc::clone(self);
+        Box::pin(async move {
+            if !this.can.elicit {
+                this.refuse(|r| r.elicit = true);
+                return Err(AskError::Unsupported);
+            }
+            let request = json!({"method": ELICIT, "params": elicitation_params(&message, &form)});
+            this.ask_until(&key, request, |answer| answer_of(answer, &form).ok())
+                .await
+                .map_err(AskError::Failed)
+        })
+    }
+
+    fn sample(
+        &self,
+        key: String,
+        request: SampleRequest,
+    ) -> PeerFuture<Result<Sampled, SampleError>> {
+        let this = Arc::clone(self);
+        Box::pin(async move {
+            if !this.can.sample {
+                this.refuse(|r| r.sample = true);
+                return Err(SampleError::Unsupported);
+            }
+            let request = json!({"method": SAMPLE, "params": request.to_mcp_params()});
+            this.ask_until(&key, request, |reply| sampled_of(reply).ok())
+                .await
+                .map_err(SampleError::Failed)
+        })
+    }
+
+    fn roots(&self, key: String) -> PeerFuture<Result<Vec<Root>, RootsError>> {
+        let this = Arc::clone(self);
+        Box::pin(async move {
+            if !this.can.roots {
+                this.refuse(|r| r.roots = true);
+                return Err(RootsError::Unsupported);
+            }
+            let request = json!({"method": ROOTS, "params": {}});
+            this.ask_until(&key, request, |reply| roots_of(reply).ok())
+                .await
+                .map_err(RootsError::Failed)
+        })
+    }
+}

@@ -1,0 +1,478 @@
+//! MCP tasks shared through Redis (feature `redis`): a real `redis-server`
+//! and several instances sharing it (and their `request_state_key`), each
+//! serving stateless `/mcp`; a task runs on the instance that started it,
+//! and any instance answers `tasks/get`, `tasks/update` and `tasks/cancel`.
+//!
+//! - A task started on A is followed to its result with `tasks/get` on B.
+//! - A task on A asks two questions: `tasks/update` sent to B answers them,
+//!   `tasks/get` on B right after a partial answer shows only the key left,
+//!   and the task completes with both answers.
+//! - `tasks/cancel` sent to B cancels a task running on A: the record says
+//!   `cancelled` at once, and the tool on A really stops.
+//! - A dies (its runtime dropped, its lease left to expire) while a task
+//!   runs: `tasks/get` on B and C, at once, both say `failed` with "instance
+//!   lost", written once (the same `lastUpdatedAt`), and it never changes.
+//! - A lives but its lease is gone (taken for dead): the task is failed as
+//!   lost, A stops the call when it sees that, and A's own late end does not
+//!   overwrite the failure.
+
+#[path = "support/transports.rs"]
+#[allow(unused_macros, unused_imports)]
+mod conn;
+#[path = "support/mcp_http.rs"]
+mod mcp_http;
+#[path = "support/mcp.rs"]
+mod mcp_support;
+#[path = "support/redis.rs"]
+mod redis_support;
+mod support;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use haip::{Answer, Context, ServerBuilder, ServerHandle, TaskSupport, Tool, ToolError};
+use mcp_http::mcp_request;
+use redis_support::RedisServer;
+use serde_json::{Value, json};
+use support::{builder, start, within};
+
+const TASKS: &str = "io.modelcontextprotocol/tasks";
+
+/// The `requestState` key the instances share (as behind a load balancer).
+const STATE_KEY: &str = "a request state key the instances share, 32+ bytes";
+
+/// How long an ended task is kept in these tests (a running one: 40 s, four
+/// refresh periods).
+const TTL: Duration = Duration::from_secs(20);
+
+/// How long an instance's death may take to be noticed (its lease lasts 6 s).
+const LEASE_WAIT: Duration = Duration::from_secs(20);
+
+/// Labels of the `hold` calls that started, and of those that stopped (the
+/// value the tool held was dropped).
+static STARTED: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::default);
+static STOPPED: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::default);
+
+fn started(label: &str) -> bool {
+    STARTED.lock().unwrap().contains(label)
+}
+
+fn stopped(label: &str) -> bool {
+    STOPPED.lock().unwrap().contains(label)
+}
+
+/// What a `hold` call holds while it runs.
+struct Held(String);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        STOPPED.lock().unwrap().insert(self.0.clone());
+    }
+}
+
+#[haip::data]
+struct Name {
+    name: String,
+}
+
+/// `report` (sleeps `ms`, then says its label), `two` (asks two questions
+/// at once), `hold` (runs until cancelled): all optionally tasks.
+fn tools() -> Vec<Tool> {
+    let report = Tool::builder("report")
+        .task_support(TaskSupport::Optional)
+        .handler(|params: Value, ctx: Context| async move {
+            let ms = params["ms"].as_u64().unwrap_or(0);
+            ctx.progress_with(50.0, "halfway");
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, ToolError>(json!({"label": params["label"]}))
+        })
+        .build()
+        .unwrap();
+    let two = Tool::builder("two")
+        .task_support(TaskSupport::Optional)
+        .handler(|_: Value, ctx: Context| async move {
+            // Looking something up first: the call waits, and becomes a task.
+            tokio::task::yield_now().await;
+            let (a, b) = tokio::join!(
+                ctx.ask::<Name>("First?").key("first").into_future(),
+                ctx.ask::<Name>("Second?").key("second").into_future()
+            );
+            let name = |a: Answer<Name>| match a {
+                Answer::Accepted(n) => n.name,
+                _ => "-".to_owned(),
+            };
+            Ok::<_, ToolError>(json!(format!("{} and {}", name(a?), name(b?))))
+        })
+        .build()
+        .unwrap();
+    let hold = Tool::builder("hold")
+        .task_support(TaskSupport::Optional)
+        .handler(|params: Value, ctx: Context| async move {
+            let label = params["label"].as_str().unwrap_or_default().to_owned();
+            let _held = Held(label.clone());
+            STARTED.lock().unwrap().insert(label);
+            ctx.cancelled().await;
+            Ok::<_, ToolError>(json!("stopped"))
+        })
+        .build()
+        .unwrap();
+    vec![report, two, hold]
+}
+
+/// An instance's builder: the test tools, sessions and tasks in `redis`.
+fn instance(redis: &RedisServer, id: &str) -> ServerBuilder {
+    let mut builder = builder()
+        .redis(redis.url())
+        .instance_id(id)
+        .request_state_key(STATE_KEY)
+        .task_ttl(TTL);
+    for tool in tools() {
+        builder = builder.tool(tool);
+    }
+    builder
+}
+
+async fn serve(redis: &RedisServer, id: &str) -> ServerHandle {
+    start(instance(redis, id)).await.0
+}
+
+// ----- MCP requests, as tests/tests/mcp_tasks.rs sends them ------------------------
+
+fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {
+            "elicitation": {},
+            "extensions": {TASKS: {}},
+        },
+    })
+}
+
+/// Sends one 2026-07-28 request; the JSON-RPC response.
+async fn rpc(addr: SocketAddr, method: &str, mut params: Value) -> Value {
+    params["_meta"] = meta();
+    let name = params
+        .get("name")
+        .or_else(|| params.get("taskId"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    let mut headers = vec![
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+    ];
+    if !name.is_empty() {
+        headers.push(("Mcp-Name", name.as_str()));
+    }
+    within(
+        &format!("{method} on {addr}"),
+        mcp_request(addr, "POST", Some(&body), &headers),
+    )
+    .await
+    .response()
+}
+
+fn result(response: &Value) -> &Value {
+    assert!(response.get("error").is_none(), "an error: {response}");
+    &response["result"]
+}
+
+/// Calls `tool`, which becomes a task: its id.
+async fn task(addr: SocketAddr, tool: &str, arguments: Value) -> String {
+    let created = rpc(
+        addr,
+        "tools/call",
+        json!({"name": tool, "arguments": arguments}),
+    )
+    .await;
+    let created = result(&created);
+    assert_eq!(created["resultType"], "task", "not a task: {created}");
+    created["taskId"].as_str().expect("a taskId").to_owned()
+}
+
+async fn get(addr: SocketAddr, id: &str) -> Value {
+    rpc(addr, "tasks/get", json!({"taskId": id})).await
+}
+
+fn status(got: &Value) -> String {
+    result(got)["status"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Polls `tasks/get` on `addr` until the status is one of `statuses`.
+async fn until(addr: SocketAddr, id: &str, statuses: &[&str]) -> Value {
+    within(
+        &format!("task {id} to reach {statuses:?} on {addr}"),
+        async {
+            loop {
+                let got = get(addr, id).await;
+                if statuses.contains(&status(&got).as_str()) {
+                    return got;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
+    .await
+}
+
+/// Waits (polling, within `limit`) until `done` says so.
+async fn poll(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The keys of the open questions a `tasks/get` shows.
+fn open_keys(got: &Value) -> Vec<String> {
+    result(got)["inputRequests"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The calls running on `addr` (its `/stats`).
+async fn active_calls(addr: SocketAddr) -> u64 {
+    let response = conn::http(addr, "GET", "/stats", &[], "").await;
+    let stats: Value = serde_json::from_str(&response.body).unwrap();
+    stats["toolExecutions"]["active"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no active calls in {stats}"))
+}
+
+/// The milliseconds Redis keeps `key` (`PTTL`: -2 gone, -1 forever).
+fn pttl(redis: &RedisServer, key: &str) -> i64 {
+    let reply = redis.command(&["PTTL", key]).unwrap();
+    reply
+        .strip_prefix(':')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("PTTL {key}: {reply}"))
+}
+
+/// Whether instance `id`'s lease is in Redis.
+fn leased(redis: &RedisServer, id: &str) -> bool {
+    redis.command(&["EXISTS", &format!("haip:i:{id}")]).unwrap() == ":1"
+}
+
+fn assert_lost(got: &Value) {
+    let got = result(got);
+    assert_eq!(got["status"], "failed", "{got}");
+    assert_eq!(got["error"]["code"], -32603, "{got}");
+    let message = got["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("instance lost"), "{got}");
+    assert!(got.get("result").is_none(), "{got}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_started_on_one_instance_is_followed_on_another() {
+    let redis = RedisServer::start();
+    let a = serve(&redis, "a").await;
+    let b = serve(&redis, "b").await;
+    let id = task(a.local_addr(), "report", json!({"ms": 400, "label": "q3"})).await;
+    // Known everywhere at once: written before the call answered.
+    let now = get(b.local_addr(), &id).await;
+    assert_eq!(result(&now)["taskId"], id.as_str(), "{now}");
+    assert!(
+        ["working", "completed"].contains(&status(&now).as_str()),
+        "{now}"
+    );
+    let done = until(b.local_addr(), &id, &["completed", "failed", "cancelled"]).await;
+    let done = result(&done);
+    assert_eq!(done["status"], "completed", "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    let label: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(label, json!({"label": "q3"}), "{done}");
+    // The same on the instance that ran it; an unknown task is unknown on both.
+    let on_a = get(a.local_addr(), &id).await;
+    assert_eq!(result(&on_a)["result"], done["result"], "{on_a}");
+    for addr in [a.local_addr(), b.local_addr()] {
+        let unknown = get(addr, "no-such-task").await;
+        assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    }
+    // An ended task's records expire `task_ttl` after its end.
+    let kept = pttl(&redis, &format!("haip:t:{id}"));
+    assert!(kept > 0 && kept <= TTL.as_millis() as i64, "PTTL {kept}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_of_a_task_on_one_instance_are_answered_through_another() {
+    let redis = RedisServer::start();
+    let a = serve(&redis, "a").await;
+    let b = serve(&redis, "b").await;
+    let id = task(a.local_addr(), "two", json!({})).await;
+    within("both questions, seen on b", async {
+        loop {
+            let got = until(b.local_addr(), &id, &["input_required"]).await;
+            if open_keys(&got).len() == 2 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let answer = |key: &str, name: &str| json!({"taskId": id, "inputResponses": {key: {"action": "accept", "content": {"name": name}}}});
+    let ack = rpc(b.local_addr(), "tasks/update", answer("first", "Ada")).await;
+    assert_eq!(result(&ack), &json!({"resultType": "complete"}), "{ack}");
+    // Right after, on b and on a: only the unanswered question is open.
+    for addr in [b.local_addr(), a.local_addr()] {
+        let one = get(addr, &id).await;
+        assert_eq!(status(&one), "input_required", "{one}");
+        assert_eq!(open_keys(&one), ["second"], "{one}");
+    }
+    // Answered again: ignored (it is no longer open).
+    let again = rpc(b.local_addr(), "tasks/update", answer("first", "Eve")).await;
+    assert_eq!(
+        result(&again),
+        &json!({"resultType": "complete"}),
+        "{again}"
+    );
+    let ack = rpc(b.local_addr(), "tasks/update", answer("second", "Grace")).await;
+    assert_eq!(result(&ack), &json!({"resultType": "complete"}), "{ack}");
+    let done = until(b.local_addr(), &id, &["completed", "failed", "cancelled"]).await;
+    assert_eq!(
+        result(&done)["result"]["content"][0]["text"],
+        "Ada and Grace",
+        "{done}"
+    );
+    // No question is left behind.
+    assert_eq!(pttl(&redis, &format!("haip:t:{id}:q")), -2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_on_one_instance_is_cancelled_through_another() {
+    let redis = RedisServer::start();
+    let a = serve(&redis, "a").await;
+    let b = serve(&redis, "b").await;
+    let id = task(a.local_addr(), "hold", json!({"label": "cancel-me"})).await;
+    poll("the call to start", Duration::from_secs(10), || {
+        started("cancel-me")
+    })
+    .await;
+    assert_eq!(status(&get(b.local_addr(), &id).await), "working");
+    let ack = rpc(b.local_addr(), "tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(result(&ack), &json!({"resultType": "complete"}), "{ack}");
+    // Recorded before the answer: cancelled wherever it is asked.
+    for addr in [b.local_addr(), a.local_addr()] {
+        let got = get(addr, &id).await;
+        assert_eq!(status(&got), "cancelled", "{got}");
+    }
+    // The tool on a really stopped, and its end did not change the record.
+    poll("the call on a to stop", Duration::from_secs(10), || {
+        stopped("cancel-me")
+    })
+    .await;
+    within("a's call to end", async {
+        while active_calls(a.local_addr()).await > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let got = get(b.local_addr(), &id).await;
+    assert_eq!(status(&got), "cancelled", "{got}");
+    // Cancelling again is acknowledged, and changes nothing.
+    let ack = rpc(a.local_addr(), "tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(result(&ack), &json!({"resultType": "complete"}), "{ack}");
+    assert_eq!(status(&get(a.local_addr(), &id).await), "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_instance_died_fails_once_as_lost() {
+    let redis = RedisServer::start();
+    // A runs on a runtime of its own: dropping that runtime is A dying
+    // mid-task (no shutdown, its lease left to expire).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let a = runtime.spawn(start(instance(&redis, "a"))).await.unwrap().0;
+    let b = serve(&redis, "b").await;
+    let c = serve(&redis, "c").await;
+    let id = task(a.local_addr(), "hold", json!({"label": "dies"})).await;
+    poll("the call to start", Duration::from_secs(10), || {
+        started("dies")
+    })
+    .await;
+    assert_eq!(status(&get(b.local_addr(), &id).await), "working");
+    // A running task's record outlives `task_ttl` while its owner lives.
+    let running = pttl(&redis, &format!("haip:t:{id}"));
+    assert!(running > TTL.as_millis() as i64, "PTTL {running}");
+
+    runtime.shutdown_background();
+    drop(a);
+    poll("a's lease to expire", LEASE_WAIT, || !leased(&redis, "a")).await;
+    // B and C at once: both see it failed, and it was written once.
+    let (on_b, on_c) = tokio::join!(get(b.local_addr(), &id), get(c.local_addr(), &id));
+    assert_lost(&on_b);
+    assert_lost(&on_c);
+    assert_eq!(result(&on_b), result(&on_c), "b and c agree");
+    let first = result(&on_b).clone();
+    // It stays so, wherever it is asked, and now expires as an ended task.
+    for round in 0..5 {
+        let addr = [b.local_addr(), c.local_addr()][round % 2];
+        let got = get(addr, &id).await;
+        assert_eq!(result(&got), &first, "round {round}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let kept = pttl(&redis, &format!("haip:t:{id}"));
+    assert!(kept > 0 && kept <= TTL.as_millis() as i64, "PTTL {kept}");
+    let cancel = rpc(c.local_addr(), "tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(
+        result(&cancel),
+        &json!({"resultType": "complete"}),
+        "{cancel}"
+    );
+    assert_eq!(result(&get(b.local_addr(), &id).await), &first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_taken_for_dead_does_not_overwrite_its_lost_task() {
+    let redis = RedisServer::start();
+    let a = serve(&redis, "a").await;
+    let b = serve(&redis, "b").await;
+    let id = task(a.local_addr(), "hold", json!({"label": "presumed-dead"})).await;
+    poll("the call to start", Duration::from_secs(10), || {
+        started("presumed-dead")
+    })
+    .await;
+    // A's lease disappears (as when A cannot reach Redis for a while): B
+    // takes A for dead. A puts its lease back every 2 s: tried until B
+    // asks in between.
+    let lost = within("b to take a for dead", async {
+        loop {
+            redis.command(&["DEL", "haip:i:a"]).unwrap();
+            let got = get(b.local_addr(), &id).await;
+            if status(&got) != "working" {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_lost(&lost);
+    // A, alive, finds the task ended when it refreshes its records, and
+    // stops the call; its own end of the call is refused.
+    poll(
+        "a to stop the call of its lost task",
+        Duration::from_secs(30),
+        || stopped("presumed-dead"),
+    )
+    .await;
+    within("a's call to end", async {
+        while active_calls(a.local_addr()).await > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    for addr in [a.local_addr(), b.local_addr()] {
+        let got = get(addr, &id).await;
+        assert_eq!(result(&got), result(&lost), "{got}");
+    }
+}

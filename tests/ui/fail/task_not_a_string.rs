@@ -1,0 +1,4 @@
+#[haip::haip_tool(task = true)]
+async fn f() {}
+
+fn main() {}

@@ -1,0 +1,4 @@
+#[haip::haip_tool(task = "always")]
+async fn f() {}
+
+fn main() {}
