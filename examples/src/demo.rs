@@ -35,7 +35,10 @@ pub struct Calculation {
 }
 
 /// Perform a basic arithmetic operation on two numbers.
-#[haip_tool]
+///
+/// It only computes, so it says so: hosts may call a read-only, idempotent
+/// tool without asking the person first.
+#[haip_tool(title = "Calculator", read_only, idempotent)]
 pub async fn calculator(
     /// The operation to perform.
     operation: Operation,

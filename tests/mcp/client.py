@@ -172,6 +172,17 @@ async def check_tools(session: ClientSession) -> None:
         f"calculator outputSchema has no `result` property: {calc.output_schema}",
     )
 
+    # Annotations declared with #[haip_tool(title = .., read_only, idempotent)].
+    check(calc.title == "Calculator", f"calculator title: {calc.title!r}")
+    hints = calc.annotations
+    check(hints is not None, "calculator has no annotations")
+    assert hints is not None
+    check(
+        (hints.read_only_hint, hints.idempotent_hint, hints.destructive_hint) == (True, True, None),
+        f"calculator annotations: {hints}",
+    )
+    check(tools["echo"].annotations is None, f"echo declares no annotations: {tools['echo'].annotations}")
+
     username = tools["create_user"].input_schema.get("properties", {}).get("username", {})
     check(username.get("minLength") == 3, f"create_user username minLength != 3: {username}")
     check(username.get("maxLength") == 20, f"create_user username maxLength != 20: {username}")

@@ -35,7 +35,13 @@ async fn tool_list_has_builtins_then_demo_tools_and_adverts_get_no_reply() {
     ];
     for tool in haip_examples::demo::tools() {
         assert!(!tool.description().is_empty(), "{tool:?}");
-        expected.push(json!({"name": tool.name(), "description": tool.description()}));
+        let mut item = json!({"name": tool.name(), "description": tool.description()});
+        // The calculator says what it is (§6.13); the others declare nothing.
+        if tool.name() == "calculator" {
+            item["title"] = json!("Calculator");
+            item["annotations"] = json!({"readOnlyHint": true, "idempotentHint": true});
+        }
+        expected.push(item);
     }
     let names: Vec<&str> = expected
         .iter()

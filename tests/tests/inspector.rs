@@ -93,7 +93,7 @@ async fn calculator_is_filled_in_and_called_and_fits_a_phone() {
     Browser::run("calculator", WIDE, |b| async move {
         open(&b, addr, "").await;
         let names = b
-            .eval("return [...document.querySelectorAll('#tools li')].map(l => l.dataset.tool);")
+            .eval("return [...document.querySelectorAll('#tools > li')].map(l => l.dataset.tool);")
             .await;
         assert_eq!(names, json!(support::QUICKSTART_TOOLS));
         // Descriptions come with the list; the filter narrows it.
@@ -105,7 +105,7 @@ async fn calculator_is_filled_in_and_called_and_fits_a_phone() {
         b.fill("#filter", "user").await;
         b.wait_until(
             "the filter to leave create_user alone",
-            "[...document.querySelectorAll('#tools li')].filter(l => !l.hidden)\
+            "[...document.querySelectorAll('#tools > li')].filter(l => !l.hidden)\
              .map(l => l.dataset.tool).join() === 'create_user'",
         )
         .await;
@@ -525,7 +525,7 @@ async fn titles_hints_and_icons_show_and_a_destructive_tool_asks_first() {
         // A tool that declares nothing shows nothing of the kind.
         let bare = b
             .eval(
-                "return document.querySelectorAll('#tools button[data-tool=\"calculator\"] \
+                "return document.querySelectorAll('#tools button[data-tool=\"echo\"] \
                  :is(.badge, .tool-title, img)').length;",
             )
             .await;

@@ -1,8 +1,8 @@
 //! The official Python MCP SDK's client (`mcp` 2.x, installed by
 //! `tests/mcp/setup.sh`) against the `mcp_export` example over stdio:
 //! `tests/mcp/client.py` lists the quickstart tools with their input and
-//! output schemas, calls `calculator`, gets `create_user`'s invalid-params
-//! error, receives `process_file`'s progress and result, and cancels
+//! output schemas and `calculator`'s title and annotations, calls
+//! `calculator`, gets `create_user`'s invalid-params error, receives `process_file`'s progress and result, and cancels
 //! `process_file` (the SDK sends `notifications/cancelled`; the server stops
 //! the tool, sends no result and keeps the session usable); `tests/mcp/talk.py`
 //! answers `book_table`'s question and reads its log line and an image block.
