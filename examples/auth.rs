@@ -5,7 +5,8 @@
 //! ```
 //!
 //! It uses `HAIP_JWT_SECRET` when set (else a fresh random secret), mints a
-//! token for the subject `demo-user` valid for one hour, prints it with
+//! token for the subject `demo-user` with the scope `users:write` (which
+//! `create_user` needs) valid for one hour, prints it with
 //! commands to try, and serves the quickstart tools plus `whoami` (which
 //! returns the caller's verified subject) on `HAIP_ADDR` or `127.0.0.1:8080`.
 
@@ -35,7 +36,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
     let token = encode(
         &Header::default(), // HS256
-        &json!({ "sub": "demo-user", "iat": now, "exp": now + 3600 }),
+        // `create_user` needs the scope `users:write`.
+        &json!({ "sub": "demo-user", "scope": "users:write", "iat": now, "exp": now + 3600 }),
         &EncodingKey::from_secret(secret.as_bytes())?,
     )?;
     let addr = std::env::var("HAIP_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());

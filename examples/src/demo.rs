@@ -111,7 +111,7 @@ pub struct CreatedUser {
 }
 
 /// Create a user account.
-#[haip_tool]
+#[haip_tool(scopes = ["users:write"])]
 pub async fn create_user(
     /// 3 to 20 letters, digits or underscores.
     #[schemars(length(min = 3, max = 20), regex(pattern = r"^[a-zA-Z0-9_]+$"))]

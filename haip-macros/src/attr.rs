@@ -6,7 +6,9 @@ use syn::meta::ParseNestedMeta;
 use syn::{Ident, LitStr, Path};
 
 use crate::errors::Errors;
-use crate::hints::{Hints, IconOption, TaskSupport, parse_hint, parse_icon, parse_task};
+use crate::hints::{
+    Hints, IconOption, TaskSupport, parse_hint, parse_icon, parse_scopes, parse_task,
+};
 
 /// The options of one `#[haip_tool(...)]`.
 #[derive(Default)]
@@ -26,11 +28,13 @@ pub(crate) struct Options {
     /// `task` / `task = "..."`: whether MCP calls may run as tasks; absent
     /// when not written (the runtime's default, forbidden, applies).
     pub(crate) task: Option<TaskSupport>,
+    /// `scopes = [...]`: the OAuth scopes a caller needs (the valid ones).
+    pub(crate) scopes: Vec<LitStr>,
     pub(crate) krate: Option<Path>,
 }
 
 const KNOWN: &str = "`name`, `description`, `title`, `timeout`, `read_only`, `destructive`, \
-                     `idempotent`, `open_world`, `icon`, `task`, `crate`";
+                     `idempotent`, `open_world`, `icon`, `task`, `scopes`, `crate`";
 
 /// Options that may be written more than once.
 const REPEATABLE: &[&str] = &["icon"];
@@ -53,6 +57,7 @@ impl Options {
                 "open_world" => options.hints.open_world = hint(errors)?,
                 "icon" => options.icons.extend(parse_icon(meta, errors)?),
                 "task" => options.task = parse_task(meta, errors)?,
+                "scopes" => options.scopes = parse_scopes(meta, errors)?,
                 "timeout" => {
                     let lit: LitStr = meta.value()?.parse()?;
                     match parse_duration(&lit.value()) {

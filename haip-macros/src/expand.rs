@@ -152,6 +152,10 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
     let annotations = annotations(&options.hints);
     let icons = options.icons.iter().map(icon);
     let task = options.task.map(task_support);
+    let scopes = (!options.scopes.is_empty()).then(|| {
+        let scopes = &options.scopes;
+        quote!(.scopes([#(#scopes),*]))
+    });
     let role_checks = check::role_checks(model, &krate);
     let doc_type = format!(
         "The `#[haip_tool]` tool `{tool_name}`, built from [`{fn_name}`](fn@{fn_name}): \
@@ -211,7 +215,8 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
                     #title
                     #annotations
                     #(#icons)*
-                    #task;
+                    #task
+                    #scopes;
                 let __builder = __haip::output_schema(__builder, #output_schema);
                 #(#prepares)*
                 __builder #handler .build()

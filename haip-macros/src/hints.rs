@@ -310,6 +310,63 @@ fn valid_size(size: &str) -> bool {
             .is_some_and(|(w, h)| number(w) && number(h))
 }
 
+/// `scopes = ["a", "b"]`: the OAuth scopes a caller needs (HAIP.md §17.1),
+/// each checked against RFC 6749's rule at its literal; the valid ones.
+pub(crate) fn parse_scopes(
+    meta: &ParseNestedMeta<'_>,
+    errors: &mut Errors,
+) -> syn::Result<Vec<LitStr>> {
+    const FORM: &str = "`scopes` is a list of strings, e.g. `scopes = [\"tickets:write\"]`";
+    if !meta.input.peek(syn::Token![=]) {
+        errors.push(meta.error(FORM));
+        return Ok(Vec::new());
+    }
+    let mut scopes = Vec::new();
+    match meta.value()?.parse::<Expr>()? {
+        Expr::Array(array) => {
+            for scope in array.elems {
+                match scope {
+                    Expr::Lit(ExprLit {
+                        lit: Lit::Str(scope),
+                        ..
+                    }) => match scope_problem(&scope.value()) {
+                        None => scopes.push(scope),
+                        Some(problem) => errors.push(syn::Error::new(
+                            scope.span(),
+                            format!(
+                                "invalid OAuth scope {:?}: {problem} (RFC 6749 §3.3: 1 to 128 \
+                                 printable ASCII characters other than space, `\"` and `\\`)",
+                                scope.value()
+                            ),
+                        )),
+                    },
+                    other => errors.push(syn::Error::new_spanned(
+                        other,
+                        "a scope is a string, e.g. \"tickets:write\"",
+                    )),
+                }
+            }
+        }
+        other => errors.push(syn::Error::new_spanned(other, FORM)),
+    }
+    Ok(scopes)
+}
+
+/// What is wrong with `scope` as an OAuth scope token, if anything.
+fn scope_problem(scope: &str) -> Option<&'static str> {
+    if scope.is_empty() {
+        return Some("it is empty");
+    }
+    if scope.len() > 128 {
+        return Some("it is over 128 characters");
+    }
+    if scope.contains(' ') {
+        return Some("a space separates scopes; write each one as its own string");
+    }
+    let allowed = |b: u8| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b);
+    (!scope.bytes().all(allowed)).then_some("it has a character scopes may not hold")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,7 +458,7 @@ mod tests {
         assert_eq!(
             messages[expected.len()],
             "unknown argument `nmae`; expected one of: `name`, `description`, `title`, `timeout`, \
-             `read_only`, `destructive`, `idempotent`, `open_world`, `icon`, `task`, `crate`"
+             `read_only`, `destructive`, `idempotent`, `open_world`, `icon`, `task`, `scopes`, `crate`"
         );
         assert!(valid_size("16X16") && !valid_size("x16") && !valid_size("16x") && !valid_size(""));
     }

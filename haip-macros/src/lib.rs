@@ -165,6 +165,25 @@ use quote::quote;
 /// assert_eq!(delete_repo::tool().task_support(), haip::TaskSupport::Forbidden);
 /// ```
 ///
+/// Who may call it (HAIP.md §17.1):
+///
+/// - `scopes = ["repos:delete"]`: the OAuth scopes a caller's token must
+///   grant, all of them (`haip::ToolBuilder::scopes`). With authentication on,
+///   a caller without them does not see the tool and its calls are refused
+///   (`FORBIDDEN` on HAIP, `403` with the scopes to ask for on MCP). Each is
+///   checked against RFC 6749's rule where it is written.
+///
+/// ```
+/// # use haip::haip_tool;
+/// /// Close a ticket.
+/// #[haip_tool(scopes = ["tickets:write"])]
+/// async fn close_ticket(id: u64) -> bool {
+///     id > 0
+/// }
+///
+/// assert_eq!(close_ticket::tool().scopes(), ["tickets:write"]);
+/// ```
+///
 /// # Using the tool
 ///
 /// The function stays a normal function: tests call it directly. Next to it the
@@ -198,7 +217,7 @@ use quote::quote;
 ///
 /// - Found by the macro, from the syntax: generic functions, `self`
 ///   receivers, `const`/`unsafe`/`extern` functions, `impl Trait` parameters,
-///   unknown or repeated options, an invalid name, timeout, icon or `task`
+///   unknown or repeated options, an invalid name, timeout, icon, scope or `task`
 ///   value, `read_only` with `destructive`.
 /// - Found by the compiler, from the types, one error per mistake in haip's
 ///   words: a parameter type that is neither data (`Deserialize + JsonSchema`)

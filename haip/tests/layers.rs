@@ -64,7 +64,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "protocol", "schema", "tool", "context", "exec", "stats", "session", "hash", "error",
         ],
     ),
-    ("auth", &["protocol", "hash", "error"]),
+    // `Caller`, what tools see of who called, lives with the context.
+    ("auth", &["protocol", "context", "hash", "error"]),
     // Checks of tools' schemas before deploy (and what finds the annotated ones).
     ("lint", &["tool", "schema", "error", "__private"]),
     ("client", &["protocol", "hash", "error"]),

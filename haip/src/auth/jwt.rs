@@ -8,7 +8,7 @@ use jsonwebtoken::errors::{Error as JwtError, ErrorKind as JwtErrorKind};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 
-use super::{AuthError, AuthFuture, Authenticator, Subject};
+use super::{AuthError, AuthFuture, Authenticator, Caller, IdentifyFuture, Subject};
 use crate::Error;
 
 /// Clock skew tolerated on `exp`, `nbf` and `iat`, in seconds.
@@ -165,10 +165,17 @@ impl Jwt {
     /// The synchronous form of [`Authenticator::authenticate`] for a token
     /// that was presented.
     pub fn verify(&self, token: &str) -> Result<Subject, AuthError> {
+        self.verify_caller(token)
+            .map(|caller| caller.subject().to_owned())
+    }
+
+    /// Verifies `token` now, answering with its [`Caller`]: the subject,
+    /// the scopes (`scope` or `scp`) and the claims.
+    pub fn verify_caller(&self, token: &str) -> Result<Caller, AuthError> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        self.verify_at(token, now)
+        self.caller_at(token, now)
     }
 
     fn new(key: DecodingKey, algorithm: Algorithm) -> Jwt {
@@ -188,7 +195,13 @@ impl Jwt {
         }
     }
 
+    #[cfg(test)]
     fn verify_at(&self, token: &str, now: u64) -> Result<Subject, AuthError> {
+        self.caller_at(token, now)
+            .map(|caller| caller.subject().to_owned())
+    }
+
+    fn caller_at(&self, token: &str, now: u64) -> Result<Caller, AuthError> {
         let claims = match jsonwebtoken::decode::<Value>(token, &self.key, &self.validation) {
             Ok(data) => data.claims,
             // jsonwebtoken pre-reads `exp`, `nbf` and `sub` even with its checks
@@ -204,7 +217,8 @@ impl Jwt {
             return Err(AuthError::invalid_token("the claims are not a JSON object"));
         };
         self.check_claims(&claims, now)?;
-        subject(&claims)
+        let subject = subject(&claims)?;
+        Ok(Caller::from_claims(subject, claims))
     }
 
     /// The claims of a token whose header and signature pass, read without
@@ -251,33 +265,7 @@ impl Jwt {
 
     /// §17's claims, in §17's order.
     fn check_claims(&self, claims: &Claims, now: u64) -> Result<(), AuthError> {
-        #[allow(clippy::cast_precision_loss)] // seconds since 1970 fit in f64 exactly
-        let now = now as f64;
-        let exp = match claims.get("exp") {
-            None => return Err(AuthError::invalid_token("no `exp` claim")),
-            Some(exp) => exp
-                .as_f64()
-                .ok_or_else(|| AuthError::invalid_token("`exp` is not a number"))?,
-        };
-        if now > exp + LEEWAY_SECS {
-            return Err(AuthError::token_expired_because(format!(
-                "`exp` was {} s ago (leeway {LEEWAY_SECS} s)",
-                now - exp
-            )));
-        }
-        for name in ["nbf", "iat"] {
-            if let Some(value) = claims.get(name) {
-                let time = value
-                    .as_f64()
-                    .ok_or_else(|| AuthError::invalid_token(format!("`{name}` is not a number")))?;
-                if time > now + LEEWAY_SECS {
-                    return Err(AuthError::invalid_token(format!(
-                        "`{name}` is {} s in the future (leeway {LEEWAY_SECS} s)",
-                        time - now
-                    )));
-                }
-            }
-        }
+        check_times(claims, now)?;
         if let Some(issuer) = &self.issuer
             && claims.get("iss").and_then(Value::as_str) != Some(issuer.as_str())
         {
@@ -306,6 +294,38 @@ impl Jwt {
     }
 }
 
+/// `exp` (required), `nbf` and `iat` against `now`, with the leeway of §17.
+pub(super) fn check_times(claims: &Claims, now: u64) -> Result<(), AuthError> {
+    #[allow(clippy::cast_precision_loss)] // seconds since 1970 fit in f64 exactly
+    let now = now as f64;
+    let exp = match claims.get("exp") {
+        None => return Err(AuthError::invalid_token("no `exp` claim")),
+        Some(exp) => exp
+            .as_f64()
+            .ok_or_else(|| AuthError::invalid_token("`exp` is not a number"))?,
+    };
+    if now > exp + LEEWAY_SECS {
+        return Err(AuthError::token_expired_because(format!(
+            "`exp` was {} s ago (leeway {LEEWAY_SECS} s)",
+            now - exp
+        )));
+    }
+    for name in ["nbf", "iat"] {
+        if let Some(value) = claims.get(name) {
+            let time = value
+                .as_f64()
+                .ok_or_else(|| AuthError::invalid_token(format!("`{name}` is not a number")))?;
+            if time > now + LEEWAY_SECS {
+                return Err(AuthError::invalid_token(format!(
+                    "`{name}` is {} s in the future (leeway {LEEWAY_SECS} s)",
+                    time - now
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `sub`, else `userId`: the first that is a non-empty string.
 fn subject(claims: &Claims) -> Result<Subject, AuthError> {
     ["sub", "userId"]
@@ -320,6 +340,15 @@ impl Authenticator for Jwt {
     fn authenticate<'a>(&'a self, token: Option<&'a str>) -> AuthFuture<'a> {
         let result = match token {
             Some(token) if !token.is_empty() => self.verify(token),
+            _ => Err(AuthError::missing_token()),
+        };
+        Box::pin(std::future::ready(result))
+    }
+
+    /// [`Jwt::verify_caller`]: the subject, the scopes and the claims.
+    fn identify<'a>(&'a self, token: Option<&'a str>) -> IdentifyFuture<'a> {
+        let result = match token {
+            Some(token) if !token.is_empty() => self.verify_caller(token),
             _ => Err(AuthError::missing_token()),
         };
         Box::pin(std::future::ready(result))
@@ -361,7 +390,7 @@ fn pem_label(pem: &[u8]) -> Option<String> {
 /// itself unless another crate in the build also enables its `aws_lc_rs`
 /// feature, when it would panic at the first verification instead; RustCrypto
 /// is installed here then.
-fn crypto_provider() -> &'static CryptoProvider {
+pub(super) fn crypto_provider() -> &'static CryptoProvider {
     use jsonwebtoken::crypto::rust_crypto::DEFAULT_PROVIDER;
     if let Some(provider) = CryptoProvider::try_get_default() {
         return provider;

@@ -27,9 +27,14 @@ use std::pin::Pin;
 use crate::protocol::ErrorCode;
 
 mod jwt;
+#[cfg(feature = "oauth")]
+mod oauth;
 mod source;
 
+pub use crate::context::Caller;
 pub use jwt::Jwt;
+#[cfg(feature = "oauth")]
+pub use oauth::OAuth;
 // Used by the server's HTTP and WebSocket front ends.
 pub(crate) use source::{query_param, redact_uri, token_from_parts};
 
@@ -41,6 +46,9 @@ pub type Subject = String;
 
 /// The future an [`Authenticator`] returns.
 pub type AuthFuture<'a> = Pin<Box<dyn Future<Output = Result<Subject, AuthError>> + Send + 'a>>;
+
+/// The future [`Authenticator::identify`] returns.
+pub type IdentifyFuture<'a> = Pin<Box<dyn Future<Output = Result<Caller, AuthError>> + Send + 'a>>;
 
 /// A pluggable check: users bring their own (API keys, sessions, ...).
 ///
@@ -82,6 +90,17 @@ pub trait Authenticator: Send + Sync + 'static {
     /// `Authorization: Bearer <token>`, the query parameter `token`, or a
     /// `Sec-WebSocket-Protocol` entry `token.<token>`.
     fn authenticate<'a>(&'a self, token: Option<&'a str>) -> AuthFuture<'a>;
+
+    /// Verifies the token as [`authenticate`](Self::authenticate) does, and
+    /// answers with the whole [`Caller`]: its subject, the scopes its token
+    /// grants and its claims. This is what the server calls.
+    ///
+    /// The default answers with the subject alone (no scopes, no claims):
+    /// override it when the scheme knows more. A caller without a scope a
+    /// tool requires (`#[haip_tool(scopes = [..])]`) may not call it.
+    fn identify<'a>(&'a self, token: Option<&'a str>) -> IdentifyFuture<'a> {
+        Box::pin(async move { self.authenticate(token).await.map(Caller::new) })
+    }
 }
 
 /// Why a request was not authenticated.

@@ -995,6 +995,10 @@ fn frame(kind: u8, id: u64, body: &[u8]) -> Vec<u8> {
 
 fn encode_open(id: u64, from: &str, open: &LinkOpen) -> Vec<u8> {
     let mut body = serde_json::json!({ "from": from, "subject": open.subject });
+    if let Some(caller) = &open.caller {
+        body["scopes"] = serde_json::json!(caller.scopes());
+        body["claims"] = serde_json::Value::Object(caller.claims().clone());
+    }
     match &open.purpose {
         LinkPurpose::Connection { transport, hai } => {
             body["transport"] = match transport {
@@ -1028,7 +1032,31 @@ fn decode_open(body: &[u8]) -> Option<(String, LinkOpen)> {
             hai: value["hai"].as_str()?.to_owned(),
         }
     };
-    Some((from, LinkOpen { subject, purpose }))
+    let caller = subject.as_ref().map(|subject| {
+        let scopes: Vec<String> = value["scopes"]
+            .as_array()
+            .map(|s| {
+                s.iter()
+                    .filter_map(|s| s.as_str())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let claims = value["claims"].as_object().cloned().unwrap_or_default();
+        std::sync::Arc::new(
+            crate::context::Caller::new(subject.clone())
+                .with_scopes(scopes)
+                .with_claims(claims),
+        )
+    });
+    Some((
+        from,
+        LinkOpen {
+            subject,
+            caller,
+            purpose,
+        },
+    ))
 }
 
 fn encode_message(id: u64, message: &LinkMessage) -> Vec<u8> {

@@ -14,9 +14,11 @@ use crate::exec::{CallEvent, CallKey};
 use crate::schema::Form;
 use crate::tool::{State, StateMap};
 
+mod caller;
 mod question;
 mod talk;
 
+pub use caller::Caller;
 pub use question::{Ask, Confirm, ListRoots, Root, RootsError};
 pub use talk::{Answer, AskError, LogLevel, Role, SampleError, SampleRequest, Sampled};
 pub(crate) use talk::{LogLine, Peer, PeerFuture, PendingQuestion};
@@ -55,7 +57,7 @@ struct Inner {
     cancel: CancellationToken,
     progress: Option<ProgressSink>,
     state: Option<Arc<StateMap>>,
-    subject: Option<Arc<str>>,
+    caller: Option<Arc<Caller>>,
     /// Who answers questions and sampling requests when the session does not
     /// (the MCP export's client).
     peer: Option<Arc<dyn Peer>>,
@@ -80,7 +82,7 @@ impl Context {
         cancel: CancellationToken,
         progress: Option<ProgressSink>,
         state: Option<Arc<StateMap>>,
-        subject: Option<Arc<str>>,
+        caller: Option<Arc<Caller>>,
         peer: Option<Arc<dyn Peer>>,
     ) -> Context {
         Context {
@@ -90,7 +92,7 @@ impl Context {
                 cancel,
                 progress,
                 state,
-                subject,
+                caller,
                 peer,
                 questions: AtomicUsize::new(0),
             }),
@@ -135,7 +137,28 @@ impl Context {
     /// token's `sub`, or what a custom authenticator returned); `None` when
     /// authentication is off.
     pub fn subject(&self) -> Option<&str> {
-        self.inner.subject.as_deref()
+        self.inner.caller.as_deref().map(Caller::subject)
+    }
+
+    /// Who made the call: the subject, the scopes its token grants and its
+    /// claims; `None` when authentication is off.
+    ///
+    /// ```
+    /// use haip::{Context, ToolError, haip_tool};
+    ///
+    /// /// Closes a ticket of the caller's own tenant.
+    /// #[haip_tool]
+    /// async fn close_ticket(ctx: Context, id: u64) -> Result<bool, ToolError> {
+    ///     let tenant = ctx
+    ///         .caller()
+    ///         .and_then(|c| c.claim("tenant"))
+    ///         .and_then(|t| t.as_str())
+    ///         .ok_or_else(|| ToolError::execution("no tenant in the token"))?;
+    ///     Ok(id > 0 && !tenant.is_empty())
+    /// }
+    /// ```
+    pub fn caller(&self) -> Option<&Caller> {
+        self.inner.caller.as_deref()
     }
 
     /// The application state of type `T` registered with

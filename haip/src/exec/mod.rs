@@ -116,7 +116,7 @@ impl CallRunner {
             cancel,
             slot,
             state,
-            subject,
+            caller,
             limits,
             inline,
             peer,
@@ -132,7 +132,7 @@ impl CallRunner {
             cancel.clone(),
             Some(sink),
             Some(state),
-            subject,
+            caller,
             peer,
         );
         let events = events.clone();
@@ -267,8 +267,8 @@ pub(crate) struct Start {
     pub(crate) slot: Arc<ProgressSlot>,
     /// The server's shared state, for `State<T>` parameters.
     pub(crate) state: Arc<StateMap>,
-    /// The authenticated subject, when authentication is on.
-    pub(crate) subject: Option<Arc<str>>,
+    /// The authenticated caller, when authentication is on.
+    pub(crate) caller: Option<Arc<crate::context::Caller>>,
     /// Time limits and rendering.
     pub(crate) limits: Limits,
     /// Poll it once on the caller's task first ([`CallRunner::start`]);

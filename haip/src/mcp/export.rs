@@ -29,6 +29,7 @@ use super::mrtr::{BadState, Can, RoundPeer, Rounds};
 use super::peer::SessionPeer;
 use super::tasks::{NOTE_EVERY, TaskPeer, Tasks};
 use crate::content::Shape;
+use crate::context::Caller;
 use crate::context::{LogLevel, LogLine, Peer, ProgressSlot};
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Validation};
 use crate::protocol::json_len;
@@ -39,9 +40,9 @@ use crate::session::tasks::{TaskEnd, TaskStatus};
 use crate::stats::{Ended, Throttle};
 use crate::tool::{TaskSupport, Tool};
 
-/// The subject an authenticated `/mcp` request carries into its calls.
+/// The caller an authenticated `/mcp` request carries into its calls.
 #[derive(Clone)]
-pub(crate) struct McpSubject(pub(crate) Option<Arc<str>>);
+pub(crate) struct McpCaller(pub(crate) Option<Arc<Caller>>);
 
 /// One MCP session's view of the registry.
 #[derive(Clone)]
@@ -345,12 +346,15 @@ impl ServerHandler for ExportService {
             .and_then(|parts| parts.extensions.get::<McpProfile>())
             .map_or(self.shared.config.schema_profile, |p| p.0);
         let snapshot = self.shared.registry.snapshot();
+        let caller = caller_of(&context);
         // A tool the profile cannot describe is left out (a host in strict
-        // mode would refuse every tool for one it cannot take).
+        // mode would refuse every tool for one it cannot take), and so is
+        // one the caller's scopes do not allow (HAIP.md §17.1).
         Ok(ListToolsResult::with_all_items(
             snapshot
                 .tools()
                 .iter()
+                .filter(|t| self.shared.config.shows(caller.as_deref(), t))
                 .filter_map(|t| mcp_tool(t, profile))
                 .collect(),
         ))
@@ -371,6 +375,19 @@ impl ServerHandler for ExportService {
                 None,
             ));
         };
+        // The caller's scopes (HAIP.md §17.1). Over HTTP the front door has
+        // answered `403` already; this holds for every other way in.
+        if let Some(forbidden) = self
+            .shared
+            .config
+            .forbidden(caller_of(&context).as_deref(), &tool)
+        {
+            stats.call_ended(Ended::Failed, Some(received.elapsed()));
+            return Err(McpError::invalid_request(
+                forbidden.message(),
+                Some(forbidden.details()),
+            ));
+        }
         // A tool that always runs as a task needs a client that takes tasks.
         let takes_tasks = context
             .client_capabilities()
@@ -442,6 +459,7 @@ impl ServerHandler for ExportService {
             tool: &tool,
             params,
             subject: subject.clone(),
+            caller: caller_of(&context),
             context: &context,
             permit,
             round: round.clone(),
@@ -521,12 +539,17 @@ impl ServerHandler for ExportService {
 }
 
 /// The authenticated caller of an `/mcp` request, if any.
-fn subject_of(context: &RequestContext<RoleServer>) -> Option<Arc<str>> {
+fn caller_of(context: &RequestContext<RoleServer>) -> Option<Arc<Caller>> {
     context
         .extensions
         .get::<hyper::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<McpSubject>())
-        .and_then(|s| s.0.clone())
+        .and_then(|parts| parts.extensions.get::<McpCaller>())
+        .and_then(|c| c.0.clone())
+}
+
+/// The authenticated subject of an `/mcp` request, if any.
+fn subject_of(context: &RequestContext<RoleServer>) -> Option<Arc<str>> {
+    caller_of(context).map(|c| Arc::from(c.subject()))
 }
 
 /// Which questions the client of `context` can be sent.
@@ -544,6 +567,7 @@ struct Call<'a> {
     tool: &'a Tool,
     params: Value,
     subject: Option<Arc<str>>,
+    caller: Option<Arc<Caller>>,
     context: &'a RequestContext<RoleServer>,
     /// Held until the tool's task has stopped.
     permit: OwnedSemaphorePermit,
@@ -629,7 +653,7 @@ impl ExportService {
             cancel,
             slot,
             state: Arc::clone(&self.shared.state),
-            subject: call.subject.clone(),
+            caller: call.caller.clone(),
             limits: exec::Limits {
                 timeout: call.tool.timeout().or(config.tool_timeout),
                 grace: config.cancel_grace,
@@ -1363,7 +1387,7 @@ impl McpHttp {
         needs_service && self.live.load(Relaxed) >= self.max_sessions
     }
 
-    /// Serves one request; `subject` is the authenticated caller, if any.
+    /// Serves one request; `caller` is the authenticated caller, if any.
     /// `parsing`: the permit a large request was let in with, given back once
     /// the MCP server has parsed it (when it asks for its service), or with
     /// the request's response at the latest; its calls validate their params
@@ -1371,7 +1395,7 @@ impl McpHttp {
     pub(crate) async fn handle<B>(
         &self,
         mut req: hyper::Request<B>,
-        subject: Option<String>,
+        caller: Option<Arc<Caller>>,
         parsing: Option<OwnedSemaphorePermit>,
     ) -> hyper::Response<
         http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, std::convert::Infallible>,
@@ -1381,8 +1405,7 @@ impl McpHttp {
         B::Error: std::fmt::Display,
     {
         use http_body_util::BodyExt;
-        req.extensions_mut()
-            .insert(McpSubject(subject.map(Arc::from)));
+        req.extensions_mut().insert(McpCaller(caller));
         if parsing.is_some() {
             req.extensions_mut().insert(LargeRequest);
         }

@@ -67,6 +67,9 @@ codes! {
     RATE_LIMITED,
     /// The encoded `TOOL_DONE` would exceed `max_outbound_message_bytes`.
     RESULT_TOO_LARGE,
+    /// The caller's token lacks a scope the tool requires (HAIP.md §17.1);
+    /// `details {required, missing}`.
+    FORBIDDEN,
 }
 
 impl ErrorCode {

@@ -47,6 +47,11 @@ enum AuthSetting {
     Hs256(String),
     PublicKey(Vec<u8>),
     Custom(Arc<dyn Authenticator>),
+    #[cfg(feature = "oauth")]
+    OAuth(crate::auth::OAuth),
+    /// `HAIP_OAUTH_ISSUER` in a build without the `oauth` feature.
+    #[cfg(not(feature = "oauth"))]
+    OAuthUnavailable,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -66,6 +71,10 @@ impl std::fmt::Debug for ServerBuilder {
                     AuthSetting::Hs256(_) => "jwt hs256",
                     AuthSetting::PublicKey(_) => "jwt public key",
                     AuthSetting::Custom(_) => "custom",
+                    #[cfg(feature = "oauth")]
+                    AuthSetting::OAuth(_) => "oauth",
+                    #[cfg(not(feature = "oauth"))]
+                    AuthSetting::OAuthUnavailable => "oauth (unavailable)",
                 },
             )
             .field("cors_origins", &self.cors_origins)
@@ -155,6 +164,29 @@ impl ServerBuilder {
             match name.parse() {
                 Ok(profile) => self.config.session.schema_profile = profile,
                 Err(_) => self.bad_schema_profile = Some(name),
+            }
+        }
+        if let Some(issuer) = set("HAIP_OAUTH_ISSUER") {
+            #[cfg(feature = "oauth")]
+            {
+                let mut oauth = crate::auth::OAuth::issuer(issuer);
+                if let Some(resource) = set("HAIP_OAUTH_RESOURCE") {
+                    oauth = oauth.resource(resource);
+                }
+                if let Some(audience) = set("HAIP_OAUTH_AUDIENCE") {
+                    oauth = oauth.audience(audience);
+                }
+                if let (Some(id), Some(secret)) =
+                    (set("HAIP_OAUTH_CLIENT_ID"), set("HAIP_OAUTH_CLIENT_SECRET"))
+                {
+                    oauth = oauth.introspection(id, secret);
+                }
+                self.auth = AuthSetting::OAuth(oauth);
+            }
+            #[cfg(not(feature = "oauth"))]
+            {
+                let _ = issuer;
+                self.auth = AuthSetting::OAuthUnavailable;
             }
         }
         self
@@ -273,6 +305,58 @@ impl ServerBuilder {
     /// With JWT authentication: an `aud` every token must carry.
     pub fn jwt_audience(mut self, audience: impl Into<String>) -> Self {
         self.config.jwt_audience = Some(audience.into());
+        self
+    }
+
+    /// Makes the server an OAuth 2.1 resource server (feature `oauth`;
+    /// HAIP.md §17.1): clients present access tokens an authorization server
+    /// issued for this server, found through the metadata it serves. See
+    /// [`OAuth`](crate::auth::OAuth) for every rule; with
+    /// [`from_env`](Self::from_env), `HAIP_OAUTH_ISSUER`,
+    /// `HAIP_OAUTH_RESOURCE`, `HAIP_OAUTH_AUDIENCE` (and, for token
+    /// introspection, `HAIP_OAUTH_CLIENT_ID` with `HAIP_OAUTH_CLIENT_SECRET`)
+    /// do the same. It replaces any other authentication.
+    ///
+    /// ```no_run
+    /// use haip::auth::OAuth;
+    ///
+    /// # async fn demo() -> Result<(), haip::Error> {
+    /// haip::Server::builder()
+    ///     .annotated_tools()
+    ///     .addr("0.0.0.0:8080")
+    ///     .oauth(OAuth::issuer("https://idp.example.com").resource("https://tools.example.com/mcp"))
+    ///     .build()?
+    ///     .run()
+    ///     .await
+    /// # }
+    /// ```
+    #[cfg(feature = "oauth")]
+    pub fn oauth(mut self, oauth: crate::auth::OAuth) -> Self {
+        self.auth = AuthSetting::OAuth(oauth);
+        self
+    }
+
+    /// OAuth scopes every tool requires, beside its own
+    /// ([`ToolBuilder::scopes`](crate::ToolBuilder::scopes),
+    /// `#[haip_tool(scopes = [..])]`). Enforced only with authentication on.
+    pub fn require_scopes<I, S>(mut self, scopes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.config
+            .session
+            .required_scopes
+            .extend(scopes.into_iter().map(Into::into));
+        self
+    }
+
+    /// Whether a caller is shown only the tools its token's scopes allow
+    /// (default `true`): in `TOOL_LIST`, `TOOL_SCHEMA` (a hidden tool is
+    /// `TOOL_NOT_FOUND`) and MCP `tools/list`. With `false`, every tool is
+    /// listed and a call without the scopes is refused when it is made.
+    pub fn hide_forbidden_tools(mut self, hide: bool) -> Self {
+        self.config.session.hide_forbidden_tools = hide;
         self
     }
 
@@ -703,6 +787,11 @@ impl ServerBuilder {
             cluster,
             config: Arc::new(self.config),
             auth,
+            #[cfg(feature = "oauth")]
+            oauth: match &self.auth {
+                AuthSetting::OAuth(oauth) => Some(oauth.clone()),
+                _ => None,
+            },
             cors: Cors {
                 origins: self.cors_origins,
             },
@@ -719,6 +808,17 @@ impl ServerBuilder {
         let jwt = match &self.auth {
             AuthSetting::Off => return Ok(None),
             AuthSetting::Custom(custom) => return Ok(Some(Arc::clone(custom))),
+            #[cfg(feature = "oauth")]
+            AuthSetting::OAuth(oauth) => return Ok(Some(Arc::new(oauth.clone()))),
+            #[cfg(not(feature = "oauth"))]
+            AuthSetting::OAuthUnavailable => {
+                return Err(Error::InvalidConfig {
+                    setting: "HAIP_OAUTH_ISSUER",
+                    reason: "haip was built without its `oauth` feature; enable it to be an \
+                             OAuth resource server"
+                        .to_owned(),
+                });
+            }
             AuthSetting::Hs256(secret) => Jwt::hs256(secret)?,
             AuthSetting::PublicKey(pem) => Jwt::public_key_pem(pem)?,
         };

@@ -670,6 +670,7 @@ async fn restore(
             let hai = text.ok_or("session held by another live instance")?;
             let open = LinkOpen {
                 subject: fresh.session.subject().map(|s| s.to_string()),
+                caller: fresh.session.caller().cloned(),
                 purpose: LinkPurpose::Connection {
                     transport: fresh.session.transport(),
                     hai: hai.to_owned(),
@@ -692,6 +693,7 @@ async fn restore(
         snapshot,
     );
     session.can_resume_from(last_rx_seq)?;
+    session.set_caller(fresh.session.caller().cloned());
     session.end_lost_calls(lost);
     tracing::info!(session = id, "session restored from the shared store");
     let takeovers = shared.store.register(id);
@@ -711,6 +713,7 @@ async fn take_over(
     let (reply, answer) = oneshot::channel();
     let request = Box::new(Takeover {
         subject: fresh.session.subject().cloned(),
+        caller: fresh.session.caller().cloned(),
         last_rx_seq,
         reply,
     });

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::driver;
 use super::hub::{Hub, PeerGuard};
-use crate::auth::{AuthError, AuthErrorKind, redact_uri, token_from_parts};
+use crate::auth::{AuthError, AuthErrorKind, Caller, redact_uri, token_from_parts};
 use crate::protocol::{Channel, EventType, Outgoing, now_millis};
 use crate::session::{Session, TransportKind};
 use crate::transport::frame::{WriteMeter, Writer};
@@ -69,18 +69,29 @@ pub(crate) async fn route(
         // it opens is authenticated as any other client's.
         #[cfg(feature = "inspector")]
         (Method::GET, "/inspector") if hub.config.inspector => inspector_page(),
+        // Public like `/health`: how to get a token (RFC 9728, HAIP.md §17.1).
+        #[cfg(feature = "oauth")]
+        (Method::GET, path)
+            if hub.oauth.is_some() && path.starts_with("/.well-known/oauth-protected-resource") =>
+        {
+            protected_resource(&hub)
+        }
         (Method::GET, "/stats") => match authenticate(&hub, &req).await {
             Ok(_) => {
                 let replay_bytes = hub.shared.replay.used();
                 let mut stats = hub.shared.stats.stats(replay_bytes);
                 stats["instance"] = Value::from(&*hub.instance);
+                #[cfg(feature = "oauth")]
+                if let Some(oauth) = &hub.oauth {
+                    stats["oauth"] = oauth.stats();
+                }
                 #[cfg(feature = "redis")]
                 if let Some(cluster) = &hub.cluster {
                     stats["cluster"] = cluster.stats().await;
                 }
                 json_response(StatusCode::OK, &stats)
             }
-            Err(e) => unauthorized(&e),
+            Err(e) => unauthorized(&hub, &e),
         },
         (Method::GET, "/" | "/haip" | "/haip/websocket") if is_websocket_upgrade(&req) => {
             upgrade(req, &hub, origin.as_deref(), false).await
@@ -218,17 +229,17 @@ fn with_cors(mut response: Response<Body>, hub: &Hub, origin: Option<&str>) -> R
 
 // ----- authentication ---------------------------------------------------------
 
-/// The verified subject (`None` when authentication is off).
+/// The verified caller (`None` when authentication is off).
 pub(super) async fn authenticate(
     hub: &Hub,
     req: &Request<Incoming>,
-) -> Result<Option<String>, AuthError> {
+) -> Result<Option<Arc<Caller>>, AuthError> {
     let Some(auth) = &hub.auth else {
         return Ok(None);
     };
     let token = token_from_parts(req.headers(), req.uri());
-    match auth.authenticate(token.as_deref()).await {
-        Ok(subject) => Ok(Some(subject)),
+    match auth.identify(token.as_deref()).await {
+        Ok(caller) => Ok(Some(Arc::new(caller))),
         Err(e) => {
             tracing::debug!(reason = e.reason(), code = %e.code(), "authentication failed");
             Err(e)
@@ -236,21 +247,58 @@ pub(super) async fn authenticate(
     }
 }
 
-/// `401` with `WWW-Authenticate: Bearer` (HAIP.md §17).
-pub(super) fn unauthorized(error: &AuthError) -> Response<Body> {
+/// The protected resource metadata (RFC 9728): the resource, its issuer,
+/// and every scope a tool here requires.
+#[cfg(feature = "oauth")]
+fn protected_resource(hub: &Hub) -> Response<Body> {
+    let Some(oauth) = &hub.oauth else {
+        return not_found();
+    };
+    let mut scopes: Vec<String> = hub.shared.config.required_scopes.clone();
+    for tool in hub.shared.registry.snapshot().tools() {
+        scopes.extend(tool.scopes().iter().cloned());
+    }
+    scopes.sort_unstable();
+    scopes.dedup();
+    let mut response = json_response(StatusCode::OK, &oauth.metadata(&scopes));
+    // Browser-based hosts read it cross-origin; it holds nothing secret.
+    response.headers_mut().insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    response
+}
+
+/// The subject of a verified caller.
+pub(super) fn subject_of(caller: Option<&Arc<Caller>>) -> Option<String> {
+    caller.map(|c| c.subject().to_owned())
+}
+
+/// `401` with `WWW-Authenticate: Bearer` (HAIP.md §17), naming the protected
+/// resource metadata in OAuth mode (§17.1).
+pub(super) fn unauthorized(hub: &Hub, error: &AuthError) -> Response<Body> {
     let mut response = error_response(
         StatusCode::UNAUTHORIZED,
         error.message(),
         error.code().as_str(),
     );
-    let challenge = match error.kind() {
-        AuthErrorKind::MissingToken => "Bearer",
-        _ => "Bearer error=\"invalid_token\"",
-    };
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static(challenge),
-    );
+    let mut challenge = String::from("Bearer");
+    let mut params = Vec::new();
+    if !matches!(error.kind(), AuthErrorKind::MissingToken) {
+        params.push("error=\"invalid_token\"".to_owned());
+    }
+    if let Some(url) = &hub.resource_metadata {
+        params.push(format!("resource_metadata=\"{url}\""));
+    }
+    if !params.is_empty() {
+        challenge.push(' ');
+        challenge.push_str(&params.join(", "));
+    }
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
     response
 }
 
@@ -328,14 +376,14 @@ async fn upgrade(
     let admission = match authenticate(hub, &req).await {
         _ if refuse => None,
         Err(e) => Some(driver::Admission::Refuse {
-            envelope: auth_error_envelope(&e),
+            envelope: auth_error_envelope(&e, hub.resource_metadata.as_deref()),
             code: 1008,
             reason: e.message(),
         }),
         // Registered before the response goes out, so `activeConnections`
         // already counts it when the client sees `open` (HAIP.md §15.1).
-        Ok(subject) => hub.admit().map(|guard| {
-            let session = Session::new(Arc::clone(&hub.shared), TransportKind::WebSocket, subject);
+        Ok(caller) => hub.admit().map(|guard| {
+            let session = Session::new(Arc::clone(&hub.shared), TransportKind::WebSocket, caller);
             driver::Admission::Session(Box::new(session), guard)
         }),
     };
@@ -385,15 +433,16 @@ async fn upgrade(
 
 /// The one envelope an unauthenticated WebSocket gets: an `ERROR` on a fresh
 /// session id, `seq` 1, no `HAI`.
-fn auth_error_envelope(error: &AuthError) -> String {
+fn auth_error_envelope(error: &AuthError, resource_metadata: Option<&str>) -> String {
     let session = uuid::Uuid::new_v4().hyphenated().to_string();
-    Outgoing::new(
-        Channel::System,
-        EventType::Error,
-        json!({ "code": error.code().as_str(), "message": error.message() }),
-    )
-    .commit(&session, 1, now_millis())
-    .to_json()
+    let mut payload = json!({ "code": error.code().as_str(), "message": error.message() });
+    // In OAuth mode: where a client finds how to get a token (§17.1).
+    if let Some(url) = resource_metadata {
+        payload["detail"] = json!({ "resource_metadata": url });
+    }
+    Outgoing::new(Channel::System, EventType::Error, payload)
+        .commit(&session, 1, now_millis())
+        .to_json()
 }
 
 // ----- SSE and HTTP streaming ---------------------------------------------------
@@ -420,10 +469,11 @@ fn is_upstream_post(req: &Request<Incoming>) -> bool {
 /// Opens an SSE or HTTP-streaming session; for `POST /haip/stream` the request
 /// body is read as NDJSON envelopes while the response streams.
 async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -> Response<Body> {
-    let subject = match authenticate(hub, &req).await {
-        Ok(subject) => subject,
-        Err(e) => return unauthorized(&e),
+    let caller = match authenticate(hub, &req).await {
+        Ok(caller) => caller,
+        Err(e) => return unauthorized(hub, &e),
     };
+    let subject = subject_of(caller.as_ref());
     let Some(guard) = hub.admit() else {
         return error_response(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -431,11 +481,7 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
             "TOO_MANY_SESSIONS",
         );
     };
-    let session = Session::new(
-        Arc::clone(&hub.shared),
-        TransportKind::Stream,
-        subject.clone(),
-    );
+    let session = Session::new(Arc::clone(&hub.shared), TransportKind::Stream, caller);
     let session_id = session.id().to_owned();
     let (inbound_tx, inbound_rx) = mpsc::channel(stream::INBOUND_QUEUE);
     let (frames, frames_rx) = frame_queue();

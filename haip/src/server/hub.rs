@@ -30,6 +30,11 @@ pub(crate) struct Hub {
     /// Open connections per peer address (`max_connections_per_peer`).
     pub(crate) peers: Peers,
     pub(crate) auth: Option<Arc<dyn Authenticator>>,
+    /// The protected resource metadata's URL, in OAuth mode (HAIP.md §17.1).
+    pub(crate) resource_metadata: Option<String>,
+    /// The OAuth resource server, when on.
+    #[cfg(feature = "oauth")]
+    pub(crate) oauth: Option<crate::auth::OAuth>,
     pub(crate) cors: Cors,
     pub(crate) tracker: TaskTracker,
     /// This instance's name.

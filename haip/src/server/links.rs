@@ -37,7 +37,7 @@ pub(crate) async fn serve(hub: Arc<Hub>, mut incoming: mpsc::Receiver<IncomingLi
         match open.purpose {
             LinkPurpose::Connection { transport, hai } => {
                 hub.tracker
-                    .spawn(connection(served, link, open.subject, transport, hai));
+                    .spawn(connection(served, link, open.caller, transport, hai));
             }
             LinkPurpose::Post { session } => {
                 hub.tracker.spawn(post(served, link, open.subject, session));
@@ -52,10 +52,11 @@ pub(crate) async fn serve(hub: Arc<Hub>, mut incoming: mpsc::Receiver<IncomingLi
 async fn connection(
     hub: Arc<Hub>,
     link: Link,
-    subject: Option<String>,
+    caller: Option<Arc<crate::context::Caller>>,
     transport: TransportKind,
     hai: String,
 ) {
+    let subject = caller.as_ref().map(|c| c.subject().to_owned());
     let Link { out, inbound } = link;
     let Some(guard) = hub.admit() else {
         let _ = out
@@ -66,7 +67,7 @@ async fn connection(
             .await;
         return;
     };
-    let session = Session::relayed(Arc::clone(&hub.shared), transport, subject.clone());
+    let session = Session::relayed(Arc::clone(&hub.shared), transport, caller);
     let (inbound_tx, inbound_rx) = mpsc::channel(stream::INBOUND_QUEUE);
     let (frames, frames_rx) = frame_queue();
     let meter = WriteMeter::new(Arc::clone(&hub.shared));

@@ -39,7 +39,7 @@ use super::answer::{AnswerBody, Outflow};
 use super::body::{Reader, Refused, Stopped};
 use super::http::{Body, authenticate, unauthorized};
 use super::hub::Hub;
-use crate::auth::query_param;
+use crate::auth::{Caller, query_param};
 use crate::mcp::export::{Handshake, LargeArguments, McpProfile};
 use crate::mcp::inbound::{self, INVALID_REQUEST, Refusal};
 use crate::mcp::listen::ListenTicket;
@@ -68,9 +68,9 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
             ),
         );
     }
-    let subject = match authenticate(hub, &req).await {
-        Ok(subject) => subject,
-        Err(e) => return unauthorized(&e),
+    let caller = match authenticate(hub, &req).await {
+        Ok(caller) => caller,
+        Err(e) => return unauthorized(hub, &e),
     };
     if mcp.is_full_for(&req) {
         return busy(&format!(
@@ -101,7 +101,7 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
     let outflow = req.extensions().get::<Arc<Outflow>>().cloned();
     if req.method() != Method::POST {
         // `GET` (a session's stream) and `DELETE`: no body to read.
-        let response = mcp.handle(req, subject, None).await;
+        let response = mcp.handle(req, caller, None).await;
         return answered(response, hub, outflow, None);
     }
     if let Some(refused) = unacceptable(&req) {
@@ -186,6 +186,14 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
             return rpc_error(status_of(refusal.status), &refusal);
         }
     };
+    // A call the caller's scopes do not allow: `403` and the scopes to step
+    // up to (HAIP.md §17.1), before the MCP server sees it.
+    if let Some(caller) = &caller
+        && checked.method.as_deref() == Some("tools/call")
+        && let Some(refused) = forbidden_call(hub, caller, &checked, &bytes)
+    {
+        return refused;
+    }
     // Held from now until the answer has gone: what the request costs parsed.
     if checked.cost > reservation.bytes() && !reservation.grow(checked.cost - reservation.bytes()) {
         return busy("Too many request bodies in flight; retry shortly");
@@ -224,7 +232,7 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
         None => bytes,
     };
     let req = Request::from_parts(parts, Full::new(bytes));
-    let response = mcp.handle(req, subject, permit).await;
+    let response = mcp.handle(req, caller, permit).await;
     answered(response, hub, outflow, Some(reservation))
 }
 
@@ -359,6 +367,62 @@ fn rpc_error(status: StatusCode, refusal: &Refusal) -> Response<Body> {
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// `403` with `WWW-Authenticate: Bearer error="insufficient_scope"` for a
+/// `tools/call` of a tool whose scopes `caller` lacks; `None` when it may.
+fn forbidden_call(
+    hub: &Hub,
+    caller: &Caller,
+    checked: &inbound::Checked,
+    body: &[u8],
+) -> Option<Response<Body>> {
+    let config = &hub.shared.config;
+    let snapshot = hub.shared.registry.snapshot();
+    if config.required_scopes.is_empty() && snapshot.tools().iter().all(|t| t.scopes().is_empty()) {
+        return None;
+    }
+    /// `params.name` of a call, read without building the rest.
+    #[derive(serde::Deserialize)]
+    struct Named<'a> {
+        #[serde(borrow)]
+        params: Option<Name<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Name<'a> {
+        #[serde(borrow)]
+        name: std::borrow::Cow<'a, str>,
+    }
+    let named: Named<'_> = serde_json::from_slice(body).ok()?;
+    let tool = snapshot.get(&named.params?.name)?;
+    let forbidden = config.forbidden(Some(caller), tool)?;
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": checked.id.clone().unwrap_or_default(),
+        "error": {
+            "code": INVALID_REQUEST,
+            "message": forbidden.message(),
+            "data": forbidden.details(),
+        },
+    });
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed_unsync());
+    *response.status_mut() = StatusCode::FORBIDDEN;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let mut challenge = format!(
+        "Bearer error=\"insufficient_scope\", scope=\"{}\"",
+        forbidden.missing.join(" ")
+    );
+    if let Some(url) = &hub.resource_metadata {
+        challenge.push_str(&format!(", resource_metadata=\"{url}\""));
+    }
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        headers.insert(header::WWW_AUTHENTICATE, value);
+    }
+    Some(response)
 }
 
 /// `Connection: close`: the rest of the request will not be read.

@@ -82,6 +82,9 @@ pub struct Server {
     #[cfg(feature = "redis")]
     cluster: Option<Arc<crate::cluster::RedisSessionStore>>,
     auth: Option<Arc<dyn Authenticator>>,
+    /// The OAuth resource server, when it is how clients authenticate.
+    #[cfg(feature = "oauth")]
+    oauth: Option<crate::auth::OAuth>,
     cors: Cors,
     #[cfg(feature = "mcp")]
     mcp: McpSettings,
@@ -142,6 +145,42 @@ impl Server {
         {
             return Err(Error::UnauthenticatedBind { addr });
         }
+        // OAuth: the resource is this server's `/mcp` unless configured
+        // (on loopback only), and the issuer's keys are fetched now.
+        #[cfg(feature = "oauth")]
+        if let Some(oauth) = &self.oauth {
+            let default = local_addr
+                .ip()
+                .is_loopback()
+                .then(|| format!("http://{local_addr}/mcp"));
+            oauth.prepare(default)?;
+            let warm = oauth.clone();
+            tokio::spawn(async move { warm.warm_up().await });
+            tracing::info!(
+                issuer = oauth.issuer_url(),
+                resource = oauth.resource_url().unwrap_or_default(),
+                "OAuth resource server"
+            );
+        }
+        if self.auth.is_none() {
+            let scoped = self
+                .shared
+                .registry
+                .snapshot()
+                .tools()
+                .iter()
+                .any(|t| !t.scopes().is_empty());
+            if scoped || !self.shared.config.required_scopes.is_empty() {
+                tracing::info!("authentication is off: tool scopes are not enforced");
+            }
+        }
+        #[cfg(feature = "oauth")]
+        let resource_metadata = self
+            .oauth
+            .as_ref()
+            .and_then(crate::auth::OAuth::metadata_url);
+        #[cfg(not(feature = "oauth"))]
+        let resource_metadata = None;
         let log_url = format!("ws://{local_addr}/haip");
         if tracing::dispatcher::has_been_set() {
             tracing::info!(url = %log_url, "haip listening");
@@ -195,6 +234,9 @@ impl Server {
             )),
             peers: Peers::default(),
             auth: self.auth,
+            resource_metadata,
+            #[cfg(feature = "oauth")]
+            oauth: self.oauth,
             cors: self.cors,
             tracker: tracker.clone(),
             instance: self.instance,

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::body::{Reader, Refused, Stopped};
 use super::http::{
-    Body, authenticate, error_response, is_true_header, json_response, unauthorized,
+    Body, authenticate, error_response, is_true_header, json_response, subject_of, unauthorized,
 };
 use super::hub::Hub;
 use crate::auth::query_param;
@@ -31,8 +31,8 @@ use crate::transport::frame::{Batch, Element, Unit};
 /// been handled (not when the tools they call finish).
 pub(super) async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response<Body> {
     let subject = match authenticate(hub, &req).await {
-        Ok(subject) => subject,
-        Err(e) => return unauthorized(&e),
+        Ok(caller) => subject_of(caller.as_ref()),
+        Err(e) => return unauthorized(hub, &e),
     };
     let config = &hub.config;
     let binary = is_true_header(&req, "x-haip-binary");
@@ -226,6 +226,7 @@ async fn elsewhere(
     };
     let open = LinkOpen {
         subject: subject.map(str::to_owned),
+        caller: None,
         purpose: LinkPurpose::Post { session },
     };
     Arc::clone(cluster)

@@ -133,6 +133,18 @@ impl Session {
             );
             return;
         };
+        // The caller's scopes (HAIP.md §17.1): refused before its params are
+        // looked at.
+        if let Some(forbidden) = self.config().forbidden(self.caller.as_deref(), &tool) {
+            let failure = ToolFailure::new(ErrorCode::FORBIDDEN, forbidden.message())
+                .with_details(forbidden.details());
+            self.push(about(tool_done(ToolDone::failed(call_id, failure))));
+            self.shared.stats.call_ended(
+                Ended::Failed,
+                Some(self.shared.clock.now().saturating_duration_since(received)),
+            );
+            return;
+        }
         // Step 4: validate (`params` absent or null is `{}` already); large
         // params off the session task (HAIP.md §18.1).
         let size = self.inbound_len;
@@ -318,7 +330,7 @@ impl Session {
             cancel: call.cancel.clone(),
             slot: Arc::clone(&call.slot),
             state: Arc::clone(&self.shared.state),
-            subject: self.subject.clone(),
+            caller: self.caller.clone(),
             limits: exec::Limits {
                 timeout: None,
                 grace,

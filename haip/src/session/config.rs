@@ -47,6 +47,10 @@ pub(crate) struct SessionConfig {
     /// The schema profile tools are advertised in unless a client asks for
     /// another (HAIP.md §6.14).
     pub(crate) schema_profile: SchemaProfile,
+    /// Scopes every tool requires, beside its own (HAIP.md §17.1).
+    pub(crate) required_scopes: Vec<String>,
+    /// Whether a caller sees only the tools its scopes allow.
+    pub(crate) hide_forbidden_tools: bool,
 }
 
 impl Default for SessionConfig {
@@ -82,6 +86,8 @@ impl Default for SessionConfig {
             max_violations: 20,
             max_queued_bytes: 16 * 1024 * 1024,
             schema_profile: SchemaProfile::Portable,
+            required_scopes: Vec::new(),
+            hide_forbidden_tools: true,
         }
     }
 }
@@ -116,6 +122,19 @@ impl SessionConfig {
             ("max_violations", self.max_violations as u64),
             ("max_queued_bytes", self.max_queued_bytes as u64),
         ];
+        if let Some(bad) = self
+            .required_scopes
+            .iter()
+            .find(|s| !crate::tool::valid_scope(s))
+        {
+            return Err(invalid(
+                "require_scopes",
+                &format!(
+                    "{bad:?} is not a valid OAuth scope: 1 to 128 printable ASCII characters \
+                     other than space, `\"` and `\\` (RFC 6749 §3.3)"
+                ),
+            ));
+        }
         for (setting, value) in positive {
             if value == 0 {
                 return bad(setting, "must be greater than zero");
@@ -161,5 +180,70 @@ pub(crate) fn invalid(setting: &'static str, reason: &str) -> Error {
     Error::InvalidConfig {
         setting,
         reason: reason.to_owned(),
+    }
+}
+
+impl SessionConfig {
+    /// Whether `caller` may call `tool`: `None` when it may (or when
+    /// authentication is off: no caller), else the scopes it needs and the
+    /// ones it lacks (HAIP.md §17.1).
+    pub(crate) fn forbidden(
+        &self,
+        caller: Option<&crate::context::Caller>,
+        tool: &crate::Tool,
+    ) -> Option<Forbidden> {
+        let caller = caller?;
+        if tool.scopes().is_empty() && self.required_scopes.is_empty() {
+            return None;
+        }
+        let mut required: Vec<String> = self
+            .required_scopes
+            .iter()
+            .chain(tool.scopes())
+            .cloned()
+            .collect();
+        required.sort_unstable();
+        required.dedup();
+        let missing: Vec<String> = caller
+            .missing(&required)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        (!missing.is_empty()).then_some(Forbidden { required, missing })
+    }
+
+    /// Whether `caller` is shown `tool` in lists and schemas.
+    pub(crate) fn shows(
+        &self,
+        caller: Option<&crate::context::Caller>,
+        tool: &crate::Tool,
+    ) -> bool {
+        !self.hide_forbidden_tools || self.forbidden(caller, tool).is_none()
+    }
+}
+
+/// A call refused for want of scopes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Forbidden {
+    /// Every scope the tool requires (its own and the server's), sorted.
+    pub(crate) required: Vec<String>,
+    /// Those the caller lacks.
+    pub(crate) missing: Vec<String>,
+}
+
+impl Forbidden {
+    /// `Missing scope(s): a b`.
+    pub(crate) fn message(&self) -> String {
+        let noun = if self.missing.len() == 1 {
+            "scope"
+        } else {
+            "scopes"
+        };
+        format!("Missing {noun}: {}", self.missing.join(" "))
+    }
+
+    /// `{"required": [..], "missing": [..]}`.
+    pub(crate) fn details(&self) -> serde_json::Value {
+        serde_json::json!({ "required": self.required, "missing": self.missing })
     }
 }

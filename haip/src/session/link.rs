@@ -46,6 +46,9 @@ pub(crate) enum LinkPurpose {
 pub(crate) struct LinkOpen {
     /// The subject the client authenticated as.
     pub(crate) subject: Option<String>,
+    /// The relayed client's caller: its scopes and claims come along, so the
+    /// session it resumes there knows what it may call (HAIP.md §17.1).
+    pub(crate) caller: Option<std::sync::Arc<crate::context::Caller>>,
     pub(crate) purpose: LinkPurpose,
 }
 

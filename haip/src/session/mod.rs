@@ -36,6 +36,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::context::Caller;
 use crate::context::LogLevel;
 use crate::exec::{self, CallKey, CallRunner};
 use crate::hash::{FastMap, FastSet};
@@ -251,6 +252,9 @@ pub(crate) struct Session {
     runs: FastSet<String>,
     /// The authenticated subject that opened the session (`None`: auth off).
     subject: Option<Arc<str>>,
+    /// Who is connected to it now: the subject, its token's scopes and
+    /// claims (`None`: auth off). A resuming connection brings its own.
+    caller: Option<Arc<Caller>>,
     /// Highest inbound `seq` seen.
     last_rx_seq: u64,
     /// Whether any accepted envelope carried a `seq` (for `strict_envelope`).
@@ -266,7 +270,7 @@ impl Session {
     pub(crate) fn new(
         shared: Arc<Shared>,
         transport: TransportKind,
-        subject: Option<String>,
+        caller: Option<Arc<Caller>>,
     ) -> Session {
         let window = ReplayWindow::new(replay::Limits::from(&shared.config));
         let inbound_credit = InboundCredit::new(
@@ -308,7 +312,8 @@ impl Session {
             next_key: 0,
             accept_events: None,
             runs: FastSet::default(),
-            subject: subject.map(Arc::from),
+            subject: caller.as_deref().map(|c| Arc::from(c.subject())),
+            caller,
             last_rx_seq: 0,
             seq_seen: false,
             awaited: None,
@@ -337,9 +342,9 @@ impl Session {
     pub(crate) fn relayed(
         shared: Arc<Shared>,
         transport: TransportKind,
-        subject: Option<String>,
+        caller: Option<Arc<Caller>>,
     ) -> Session {
-        let mut session = Session::new(shared, transport, subject);
+        let mut session = Session::new(shared, transport, caller);
         session.outbox.clear();
         session.new_envelopes = 0;
         session
@@ -451,6 +456,17 @@ impl Session {
     /// The kind of transport the session is on now.
     pub(crate) fn transport(&self) -> TransportKind {
         self.transport
+    }
+
+    /// The caller connected to the session, when authentication is on.
+    pub(crate) fn caller(&self) -> Option<&Arc<Caller>> {
+        self.caller.as_ref()
+    }
+
+    /// The caller now connected (a resuming connection's; the subject is
+    /// the session's, checked before).
+    pub(crate) fn set_caller(&mut self, caller: Option<Arc<Caller>>) {
+        self.caller = caller;
     }
 
     /// The subject that opened the session, when authentication is on.
@@ -948,9 +964,11 @@ impl Session {
     /// title, annotations and icons when it has them (HAIP.md §6.2, §6.13).
     fn tool_list(&self) -> Value {
         let snapshot = self.shared.registry.snapshot();
+        let caller = self.caller.as_deref();
         let tools = snapshot
             .tools()
             .iter()
+            .filter(|t| self.config().shows(caller, t))
             .map(|t| payload::ToolListItem {
                 name: t.name().to_owned(),
                 description: t.description().to_owned(),
@@ -990,7 +1008,13 @@ impl Session {
                 return;
             }
         };
-        let Some(tool) = self.shared.registry.get(&name) else {
+        // A tool the caller may not use is not shown to it (HAIP.md §17.1).
+        let tool = self
+            .shared
+            .registry
+            .get(&name)
+            .filter(|t| self.config().shows(self.caller.as_deref(), t));
+        let Some(tool) = tool else {
             self.error(
                 ErrorCode::TOOL_NOT_FOUND,
                 format!("Tool {name} not found"),

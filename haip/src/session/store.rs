@@ -60,6 +60,8 @@ pub(crate) async fn next_event(events: &mut Option<CallEvents>) -> Option<CallEv
 pub(crate) struct Takeover {
     /// The subject of the connection asking (must be the session's).
     pub(crate) subject: Option<Arc<str>>,
+    /// The connection's caller, which the session takes on.
+    pub(crate) caller: Option<Arc<crate::context::Caller>>,
     /// The client's `last_rx_seq`.
     pub(crate) last_rx_seq: u64,
     /// The session, or why it cannot be resumed (`detail.reason`).
@@ -69,17 +71,25 @@ pub(crate) struct Takeover {
 impl Takeover {
     /// Answers the request for `attached`: hands it over when every condition
     /// holds, else gives it back with the reason.
-    pub(crate) fn answer(self, attached: Attached) -> Option<Attached> {
+    pub(crate) fn answer(self, mut attached: Attached) -> Option<Attached> {
         let check = if self.subject.as_deref() != attached.session.subject.as_deref() {
             Err("subject mismatch")
         } else {
             attached.session.can_resume_from(self.last_rx_seq)
         };
+        let previous = attached.session.caller().cloned();
+        if check.is_ok() {
+            attached.session.set_caller(self.caller);
+        }
         match check {
             Ok(()) => match self.reply.send(Ok(attached)) {
                 Ok(()) => None,
-                // The asking connection gave up meanwhile: keep the session.
-                Err(Ok(attached)) => Some(attached),
+                // The asking connection gave up meanwhile: keep the session
+                // (and its caller).
+                Err(Ok(mut attached)) => {
+                    attached.session.set_caller(previous);
+                    Some(attached)
+                }
                 Err(Err(_)) => None,
             },
             Err(reason) => {
@@ -340,6 +350,7 @@ mod tests {
         let (reply, answer) = oneshot::channel();
         let request = Box::new(Takeover {
             subject: None,
+            caller: None,
             last_rx_seq: 0,
             reply,
         });

@@ -109,6 +109,8 @@ struct ToolInner {
     icons: Vec<Icon>,
     /// Whether an MCP client may get the call as a task.
     task_support: TaskSupport,
+    /// OAuth scopes a caller needs to call it (sorted, no duplicates).
+    scopes: Vec<String>,
     input_schema: Value,
     output_schema: Option<Value>,
     /// Whether results carry content blocks (read from the output schema).
@@ -132,6 +134,7 @@ impl fmt::Debug for Tool {
             .field("title", &self.inner.title)
             .field("description", &self.inner.description)
             .field("annotations", &self.inner.annotations)
+            .field("scopes", &self.inner.scopes)
             .field("timeout", &self.inner.timeout)
             .finish_non_exhaustive()
     }
@@ -149,6 +152,7 @@ impl Tool {
             annotations: ToolAnnotations::default(),
             icons: Vec::new(),
             task_support: TaskSupport::Forbidden,
+            scopes: Vec::new(),
             input_schema: json!({ "type": "object" }),
             output_schema: None,
             timeout: None,
@@ -201,6 +205,12 @@ impl Tool {
     /// ([`ToolBuilder::task_support`]).
     pub fn task_support(&self) -> TaskSupport {
         self.inner.task_support
+    }
+
+    /// The OAuth scopes a caller must hold to call it
+    /// ([`ToolBuilder::scopes`]), sorted.
+    pub fn scopes(&self) -> &[String] {
+        &self.inner.scopes
     }
 
     /// The JSON Schema its params are validated against (what the `full`
@@ -334,6 +344,7 @@ pub struct ToolBuilder {
     annotations: ToolAnnotations,
     icons: Vec<Icon>,
     task_support: TaskSupport,
+    scopes: Vec<String>,
     input_schema: Value,
     output_schema: Option<Value>,
     timeout: Option<Duration>,
@@ -415,6 +426,35 @@ impl ToolBuilder {
     /// ```
     pub fn task_support(mut self, support: TaskSupport) -> Self {
         self.task_support = support;
+        self
+    }
+
+    /// The OAuth scopes a caller's token must grant to call the tool (all of
+    /// them). With authentication on, a caller without them does not see the
+    /// tool (unless [`hide_forbidden_tools`](crate::ServerBuilder::hide_forbidden_tools)
+    /// is off) and its calls are refused: HAIP `TOOL_DONE ERROR FORBIDDEN`,
+    /// MCP `403` with `WWW-Authenticate: Bearer error="insufficient_scope"`.
+    /// With authentication off, scopes are not enforced.
+    ///
+    /// A scope is 1 to 128 printable ASCII characters other than space, `"`
+    /// and `\` (RFC 6749 §3.3); `build` refuses others.
+    ///
+    /// ```
+    /// use haip::Tool;
+    ///
+    /// let close = Tool::builder("close_ticket")
+    ///     .scopes(["tickets:write"])
+    ///     .handler(|_, _| async { Ok(serde_json::json!({"closed": true})) })
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(close.scopes(), ["tickets:write"]);
+    /// ```
+    pub fn scopes<I, S>(mut self, scopes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.scopes.extend(scopes.into_iter().map(Into::into));
         self
     }
 
@@ -508,6 +548,15 @@ impl ToolBuilder {
         if self.timeout == Some(Duration::ZERO) {
             return Err(invalid("timeout must be greater than zero".to_owned()));
         }
+        let mut scopes = self.scopes;
+        if let Some(bad) = scopes.iter().find(|s| !valid_scope(s)) {
+            return Err(invalid(format!(
+                "scope {bad:?} is not a valid OAuth scope: 1 to 128 printable ASCII characters \
+                 other than space, `\"` and `\\` (RFC 6749 §3.3)"
+            )));
+        }
+        scopes.sort_unstable();
+        scopes.dedup();
         let Some(handler) = self.handler else {
             return Err(invalid(
                 "no handler: call .handler(...) before .build()".to_owned(),
@@ -522,6 +571,7 @@ impl ToolBuilder {
                 annotations: self.annotations,
                 icons: self.icons,
                 task_support: self.task_support,
+                scopes,
                 input_schema: self.input_schema,
                 output_schema,
                 shape,
@@ -535,6 +585,15 @@ impl ToolBuilder {
             }),
         })
     }
+}
+
+/// Whether `scope` is an OAuth scope token (RFC 6749 §3.3: `%x21 / %x23-5B /
+/// %x5D-7E`), at most 128 characters.
+pub(crate) fn valid_scope(scope: &str) -> bool {
+    (1..=128).contains(&scope.len())
+        && scope
+            .bytes()
+            .all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b))
 }
 
 /// Whether calls of a tool may run as MCP tasks (the
