@@ -13,6 +13,9 @@
 //!   call finishes through it, and a cancel sent to it stops the call.
 //! - An SSE stream on one instance, its upstream POSTs sent to another: they
 //!   are forwarded, and the replies arrive on the stream.
+//! - With authentication on, the caller moves with the client: relayed to
+//!   the instance its session runs on, the resuming connection's token (and
+//!   its scopes) is what counts there, for the tools listed and called.
 //! - Redis absent at start: the server does not start, and says where it
 //!   looked.
 //! - Redis stopped and restarted while running: sessions go on working,
@@ -132,6 +135,98 @@ async fn a_client_moves_to_a_live_instance_and_its_calls_follow(kind: Kind) {
     let a_stats = http(a.local_addr(), "GET", "/stats", &[], "").await;
     let a_stats: Value = serde_json::from_str(&a_stats.body).unwrap();
     assert_eq!(a_stats["instance"], "a");
+}
+
+/// An HS256 token of `alice` with `scope`.
+fn token_with(scope: &str) -> String {
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 300;
+    let claims = json!({"sub": "alice", "scope": scope, "exp": exp});
+    encode(
+        &Header::default(),
+        &claims,
+        &EncodingKey::from_secret(SECRET.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+const SECRET: &str = "a cluster secret of a reasonable length";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resuming_connections_scopes_count_where_the_session_runs() {
+    let redis = RedisServer::start();
+    let builder = |id: &str| {
+        demo_builder()
+            .tool(hold::tool())
+            .jwt_hs256(SECRET)
+            .redis(redis.url())
+            .instance_id(id)
+    };
+    let (a, _) = start(builder("a")).await;
+    let (b, _) = start(builder("b")).await;
+    let names = |list: &Value| -> Vec<String> {
+        list["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    // On a, without `users:write`: no `create_user`, and a call that keeps
+    // the session there.
+    let plain = token_with("");
+    let mut conn = Conn::connect(Kind::Ws, a.local_addr(), Some(&plain)).await;
+    let session = conn.session.clone();
+    conn.request("TOOL_LIST", json!({})).await;
+    let list = conn.recv().await;
+    assert!(!names(&list["payload"]).contains(&"create_user".to_owned()));
+    conn.call("h1", "hold", json!({})).await;
+    conn.expect_update("h1").await;
+    let seen = conn.last_seq();
+    drop(conn);
+
+    // Back through b with `users:write`: relayed to a, where the new scopes
+    // count.
+    let writer = token_with("users:write");
+    let mut conn = Conn::connect(Kind::Ws, b.local_addr(), Some(&writer)).await;
+    conn.send(&resume_hai("r", &session, &seen.to_string()))
+        .await;
+    conn.follow(&session, seen);
+    loop {
+        let env = conn.recv().await;
+        if env["type"] == "HAI" {
+            break;
+        }
+    }
+    conn.request("TOOL_LIST", json!({})).await;
+    let list = loop {
+        let env = conn.recv().await;
+        if env["type"] == "TOOL_LIST" {
+            break env;
+        }
+    };
+    assert!(
+        names(&list["payload"]).contains(&"create_user".to_owned()),
+        "{list}"
+    );
+    let done = conn
+        .call_done(
+            "c1",
+            "create_user",
+            json!({"username": "alice_1", "email": "a@example.com", "age": 30}),
+        )
+        .await;
+    assert_eq!(done["status"], "OK", "{done}");
+    conn.request("TOOL_CANCEL", json!({"call_id": "h1"})).await;
+    let update = conn.expect_update("h1").await;
+    assert_eq!(update["status"], "CANCELLING", "{update}");
+    let done = conn.expect_done("h1").await;
+    assert_eq!(done["status"], "CANCELLED", "{done}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
