@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use haip::auth::OAuth;
 use haip::{Context, ServerBuilder, ServerHandle, Tool, ToolError};
-use oauth_support::{INTROSPECTOR, OTHER_RESOURCE, Provider, request};
+use oauth_support::{INTROSPECTOR, OTHER_RESOURCE, Provider, base64url, request};
 use serde_json::{Value, json};
 use support::{Client, builder, get_json, http_get};
 
@@ -643,21 +643,4 @@ fn rss_kib() -> u64 {
                 .and_then(|n| n.parse().ok())
         })
         .unwrap_or(0)
-}
-
-fn base64url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
 }

@@ -102,6 +102,36 @@ struct Inner {
     introspections: AtomicU64,
 }
 
+impl Inner {
+    /// Settings, with nothing fetched, cached or counted yet.
+    fn fresh(
+        issuer: String,
+        resource: OnceLock<String>,
+        audiences: Vec<String>,
+        introspection: Option<(String, String)>,
+        refresh_interval: Duration,
+        max_cached_tokens: usize,
+    ) -> Inner {
+        Inner {
+            issuer,
+            resource,
+            audiences,
+            introspection,
+            refresh_interval,
+            key_lifetime: Duration::from_secs(3600),
+            fetch_timeout: Duration::from_secs(5),
+            max_cached_tokens,
+            client: OnceLock::new(),
+            keys: Mutex::new(Keys::default()),
+            fetching: tokio::sync::Mutex::new(()),
+            introspecting: tokio::sync::Semaphore::new(INTROSPECTIONS_AT_ONCE),
+            tokens: Mutex::new(TokenCache::default()),
+            jwks_fetches: AtomicU64::new(0),
+            introspections: AtomicU64::new(0),
+        }
+    }
+}
+
 /// What is known of the issuer.
 #[derive(Default)]
 struct Keys {
@@ -131,23 +161,14 @@ impl OAuth {
     /// its metadata and its tokens' `iss` say it: `https://idp.example.com`).
     pub fn issuer(issuer: impl Into<String>) -> OAuth {
         OAuth {
-            inner: Arc::new(Inner {
-                issuer: issuer.into(),
-                resource: OnceLock::new(),
-                audiences: Vec::new(),
-                introspection: None,
-                refresh_interval: Duration::from_secs(30),
-                key_lifetime: Duration::from_secs(3600),
-                fetch_timeout: Duration::from_secs(5),
-                max_cached_tokens: 10_000,
-                client: OnceLock::new(),
-                keys: Mutex::new(Keys::default()),
-                fetching: tokio::sync::Mutex::new(()),
-                introspecting: tokio::sync::Semaphore::new(INTROSPECTIONS_AT_ONCE),
-                tokens: Mutex::new(TokenCache::default()),
-                jwks_fetches: AtomicU64::new(0),
-                introspections: AtomicU64::new(0),
-            }),
+            inner: Arc::new(Inner::fresh(
+                issuer.into(),
+                OnceLock::new(),
+                Vec::new(),
+                None,
+                Duration::from_secs(30),
+                10_000,
+            )),
         }
     }
 
@@ -155,24 +176,17 @@ impl OAuth {
         match Arc::get_mut(&mut self.inner) {
             Some(inner) => f(inner),
             None => {
-                // Cloned before configuration ended: configure a copy.
-                let mut copy = Inner {
-                    issuer: self.inner.issuer.clone(),
-                    resource: self.inner.resource.clone(),
-                    audiences: self.inner.audiences.clone(),
-                    introspection: self.inner.introspection.clone(),
-                    refresh_interval: self.inner.refresh_interval,
-                    key_lifetime: self.inner.key_lifetime,
-                    fetch_timeout: self.inner.fetch_timeout,
-                    max_cached_tokens: self.inner.max_cached_tokens,
-                    client: OnceLock::new(),
-                    keys: Mutex::new(Keys::default()),
-                    fetching: tokio::sync::Mutex::new(()),
-                    introspecting: tokio::sync::Semaphore::new(INTROSPECTIONS_AT_ONCE),
-                    tokens: Mutex::new(TokenCache::default()),
-                    jwks_fetches: AtomicU64::new(0),
-                    introspections: AtomicU64::new(0),
-                };
+                // Cloned before configuration ended: configure a copy (with
+                // nothing fetched yet).
+                let old = &self.inner;
+                let mut copy = Inner::fresh(
+                    old.issuer.clone(),
+                    old.resource.clone(),
+                    old.audiences.clone(),
+                    old.introspection.clone(),
+                    old.refresh_interval,
+                    old.max_cached_tokens,
+                );
                 f(&mut copy);
                 self.inner = Arc::new(copy);
             }

@@ -259,10 +259,25 @@ pub(crate) async fn request(
 
 /// `Basic base64(id:secret)`.
 pub(crate) fn basic(id: &str, secret: &str) -> String {
-    use std::fmt::Write as _;
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let bytes = format!("{id}:{secret}").into_bytes();
-    let mut out = String::from("Basic ");
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut encoded = base64(format!("{id}:{secret}").as_bytes(), alphabet);
+    while !encoded.len().is_multiple_of(4) {
+        encoded.push('=');
+    }
+    format!("Basic {encoded}")
+}
+
+/// Base64url without padding (JWT segments).
+pub(crate) fn base64url(bytes: &[u8]) -> String {
+    base64(
+        bytes,
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
+    )
+}
+
+/// `bytes` in base 64 with `alphabet`, unpadded.
+fn base64(bytes: &[u8], alphabet: &[u8; 64]) -> String {
+    let mut out = String::new();
     for chunk in bytes.chunks(3) {
         let b = [
             chunk[0],
@@ -270,16 +285,8 @@ pub(crate) fn basic(id: &str, secret: &str) -> String {
             chunk.get(2).copied().unwrap_or(0),
         ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                let _ = write!(
-                    out,
-                    "{}",
-                    ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char
-                );
-            } else {
-                out.push('=');
-            }
+        for i in 0..=chunk.len() {
+            out.push(alphabet[(n >> (18 - 6 * i) & 63) as usize] as char);
         }
     }
     out
