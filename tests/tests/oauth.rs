@@ -488,13 +488,33 @@ async fn rotated_keys_are_fetched_and_cached_ones_serve_while_the_issuer_is_down
 
     // The issuer goes away: the cached key goes on serving, and a token
     // naming a key nobody has is refused at once (no hang).
+    let issuer = provider.addr;
     drop(provider);
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    support::within("the issuer to go away", async {
+        while tokio::net::TcpStream::connect(issuer).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let fetches = get_json(addr, &format!("/stats?token={new}")).await["oauth"]["jwksFetches"]
+        .as_u64()
+        .unwrap();
     let (status, _, body) = mcp(addr, Some(&new), &call("create_user", json!({}))).await;
     assert_eq!(status, 200, "{body}");
+    // Past the refresh interval, so that the unknown kid may try the issuer.
+    tokio::time::sleep(Duration::from_millis(150)).await;
     let started = Instant::now();
     assert_eq!(mcp(addr, Some(&old), &list()).await.0, 401);
     assert!(started.elapsed() < Duration::from_secs(10));
+    // The unknown kid made it try the issuer, which failed: the keys it had
+    // are still the ones it serves with.
+    let stats = get_json(addr, &format!("/stats?token={new}")).await;
+    assert_eq!(
+        stats["oauth"]["jwksFetches"].as_u64().unwrap(),
+        fetches + 1,
+        "{stats}"
+    );
+    assert_eq!(mcp(addr, Some(&new), &list()).await.0, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
