@@ -504,9 +504,14 @@ impl OAuth {
                         }
                     }
                 };
+                // Old, and not tried lately: one request starts a refresh
+                // (the others within the interval do not spawn one each).
                 let stale = keys
                     .fetched
-                    .is_some_and(|at| at.elapsed() > self.inner.key_lifetime);
+                    .is_some_and(|at| at.elapsed() > self.inner.key_lifetime)
+                    && keys
+                        .attempted
+                        .is_none_or(|at| at.elapsed() >= self.inner.refresh_interval);
                 (found, stale)
             };
             if let Some(key) = found {

@@ -137,9 +137,14 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
     } else {
         None
     };
+    // Whether a call's tool must be looked up for its scopes (HAIP.md §17.1).
+    let scoped = caller.is_some()
+        && (!hub.shared.config.required_scopes.is_empty()
+            || hub.shared.registry.snapshot().scoped());
     // A large call's arguments are parsed here too, off the workers, and
-    // left out of what the MCP server parses on them.
-    let (checked, split) = if large {
+    // left out of what the MCP server parses on them; so is its tool's name
+    // when its scopes matter.
+    let (checked, split, name) = if large {
         let owned = bytes.clone();
         // What of the arguments travels in `Mcp-Param-*` headers too (the
         // `x-mcp-header` properties of the schema the client was shown)
@@ -151,6 +156,8 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
             .map_or(hub.shared.config.schema_profile, |p| p.0);
         tokio::task::spawn_blocking(move || {
             let checked = inbound::check(&owned);
+            let call = matches!(&checked, Ok(c) if c.method.as_deref() == Some("tools/call"));
+            let name = (scoped && call).then(|| call_name(&owned)).flatten();
             let split = match &checked {
                 Ok(c) if c.method.as_deref() == Some("tools/call") => {
                     inbound::split_arguments(&owned, |name| {
@@ -165,7 +172,7 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
                 }
                 _ => None,
             };
-            (checked, split)
+            (checked, split, name)
         })
         .await
         .unwrap_or_else(|_| {
@@ -174,10 +181,13 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
                 inbound::PARSE_ERROR,
                 "Parse error: the body could not be read",
             );
-            (Err(broken), None)
+            (Err(broken), None, None)
         })
     } else {
-        (inbound::check(&bytes), None)
+        let checked = inbound::check(&bytes);
+        let call = matches!(&checked, Ok(c) if c.method.as_deref() == Some("tools/call"));
+        let name = (scoped && call).then(|| call_name(&bytes)).flatten();
+        (checked, None, name)
     };
     let checked = match checked {
         Ok(checked) => checked,
@@ -188,9 +198,8 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
     };
     // A call the caller's scopes do not allow: `403` and the scopes to step
     // up to (HAIP.md §17.1), before the MCP server sees it.
-    if let Some(caller) = &caller
-        && checked.method.as_deref() == Some("tools/call")
-        && let Some(refused) = forbidden_call(hub, caller, &checked, &bytes)
+    if let (Some(caller), Some(name)) = (&caller, &name)
+        && let Some(refused) = forbidden_call(hub, caller, &checked, name)
     {
         return refused;
     }
@@ -369,20 +378,8 @@ fn rpc_error(status: StatusCode, refusal: &Refusal) -> Response<Body> {
     response
 }
 
-/// `403` with `WWW-Authenticate: Bearer error="insufficient_scope"` for a
-/// `tools/call` of a tool whose scopes `caller` lacks; `None` when it may.
-fn forbidden_call(
-    hub: &Hub,
-    caller: &Caller,
-    checked: &inbound::Checked,
-    body: &[u8],
-) -> Option<Response<Body>> {
-    let config = &hub.shared.config;
-    let snapshot = hub.shared.registry.snapshot();
-    if config.required_scopes.is_empty() && snapshot.tools().iter().all(|t| t.scopes().is_empty()) {
-        return None;
-    }
-    /// `params.name` of a call, read without building the rest.
+/// `params.name` of a `tools/call`, read without building the rest.
+fn call_name(body: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Named<'a> {
         #[serde(borrow)]
@@ -394,7 +391,21 @@ fn forbidden_call(
         name: std::borrow::Cow<'a, str>,
     }
     let named: Named<'_> = serde_json::from_slice(body).ok()?;
-    let tool = snapshot.get(&named.params?.name)?;
+    Some(named.params?.name.into_owned())
+}
+
+/// `403` with `WWW-Authenticate: Bearer error="insufficient_scope"` for a
+/// `tools/call` of tool `name` whose scopes `caller` lacks; `None` when it
+/// may.
+fn forbidden_call(
+    hub: &Hub,
+    caller: &Caller,
+    checked: &inbound::Checked,
+    name: &str,
+) -> Option<Response<Body>> {
+    let config = &hub.shared.config;
+    let snapshot = hub.shared.registry.snapshot();
+    let tool = snapshot.get(name)?;
     let forbidden = config.forbidden(Some(caller), tool)?;
     let body = serde_json::json!({
         "jsonrpc": "2.0",

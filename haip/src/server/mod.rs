@@ -163,13 +163,7 @@ impl Server {
             );
         }
         if self.auth.is_none() {
-            let scoped = self
-                .shared
-                .registry
-                .snapshot()
-                .tools()
-                .iter()
-                .any(|t| !t.scopes().is_empty());
+            let scoped = self.shared.registry.snapshot().scoped();
             if scoped || !self.shared.config.required_scopes.is_empty() {
                 tracing::info!("authentication is off: tool scopes are not enforced");
             }

@@ -28,6 +28,9 @@ impl Default for Registry {
 pub(crate) struct Snapshot {
     tools: Vec<Tool>,
     index: FastMap<String, usize>,
+    /// Whether any tool requires OAuth scopes (so that a request need not
+    /// look for its tool's when none does).
+    scoped: bool,
 }
 
 impl Snapshot {
@@ -37,7 +40,12 @@ impl Snapshot {
             .enumerate()
             .map(|(i, t)| (t.name().to_owned(), i))
             .collect();
-        Snapshot { tools, index }
+        let scoped = tools.iter().any(|t| !t.scopes().is_empty());
+        Snapshot {
+            tools,
+            index,
+            scoped,
+        }
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&Tool> {
@@ -46,6 +54,11 @@ impl Snapshot {
 
     pub(crate) fn tools(&self) -> &[Tool] {
         &self.tools
+    }
+
+    /// Whether any tool requires OAuth scopes.
+    pub(crate) fn scoped(&self) -> bool {
+        self.scoped
     }
 }
 
