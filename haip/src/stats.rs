@@ -30,6 +30,12 @@ pub(crate) struct Stats {
     pub(crate) closed_body_timeout: AtomicU64,
     /// Connections refused beyond `max_connections_per_peer`.
     pub(crate) refused_per_peer: AtomicU64,
+    /// Of the connections counted, those another instance relays here (its
+    /// client is connected there, and counted there too).
+    pub(crate) relayed_connections: AtomicU64,
+    /// Of the connections counted since start, those relayed here.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) relayed_total: AtomicU64,
     latency_micros_sum: AtomicU64,
     latency_count: AtomicU64,
 }
@@ -61,6 +67,8 @@ impl Stats {
             closed_idle: AtomicU64::new(0),
             closed_body_timeout: AtomicU64::new(0),
             refused_per_peer: AtomicU64::new(0),
+            relayed_connections: AtomicU64::new(0),
+            relayed_total: AtomicU64::new(0),
             latency_micros_sum: AtomicU64::new(0),
             latency_count: AtomicU64::new(0),
         }
@@ -122,6 +130,7 @@ impl Stats {
             "errorRate": if messages == 0 { 0.0 } else { errors as f64 / messages as f64 },
             "uptime": uptime,
             "detachedSessions": self.detached_sessions.load(Relaxed),
+            "relayedConnections": self.relayed_connections.load(Relaxed),
             "outboundBytes": self.outbound_bytes.load(Relaxed),
             "replayBytes": replay_bytes,
             "connectionsClosed": {

@@ -2,8 +2,10 @@
 //! (installed and started by the test support on a free loopback port) and
 //! haip instances on loopback.
 //!
-//! - An instance killed with `kill -9` mid-call: its session resumes on
-//!   another instance, which replays what the client missed (the finished
+//! - An instance killed with `kill -9` mid-call, its client resuming on
+//!   another instance at once (WebSocket and SSE): the resumption is held
+//!   until the dead instance's lease expires, never refused; the session is
+//!   restored there, which replays what the client missed (the finished
 //!   call's `TOOL_DONE` among it) and ends the running call with `TOOL_DONE
 //!   ERROR INTERNAL_ERROR` "instance lost": still exactly one `TOOL_DONE`
 //!   per call.
@@ -11,6 +13,9 @@
 //!   session goes on running where its calls are, relayed through the
 //!   instance the client is on: the replay has no gap and no duplicate, a
 //!   call finishes through it, and a cancel sent to it stops the call.
+//! - A resumption relayed to the instance running the session and refused
+//!   there leaves the client on the fresh session it was greeted with, which
+//!   works on; the relayed connection counts once in the cluster's totals.
 //! - An SSE stream on one instance, its upstream POSTs sent to another: they
 //!   are forwarded, and the replies arrive on the stream.
 //! - With authentication on, the caller moves with the client: relayed to
@@ -239,6 +244,75 @@ async fn a_client_moves_to_a_live_instance_and_its_calls_follow_sse() {
     a_client_moves_to_a_live_instance_and_its_calls_follow(Kind::Sse).await;
 }
 
+/// A resumption relayed to the live instance running the session, and
+/// refused there: the client stays on the fresh session it was greeted with
+/// (HAIP.md §11.3), whose next `seq` the refusal carries, and works on it;
+/// the relayed connection counts once in the cluster's totals.
+async fn a_refused_relayed_resumption_stays_on_the_greeted_session(kind: Kind) {
+    let redis = RedisServer::start();
+    let (a, b) = pair(&redis).await;
+    let mut on_a = Conn::connect(kind, a.local_addr(), None).await;
+    let session = on_a.session.clone();
+    let done = on_a
+        .call_done("e1", "echo", json!({"message": "on a"}))
+        .await;
+    assert_eq!(done["status"], "OK");
+
+    let mut conn = Conn::connect(kind, b.local_addr(), None).await;
+    let greeted = conn.session.clone();
+    assert_ne!(greeted, session);
+    // More than the session ever sent: refused by a, which runs it.
+    conn.send(&resume_hai("r", &session, "999")).await;
+    let error = conn.recv().await;
+    assert_eq!(error["session"], greeted.as_str(), "{error}");
+    assert_eq!(error["payload"]["code"], "RESUME_FAILED", "{error}");
+    assert_eq!(
+        error["payload"]["detail"]["reason"], "invalid last_rx_seq",
+        "{error}"
+    );
+    // The connection works on, on the session it knows.
+    let done = conn
+        .call_done("e2", "echo", json!({"message": "fresh"}))
+        .await;
+    assert_eq!(done["result"], json!({"echoed": "fresh"}));
+    conn.ping_marker().await;
+
+    // a serves two connections, one of them relayed for b; what a publishes
+    // for the cluster counts only its own.
+    let stats = http(a.local_addr(), "GET", "/stats", &[], "").await;
+    let stats: Value = serde_json::from_str(&stats.body).unwrap();
+    assert_eq!(stats["activeConnections"], 2, "{stats}");
+    assert_eq!(stats["relayedConnections"], 1, "{stats}");
+    let left = |redis: &RedisServer| -> i64 {
+        redis
+            .command(&["PTTL", "haip:i:a"])
+            .expect("Redis answers")
+            .trim_start_matches(':')
+            .parse()
+            .expect("a lease")
+    };
+    let before = left(&redis);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    // Wait for a refresh of a's lease made after the relay was counted.
+    while left(&redis) <= before {
+        assert!(Instant::now() < deadline, "a's lease was never refreshed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let lease: Value = serde_json::from_str(&redis.get("haip:i:a").unwrap().unwrap()).unwrap();
+    assert_eq!(lease["activeConnections"], 1, "{lease}");
+    drop(on_a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_relayed_resumption_stays_on_the_greeted_session_ws() {
+    a_refused_relayed_resumption_stays_on_the_greeted_session(Kind::Ws).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_relayed_resumption_stays_on_the_greeted_session_sse() {
+    a_refused_relayed_resumption_stays_on_the_greeted_session(Kind::Sse).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn posts_sent_to_another_instance_reach_the_stream() {
     let redis = RedisServer::start();
@@ -379,54 +453,16 @@ impl Drop for Instance {
     }
 }
 
-/// Tries to resume `session` on `addr` until the instance that held it is
-/// known to be gone (its lease expires a few seconds after it died); returns
-/// the connection once the resumption is under way, and the first envelope
-/// replayed.
-async fn resume_when_owner_gone(
-    addr: SocketAddr,
-    session: &str,
-    last_rx_seq: u64,
-    redis: &RedisServer,
-) -> (Conn, Value) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut conn = Conn::connect(Kind::Ws, addr, None).await;
-        conn.send(&resume_hai("resume", session, &last_rx_seq.to_string()))
-            .await;
-        // A refusal comes on the connection's fresh session, a replay on the
-        // resumed one.
-        conn.relax();
-        let first = conn.recv().await;
-        if first["type"] != "ERROR" {
-            assert_eq!(first["seq"], (last_rx_seq + 1).to_string(), "{first}");
-            conn.follow(session, last_rx_seq + 1);
-            return (conn, first);
-        }
-        let reason = first["payload"]["detail"]["reason"].clone();
-        // The lease outlives the instance by a few seconds: until it expires,
-        // the session is taken for running there, which does not answer.
-        assert_eq!(
-            reason,
-            "the instance holding the session is unreachable",
-            "unexpected refusal: {first}; Redis holds {:?}",
-            redis.command(&["KEYS", "*"])
-        );
-        assert!(
-            Instant::now() < deadline,
-            "the dead instance's lease never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_instances_session_resumes_elsewhere_and_its_calls_end_once() {
+/// An instance killed with `kill -9` mid-call, its client resuming on
+/// another instance at once, as clients do: the dead instance's lease lives
+/// on for a few seconds, and the resumption is held meanwhile (never
+/// refused), then the session is restored there.
+async fn a_killed_instances_session_resumes_elsewhere_at_once(kind: Kind) {
     let redis = RedisServer::start();
     let mut a = Instance::spawn(&redis.url(), "a").await;
     let b = Instance::spawn(&redis.url(), "b").await;
 
-    let mut conn = Conn::connect(Kind::Ws, a.addr, None).await;
+    let mut conn = Conn::connect(kind, a.addr, None).await;
     let session = conn.session.clone();
     let done = conn
         .call_done("e1", "echo", json!({"message": "before"}))
@@ -443,18 +479,21 @@ async fn a_killed_instances_session_resumes_elsewhere_and_its_calls_end_once() {
     assert_eq!(update["status"], "RUNNING", "{update}");
     a.kill();
     drop(conn);
+    // The lease of a is still there: the session is taken for running on a.
+    assert!(
+        redis.get("haip:i:a").expect("Redis answers").is_some(),
+        "the lease outlives the instance"
+    );
 
-    // The client saw only the HAI (seq 1): everything else is replayed.
-    let (mut conn, first) = resume_when_owner_gone(b.addr, &session, 1, &redis).await;
+    // The client saw only the HAI (seq 1): everything else is replayed,
+    // on the first try.
+    let mut conn = Conn::connect(kind, b.addr, None).await;
+    conn.send(&resume_hai("resume", &session, "1")).await;
+    conn.follow(&session, 1);
     let mut dones = Vec::new();
     let mut confirmed = false;
-    let mut next = Some(first);
     while dones.len() < 2 {
-        let env = match next.take() {
-            Some(env) => env,
-            None => conn.recv().await,
-        };
-        assert_eq!(env["session"], session.as_str(), "{env}");
+        let env = conn.recv().await;
         match env["type"].as_str() {
             Some("TOOL_DONE") => dones.push(env["payload"].clone()),
             Some("HAI") => {
@@ -485,6 +524,16 @@ async fn a_killed_instances_session_resumes_elsewhere_and_its_calls_end_once() {
         .call_done("e2", "echo", json!({"message": "after"}))
         .await;
     assert_eq!(done["result"], json!({"echoed": "after"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instances_session_resumes_elsewhere_at_once_ws() {
+    a_killed_instances_session_resumes_elsewhere_at_once(Kind::Ws).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instances_session_resumes_elsewhere_at_once_sse() {
+    a_killed_instances_session_resumes_elsewhere_at_once(Kind::Sse).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -599,28 +648,17 @@ async fn losing_redis_keeps_sessions_working_and_it_recovers() {
     assert_eq!(done["status"], "OK");
     conn.ping_marker().await;
 
-    // Moving to b works again once a has subscribed again: relayed to a.
+    // Moving to b works again, relayed to a: a resumption that finds a not
+    // subscribed again yet is held until it is, not refused.
+    wait_reachable(b.local_addr(), true).await;
     let seen = conn.last_seq();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut moved = loop {
-        let mut other = Conn::connect(Kind::Ws, b.local_addr(), None).await;
-        other
-            .send(&resume_hai("r2", &session, &seen.to_string()))
-            .await;
-        other.relax();
-        let first = other.recv().await;
-        if first["type"] == "HAI" && first["session"] == session.as_str() {
-            other.follow(&session, seen + 1);
-            break other;
-        }
-        assert_eq!(first["type"], "ERROR", "{first}");
-        assert_eq!(
-            first["payload"]["detail"]["reason"], "the instance holding the session is unreachable",
-            "{first}"
-        );
-        assert!(Instant::now() < deadline, "a never subscribed again");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let mut moved = Conn::connect(Kind::Ws, b.local_addr(), None).await;
+    moved
+        .send(&resume_hai("r2", &session, &seen.to_string()))
+        .await;
+    moved.follow(&session, seen);
+    let confirm = moved.recv().await;
+    assert_eq!(confirm["type"], "HAI", "{confirm}");
     let done = moved
         .call_done("e3", "echo", json!({"message": "through b"}))
         .await;

@@ -563,12 +563,34 @@ impl RedisSessionStore {
             Ok(Ok(receivers)) if receivers > 0 => Ok(link),
             Ok(Ok(_)) => {
                 self.lock_links().remove(&id);
-                Err("the instance holding the session is unreachable")
+                Err(crate::session::link::UNREACHABLE)
             }
             _ => {
                 self.lock_links().remove(&id);
                 Err("session store unavailable")
             }
+        }
+    }
+
+    /// How long the lease of instance `peer` lasts without a refresh:
+    /// `None` once it has expired (the instance is taken for dead). `Err`
+    /// when Redis cannot say.
+    pub(crate) async fn lease_left(&self, peer: &str) -> Result<Option<Duration>, &'static str> {
+        let Some(mut conn) = self.conn.get().cloned().filter(|_| self.is_healthy()) else {
+            return Err("session store unavailable");
+        };
+        let read = tokio::time::timeout(
+            IO_TIMEOUT,
+            redis::cmd("PTTL")
+                .arg(lease_key(peer))
+                .query_async::<i64>(&mut conn),
+        )
+        .await;
+        match read {
+            // -2: no such key; -1 (no expiry) cannot happen to a lease.
+            Ok(Ok(ms)) if ms >= 0 => Ok(Some(Duration::from_millis(ms as u64))),
+            Ok(Ok(_)) => Ok(None),
+            _ => Err("session store unavailable"),
         }
     }
 
@@ -583,11 +605,17 @@ impl RedisSessionStore {
         let ended = stats.calls_ok.load(Relaxed)
             + stats.calls_failed.load(Relaxed)
             + stats.calls_cancelled.load(Relaxed);
+        // A relayed connection is counted where its client is connected,
+        // not again where its session runs.
+        let active = stats.active_connections.load(Relaxed);
+        let relayed = stats.relayed_connections.load(Relaxed);
+        let opened = stats.total_connections.load(Relaxed);
+        let relayed_total = stats.relayed_total.load(Relaxed);
         serde_json::json!({
-            "activeConnections": stats.active_connections.load(Relaxed),
+            "activeConnections": active.saturating_sub(relayed),
             "detachedSessions": stats.detached_sessions.load(Relaxed),
             "activeCalls": total.saturating_sub(ended),
-            "totalConnections": stats.total_connections.load(Relaxed),
+            "totalConnections": opened.saturating_sub(relayed_total),
         })
     }
 
@@ -852,16 +880,20 @@ impl RedisSessionStore {
                     return Ok(Err(NotRestored::Elsewhere(owner)));
                 }
             }
-            let claimed: Option<String> = redis::cmd("SET")
+            // A claim whose instance died with it (restored there, then
+            // killed within the claim's life) does not hold the session.
+            let claimed: i64 = redis::cmd("EVAL")
+                .arg(CLAIM)
+                .arg(1)
                 .arg(claim_key(&id))
                 .arg(&*store.instance)
-                .arg("NX")
-                .arg("PX")
-                .arg(10_000)
+                .arg(CLAIM_MS)
                 .query_async(&mut conn)
                 .await?;
-            if claimed.is_none() {
-                return Ok(Err(NotRestored::Refused("session being resumed elsewhere")));
+            if claimed == 0 {
+                return Ok(Err(NotRestored::Refused(
+                    crate::session::link::BEING_RESUMED,
+                )));
             }
             let window: Vec<Vec<u8>> = conn.lrange(window_key(&id), 0, -1).await?;
             let calls: Vec<String> = conn.smembers(calls_key(&id)).await?;
@@ -931,6 +963,21 @@ fn seq_of(envelope: &[u8]) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// How long a claim to restore a session holds it (others answer
+/// `session being resumed elsewhere` meanwhile).
+const CLAIM_MS: u64 = 10_000;
+
+/// Claims `KEYS[1]` for instance `ARGV[1]` for `ARGV[2]` ms, unless another
+/// instance whose lease is alive holds it: 1 if claimed, else 0.
+const CLAIM: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] and redis.call('EXISTS', 'haip:i:' .. holder) == 1 then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+";
 
 /// The set of instance ids that took a lease (the dead ones are dropped when
 /// `/stats` finds their lease gone).
@@ -1007,6 +1054,9 @@ fn encode_open(id: u64, from: &str, open: &LinkOpen) -> Vec<u8> {
             }
             .into();
             body["hai"] = hai.as_str().into();
+            if let Some((session, next_seq)) = &open.greeted {
+                body["greeted"] = serde_json::json!([session, next_seq]);
+            }
         }
         LinkPurpose::Post { session } => body["post"] = session.as_str().into(),
     }
@@ -1049,12 +1099,20 @@ fn decode_open(body: &[u8]) -> Option<(String, LinkOpen)> {
                 .with_claims(claims),
         )
     });
+    let greeted = match &value["greeted"] {
+        serde_json::Value::Array(pair) => match pair.as_slice() {
+            [session, next_seq] => Some((session.as_str()?.to_owned(), next_seq.as_u64()?)),
+            _ => return None,
+        },
+        _ => None,
+    };
     Some((
         from,
         LinkOpen {
             subject,
             caller,
             purpose,
+            greeted,
         },
     ))
 }
@@ -1117,6 +1175,10 @@ impl SessionStore for SharedRedisStore {
                 id: self.0.id_arc(id),
             });
         }
+    }
+
+    fn hand_off(&self, id: &str) {
+        self.0.local.remove(id);
     }
 
     fn records(&self) -> bool {
@@ -1182,6 +1244,12 @@ impl SessionStore for SharedRedisStore {
 
     fn link(&self, owner: &str, open: LinkOpen) -> StoreFuture<Result<Link, &'static str>> {
         Box::pin(Arc::clone(&self.0).open_link(owner.to_owned(), open))
+    }
+
+    fn lease_left(&self, owner: &str) -> StoreFuture<Result<Option<Duration>, &'static str>> {
+        let store = Arc::clone(&self.0);
+        let owner = owner.to_owned();
+        Box::pin(async move { store.lease_left(&owner).await })
     }
 }
 

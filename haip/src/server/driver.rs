@@ -29,7 +29,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::exec::CallEvent;
 use crate::protocol::{DecodeError, ErrorCode};
-use crate::session::link::{Link, LinkMessage, LinkOpen, LinkPurpose, close_reason};
+use crate::session::link::{
+    BEING_RESUMED, Link, LinkMessage, LinkOpen, LinkPurpose, UNREACHABLE, close_reason,
+};
 use crate::session::{
     Action, Attached, Control, LARGE_PARAMS, NotRestored, Overflow, ResumeRequest, Session,
     SessionStore, Shared, Takeover, decode_unit, next_event,
@@ -85,6 +87,23 @@ pub(crate) struct Options {
 
 /// How long a resumption waits for the session's current owner.
 const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a resuming client is held while the instance that ran its
+/// session cannot be reached: longer than a shared store's lease lasts
+/// after its instance's last refresh (6 s), within a client's patience.
+const OWNER_WAIT: Duration = Duration::from_secs(9);
+
+/// Past a lease's expiry before trying again (clocks of Redis and this
+/// instance run apart a little).
+const LEASE_SLACK: Duration = Duration::from_millis(20);
+
+/// The shortest and the longest wait between two tries: an owner that only
+/// lost its subscription for a moment is found again within a second.
+const RETRY_MIN: Duration = Duration::from_millis(20);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// How long to wait for an instance restoring the session to say it holds it.
+const RETRY_BEING_RESUMED: Duration = Duration::from_millis(100);
 
 /// How long the last frames may take once shutdown has cancelled the calls.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -531,7 +550,7 @@ where
         if let Some(request) = resume {
             // The rest of a POST that asked to resume goes to the resumed session.
             // Boxed: a rare wait, kept out of every session's loop state.
-            match Box::pin(resume_into(attached, *request, shared, options)).await {
+            match Box::pin(resume_into(attached, *request, shared, writer, options)).await {
                 Ok(next) => attached = next,
                 Err(link) => {
                     options.relay = Some((link, batch.take()));
@@ -606,18 +625,21 @@ async fn resume_into(
     fresh: Attached,
     request: ResumeRequest,
     shared: &Shared,
+    writer: &Writer,
     options: &mut Options,
 ) -> Result<Attached, Link> {
     let outcome = match request.last_rx_seq {
         None => Err("invalid last_rx_seq"),
         Some(last_rx_seq) => {
             let text = request.text.as_deref();
-            take_over(&request.session, last_rx_seq, text, &fresh, shared).await
+            take_over(&request.session, last_rx_seq, text, &fresh, shared, writer).await
         }
     };
     match outcome {
         Ok(Resumed::There(link)) => {
-            shared.store.remove(fresh.session.id());
+            // The instance running the session runs this fresh one too, if
+            // the resumption is refused there.
+            shared.store.hand_off(fresh.session.id());
             tracing::debug!(session = %request.session, "session relayed to its instance");
             if let Some(on_resumed) = options.on_resumed.as_mut() {
                 on_resumed(&request.session);
@@ -654,34 +676,71 @@ async fn resume_into(
 /// recorded of it (the in-memory store knows none: `unknown session`). Its
 /// calls died with their instance: each ends with `TOOL_DONE ERROR`, after
 /// the replay and the confirming `HAI`.
+///
+/// An instance that dies holds its sessions until its lease expires (a few
+/// seconds): clients reconnect at once, and find it unreachable meanwhile.
+/// That is no reason to refuse them: the client is held, kept alive, until
+/// the owner answers again or its lease expires and the session is restored
+/// here, for at most [`OWNER_WAIT`].
 async fn restore(
     id: &str,
     last_rx_seq: u64,
     text: Option<&str>,
     fresh: &Attached,
     shared: &Shared,
+    writer: &Writer,
 ) -> Result<Resumed, &'static str> {
-    let restored = tokio::time::timeout(TAKEOVER_TIMEOUT, shared.store.restore(id)).await;
-    let snapshot = match restored {
-        Ok(Ok(snapshot)) => snapshot,
-        Ok(Err(NotRestored::Refused(reason))) => return Err(reason),
-        Ok(Err(NotRestored::Elsewhere(owner))) => {
-            // Its calls run there: the client is relayed to them.
-            let hai = text.ok_or("session held by another live instance")?;
-            let open = LinkOpen {
-                subject: fresh.session.subject().map(|s| s.to_string()),
-                caller: fresh.session.caller().cloned(),
-                purpose: LinkPurpose::Connection {
-                    transport: fresh.session.transport(),
-                    hai: hai.to_owned(),
-                },
-            };
-            let link = tokio::time::timeout(TAKEOVER_TIMEOUT, shared.store.link(&owner, open))
-                .await
-                .unwrap_or(Err("session store timed out"))?;
-            return Ok(Resumed::There(link));
+    let held_until = Instant::now() + OWNER_WAIT;
+    let snapshot = loop {
+        let restored = tokio::time::timeout(TAKEOVER_TIMEOUT, shared.store.restore(id)).await;
+        let (reason, owner) = match restored {
+            Ok(Ok(snapshot)) => break snapshot,
+            Ok(Err(NotRestored::Refused(reason))) if reason == BEING_RESUMED => (reason, None),
+            Ok(Err(NotRestored::Refused(reason))) => return Err(reason),
+            Ok(Err(NotRestored::Elsewhere(owner))) => {
+                // Its calls run there: the client is relayed to them.
+                let hai = text.ok_or("session held by another live instance")?;
+                let open = LinkOpen {
+                    subject: fresh.session.subject().map(|s| s.to_string()),
+                    caller: fresh.session.caller().cloned(),
+                    purpose: LinkPurpose::Connection {
+                        transport: fresh.session.transport(),
+                        hai: hai.to_owned(),
+                    },
+                    greeted: Some((fresh.session.id().to_owned(), fresh.session.next_seq())),
+                };
+                let link = tokio::time::timeout(TAKEOVER_TIMEOUT, shared.store.link(&owner, open))
+                    .await
+                    .unwrap_or(Err("session store timed out"));
+                match link {
+                    Ok(link) => return Ok(Resumed::There(link)),
+                    Err(reason) if reason == UNREACHABLE => (reason, Some(owner)),
+                    Err(reason) => return Err(reason),
+                }
+            }
+            Err(_) => return Err("session store timed out"),
+        };
+        // Try again when the owner's lease runs out (or sooner: it may be
+        // back), or when the instance restoring it has said it holds it.
+        let wait = match owner {
+            Some(owner) => match shared.store.lease_left(&owner).await {
+                Ok(Some(left)) => left + LEASE_SLACK,
+                Ok(None) => Duration::ZERO,
+                Err(reason) => return Err(reason),
+            },
+            None => RETRY_BEING_RESUMED,
         }
-        Err(_) => return Err("session store timed out"),
+        .clamp(RETRY_MIN, RETRY_MAX);
+        let now = Instant::now();
+        if now + wait > held_until {
+            return Err(reason);
+        }
+        // The client hears that the server is there while it waits.
+        writer.send(Frame::KeepAlive);
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = shared.shutdown.cancelled() => return Err(reason),
+        }
     };
     if snapshot.subject.as_deref() != fresh.session.subject().map(|s| &**s) {
         return Err("subject mismatch");
@@ -706,9 +765,10 @@ async fn take_over(
     text: Option<&str>,
     fresh: &Attached,
     shared: &Shared,
+    writer: &Writer,
 ) -> Result<Resumed, &'static str> {
     let Some(owner) = shared.store.find(id) else {
-        return restore(id, last_rx_seq, text, fresh, shared).await;
+        return restore(id, last_rx_seq, text, fresh, shared, writer).await;
     };
     let (reply, answer) = oneshot::channel();
     let request = Box::new(Takeover {

@@ -4,6 +4,7 @@
 //! they are for. Either is served as if the client had come here itself.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -36,8 +37,13 @@ pub(crate) async fn serve(hub: Arc<Hub>, mut incoming: mpsc::Receiver<IncomingLi
         let served = Arc::clone(&hub);
         match open.purpose {
             LinkPurpose::Connection { transport, hai } => {
-                hub.tracker
-                    .spawn(connection(served, link, open.caller, transport, hai));
+                let relayed = Relayed {
+                    caller: open.caller,
+                    transport,
+                    hai,
+                    greeted: open.greeted,
+                };
+                hub.tracker.spawn(connection(served, link, relayed));
             }
             LinkPurpose::Post { session } => {
                 hub.tracker.spawn(post(served, link, open.subject, session));
@@ -46,16 +52,27 @@ pub(crate) async fn serve(hub: Arc<Hub>, mut incoming: mpsc::Receiver<IncomingLi
     }
 }
 
-/// Runs a relayed connection: a fresh session here whose first envelope is
-/// the client's resumption `HAI`, so it takes over the session this instance
-/// runs; its frames go back over the link.
-async fn connection(
-    hub: Arc<Hub>,
-    link: Link,
+/// What a relaying instance says of the connection it relays.
+struct Relayed {
     caller: Option<Arc<crate::context::Caller>>,
     transport: TransportKind,
+    /// The client's resumption `HAI`.
     hai: String,
-) {
+    /// The fresh session the client was greeted with there, and its next `seq`.
+    greeted: Option<(String, u64)>,
+}
+
+/// Runs a relayed connection: a fresh session here (the one its client was
+/// greeted with on the relaying instance) whose first envelope is the
+/// client's resumption `HAI`, so it takes over the session this instance
+/// runs; its frames go back over the link.
+async fn connection(hub: Arc<Hub>, link: Link, relayed: Relayed) {
+    let Relayed {
+        caller,
+        transport,
+        hai,
+        greeted,
+    } = relayed;
     let subject = caller.as_ref().map(|c| c.subject().to_owned());
     let Link { out, inbound } = link;
     let Some(guard) = hub.admit() else {
@@ -67,7 +84,8 @@ async fn connection(
             .await;
         return;
     };
-    let session = Session::relayed(Arc::clone(&hub.shared), transport, caller);
+    let _relayed = RelayedCount::new(&hub.shared.stats);
+    let session = Session::relayed(Arc::clone(&hub.shared), transport, caller, greeted);
     let (inbound_tx, inbound_rx) = mpsc::channel(stream::INBOUND_QUEUE);
     let (frames, frames_rx) = frame_queue();
     let meter = WriteMeter::new(Arc::clone(&hub.shared));
@@ -191,4 +209,22 @@ async fn post(hub: Arc<Hub>, link: Link, subject: Option<String>, session: Strin
 fn text_of(bytes: Bytes) -> String {
     String::from_utf8(bytes.to_vec())
         .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// A relayed connection, counted apart from the connections clients make
+/// here (the cluster's totals count it once, where its client is).
+struct RelayedCount<'a>(&'a crate::stats::Stats);
+
+impl<'a> RelayedCount<'a> {
+    fn new(stats: &'a crate::stats::Stats) -> RelayedCount<'a> {
+        stats.relayed_connections.fetch_add(1, Relaxed);
+        stats.relayed_total.fetch_add(1, Relaxed);
+        RelayedCount(stats)
+    }
+}
+
+impl Drop for RelayedCount<'_> {
+    fn drop(&mut self) {
+        self.0.relayed_connections.fetch_sub(1, Relaxed);
+    }
 }

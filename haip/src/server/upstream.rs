@@ -187,7 +187,7 @@ impl Sink {
             }
             Sink::There(mut link) => {
                 if !link.send(LinkMessage::Done(0)).await {
-                    return unavailable("the instance holding the session is unreachable");
+                    return unavailable(crate::session::link::UNREACHABLE);
                 }
                 loop {
                     match link.inbound.recv().await {
@@ -228,6 +228,7 @@ async fn elsewhere(
         subject: subject.map(str::to_owned),
         caller: None,
         purpose: LinkPurpose::Post { session },
+        greeted: None,
     };
     Arc::clone(cluster)
         .open_link(instance, open)

@@ -28,6 +28,15 @@ pub(crate) const LINK_BYTES: u32 = 4 << 20;
 /// in number too.
 const MESSAGE_OVERHEAD: usize = 64;
 
+/// Why a link could not be opened: no instance listens where the session's
+/// owner should (it died, and its lease has not expired yet; or it lost its
+/// subscription for a moment).
+pub(crate) const UNREACHABLE: &str = "the instance holding the session is unreachable";
+
+/// Why a session cannot be restored now: another instance is restoring it
+/// (and will say so in a moment, or give up within its claim).
+pub(crate) const BEING_RESUMED: &str = "session being resumed elsewhere";
+
 /// What a link is opened for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum LinkPurpose {
@@ -50,6 +59,11 @@ pub(crate) struct LinkOpen {
     /// session it resumes there knows what it may call (HAIP.md §17.1).
     pub(crate) caller: Option<std::sync::Arc<crate::context::Caller>>,
     pub(crate) purpose: LinkPurpose,
+    /// A relayed connection's fresh session, which its client was greeted
+    /// with on the relaying instance, and the next `seq` it would commit:
+    /// if the resumption is refused, the connection stays on it (HAIP.md
+    /// §11.3), run from then on by the instance the link reaches.
+    pub(crate) greeted: Option<(String, u64)>,
 }
 
 /// One message on an open link.

@@ -337,17 +337,47 @@ impl Session {
 
     /// A fresh session for a connection relayed from another instance,
     /// whose client was greeted there: its `HAI` is not sent (what comes
-    /// next is the client's resumption of the session it is after).
+    /// next is the client's resumption of the session it is after). It is
+    /// the session the client was greeted with (`greeted`: its id and next
+    /// `seq`), so that a refused resumption leaves the client on a session
+    /// it knows (HAIP.md §11.3).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn relayed(
         shared: Arc<Shared>,
         transport: TransportKind,
         caller: Option<Arc<Caller>>,
+        greeted: Option<(String, u64)>,
     ) -> Session {
         let mut session = Session::new(shared, transport, caller);
         session.outbox.clear();
         session.new_envelopes = 0;
+        let unsent = std::mem::take(&mut session.new_bytes);
         session
+            .shared
+            .stats
+            .outbound_bytes
+            .fetch_sub(unsent as u64, Relaxed);
+        if let Some((id, next_seq)) = greeted {
+            let made = std::mem::replace(&mut session.id, Arc::from(id));
+            session.next_seq = next_seq.max(1);
+            if session.shared.store.records() {
+                // Recorded as it was made: it is the greeted one instead.
+                session.shared.store.remove(&made);
+                let subject = session.subject.clone();
+                session.shared.store.record(
+                    &session.id,
+                    Record::Opened {
+                        subject: subject.as_deref(),
+                    },
+                );
+            }
+        }
+        session
+    }
+
+    /// The `seq` the next committed envelope gets.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_seq
     }
 
     /// A session another instance held, rebuilt from what a shared store

@@ -214,6 +214,11 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
     fn find(&self, id: &str) -> Option<TakeoverAddress>;
     /// Forgets a session (it ended or expired).
     fn remove(&self, id: &str);
+    /// Forgets session `id` here, because another instance runs it from now
+    /// on: what a shared store recorded of it is that instance's to change.
+    fn hand_off(&self, id: &str) {
+        self.remove(id);
+    }
     /// Notes a change to session `id` that resuming it elsewhere needs.
     /// Never blocks (a shared store queues it).
     fn record(&self, _id: &str, _record: Record<'_>) {}
@@ -252,6 +257,15 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
         _open: crate::session::link::LinkOpen,
     ) -> StoreFuture<Result<crate::session::link::Link, &'static str>> {
         Box::pin(std::future::ready(Err("session held by another instance")))
+    }
+    /// How long the lease of instance `owner` lasts unless refreshed; `None`
+    /// once it has expired (the instance is taken for dead: its sessions may
+    /// be restored). `Err` when the store cannot say.
+    fn lease_left(
+        &self,
+        _owner: &str,
+    ) -> StoreFuture<Result<Option<std::time::Duration>, &'static str>> {
+        Box::pin(std::future::ready(Ok(None)))
     }
 }
 
