@@ -125,6 +125,9 @@ pub(crate) struct RedisSessionStore {
     window_cap: usize,
     /// Records dropped (queue full, or Redis unavailable).
     dropped: AtomicU64,
+    /// Round trips of the writer, and those that failed (for `/metrics`).
+    trips: AtomicU64,
+    failed_trips: AtomicU64,
     /// The last round trip to Redis worked.
     healthy: AtomicBool,
     /// The last session id seen, so that a stream of records for one session
@@ -197,6 +200,8 @@ impl RedisSessionStore {
             ttl,
             window_cap: window_cap.max(1),
             dropped: AtomicU64::new(0),
+            trips: AtomicU64::new(0),
+            failed_trips: AtomicU64::new(0),
             healthy: AtomicBool::new(false),
             last_id: std::sync::Mutex::new(None),
             shared: OnceLock::new(),
@@ -230,6 +235,11 @@ impl RedisSessionStore {
     /// Records dropped so far (queue full or Redis unavailable).
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Relaxed)
+    }
+
+    /// The writer's round trips to Redis so far, and those that failed.
+    pub(crate) fn round_trips(&self) -> (u64, u64) {
+        (self.trips.load(Relaxed), self.failed_trips.load(Relaxed))
     }
 
     /// Connects (failing with the reason when Redis does not answer within a
@@ -725,7 +735,12 @@ impl RedisSessionStore {
                 let pipe = self.pipeline(&batch);
                 let sent =
                     tokio::time::timeout(IO_TIMEOUT, pipe.query_async::<()>(&mut conn)).await;
-                matches!(sent, Ok(Ok(())))
+                self.trips.fetch_add(1, Relaxed);
+                let sent = matches!(sent, Ok(Ok(())));
+                if !sent {
+                    self.failed_trips.fetch_add(1, Relaxed);
+                }
+                sent
             } else {
                 false
             };

@@ -512,19 +512,23 @@ pub(crate) fn complete(
     stats: &Stats,
 ) -> (Completion, Ended) {
     let done = |outcome: ToolOutcome, ended| (Completion::Done(outcome), ended);
+    let failed = |failure: ToolFailure| {
+        let ended = Ended::failed(&failure.code);
+        done(ToolOutcome::Error(failure), ended)
+    };
     let name = tool.name();
     match outcome {
         Outcome::Rendered(rendered) => {
             let Rendered { json, violations } = *rendered;
             match violated(name, &violations, policy, stats) {
-                Some(failure) => done(ToolOutcome::Error(failure), Ended::Failed),
+                Some(failure) => failed(failure),
                 None => (Completion::Encoded(json), Ended::Ok),
             }
         }
         Outcome::Returned(Ok(value)) => {
             let found = tool.check_result(&value, policy.max_violations);
             match violated(name, &found, policy, stats) {
-                Some(failure) => done(ToolOutcome::Error(failure), Ended::Failed),
+                Some(failure) => failed(failure),
                 None => done(
                     ToolOutcome::Ok((!value.is_null()).then_some(value)),
                     Ended::Ok,
@@ -534,11 +538,11 @@ pub(crate) fn complete(
         Outcome::Returned(Err(e)) if e.is_cancelled() => {
             done(ToolOutcome::Cancelled(None), Ended::Cancelled)
         }
-        Outcome::Returned(Err(e)) => done(ToolOutcome::Error(e.into_failure()), Ended::Failed),
+        Outcome::Returned(Err(e)) => failed(e.into_failure()),
         Outcome::Panicked(text) => {
             let message = panic_message(name, &text, policy.debug_errors);
             let failure = ToolFailure::new(ErrorCode::INTERNAL_ERROR, message);
-            done(ToolOutcome::Error(failure), Ended::Failed)
+            done(ToolOutcome::Error(failure), Ended::Panicked)
         }
         // Stopped after a cancel (the client's, a timeout's, shutdown's).
         Outcome::Stopped => done(ToolOutcome::Cancelled(None), Ended::Cancelled),

@@ -32,12 +32,12 @@ use crate::content::Shape;
 use crate::context::Caller;
 use crate::context::{LogLevel, LogLine, Peer, ProgressSlot};
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Validation};
-use crate::protocol::json_len;
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
+use crate::protocol::{ErrorCode, json_len};
 use crate::schema::SchemaProfile;
 use crate::session::Shared;
 use crate::session::tasks::{TaskEnd, TaskStatus};
-use crate::stats::{Ended, Throttle};
+use crate::stats::{Ended, Throttle, UNKNOWN_TOOL};
 use crate::tool::{TaskSupport, Tool};
 
 /// The caller an authenticated `/mcp` request carries into its calls.
@@ -366,10 +366,12 @@ impl ServerHandler for ExportService {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let stats = &self.shared.stats;
-        stats.calls_total.fetch_add(1, Relaxed);
         let received = Instant::now();
-        let Some(tool) = self.shared.registry.get(&request.name) else {
-            stats.call_ended(Ended::Failed, Some(received.elapsed()));
+        let tool = self.shared.registry.get(&request.name);
+        stats.call_started(tool.as_ref().map_or(UNKNOWN_TOOL, |t| t.name()));
+        let Some(tool) = tool else {
+            let ended = Ended::failed(&ErrorCode::TOOL_NOT_FOUND);
+            stats.call_ended(UNKNOWN_TOOL, ended, Some(received.elapsed()));
             return Err(McpError::invalid_params(
                 format!("Tool {} not found", super::inbound::quote(&request.name)),
                 None,
@@ -382,7 +384,11 @@ impl ServerHandler for ExportService {
             .config
             .forbidden(caller_of(&context).as_deref(), &tool)
         {
-            stats.call_ended(Ended::Failed, Some(received.elapsed()));
+            stats.call_ended(
+                tool.name(),
+                Ended::failed(&ErrorCode::FORBIDDEN),
+                Some(received.elapsed()),
+            );
             return Err(McpError::invalid_request(
                 forbidden.message(),
                 Some(forbidden.details()),
@@ -393,7 +399,11 @@ impl ServerHandler for ExportService {
             .client_capabilities()
             .is_some_and(|caps| caps.supports_tasks());
         if tool.task_support() == TaskSupport::Required && !takes_tasks {
-            stats.call_ended(Ended::Failed, Some(received.elapsed()));
+            stats.call_ended(
+                tool.name(),
+                Ended::failed(&ErrorCode::INVALID_MESSAGE),
+                Some(received.elapsed()),
+            );
             return Err(McpError::missing_required_client_capability(
                 rmcp::model::ClientCapabilities::builder()
                     .enable_tasks()
@@ -414,7 +424,11 @@ impl ServerHandler for ExportService {
         let round = match self.round_peer(&tool, &params, subject.as_deref(), &request, &context) {
             Ok(round) => round,
             Err(bad) => {
-                stats.call_ended(Ended::Failed, Some(received.elapsed()));
+                stats.call_ended(
+                    tool.name(),
+                    Ended::failed(&ErrorCode::INVALID_PARAMS),
+                    Some(received.elapsed()),
+                );
                 return Err(McpError::invalid_params(bad.0, None));
             }
         };
@@ -442,17 +456,29 @@ impl ServerHandler for ExportService {
         let params = match validation {
             Validation::Valid(params) => params,
             Validation::Failed => {
-                stats.call_ended(Ended::Failed, Some(received.elapsed()));
+                stats.call_ended(
+                    tool.name(),
+                    Ended::failed(&ErrorCode::INTERNAL_ERROR),
+                    Some(received.elapsed()),
+                );
                 let text = format!("Internal error validating params for tool {}", tool.name());
                 return Ok(error_result(text, None).into());
             }
             Validation::Invalid(found) => {
-                stats.call_ended(Ended::Failed, Some(received.elapsed()));
+                stats.call_ended(
+                    tool.name(),
+                    Ended::failed(&ErrorCode::INVALID_PARAMS),
+                    Some(received.elapsed()),
+                );
                 return Ok(invalid_params_result(&tool, &found).into());
             }
         };
         let Ok(permit) = Arc::clone(&self.inflight).try_acquire_owned() else {
-            stats.call_ended(Ended::Failed, Some(received.elapsed()));
+            stats.call_ended(
+                tool.name(),
+                Ended::failed(&ErrorCode::RATE_LIMITED),
+                Some(received.elapsed()),
+            );
             return Ok(error_result("Too many tool calls in flight".to_owned(), None).into());
         };
         let call = Call {
@@ -469,7 +495,11 @@ impl ServerHandler for ExportService {
             match self.run_as_task(call).await {
                 AsTask::Task(result) => return Ok(CallToolResponse::Task(result)),
                 AsTask::Refused(result) => {
-                    stats.call_ended(Ended::Failed, Some(received.elapsed()));
+                    stats.call_ended(
+                        tool.name(),
+                        Ended::failed(&ErrorCode::INTERNAL_ERROR),
+                        Some(received.elapsed()),
+                    );
                     return Ok(result.into());
                 }
                 AsTask::Stopped(stop) => stop,
@@ -488,7 +518,7 @@ impl ServerHandler for ExportService {
             return Ok(CallToolResponse::InputRequired(result));
         }
         let (ended, result) = result_of(&self.shared, &tool, stop);
-        stats.call_ended(ended, Some(received.elapsed()));
+        stats.call_ended(tool.name(), ended, Some(received.elapsed()));
         // A call that failed after a question its client could not take
         // (it did not declare the capability): say which it lacks.
         if result.is_error == Some(true)
@@ -883,7 +913,9 @@ impl ExportService {
             }
             let (ended, end) = task_end(&shared, &tool, stop, peer.cancel.is_cancelled());
             tasks.finish(&peer, end).await;
-            shared.stats.call_ended(ended, Some(received.elapsed()));
+            shared
+                .stats
+                .call_ended(tool.name(), ended, Some(received.elapsed()));
             drop(admission);
         });
         AsTask::Task(created)
@@ -901,7 +933,7 @@ impl ExportService {
         let (ended, end) = task_end(&self.shared, tool, Stop::Outcome(outcome), false);
         self.shared
             .stats
-            .call_ended(ended, Some(received.elapsed()));
+            .call_ended(tool.name(), ended, Some(received.elapsed()));
         match self.tasks.create(peer, subject.as_deref(), Some(end)).await {
             Ok(created) => AsTask::Task(created),
             Err(e) => AsTask::Refused(error_result(
@@ -1016,7 +1048,7 @@ fn result_of(shared: &Shared, tool: &Tool, stop: Stop) -> (Ended, CallToolResult
                 .or(shared.config.tool_timeout)
                 .map_or(0, |t| t.as_millis());
             let text = format!("Tool {name} timed out after {ms} ms");
-            return (Ended::Failed, error_result(text, None));
+            return (Ended::TimedOut, error_result(text, None));
         }
         Stop::Outcome(outcome) => outcome,
     };
@@ -1060,7 +1092,8 @@ fn result_of(shared: &Shared, tool: &Tool, stop: Stop) -> (Ended, CallToolResult
         }
         let text = format!("Result of {size} bytes exceeds {limit} (RESULT_TOO_LARGE)");
         let details = serde_json::json!({"code": "RESULT_TOO_LARGE", "size": size, "limit": limit});
-        return (Ended::Failed, error_result(text, Some(details)));
+        let ended = Ended::failed(&ErrorCode::RESULT_TOO_LARGE);
+        return (ended, error_result(text, Some(details)));
     }
     (ended, result)
 }

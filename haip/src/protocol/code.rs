@@ -82,6 +82,16 @@ impl ErrorCode {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The code as a label of bounded cardinality: a code compiled into the
+    /// program (every constant here, and a tool's literal) as it is, one
+    /// made at run time as `OTHER`.
+    pub(crate) fn label(&self) -> &'static str {
+        match &self.0 {
+            Cow::Borrowed(code) => code,
+            Cow::Owned(_) => "OTHER",
+        }
+    }
 }
 
 impl fmt::Display for ErrorCode {

@@ -1,6 +1,7 @@
 //! HTTP routing: WebSocket upgrades, SSE and HTTP-streaming sessions, upstream
 //! POSTs, `/health`, `/stats`, CORS and authentication (HAIP.md §15–§17).
 
+use crate::stats::Transport;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -90,6 +91,19 @@ pub(crate) async fn route(
                     stats["cluster"] = cluster.stats().await;
                 }
                 json_response(StatusCode::OK, &stats)
+            }
+            Err(e) => unauthorized(&hub, &e),
+        },
+        // The same rule as `/stats`: authenticated when authentication is on.
+        #[cfg(feature = "metrics")]
+        (Method::GET, "/metrics") => match authenticate(&hub, &req).await {
+            Ok(_) => {
+                let mut response = Response::new(full(hub.metrics.render()));
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(super::metrics::CONTENT_TYPE),
+                );
+                response
             }
             Err(e) => unauthorized(&hub, &e),
         },
@@ -383,6 +397,7 @@ async fn upgrade(
         // Registered before the response goes out, so `activeConnections`
         // already counts it when the client sees `open` (HAIP.md §15.1).
         Ok(caller) => hub.admit().map(|guard| {
+            let guard = guard.on(Transport::WebSocket);
             let session = Session::new(Arc::clone(&hub.shared), TransportKind::WebSocket, caller);
             driver::Admission::Session(Box::new(session), guard)
         }),
@@ -481,6 +496,10 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
             "TOO_MANY_SESSIONS",
         );
     };
+    let guard = guard.on(match framing {
+        Framing::Sse { done_marker: false } => Transport::Sse,
+        _ => Transport::Stream,
+    });
     let session = Session::new(Arc::clone(&hub.shared), TransportKind::Stream, caller);
     let session_id = session.id().to_owned();
     let (inbound_tx, inbound_rx) = mpsc::channel(stream::INBOUND_QUEUE);

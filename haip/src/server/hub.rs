@@ -1,6 +1,7 @@
 //! What every request handler shares: the session core's state, the open
 //! stream sessions (targets of upstream POSTs), authentication and CORS.
 
+use crate::stats::Transport;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -45,6 +46,9 @@ pub(crate) struct Hub {
     /// The Streamable HTTP MCP endpoint at `/mcp`, when enabled.
     #[cfg(feature = "mcp")]
     pub(crate) mcp: Option<crate::mcp::export::McpHttp>,
+    /// What `GET /metrics` shows.
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics: super::metrics::Metrics,
 }
 
 impl Hub {
@@ -55,6 +59,7 @@ impl Hub {
             stats.total_connections.fetch_add(1, Relaxed);
             Some(ConnectionGuard {
                 shared: Arc::clone(&self.shared),
+                transport: None,
             })
         } else {
             stats.active_connections.fetch_sub(1, Relaxed);
@@ -84,11 +89,25 @@ impl Hub {
 /// One counted connection (`activeConnections`), uncounted when dropped.
 pub(crate) struct ConnectionGuard {
     shared: Arc<Shared>,
+    /// Its transport, once told ([`ConnectionGuard::on`]).
+    transport: Option<Transport>,
+}
+
+impl ConnectionGuard {
+    /// Counts the connection on `transport` too (`/metrics`).
+    pub(crate) fn on(mut self, transport: Transport) -> ConnectionGuard {
+        self.shared.stats.connected(transport);
+        self.transport = Some(transport);
+        self
+    }
 }
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         self.shared.stats.active_connections.fetch_sub(1, Relaxed);
+        if let Some(transport) = self.transport {
+            self.shared.stats.disconnected(transport);
+        }
     }
 }
 

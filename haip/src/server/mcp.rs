@@ -207,6 +207,9 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
     if checked.cost > reservation.bytes() && !reservation.grow(checked.cost - reservation.bytes()) {
         return busy("Too many request bodies in flight; retry shortly");
     }
+    if let Some(method) = checked.method.as_deref() {
+        hub.shared.stats.mcp_request(method);
+    }
     let mut parts = parts;
     match checked.method.as_deref() {
         // In session mode it opens a session: its service is the session's.

@@ -13,6 +13,8 @@ mod inspector;
 mod links;
 #[cfg(feature = "mcp")]
 mod mcp;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -212,7 +214,20 @@ impl Server {
                 crate::mcp::tasks::Tasks::new(&self.shared, self.config.task_settings()),
             )
         });
+        #[cfg(feature = "metrics")]
+        let metrics = {
+            #[cfg(feature = "redis")]
+            let store = self
+                .cluster
+                .clone()
+                .map(|c| c as Arc<dyn metrics::StoreCounts>);
+            #[cfg(not(feature = "redis"))]
+            let store = None;
+            metrics::Metrics::new(&self.shared, store)
+        };
         let hub = Arc::new(Hub {
+            #[cfg(feature = "metrics")]
+            metrics,
             config: Arc::clone(&self.config),
             shared: Arc::clone(&self.shared),
             #[cfg(feature = "redis")]

@@ -22,7 +22,7 @@ use crate::protocol::payload::{
 };
 use crate::protocol::{Channel, ErrorCode, EventType, Inbound, Outgoing, Prepared};
 use crate::schema::{Form, Violations};
-use crate::stats::{Ended, Throttle};
+use crate::stats::{Ended, Throttle, UNKNOWN_TOOL};
 use crate::tool::Tool;
 
 /// One accepted call.
@@ -108,10 +108,12 @@ impl Session {
             );
             return;
         }
-        self.shared.stats.calls_total.fetch_add(1, Relaxed);
         let received = self.shared.clock.now();
         // Step 3: lookup.
         let tool = name.as_deref().and_then(|n| self.shared.registry.get(n));
+        self.shared
+            .stats
+            .call_started(tool.as_ref().map_or(UNKNOWN_TOOL, |t| t.name()));
         let Some(tool) = tool else {
             let message = match &name {
                 Some(n) => format!("Tool {n} not found"),
@@ -128,7 +130,8 @@ impl Session {
             let failure = ToolFailure::new(ErrorCode::TOOL_NOT_FOUND, message);
             self.push(about(tool_done(ToolDone::failed(call_id, failure))));
             self.shared.stats.call_ended(
-                Ended::Failed,
+                UNKNOWN_TOOL,
+                Ended::failed(&ErrorCode::TOOL_NOT_FOUND),
                 Some(self.shared.clock.now().saturating_duration_since(received)),
             );
             return;
@@ -140,7 +143,8 @@ impl Session {
                 .with_details(forbidden.details());
             self.push(about(tool_done(ToolDone::failed(call_id, failure))));
             self.shared.stats.call_ended(
-                Ended::Failed,
+                tool.name(),
+                Ended::failed(&ErrorCode::FORBIDDEN),
                 Some(self.shared.clock.now().saturating_duration_since(received)),
             );
             return;
@@ -155,7 +159,8 @@ impl Session {
                 let failure = invalid_params(tool.name(), &found);
                 self.push(about(tool_done(ToolDone::failed(call_id, failure))));
                 self.shared.stats.call_ended(
-                    Ended::Failed,
+                    tool.name(),
+                    Ended::failed(&ErrorCode::INVALID_PARAMS),
                     Some(self.shared.clock.now().saturating_duration_since(received)),
                 );
                 return;
@@ -174,7 +179,8 @@ impl Session {
                 ToolFailure::new(ErrorCode::RATE_LIMITED, "Too many tool calls in flight");
             self.push(about(tool_done(ToolDone::failed(call_id, failure))));
             self.shared.stats.call_ended(
-                Ended::Failed,
+                tool.name(),
+                Ended::failed(&ErrorCode::RATE_LIMITED),
                 Some(self.shared.clock.now().saturating_duration_since(received)),
             );
             return;
@@ -287,7 +293,8 @@ impl Session {
             }
             Validation::Invalid(found) => {
                 let failure = invalid_params(&name, &found);
-                self.finish(key, ToolOutcome::Error(failure), Ended::Failed);
+                let ended = Ended::failed(&failure.code);
+                self.finish(key, ToolOutcome::Error(failure), ended);
                 self.calls.remove(&key);
             }
             Validation::Failed => {
@@ -295,7 +302,8 @@ impl Session {
                     ErrorCode::INTERNAL_ERROR,
                     format!("Internal error validating params for tool {name}"),
                 );
-                self.finish(key, ToolOutcome::Error(failure), Ended::Failed);
+                let ended = Ended::failed(&failure.code);
+                self.finish(key, ToolOutcome::Error(failure), ended);
                 self.calls.remove(&key);
             }
         }
@@ -318,6 +326,15 @@ impl Session {
             return;
         };
         call.state = State::Running;
+        #[cfg(feature = "metrics")]
+        {
+            let waited = self
+                .shared
+                .clock
+                .now()
+                .saturating_duration_since(call.received);
+            self.shared.stats.call_waited(call.tool.name(), waited);
+        }
         self.held_bytes -= std::mem::take(&mut call.held);
         let params = call.params.take().unwrap_or(Value::Null);
         let timeout = call.tool.timeout().or(default_timeout);
@@ -390,7 +407,7 @@ impl Session {
             ErrorCode::TIMEOUT,
             format!("Tool {} timed out after {ms} ms", call.tool.name()),
         );
-        self.finish(key, ToolOutcome::Error(failure), Ended::Failed);
+        self.finish(key, ToolOutcome::Error(failure), Ended::TimedOut);
         if let Some(call) = self.calls.get_mut(&key) {
             call.state = State::Done; // keeps its slot until the task stops
             call.deadline = None;
@@ -531,9 +548,15 @@ impl Session {
                 )
                 .with_details(json!({ "size": size, "limit": limit }));
                 let done = ToolDone::failed(call.call_id.clone(), failure);
-                (Prepared::new(&about(tool_done(done))), Ended::Failed)
+                (
+                    Prepared::new(&about(tool_done(done))),
+                    Ended::failed(&ErrorCode::RESULT_TOO_LARGE),
+                )
             }
         };
+        self.shared
+            .stats
+            .call_ended(call.tool.name(), ended, Some(latency));
         let call_id = call.call_id.clone();
         self.active_ids.remove(&call_id);
         if self.shared.store.records() {
@@ -542,7 +565,6 @@ impl Session {
                 .record(&self.id, Record::CallClosed { call_id: &call_id });
         }
         self.push_prepared(env, None);
-        self.shared.stats.call_ended(ended, Some(latency));
     }
 
     /// Moves a reported progress value into the outbox, replacing an unsent one
@@ -679,6 +701,7 @@ impl Session {
             }
         }
         for (env, question) in asked {
+            self.shared.stats.question("asked");
             self.push_prepared(env, None);
             if let Some(call) = self.calls.get_mut(&key) {
                 call.questions.push(question);
@@ -745,6 +768,11 @@ impl Session {
             InputAction::Decline => Answer::Declined,
             InputAction::Cancel => Answer::Cancelled,
         };
+        self.shared.stats.question(match answer {
+            Answer::Accepted(_) => "answered",
+            Answer::Declined => "declined",
+            Answer::Cancelled => "cancelled",
+        });
         if let Some(call) = self.calls.get_mut(&key) {
             let question = call.questions.swap_remove(at);
             // The tool may have stopped waiting (a clone asked and gave up).
@@ -858,7 +886,8 @@ impl Drop for Session {
         for call in self.calls.values() {
             call.cancel.cancel();
             if call.state != State::Done {
-                self.shared.stats.call_ended(Ended::Cancelled, None);
+                let tool = call.tool.name();
+                self.shared.stats.call_ended(tool, Ended::Cancelled, None);
             }
         }
     }

@@ -441,7 +441,8 @@ impl Session {
     /// one `TOOL_DONE`, `ERROR` `INTERNAL_ERROR` "instance lost".
     pub(crate) fn end_lost_calls(&mut self, call_ids: Vec<String>) {
         for call_id in call_ids {
-            self.shared.stats.calls_total.fetch_add(1, Relaxed);
+            // Which tool it ran died with its instance.
+            self.shared.stats.call_started(crate::stats::UNKNOWN_TOOL);
             let failure = payload::ToolFailure::new(
                 ErrorCode::INTERNAL_ERROR,
                 "instance lost: the server running this call stopped",
@@ -457,9 +458,11 @@ impl Session {
                     .store
                     .record(&self.id, Record::CallClosed { call_id: &call_id });
             }
-            self.shared
-                .stats
-                .call_ended(crate::stats::Ended::Failed, None);
+            self.shared.stats.call_ended(
+                crate::stats::UNKNOWN_TOOL,
+                crate::stats::Ended::failed(&ErrorCode::INTERNAL_ERROR),
+                None,
+            );
         }
     }
 
@@ -768,6 +771,11 @@ impl Session {
     ) -> Control {
         // A text message where a binary frame was due (HAIP.md §13).
         self.binary_frame_missing();
+        #[cfg(feature = "metrics")]
+        self.shared
+            .stats
+            .bytes_in
+            .fetch_add(text_len as u64, Relaxed);
         let strict_envelope = self.shared.config.strict_envelope;
         match decoded {
             // `strict_envelope`: a `seq` not above the highest seen is dropped, silently.

@@ -130,6 +130,8 @@ impl WriteMeter {
         self.bytes.fetch_sub(bytes, Relaxed);
         let gauge = &self.shared.stats.outbound_bytes;
         gauge.fetch_sub(bytes as u64, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.shared.stats.bytes_out.fetch_add(bytes as u64, Relaxed);
         self.drained.notify_one();
     }
 }

@@ -13,6 +13,9 @@
 //! TCP), which is fine in `#[test]`s and in multi-threaded `#[tokio::test]`s.
 #![allow(dead_code)]
 
+#[path = "system.rs"]
+mod system;
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -265,98 +268,18 @@ fn fresh_dir() -> PathBuf {
     std::env::temp_dir().join(format!("haip-redis-{}-{n}", std::process::id()))
 }
 
-/// The workspace root.
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_path_buf()
-}
-
 /// `redis-server`: `$HAIP_REDIS_SERVER`, on `PATH`, or installed now (once
 /// per test process; once per machine, under a lock).
 fn redis_server_binary() -> PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY
         .get_or_init(|| {
-            if let Some(path) = std::env::var_os("HAIP_REDIS_SERVER") {
-                let path = PathBuf::from(path);
-                assert!(
-                    runs(&path),
-                    "HAIP_REDIS_SERVER={} does not run (`--version` failed)",
-                    path.display()
-                );
-                return path;
+            system::Program {
+                binary: "redis-server",
+                package: "redis-server",
+                env: "HAIP_REDIS_SERVER",
             }
-            find_redis_server().unwrap_or_else(install_redis_server)
+            .path()
         })
         .clone()
-}
-
-/// `redis-server` on `PATH`, or in Debian's usual places (`PATH` may lack
-/// `/usr/sbin`), if it runs.
-fn find_redis_server() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
-        .map(|dir| dir.join("redis-server"))
-        .find(|candidate| candidate.is_file() && runs(candidate))
-}
-
-fn runs(binary: &Path) -> bool {
-    Command::new(binary)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
-        .is_ok_and(|out| out.status.success())
-}
-
-/// Installs Debian's `redis-server` with apt-get, holding
-/// `target/redis-install.lock` so that test binaries running at once install
-/// it once; panics, with apt-get's output, when that fails.
-fn install_redis_server() -> PathBuf {
-    let target = workspace().join("target");
-    std::fs::create_dir_all(&target)
-        .unwrap_or_else(|e| panic!("cannot create {}: {e}", target.display()));
-    let lock_path = target.join("redis-install.lock");
-    let lock = std::fs::File::create(&lock_path)
-        .unwrap_or_else(|e| panic!("cannot create {}: {e}", lock_path.display()));
-    lock.lock()
-        .unwrap_or_else(|e| panic!("cannot lock {}: {e}", lock_path.display()));
-    // Another test binary may have installed it while we waited.
-    if let Some(found) = find_redis_server() {
-        return found;
-    }
-    let how = "install Redis (Debian: `apt-get install redis-server`), put `redis-server` on \
-               PATH, or point HAIP_REDIS_SERVER at it";
-    let started = Instant::now();
-    eprintln!("redis-server is not installed: installing it with apt-get (once per machine)");
-    for args in [
-        &["update"][..],
-        &["install", "-y", "--no-install-recommends", "redis-server"][..],
-    ] {
-        let out = Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("this test needs redis-server and cannot run apt-get ({e}): {how}")
-            });
-        assert!(
-            out.status.success(),
-            "this test needs redis-server, and `apt-get {}` failed ({}): {how}\n\
-             --- stdout\n{}\n--- stderr\n{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-    }
-    drop(lock);
-    let found = find_redis_server().unwrap_or_else(|| {
-        panic!("apt-get installed redis-server, yet no runnable `redis-server` is found: {how}")
-    });
-    eprintln!("installed {} in {:.1?}", found.display(), started.elapsed());
-    found
 }

@@ -3,7 +3,14 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use crate::protocol::{HAIP_VERSION, iso8601_millis, now_millis};
+use crate::protocol::{ErrorCode, HAIP_VERSION, iso8601_millis, now_millis};
+
+#[cfg(feature = "metrics")]
+pub(crate) mod metrics;
+
+/// The tool label of a call naming no registered tool (or one whose tool is
+/// not known any more: lost with its instance).
+pub(crate) const UNKNOWN_TOOL: &str = "unknown";
 
 /// Server-wide counters behind `/health` and `/stats` (HAIP.md §16).
 #[derive(Debug)]
@@ -33,19 +40,63 @@ pub(crate) struct Stats {
     /// Of the connections counted, those another instance relays here (its
     /// client is connected there, and counted there too).
     pub(crate) relayed_connections: AtomicU64,
+    /// Open connections by transport ([`Transport`]).
+    connections: [AtomicU64; 3],
+    /// Envelope bytes received from clients (feature `metrics`).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) bytes_in: AtomicU64,
+    /// Envelope bytes written to clients (feature `metrics`).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) bytes_out: AtomicU64,
     /// Of the connections counted since start, those relayed here.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) relayed_total: AtomicU64,
     latency_micros_sum: AtomicU64,
     latency_count: AtomicU64,
+    /// What `/metrics` counts per tool.
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics: metrics::CallMetrics,
+}
+
+/// The transport of a client's connection, for the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transport {
+    WebSocket = 0,
+    Sse = 1,
+    /// HTTP streaming (newline-delimited JSON, or SSE framing on `/haip/stream`).
+    Stream = 2,
 }
 
 /// How a call ended, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ended {
     Ok,
-    Failed,
+    /// `TOOL_DONE ERROR` with this code.
+    Failed(&'static str),
     Cancelled,
+    /// Its timeout elapsed (`TIMEOUT`).
+    TimedOut,
+    /// The tool panicked (`INTERNAL_ERROR`).
+    Panicked,
+}
+
+impl Ended {
+    /// A failure with `code` (a code made at run time counts as `OTHER`).
+    pub(crate) fn failed(code: &ErrorCode) -> Ended {
+        Ended::Failed(code.label())
+    }
+
+    /// The `outcome` label of `/metrics`.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn outcome(self) -> &'static str {
+        match self {
+            Ended::Ok => "ok",
+            Ended::Failed(_) => "error",
+            Ended::Cancelled => "cancelled",
+            Ended::TimedOut => "timeout",
+            Ended::Panicked => "panic",
+        }
+    }
 }
 
 impl Stats {
@@ -68,16 +119,84 @@ impl Stats {
             closed_body_timeout: AtomicU64::new(0),
             refused_per_peer: AtomicU64::new(0),
             relayed_connections: AtomicU64::new(0),
+            connections: Default::default(),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
             relayed_total: AtomicU64::new(0),
             latency_micros_sum: AtomicU64::new(0),
             latency_count: AtomicU64::new(0),
+            #[cfg(feature = "metrics")]
+            metrics: metrics::CallMetrics::default(),
         }
     }
 
-    pub(crate) fn call_ended(&self, ended: Ended, latency: Option<std::time::Duration>) {
+    /// A connection on `transport` opened; [`Stats::disconnected`] follows.
+    pub(crate) fn connected(&self, transport: Transport) {
+        self.connections[transport as usize].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn disconnected(&self, transport: Transport) {
+        self.connections[transport as usize].fetch_sub(1, Relaxed);
+    }
+
+    /// Connections open on `transport`.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn connections_on(&self, transport: Transport) -> u64 {
+        self.connections[transport as usize].load(Relaxed)
+    }
+
+    /// A call of `tool` (a registered tool's name, or [`UNKNOWN_TOOL`]) was
+    /// received.
+    pub(crate) fn call_started(&self, tool: &str) {
+        self.calls_total.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics.started(tool);
+        #[cfg(not(feature = "metrics"))]
+        let _ = tool;
+    }
+
+    /// A call of `tool` starts running, `wait` after it was received
+    /// (validation and its place in the queue).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn call_waited(&self, tool: &str, wait: std::time::Duration) {
+        self.metrics.waited(tool, wait);
+    }
+
+    /// A request for MCP `method` reached `/mcp`.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[allow(unused_variables)]
+    pub(crate) fn mcp_request(&self, method: &str) {
+        #[cfg(feature = "metrics")]
+        self.metrics.mcp_request(method);
+    }
+
+    /// A question to a person: `asked`, `answered`, `declined` or `cancelled`.
+    #[allow(unused_variables)]
+    pub(crate) fn question(&self, outcome: &'static str) {
+        #[cfg(feature = "metrics")]
+        self.metrics.question(outcome);
+    }
+
+    /// A call of `tool` ended, `latency` after it was received.
+    pub(crate) fn call_ended(
+        &self,
+        tool: &str,
+        ended: Ended,
+        latency: Option<std::time::Duration>,
+    ) {
+        #[cfg(feature = "metrics")]
+        {
+            let code = match ended {
+                Ended::Failed(code) => code,
+                _ => "",
+            };
+            self.metrics.finished(tool, ended.outcome(), code, latency);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = tool;
         match ended {
             Ended::Ok => &self.calls_ok,
-            Ended::Failed => &self.calls_failed,
+            Ended::Failed(_) | Ended::TimedOut | Ended::Panicked => &self.calls_failed,
             Ended::Cancelled => &self.calls_cancelled,
         }
         .fetch_add(1, Relaxed);

@@ -1,0 +1,181 @@
+//! What `/metrics` counts per tool (feature `metrics`): the call families
+//! the runtime records into as calls end, start and ask. Everything else
+//! `/metrics` shows is read from the server's counters when it is scraped
+//! (`server/metrics.rs`).
+//!
+//! Labels are bounded: a tool label is a registered tool's name (`unknown`
+//! for a call naming none), an error code is one compiled into the program
+//! (`OTHER` for one made at run time), an MCP method one of the known ones.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ToolLabels {
+    pub(crate) tool: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct FinishedLabels {
+    pub(crate) tool: String,
+    /// `ok`, `error`, `cancelled`, `timeout` or `panic`.
+    pub(crate) outcome: &'static str,
+    /// The error code of an `error` (empty otherwise).
+    pub(crate) code: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct MethodLabels {
+    pub(crate) method: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct QuestionLabels {
+    /// `asked`, `answered`, `declined` or `cancelled`.
+    pub(crate) outcome: &'static str,
+}
+
+type Histograms = Family<ToolLabels, Histogram, fn() -> Histogram>;
+
+fn seconds() -> Histogram {
+    // 100 µs to about 105 s, ×2 per bucket.
+    Histogram::new(exponential_buckets(0.000_1, 2.0, 21))
+}
+
+/// The per-call families. Cloning shares them (what the registry holds).
+#[derive(Debug, Clone)]
+pub(crate) struct CallMetrics {
+    pub(crate) started: Family<ToolLabels, Counter>,
+    pub(crate) finished: Family<FinishedLabels, Counter>,
+    pub(crate) duration: Histograms,
+    pub(crate) queue_wait: Histograms,
+    pub(crate) mcp_requests: Family<MethodLabels, Counter>,
+    pub(crate) questions: Family<QuestionLabels, Counter>,
+}
+
+impl Default for CallMetrics {
+    fn default() -> CallMetrics {
+        CallMetrics {
+            started: Family::default(),
+            finished: Family::default(),
+            duration: Family::new_with_constructor(seconds),
+            queue_wait: Family::new_with_constructor(seconds),
+            mcp_requests: Family::default(),
+            questions: Family::default(),
+        }
+    }
+}
+
+impl CallMetrics {
+    pub(crate) fn started(&self, tool: &str) {
+        self.started
+            .get_or_create(&ToolLabels {
+                tool: tool.to_owned(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn finished(
+        &self,
+        tool: &str,
+        outcome: &'static str,
+        code: &'static str,
+        latency: Option<Duration>,
+    ) {
+        let labels = FinishedLabels {
+            tool: tool.to_owned(),
+            outcome,
+            code,
+        };
+        self.finished.get_or_create(&labels).inc();
+        if let Some(latency) = latency {
+            self.duration
+                .get_or_create(&ToolLabels { tool: labels.tool })
+                .observe(latency.as_secs_f64());
+        }
+    }
+
+    pub(crate) fn waited(&self, tool: &str, wait: Duration) {
+        self.queue_wait
+            .get_or_create(&ToolLabels {
+                tool: tool.to_owned(),
+            })
+            .observe(wait.as_secs_f64());
+    }
+
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn mcp_request(&self, method: &str) {
+        self.mcp_requests
+            .get_or_create(&MethodLabels {
+                method: mcp_method(method),
+            })
+            .inc();
+    }
+
+    pub(crate) fn question(&self, outcome: &'static str) {
+        self.questions
+            .get_or_create(&QuestionLabels { outcome })
+            .inc();
+    }
+}
+
+/// The label of an MCP method: one of those MCP defines, else `other`.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+fn mcp_method(method: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "initialize",
+        "ping",
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/read",
+        "resources/templates/list",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+        "logging/setLevel",
+        "subscriptions/listen",
+        "tasks/get",
+        "tasks/list",
+        "tasks/result",
+        "tasks/cancel",
+        "tasks/update",
+        "notifications/initialized",
+        "notifications/cancelled",
+        "notifications/progress",
+        "notifications/roots/list_changed",
+    ];
+    KNOWN
+        .iter()
+        .copied()
+        .find(|known| *known == method)
+        .unwrap_or("other")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_stay_bounded() {
+        assert_eq!(mcp_method("tools/call"), "tools/call");
+        assert_eq!(mcp_method("made/up/by/a/client"), "other");
+        let m = CallMetrics::default();
+        m.finished("echo", "ok", "", Some(Duration::from_millis(3)));
+        m.finished("echo", "ok", "", None);
+        let count = m
+            .finished
+            .get_or_create(&FinishedLabels {
+                tool: "echo".into(),
+                outcome: "ok",
+                code: "",
+            })
+            .get();
+        assert_eq!(count, 2);
+    }
+}

@@ -1,0 +1,320 @@
+//! `GET /metrics` (feature `metrics`) read by a real Prometheus server:
+//! Debian's `prometheus` (installed by the test support when missing) on a
+//! free loopback port scrapes a server every second while the test makes
+//! calls of every outcome; the series are then read back through
+//! Prometheus's HTTP query API, and must count exactly what the test did.
+
+#[path = "support/transports.rs"]
+#[allow(unused_macros, unused_imports)]
+mod conn;
+#[path = "support/mcp.rs"]
+mod mcp_support;
+mod support;
+#[path = "support/system.rs"]
+mod system;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use haip::{Context, ToolError, haip_tool};
+use serde_json::{Value, json};
+use support::{Client, demo_builder, start};
+
+/// Panics: the call ends `TOOL_DONE ERROR INTERNAL_ERROR`, counted as `panic`.
+#[haip_tool]
+async fn boom() -> String {
+    panic!("boom (a test tool panicking on purpose)")
+}
+
+/// Outlives its timeout.
+#[haip_tool(timeout = "100ms")]
+async fn sleepy(ctx: Context) -> Result<String, ToolError> {
+    ctx.cancelled().await;
+    Err(ToolError::cancelled())
+}
+
+/// Runs until cancelled.
+#[haip_tool]
+async fn hold(ctx: Context) -> Result<String, ToolError> {
+    ctx.progress(1.0);
+    ctx.cancelled().await;
+    Err(ToolError::cancelled())
+}
+
+/// A `prometheus` server scraping one target, killed when dropped.
+struct Prometheus {
+    child: Child,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    async fn start(target: SocketAddr) -> Prometheus {
+        let binary = system::Program {
+            binary: "prometheus",
+            package: "prometheus",
+            env: "HAIP_PROMETHEUS",
+        }
+        .path();
+        let dir = std::env::temp_dir().join(format!("haip-prometheus-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: haip\n    scrape_interval: 1s\n    \
+                 static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let port = mcp_support::free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let child = Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus starts");
+        let prometheus = Prometheus { child, addr, dir };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if tokio::net::TcpStream::connect(addr).await.is_ok()
+                && let Ok(response) = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    conn::http(addr, "GET", "/-/ready", &[], ""),
+                )
+                .await
+                && response.status == 200
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "prometheus never became ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        prometheus
+    }
+
+    /// The series of an instant query: each one's labels and value.
+    async fn query(&self, query: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        let path = format!("/api/v1/query?query={query}");
+        let response = conn::http(self.addr, "GET", &path, &[], "").await;
+        assert_eq!(response.status, 200, "{}", response.body);
+        let body: Value = serde_json::from_str(&response.body).unwrap();
+        assert_eq!(body["status"], "success", "{body}");
+        body["data"]["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|series| {
+                let labels = series["metric"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                    .collect();
+                let value = series["value"][1].as_str().unwrap().parse().unwrap();
+                (labels, value)
+            })
+            .collect()
+    }
+
+    /// Waits until `query` gives what `want` accepts (Prometheus has
+    /// scraped since the calls ended); returns the series.
+    async fn until(
+        &self,
+        query: &str,
+        want: impl Fn(&[(BTreeMap<String, String>, f64)]) -> bool,
+    ) -> Vec<(BTreeMap<String, String>, f64)> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let series = self.query(query).await;
+            if want(&series) {
+                return series;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{query} never showed what the test did: {series:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The value of the series whose labels include all of `labels`, if any.
+fn value(series: &[(BTreeMap<String, String>, f64)], labels: &[(&str, &str)]) -> Option<f64> {
+    series
+        .iter()
+        .find(|(have, _)| {
+            labels
+                .iter()
+                .all(|(k, v)| have.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, v)| *v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_calls_of_every_outcome() {
+    let builder = demo_builder()
+        .tool(boom::tool())
+        .tool(sleepy::tool())
+        .tool(hold::tool());
+    let (handle, url) = start(builder).await;
+    let prometheus = Prometheus::start(handle.local_addr()).await;
+
+    let mut client = Client::connect(&url).await;
+    for i in 0..3 {
+        let done = client
+            .call_done(&format!("e{i}"), "echo", json!({"message": "hi"}))
+            .await;
+        assert_eq!(done["status"], "OK", "{done}");
+    }
+    let done = client
+        .call_done(
+            "d",
+            "calculator",
+            json!({"operation": "divide", "a": 1, "b": 0}),
+        )
+        .await;
+    assert_eq!(done["status"], "ERROR", "{done}");
+    let execution_code = done["result"]["code"].as_str().unwrap().to_owned();
+    // An ERROR, then the call's TOOL_DONE.
+    client.call("u", "no_such_tool", json!({})).await;
+    let error = client.expect_error().await;
+    assert_eq!(error["payload"]["code"], "TOOL_NOT_FOUND", "{error}");
+    let done = client.expect_done("u").await;
+    assert_eq!(done["result"]["code"], "TOOL_NOT_FOUND", "{done}");
+    let done = client.call_done("i", "echo", json!({"message": 5})).await;
+    assert_eq!(done["result"]["code"], "INVALID_PARAMS", "{done}");
+    let done = client.call_done("b", "boom", json!({})).await;
+    assert_eq!(done["result"]["code"], "INTERNAL_ERROR", "{done}");
+    let done = client.call_done("s", "sleepy", json!({})).await;
+    assert_eq!(done["result"]["code"], "TIMEOUT", "{done}");
+    client.call("h", "hold", json!({})).await;
+    client.expect_update("h").await;
+    client.request("TOOL_CANCEL", json!({"call_id": "h"})).await;
+    let cancelling = client.expect_update("h").await;
+    assert_eq!(cancelling["status"], "CANCELLING", "{cancelling}");
+    let done = client.expect_done("h").await;
+    assert_eq!(done["status"], "CANCELLED", "{done}");
+
+    let finished = prometheus
+        .until("haip_tool_calls_finished_total", |s| {
+            value(s, &[("tool", "hold"), ("outcome", "cancelled")]) == Some(1.0)
+        })
+        .await;
+    let expect = [
+        (("echo", "ok", ""), 3.0),
+        (("calculator", "error", execution_code.as_str()), 1.0),
+        (("unknown", "error", "TOOL_NOT_FOUND"), 1.0),
+        (("echo", "error", "INVALID_PARAMS"), 1.0),
+        (("boom", "panic", ""), 1.0),
+        (("sleepy", "timeout", ""), 1.0),
+        (("hold", "cancelled", ""), 1.0),
+    ];
+    for ((tool, outcome, code), count) in expect {
+        let labels = [("tool", tool), ("outcome", outcome), ("code", code)];
+        let found = finished.iter().find(|(have, _)| {
+            labels
+                .iter()
+                .all(|(k, v)| have.get(*k).map_or(v.is_empty(), |h| h == v))
+        });
+        assert_eq!(
+            found.map(|(_, v)| *v),
+            Some(count),
+            "{tool} {outcome} {code}: {finished:?}"
+        );
+    }
+    assert_eq!(finished.len(), expect.len(), "nothing else: {finished:?}");
+
+    let started = prometheus.query("haip_tool_calls_started_total").await;
+    assert_eq!(
+        value(&started, &[("tool", "echo")]),
+        Some(4.0),
+        "{started:?}"
+    );
+    assert_eq!(
+        value(&started, &[("tool", "unknown")]),
+        Some(1.0),
+        "{started:?}"
+    );
+    // Every call that ended has its duration in the histogram.
+    let durations = prometheus
+        .query("haip_tool_call_duration_seconds_count")
+        .await;
+    assert_eq!(
+        value(&durations, &[("tool", "echo")]),
+        Some(4.0),
+        "{durations:?}"
+    );
+    assert_eq!(
+        value(&durations, &[("tool", "sleepy")]),
+        Some(1.0),
+        "{durations:?}"
+    );
+    let slow = prometheus
+        .query("haip_tool_call_duration_seconds_sum")
+        .await;
+    let sleepy = value(&slow, &[("tool", "sleepy")]).unwrap();
+    assert!(
+        sleepy >= 0.1,
+        "the timed-out call took its timeout: {sleepy}"
+    );
+    // The connection is counted on its transport, and nothing is in flight.
+    let connections = prometheus.query("haip_connections").await;
+    assert_eq!(
+        value(&connections, &[("transport", "websocket")]),
+        Some(1.0),
+        "{connections:?}"
+    );
+    let in_flight = prometheus.query("haip_calls_in_flight").await;
+    assert_eq!(value(&in_flight, &[]), Some(0.0), "{in_flight:?}");
+    let bytes = prometheus.query("haip_bytes_total").await;
+    assert!(
+        value(&bytes, &[("direction", "in")]).unwrap() > 0.0,
+        "{bytes:?}"
+    );
+    assert!(
+        value(&bytes, &[("direction", "out")]).unwrap() > 0.0,
+        "{bytes:?}"
+    );
+    client.close().await;
+    handle.shutdown().await;
+}
+
+/// `/metrics` follows the rule of `/stats`: a token when authentication is on.
+#[tokio::test]
+async fn metrics_need_a_token_when_authentication_is_on() {
+    let (handle, _) = start(demo_builder().jwt_hs256("a-test-secret-of-enough-length!!")).await;
+    let response = conn::http(handle.local_addr(), "GET", "/metrics", &[], "").await;
+    assert_eq!(response.status, 401, "{}", response.body);
+    handle.shutdown().await;
+    let (handle, _) = start(demo_builder()).await;
+    let response = conn::http(handle.local_addr(), "GET", "/metrics", &[], "").await;
+    assert_eq!(response.status, 200);
+    assert!(
+        response.body.contains("\nhaip_calls_in_flight 0\n"),
+        "{}",
+        response.body
+    );
+    assert!(response.body.ends_with("# EOF\n"), "{}", response.body);
+    handle.shutdown().await;
+}
