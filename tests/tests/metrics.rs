@@ -318,3 +318,67 @@ async fn metrics_need_a_token_when_authentication_is_on() {
     assert!(response.body.ends_with("# EOF\n"), "{}", response.body);
     handle.shutdown().await;
 }
+
+/// The access log: one JSON line per finished call on stderr (the
+/// quickstart with `HAIP_LOG_FORMAT=json`, the `haip::access` target on),
+/// saying who called what and how it ended, never the params or result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_has_a_json_line_per_call() {
+    use std::io::BufRead;
+    let port = mcp_support::free_port();
+    let mut child = Command::new(mcp_support::example_binary("quickstart"))
+        .env("HAIP_ADDR", format!("127.0.0.1:{port}"))
+        .env("HAIP_LOG", "warn,haip::access=info")
+        .env("HAIP_LOG_FORMAT", "json")
+        .env_remove("HAIP_JWT_SECRET")
+        .env_remove("HAIP_REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the quickstart starts");
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(Instant::now() < deadline, "the quickstart never listened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut client = Client::connect(&format!("ws://{addr}/haip")).await;
+    let secret = "a secret the log must not show";
+    let done = client
+        .call_done("c1", "echo", json!({ "message": secret }))
+        .await;
+    assert_eq!(done["status"], "OK");
+    let line = support::within("the access log line", async {
+        loop {
+            let line = lines.recv().await.expect("the quickstart's stderr is open");
+            if line.contains("haip::access") {
+                return line;
+            }
+        }
+    })
+    .await;
+    assert!(!line.contains(secret), "params are never logged: {line}");
+    let entry: Value = serde_json::from_str(&line).expect("one JSON object per line");
+    let fields = &entry["fields"];
+    assert_eq!(entry["target"], "haip::access", "{entry}");
+    assert_eq!(fields["tool"], "echo", "{entry}");
+    assert_eq!(fields["call_id"], "c1", "{entry}");
+    assert_eq!(fields["outcome"], "ok", "{entry}");
+    assert_eq!(fields["over"], "haip", "{entry}");
+    assert!(fields["duration_ms"].as_f64().unwrap() >= 0.0, "{entry}");
+    assert!(fields["bytes"].as_u64().unwrap() > 0, "{entry}");
+    client.close().await;
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -518,7 +518,13 @@ impl ServerHandler for ExportService {
             return Ok(CallToolResponse::InputRequired(result));
         }
         let (ended, result) = result_of(&self.shared, &tool, stop);
-        stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+        let latency = received.elapsed();
+        stats.call_ended(tool.name(), ended, Some(latency));
+        if tracing::enabled!(target: "haip::access", tracing::Level::INFO) {
+            let bytes = json_len(&result);
+            let who = subject.as_deref();
+            stats.access("mcp", tool.name(), &context.id, who, ended, latency, bytes);
+        }
         // A call that failed after a question its client could not take
         // (it did not declare the capability): say which it lacks.
         if result.is_error == Some(true)

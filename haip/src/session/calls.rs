@@ -554,9 +554,11 @@ impl Session {
                 )
             }
         };
-        self.shared
-            .stats
-            .call_ended(call.tool.name(), ended, Some(latency));
+        let stats = &self.shared.stats;
+        stats.call_ended(call.tool.name(), ended, Some(latency));
+        let subject = self.subject.as_deref();
+        let (tool, id) = (call.tool.name(), &call.call_id);
+        stats.access("haip", tool, id, subject, ended, latency, env.len());
         let call_id = call.call_id.clone();
         self.active_ids.remove(&call_id);
         if self.shared.store.records() {

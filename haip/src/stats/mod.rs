@@ -86,8 +86,7 @@ impl Ended {
         Ended::Failed(code.label())
     }
 
-    /// The `outcome` label of `/metrics`.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    /// The `outcome` label of `/metrics` and of the access log.
     fn outcome(self) -> &'static str {
         match self {
             Ended::Ok => "ok",
@@ -175,6 +174,41 @@ impl Stats {
     pub(crate) fn question(&self, outcome: &'static str) {
         #[cfg(feature = "metrics")]
         self.metrics.question(outcome);
+    }
+
+    /// One line of the access log (target `haip::access`, at `info`) for a
+    /// call that ended: who called which tool, how it ended, how long it
+    /// took, and the size of its `TOOL_DONE` (or MCP result). Never its
+    /// params or result.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn access(
+        &self,
+        over: &'static str,
+        tool: &str,
+        call_id: &dyn std::fmt::Display,
+        subject: Option<&str>,
+        ended: Ended,
+        latency: std::time::Duration,
+        bytes: usize,
+    ) {
+        let code = match ended {
+            Ended::Failed(code) => code,
+            Ended::TimedOut => "TIMEOUT",
+            Ended::Panicked => "INTERNAL_ERROR",
+            _ => "",
+        };
+        tracing::info!(
+            target: "haip::access",
+            over,
+            tool,
+            %call_id,
+            subject = subject.unwrap_or(""),
+            outcome = ended.outcome(),
+            code,
+            duration_ms = latency.as_secs_f64() * 1000.0,
+            bytes,
+            "call"
+        );
     }
 
     /// A call of `tool` ended, `latency` after it was received.
