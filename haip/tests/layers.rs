@@ -5,6 +5,10 @@
 //! The check reads the sources: every `crate::<name>` path outside comments,
 //! with `crate::{a, b::c}` groups and the root's re-exports (`crate::Context`
 //! is `context`) resolved to the module that defines the item.
+//!
+//! It also builds the graph of which file of `haip/src` names which, and
+//! fails when files import each other in a circle, listing each circle with
+//! the file and line of every step (ARCHITECTURE.md, "Circles between files").
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -77,7 +81,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
 /// Files that are a module's public face rather than its machinery, with what
 /// they may import beyond their module's list and why.
 const FACADES: &[(&str, &[&str], &str)] = &[(
-    "mcp/mod.rs",
+    "mcp/stdio.rs",
     &["server"],
     "`haip::mcp::serve_stdio` is a shorthand for the server builder",
 )];
@@ -303,4 +307,421 @@ fn the_path_scanner_sees_groups_reexports_and_skips_comments() {
         root_reexports("pub use context::{CancellationHandle, Context};\npub use error::Error;");
     assert_eq!(reexports["Context"], "context");
     assert_eq!(reexports["Error"], "error");
+}
+
+// ----- circles between files -------------------------------------------------
+
+/// The module path of a file of `haip/src` (`protocol/payload/mod.rs` is
+/// `protocol::payload`, `private.rs` is `__private`, `lib.rs` the root).
+fn module_path_of(relative: &str) -> Vec<String> {
+    let trimmed = relative.trim_end_matches(".rs");
+    let mut parts: Vec<String> = trimmed.split('/').map(str::to_owned).collect();
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+        parts.pop();
+    }
+    if parts.first().is_some_and(|p| p == "private") {
+        parts[0] = "__private".into();
+    }
+    parts
+}
+
+/// `code` with the insides of string and character literals blanked out
+/// (newlines kept), so that braces and `::` in them are not read as code.
+fn without_literals(code: &str) -> String {
+    let chars: Vec<char> = code.chars().collect();
+    let mut out = String::with_capacity(code.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let ident_before = i > 0 && (chars[i - 1].is_ascii_alphanumeric() || chars[i - 1] == '_');
+        // Raw strings: r"…", r#"…"#, br#"…"#.
+        if c == 'r' && !ident_before {
+            let mut j = i + 1;
+            while j < chars.len() && chars[j] == '#' {
+                j += 1;
+            }
+            if j < chars.len() && chars[j] == '"' {
+                let hashes = j - i - 1;
+                let mut k = j + 1;
+                loop {
+                    if k >= chars.len() {
+                        break;
+                    }
+                    if chars[k] == '"'
+                        && chars[k + 1..].iter().take_while(|&&h| h == '#').count() >= hashes
+                    {
+                        k += 1 + hashes;
+                        break;
+                    }
+                    k += 1;
+                }
+                out.extend(
+                    chars[i..k.min(chars.len())]
+                        .iter()
+                        .map(|&ch| if ch == '\n' { '\n' } else { ' ' }),
+                );
+                i = k;
+                continue;
+            }
+        }
+        if c == '"' {
+            let mut k = i + 1;
+            while k < chars.len() && chars[k] != '"' {
+                if chars[k] == '\\' {
+                    k += 1;
+                }
+                k += 1;
+            }
+            let end = (k + 1).min(chars.len());
+            out.extend(
+                chars[i..end]
+                    .iter()
+                    .map(|&ch| if ch == '\n' { '\n' } else { ' ' }),
+            );
+            i = end;
+            continue;
+        }
+        if c == '\'' {
+            // A character literal ('x', '\n', '\u{7b}'), not a lifetime.
+            let end = if chars.get(i + 1) == Some(&'\\') {
+                chars[i + 2..]
+                    .iter()
+                    .position(|&ch| ch == '\'')
+                    .map(|p| i + 2 + p + 1)
+            } else if chars.get(i + 2) == Some(&'\'') {
+                Some(i + 3)
+            } else {
+                None
+            };
+            if let Some(end) = end {
+                out.extend(std::iter::repeat_n(' ', end - i));
+                i = end;
+                continue;
+            }
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
+}
+
+/// The paths of a use tree or an expression starting at `s` (after a
+/// `crate::`, `super::` or `self::`): `a::{b, c::d}` gives `a::b` and `a::c::d`.
+fn use_tree(s: &str) -> Vec<Vec<String>> {
+    let s = s.trim_start();
+    if let Some(group) = s.strip_prefix('{') {
+        let mut paths = Vec::new();
+        let mut depth = 0usize;
+        let mut start = 0;
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth > 0 => depth -= 1,
+                '}' | ',' if depth == 0 => {
+                    let part = &group[start..i];
+                    if !part.trim().is_empty() {
+                        paths.extend(use_tree(part));
+                    }
+                    if c == '}' {
+                        break;
+                    }
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        return paths;
+    }
+    let name = ident_at(s);
+    if name.is_empty() {
+        return vec![Vec::new()];
+    }
+    let rest = &s[name.len()..];
+    match rest.strip_prefix("::") {
+        Some(more) => use_tree(more)
+            .into_iter()
+            .map(|mut p| {
+                p.insert(0, name.to_owned());
+                p
+            })
+            .collect(),
+        None => vec![vec![name.to_owned()]],
+    }
+}
+
+/// Every module path a file names (`crate::…`, `super::…`, `self::…`, with
+/// `super` read inside the inline module, such as `mod tests { … }`, it is
+/// written in), made absolute. A path into the root's re-exports (`crate::Context`)
+/// is a path into the module that defines the item.
+fn named_paths(
+    text: &str,
+    here: &[String],
+    reexports: &BTreeMap<String, String>,
+) -> Vec<(usize, Vec<String>)> {
+    let code: String = text.lines().map(|l| format!("{}\n", code_of(l))).collect();
+    let code = without_literals(&code);
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    // Inline modules open at this point: (name, brace depth inside it).
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == b'{' {
+            depth += 1;
+            let before = code[..i].trim_end();
+            let name = before
+                .rsplit(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
+                .next()
+                .unwrap_or("");
+            let head = before[..before.len() - name.len()].trim_end();
+            if !name.is_empty()
+                && (head.ends_with(" mod") || head.ends_with("\nmod") || head == "mod")
+            {
+                inline.push((name.to_owned(), depth));
+            }
+        } else if c == b'}' {
+            if inline.last().is_some_and(|(_, d)| *d == depth) {
+                inline.pop();
+            }
+            depth = depth.saturating_sub(1);
+        } else if c.is_ascii_alphabetic() {
+            let boundary = i == 0 || {
+                let p = bytes[i - 1];
+                !(p.is_ascii_alphanumeric() || p == b'_' || p == b'$' || p == b':')
+            };
+            let word = ident_at(&code[i..]);
+            if boundary
+                && matches!(word, "crate" | "super" | "self")
+                && code[i + word.len()..].starts_with("::")
+            {
+                let line = code[..i].matches('\n').count() + 1;
+                let current: Vec<String> = here
+                    .iter()
+                    .cloned()
+                    .chain(inline.iter().map(|(n, _)| n.clone()))
+                    .collect();
+                for path in use_tree(&code[i..]) {
+                    let mut segments = path.into_iter().peekable();
+                    let mut base = match segments.next().as_deref() {
+                        Some("crate") => Vec::new(),
+                        _ => {
+                            // `self` or `super`: re-read below.
+                            current.clone()
+                        }
+                    };
+                    if word != "crate" {
+                        if word == "super" {
+                            base.pop();
+                        }
+                        while segments.peek().is_some_and(|s| s == "super") {
+                            segments.next();
+                            base.pop();
+                        }
+                    }
+                    let rest: Vec<String> = segments.filter(|s| s != "self").collect();
+                    let mut full = base;
+                    match rest.first().and_then(|f| reexports.get(f)) {
+                        // `crate::Context`: the module that defines it.
+                        Some(module) if full.is_empty() => {
+                            full.push(module.clone());
+                            full.extend(rest.into_iter().skip(1));
+                        }
+                        _ => full.extend(rest),
+                    }
+                    found.push((line, full));
+                }
+                i += word.len();
+                continue;
+            }
+            i += word.len().max(1);
+            continue;
+        }
+        i += 1;
+    }
+    found
+}
+
+/// A circle in `graph`, if there is one, as the files along it.
+fn find_circle(graph: &BTreeMap<String, BTreeMap<String, usize>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeMap<String, usize>>,
+        state: &mut BTreeMap<String, u8>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(node.to_owned(), 1);
+        stack.push(node.to_owned());
+        for next in graph.get(node).into_iter().flat_map(BTreeMap::keys) {
+            match state.get(next.as_str()) {
+                Some(1) => {
+                    let from = stack.iter().position(|n| n == next).expect("on the stack");
+                    let mut circle = stack[from..].to_vec();
+                    circle.push(next.clone());
+                    return Some(circle);
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(circle) = visit(next, graph, state, stack) {
+                        return Some(circle);
+                    }
+                }
+            }
+        }
+        stack.pop();
+        state.insert(node.to_owned(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for node in graph.keys() {
+        if !state.contains_key(node.as_str()) {
+            let mut stack = Vec::new();
+            if let Some(circle) = visit(node, graph, &mut state, &mut stack) {
+                return Some(circle);
+            }
+        }
+    }
+    None
+}
+
+/// The file-level import graph of `haip/src`: file → (file it names → first
+/// line naming it). A path names the file of the longest module prefix it
+/// has (`crate::protocol::payload::ToolDone` names `protocol/payload/mod.rs`).
+/// A module naming its own submodules is its public face, not an edge (a
+/// `mod.rs` re-exports its children, which name it back with `super::`).
+fn file_graph() -> BTreeMap<String, BTreeMap<String, usize>> {
+    let src = src_dir();
+    let lib = std::fs::read_to_string(src.join("lib.rs")).expect("read lib.rs");
+    let reexports: BTreeMap<String, String> = root_reexports(&lib)
+        .into_iter()
+        .map(|(item, module)| {
+            let module = if module == "private" {
+                "__private".to_owned()
+            } else {
+                module
+            };
+            (item, module)
+        })
+        .collect();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let relative: Vec<String> = files
+        .iter()
+        .map(|f| {
+            f.strip_prefix(&src)
+                .expect("under src")
+                .to_string_lossy()
+                .replace('\\', "/")
+        })
+        .filter(|r| !r.starts_with("bin/"))
+        .collect();
+    let by_module: BTreeMap<Vec<String>, String> = relative
+        .iter()
+        .map(|r| (module_path_of(r), r.clone()))
+        .collect();
+    let mut graph: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    for file in &relative {
+        let here = module_path_of(file);
+        let text = std::fs::read_to_string(src.join(file)).expect("read source");
+        let edges = graph.entry(file.clone()).or_default();
+        for (line, path) in named_paths(&text, &here, &reexports) {
+            let Some(target) = (0..=path.len())
+                .rev()
+                .find_map(|n| by_module.get(&path[..n]).map(|f| (n, f)))
+            else {
+                continue;
+            };
+            let (n, target_file) = target;
+            let target_module = &path[..n];
+            if target_file == file || target_module.starts_with(&here) {
+                continue;
+            }
+            edges.entry(target_file.clone()).or_insert(line);
+        }
+    }
+    graph
+}
+
+#[test]
+fn no_files_import_each_other_in_a_circle() {
+    let graph = file_graph();
+    // Every circle, one at a time: report one, drop its last step, look again.
+    let mut left = graph.clone();
+    let mut report = Vec::new();
+    while let Some(circle) = find_circle(&left) {
+        let steps: Vec<String> = circle
+            .windows(2)
+            .map(|w| format!("  {}:{} names {}", w[0], graph[&w[0]][&w[1]], w[1]))
+            .collect();
+        report.push(format!("{}\n{}", circle.join(" -> "), steps.join("\n")));
+        let n = circle.len();
+        left.get_mut(&circle[n - 2])
+            .expect("in the graph")
+            .remove(&circle[n - 1]);
+    }
+    assert!(
+        report.is_empty(),
+        "files of haip/src import each other in a circle (move what they share into a module \
+         below both):\n{}",
+        report.join("\n")
+    );
+}
+
+#[test]
+fn the_circle_check_reads_super_inline_modules_and_groups() {
+    let none = BTreeMap::new();
+    let here = vec!["session".to_owned(), "calls".to_owned()];
+    let paths = |code: &str| -> Vec<String> {
+        named_paths(code, &here, &none)
+            .into_iter()
+            .map(|(_, p)| p.join("::"))
+            .collect()
+    };
+    assert_eq!(paths("use super::flow::Credit;"), ["session::flow::Credit"]);
+    assert_eq!(
+        paths("use crate::{exec::{CallKey, CallEvent}, tool::Tool};"),
+        ["exec::CallKey", "exec::CallEvent", "tool::Tool"]
+    );
+    assert_eq!(
+        paths("mod tests {\n    use super::*;\n}\nuse super::super::x;"),
+        ["session::calls", "x"]
+    );
+    assert_eq!(
+        paths("let s = \"crate::nope {\"; self::a::b();"),
+        ["session::calls::a::b"]
+    );
+    let mut graph: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    graph
+        .entry("a.rs".into())
+        .or_default()
+        .insert("b.rs".into(), 1);
+    graph
+        .entry("b.rs".into())
+        .or_default()
+        .insert("c.rs".into(), 1);
+    assert_eq!(find_circle(&graph), None);
+    graph
+        .entry("c.rs".into())
+        .or_default()
+        .insert("a.rs".into(), 1);
+    assert_eq!(
+        find_circle(&graph).expect("a circle"),
+        ["a.rs", "b.rs", "c.rs", "a.rs"]
+    );
+}
+
+/// What each file names, for a reader: `cargo test -p haip --test layers --
+/// --nocapture print_file_graph`.
+#[test]
+fn print_file_graph() {
+    for (file, deps) in file_graph() {
+        if !deps.is_empty() {
+            println!(
+                "{file}: {}",
+                deps.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
 }

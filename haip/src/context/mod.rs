@@ -10,7 +10,7 @@ use serde_json::{Number, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::exec::{CallEvent, CallKey};
+use crate::exec::event::{CallEvent, CallKey};
 use crate::schema::Form;
 use crate::tool::{State, StateMap};
 
@@ -19,8 +19,10 @@ mod question;
 mod talk;
 
 pub use caller::Caller;
-pub use question::{Ask, Confirm, ListRoots, Root, RootsError};
-pub use talk::{Answer, AskError, LogLevel, Role, SampleError, SampleRequest, Sampled};
+pub use question::{Ask, Confirm, ListRoots};
+pub use talk::{
+    Answer, AskError, LogLevel, Role, Root, RootsError, SampleError, SampleRequest, Sampled,
+};
 pub(crate) use talk::{LogLine, Peer, PeerFuture, PendingQuestion};
 
 /// The handle a tool gets for one call: ids, progress, log lines, questions

@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::Context;
-use super::talk::{Answer, AskError};
+use super::talk::{Answer, AskError, Root, RootsError};
 use crate::schema::Form;
 
 /// A boxed future borrowing the context.
@@ -139,43 +139,6 @@ impl<'a> IntoFuture for Confirm<'a> {
             }
         })
     }
-}
-
-/// A root the client shares: a directory or a file tree it lets tools work
-/// in (MCP `roots/list`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Root {
-    /// Where it is (`file:///home/ada/project`).
-    pub uri: String,
-    /// What the client calls it, if anything.
-    pub name: Option<String>,
-}
-
-impl Root {
-    /// A root at `uri`.
-    pub fn new(uri: impl Into<String>, name: Option<String>) -> Root {
-        Root {
-            uri: uri.into(),
-            name,
-        }
-    }
-}
-
-/// Why the client's roots could not be had ([`Context::roots`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RootsError {
-    /// The client shares no roots (HAIP clients never do; MCP clients that
-    /// did not declare `roots`).
-    #[error("the client shares no roots")]
-    Unsupported,
-    /// The call was cancelled or timed out, or its client went away, first.
-    #[error("the call ended before the client listed its roots")]
-    CallEnded,
-    /// The client refused or failed; says why.
-    #[error("listing the client's roots failed: {0}")]
-    Failed(String),
 }
 
 /// A request for the client's roots, made by [`Context::roots`]. Await it.

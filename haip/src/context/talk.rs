@@ -8,7 +8,6 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
-use super::question::{Root, RootsError};
 use crate::content::Content;
 use crate::schema::Form;
 
@@ -319,4 +318,41 @@ pub(crate) trait Peer: Send + Sync {
     ) -> PeerFuture<Result<Sampled, SampleError>>;
     /// Asks for the client's roots.
     fn roots(&self, key: String) -> PeerFuture<Result<Vec<Root>, RootsError>>;
+}
+
+/// A root the client shares: a directory or a file tree it lets tools work
+/// in (MCP `roots/list`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Root {
+    /// Where it is (`file:///home/ada/project`).
+    pub uri: String,
+    /// What the client calls it, if anything.
+    pub name: Option<String>,
+}
+
+impl Root {
+    /// A root at `uri`.
+    pub fn new(uri: impl Into<String>, name: Option<String>) -> Root {
+        Root {
+            uri: uri.into(),
+            name,
+        }
+    }
+}
+
+/// Why the client's roots could not be had ([`Context::roots`](crate::Context::roots)).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RootsError {
+    /// The client shares no roots (HAIP clients never do; MCP clients that
+    /// did not declare `roots`).
+    #[error("the client shares no roots")]
+    Unsupported,
+    /// The call was cancelled or timed out, or its client went away, first.
+    #[error("the call ended before the client listed its roots")]
+    CallEnded,
+    /// The client refused or failed; says why.
+    #[error("listing the client's roots failed: {0}")]
+    Failed(String),
 }

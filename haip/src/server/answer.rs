@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::body::Reservation;
-use super::http::Body;
+use super::reply::Body;
 use crate::session::Shared;
 
 /// What hyper is handed at a time.

@@ -17,8 +17,6 @@ use hyper::body::Incoming;
 use hyper::header;
 use tokio::time::Instant;
 
-use super::hub::Hub;
-
 /// A body may take this long before its average rate is checked.
 const RATE_GRACE: Duration = Duration::from_secs(10);
 
@@ -156,12 +154,13 @@ pub(super) enum Refused {
 
 impl Reader {
     /// Starts reading a one-shot body of at most `max` bytes: refuses at once
-    /// a declared length over `max` (or not a number), and a body the budget
+    /// a declared length over `max` (or not a number), and a body `budget`
     /// cannot take; the declared length is reserved up front.
     pub(super) fn start(
         headers: &HeaderMap,
         body: Incoming,
-        hub: &Hub,
+        budget: &BodyBudget,
+        timeout: Duration,
         max: usize,
     ) -> Result<Reader, Refused> {
         let declared = match headers.get(header::CONTENT_LENGTH) {
@@ -180,7 +179,7 @@ impl Reader {
         }
         // Checked above: the declared length fits in `max`.
         let declared = declared.map(|length| length as usize);
-        let Some(reservation) = hub.bodies.reserve(declared.unwrap_or(0)) else {
+        let Some(reservation) = budget.reserve(declared.unwrap_or(0)) else {
             return Err(Refused::Stopped(Stopped::Busy));
         };
         Ok(Reader {
@@ -188,7 +187,7 @@ impl Reader {
             started: Instant::now(),
             paused: Duration::ZERO,
             read: 0,
-            timeout: hub.config.body_read_timeout,
+            timeout,
             max,
             reservation,
             reserved_up_front: declared.is_some(),

@@ -6,26 +6,24 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, StreamBody};
+use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::access::{authenticate, subject_of, unauthorized};
 use super::driver;
 use super::hub::{Hub, PeerGuard};
-use crate::auth::{AuthError, AuthErrorKind, Caller, redact_uri, token_from_parts};
+use super::reply::{Body, error_response, full, is_true_header, json_response, not_found};
+use crate::auth::{AuthError, redact_uri};
 use crate::protocol::{Channel, EventType, Outgoing, now_millis};
 use crate::session::{Session, TransportKind};
-use crate::transport::frame::{WriteMeter, Writer};
+use crate::transport::frame::{Unit, WriteMeter, Writer};
 use crate::transport::queue::frame_queue;
 use crate::transport::stream::{self, Framing};
 use crate::transport::ws;
-
-/// The body of every response.
-pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// Routes one request.
 /// Routes one request. `over_peer_limit`: the connection is beyond
@@ -141,28 +139,6 @@ pub(crate) async fn route(
     Ok(with_cors(response, &hub, origin.as_deref()))
 }
 
-fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).boxed_unsync()
-}
-
-pub(super) fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
-    let mut response = Response::new(full(body.to_string()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-pub(super) fn error_response(status: StatusCode, error: &str, code: &str) -> Response<Body> {
-    json_response(status, &json!({ "error": error, "code": code }))
-}
-
-pub(super) fn not_found() -> Response<Body> {
-    error_response(StatusCode::NOT_FOUND, "Not found", "NOT_FOUND")
-}
-
 /// The inspector's page (feature `inspector`).
 #[cfg(feature = "inspector")]
 fn inspector_page() -> Response<Body> {
@@ -241,26 +217,6 @@ fn with_cors(mut response: Response<Body>, hub: &Hub, origin: Option<&str>) -> R
     response
 }
 
-// ----- authentication ---------------------------------------------------------
-
-/// The verified caller (`None` when authentication is off).
-pub(super) async fn authenticate(
-    hub: &Hub,
-    req: &Request<Incoming>,
-) -> Result<Option<Arc<Caller>>, AuthError> {
-    let Some(auth) = &hub.auth else {
-        return Ok(None);
-    };
-    let token = token_from_parts(req.headers(), req.uri());
-    match auth.identify(token.as_deref()).await {
-        Ok(caller) => Ok(Some(Arc::new(caller))),
-        Err(e) => {
-            tracing::debug!(reason = e.reason(), code = %e.code(), "authentication failed");
-            Err(e)
-        }
-    }
-}
-
 /// The protected resource metadata (RFC 9728): the resource, its issuer,
 /// and every scope a tool here requires.
 #[cfg(feature = "oauth")]
@@ -280,39 +236,6 @@ fn protected_resource(hub: &Hub) -> Response<Body> {
         header::ACCESS_CONTROL_ALLOW_ORIGIN,
         HeaderValue::from_static("*"),
     );
-    response
-}
-
-/// The subject of a verified caller.
-pub(super) fn subject_of(caller: Option<&Arc<Caller>>) -> Option<String> {
-    caller.map(|c| c.subject().to_owned())
-}
-
-/// `401` with `WWW-Authenticate: Bearer` (HAIP.md §17), naming the protected
-/// resource metadata in OAuth mode (§17.1).
-pub(super) fn unauthorized(hub: &Hub, error: &AuthError) -> Response<Body> {
-    let mut response = error_response(
-        StatusCode::UNAUTHORIZED,
-        error.message(),
-        error.code().as_str(),
-    );
-    let mut challenge = String::from("Bearer");
-    let mut params = Vec::new();
-    if !matches!(error.kind(), AuthErrorKind::MissingToken) {
-        params.push("error=\"invalid_token\"".to_owned());
-    }
-    if let Some(url) = &hub.resource_metadata {
-        params.push(format!("resource_metadata=\"{url}\""));
-    }
-    if !params.is_empty() {
-        challenge.push(' ');
-        challenge.push_str(&params.join(", "));
-    }
-    if let Ok(value) = HeaderValue::from_str(&challenge) {
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, value);
-    }
     response
 }
 
@@ -470,15 +393,26 @@ fn accepts_event_stream(req: &Request<Incoming>) -> bool {
         .any(|v| v.contains("text/event-stream"))
 }
 
-pub(super) fn is_true_header(req: &Request<Incoming>, name: &str) -> bool {
-    req.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
-}
-
 fn is_upstream_post(req: &Request<Incoming>) -> bool {
     is_true_header(req, "x-haip-message") || is_true_header(req, "x-haip-binary")
+}
+
+impl Hub {
+    /// What a stream connection is told when its client resumes another
+    /// session: upstream POSTs naming that session reach `inbound` too, for
+    /// as long as the returned callback lives.
+    pub(crate) fn stream_alias(
+        self: &Arc<Self>,
+        subject: Option<String>,
+        inbound: mpsc::Sender<Unit>,
+    ) -> driver::OnResumed {
+        let hub = Arc::clone(self);
+        let mut alias = None;
+        Box::new(move |id: &str| {
+            let entry = hub.sessions.insert(id, subject.clone(), inbound.clone());
+            drop(alias.replace(entry));
+        })
+    }
 }
 
 /// Opens an SSE or HTTP-streaming session; for `POST /haip/stream` the request

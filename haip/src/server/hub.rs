@@ -68,24 +68,6 @@ impl Hub {
     }
 }
 
-impl Hub {
-    /// What a stream connection is told when its client resumes another
-    /// session: upstream POSTs naming that session reach `inbound` too, for
-    /// as long as the returned callback lives.
-    pub(crate) fn stream_alias(
-        self: &Arc<Self>,
-        subject: Option<String>,
-        inbound: mpsc::Sender<Unit>,
-    ) -> super::driver::OnResumed {
-        let hub = Arc::clone(self);
-        let mut alias = None;
-        Box::new(move |id: &str| {
-            let entry = hub.sessions.insert(id, subject.clone(), inbound.clone());
-            drop(alias.replace(entry));
-        })
-    }
-}
-
 /// One counted connection (`activeConnections`), uncounted when dropped.
 pub(crate) struct ConnectionGuard {
     shared: Arc<Shared>,

@@ -35,10 +35,11 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::access::{authenticate, unauthorized};
 use super::answer::{AnswerBody, Outflow};
 use super::body::{Reader, Refused, Stopped};
-use super::http::{Body, authenticate, unauthorized};
 use super::hub::Hub;
+use super::reply::{Body, not_found};
 use crate::auth::{Caller, query_param};
 use crate::mcp::export::{Handshake, LargeArguments, McpProfile};
 use crate::mcp::inbound::{self, INVALID_REQUEST, Refusal};
@@ -52,7 +53,7 @@ const SERVER_BUSY: i32 = -32000;
 /// Serves one `/mcp` request.
 pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response<Body> {
     let Some(mcp) = &hub.mcp else {
-        return super::http::not_found();
+        return not_found();
     };
     if let Some(origin) = refused_origin(&req, hub) {
         tracing::debug!(origin = %inbound::quote(&origin), "/mcp: origin not allowed");
@@ -113,7 +114,13 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
         .config
         .max_body_bytes
         .min(hub.shared.config.max_message_bytes);
-    let mut reader = match Reader::start(&parts.headers, body, hub, max) {
+    let mut reader = match Reader::start(
+        &parts.headers,
+        body,
+        &hub.bodies,
+        hub.config.body_read_timeout,
+        max,
+    ) {
         Ok(reader) => reader,
         Err(Refused::BadLength) => {
             return closing(rpc_error(

@@ -1,5 +1,6 @@
 //! The server: builder, listener, graceful shutdown, and [`serve`].
 
+mod access;
 mod answer;
 mod body;
 mod builder;
@@ -15,6 +16,7 @@ mod links;
 mod mcp;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod reply;
 mod upstream;
 
 use std::net::SocketAddr;

@@ -18,11 +18,10 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::access::{authenticate, subject_of, unauthorized};
 use super::body::{Reader, Refused, Stopped};
-use super::http::{
-    Body, authenticate, error_response, is_true_header, json_response, subject_of, unauthorized,
-};
 use super::hub::Hub;
+use super::reply::{Body, error_response, is_true_header, json_response};
 use crate::auth::query_param;
 use crate::transport::body::Splitter;
 use crate::transport::frame::{Batch, Element, Unit};
@@ -43,7 +42,13 @@ pub(super) async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
         .map(str::to_owned);
     let query_session = query_param(req.uri().query(), "session");
     let (parts, body) = req.into_parts();
-    let mut reader = match Reader::start(&parts.headers, body, hub, config.max_body_bytes) {
+    let mut reader = match Reader::start(
+        &parts.headers,
+        body,
+        &hub.bodies,
+        hub.config.body_read_timeout,
+        config.max_body_bytes,
+    ) {
         Ok(reader) => reader,
         Err(Refused::BadLength) => {
             return closing(error_response(

@@ -1,7 +1,7 @@
 //! Tools: the [`Tool`] value, its handler, errors and the ordered registry.
 
 pub(crate) mod builtin;
-mod error;
+pub(crate) mod error;
 mod extract;
 mod registry;
 

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use bytes::Bytes;
 use tokio::sync::{Notify, mpsc, oneshot};
 
+pub(crate) use super::queue::Frame;
 use super::queue::FrameSender;
 
 use crate::session::Shared;
@@ -72,17 +73,6 @@ pub(crate) enum Element {
     /// An element over `max_message_bytes`: reported (`MESSAGE_TOO_LARGE`)
     /// and skipped; the rest of the body is handled.
     TooLarge,
-}
-
-/// One outbound frame for the transport's writer.
-#[derive(Debug)]
-pub(crate) enum Frame {
-    /// A committed envelope's JSON text (UTF-8).
-    Envelope(Bytes),
-    /// A keep-alive with no envelope (an SSE comment), for clients that filter `PING`.
-    KeepAlive,
-    /// The last frame: close with this code and reason (WebSocket) or end the stream.
-    Close { code: u16, reason: &'static str },
 }
 
 /// Bytes of committed envelopes a writer may hold that it has not written

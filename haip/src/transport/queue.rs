@@ -9,9 +9,19 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use bytes::Bytes;
 use tokio::sync::Notify;
 
-use super::frame::Frame;
+/// One outbound frame for the transport's writer.
+#[derive(Debug)]
+pub(crate) enum Frame {
+    /// A committed envelope's JSON text (UTF-8).
+    Envelope(Bytes),
+    /// A keep-alive with no envelope (an SSE comment), for clients that filter `PING`.
+    KeepAlive,
+    /// The last frame: close with this code and reason (WebSocket) or end the stream.
+    Close { code: u16, reason: &'static str },
+}
 
 #[derive(Default)]
 struct Queue {

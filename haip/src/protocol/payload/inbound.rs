@@ -1,0 +1,173 @@
+//! An accepted inbound envelope's payload as the one event a server acts on.
+
+use super::runs::run_id;
+use super::*;
+
+/// An accepted inbound envelope's payload as the event a server acts on
+/// (HAIP.md §5, "Server on receipt").
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum InboundEvent {
+    /// A client `HAI`.
+    Hai(Hai),
+    /// A `TOOL_LIST` request.
+    ToolList(ToolListRequest),
+    /// A `TOOL_SCHEMA` request.
+    ToolSchema(ToolSchemaRequest),
+    /// A `TOOL_CALL`.
+    ToolCall(ToolCall),
+    /// A `TOOL_CANCEL`.
+    ToolCancel(ToolCancel),
+    /// `TOOL_INPUT` (HAIP.md §6.11).
+    ToolInput(ToolInput),
+    /// `RUN_STARTED`.
+    RunStarted(RunStarted),
+    /// `RUN_FINISHED`.
+    RunFinished(RunFinished),
+    /// `RUN_CANCEL`.
+    RunCancel(RunCancel),
+    /// `RUN_ERROR`.
+    RunError(RunError),
+    /// `PING`.
+    Ping(Ping),
+    /// `REPLAY_REQUEST`.
+    ReplayRequest(ReplayRequest),
+    /// `FLOW_UPDATE`.
+    FlowUpdate(FlowUpdate),
+    /// `PAUSE_CHANNEL`.
+    PauseChannel(PauseChannel),
+    /// `RESUME_CHANNEL`.
+    ResumeChannel(ResumeChannel),
+    /// Accepted, and nothing for the server to do: `PONG`, `ERROR`,
+    /// `TOOL_UPDATE`, `TOOL_DONE`, text and audio, a `TOOL_LIST` with `tools`
+    /// or a `TOOL_SCHEMA` with `schema`/`inputSchema` (a client advertising
+    /// its own tools, HAIP.md §6.8). The payload is left in the [`Inbound`],
+    /// untouched, for a hook.
+    Other,
+}
+
+impl InboundEvent {
+    /// Decodes `inbound`'s payload into the event it is (see the
+    /// [module](super) documentation for the leniency rules).
+    ///
+    /// For the events a server acts on, the payload is moved out of
+    /// `inbound` (left empty); the envelope's other fields stay for the
+    /// reply (`id` for `related_id`, `run_id`, `thread_id`). For
+    /// [`InboundEvent::Other`] nothing is taken. An error carries the
+    /// envelope `id` as its `related_id`; [`PayloadError::reply`] is the
+    /// `ERROR` to answer it with, if any.
+    ///
+    /// ```
+    /// use haip::protocol::decode;
+    /// use haip::protocol::payload::InboundEvent;
+    ///
+    /// let mut inbound = decode(r#"{"id":"r-1","type":"REPLAY_REQUEST","payload":{"from_seq":"x"}}"#).unwrap();
+    /// let err = InboundEvent::decode(&mut inbound).unwrap_err();
+    /// let reply = err.reply().unwrap();
+    /// assert_eq!(reply.code.as_str(), "INVALID_MESSAGE");
+    /// assert_eq!(reply.related_id.as_deref(), Some("r-1"));
+    /// assert_eq!(reply.detail.unwrap()["reason"], "invalid from_seq");
+    /// ```
+    pub fn decode(inbound: &mut Inbound) -> Result<InboundEvent, PayloadError> {
+        InboundEvent::decode_with(inbound, || uuid::Uuid::new_v4().to_string())
+    }
+
+    /// [`InboundEvent::decode`], with the caller making the id of a
+    /// `TOOL_CALL` that has neither a usable `call_id` nor an envelope `id`
+    /// (HAIP.md §6.4 step 1): `fresh` is called then, and only then. A server
+    /// session passes its own id source, so that every id it hands out comes
+    /// from one place (and tests can predict them).
+    ///
+    /// ```
+    /// use haip::protocol::decode;
+    /// use haip::protocol::payload::InboundEvent;
+    ///
+    /// let mut inbound = decode(r#"{"type":"TOOL_CALL","payload":{"tool":"echo"}}"#).unwrap();
+    /// let event = InboundEvent::decode_with(&mut inbound, || "call-7".to_owned()).unwrap();
+    /// let InboundEvent::ToolCall(call) = event else { panic!() };
+    /// assert_eq!(call.call_id, "call-7");
+    /// ```
+    pub fn decode_with(
+        inbound: &mut Inbound,
+        fresh: impl FnOnce() -> String,
+    ) -> Result<InboundEvent, PayloadError> {
+        let acted_on = match inbound.event {
+            EventType::ToolList => !inbound.payload.get("tools").is_some_and(Value::is_array),
+            EventType::ToolSchema => {
+                !(inbound.payload.contains_key("schema")
+                    || inbound.payload.contains_key("inputSchema"))
+            }
+            EventType::Hai
+            | EventType::ToolCall
+            | EventType::ToolCancel
+            | EventType::ToolInput
+            | EventType::RunStarted
+            | EventType::RunFinished
+            | EventType::RunCancel
+            | EventType::RunError
+            | EventType::Ping
+            | EventType::ReplayRequest
+            | EventType::FlowUpdate
+            | EventType::PauseChannel
+            | EventType::ResumeChannel => true,
+            _ => false,
+        };
+        if !acted_on {
+            return Ok(InboundEvent::Other);
+        }
+        let payload = std::mem::take(&mut inbound.payload);
+        let envelope_run_id = inbound.run_id.as_deref();
+        let decoded = match inbound.event {
+            EventType::Hai => Hai::from_payload(payload).map(InboundEvent::Hai),
+            EventType::ToolList => {
+                ToolListRequest::from_payload(payload).map(InboundEvent::ToolList)
+            }
+            EventType::ToolSchema => {
+                ToolSchemaRequest::from_payload(payload).map(InboundEvent::ToolSchema)
+            }
+            EventType::ToolCall => {
+                let id = &inbound.id;
+                ToolCall::decode(payload, || Some(id.clone().unwrap_or_else(fresh)))
+                    .map(InboundEvent::ToolCall)
+            }
+            EventType::ToolCancel => {
+                ToolCancel::from_payload(payload).map(InboundEvent::ToolCancel)
+            }
+            EventType::ToolInput => ToolInput::from_payload(payload).map(InboundEvent::ToolInput),
+            EventType::RunStarted => RunStarted::from_payload(payload).map(|mut run| {
+                run.run_id = run.run_id.or_else(|| envelope_run_id.map(str::to_owned));
+                InboundEvent::RunStarted(run)
+            }),
+            EventType::RunFinished => {
+                RunFinished::decode(payload, envelope_run_id).map(InboundEvent::RunFinished)
+            }
+            EventType::RunCancel => {
+                let mut r = Reader::new(EventType::RunCancel, payload);
+                run_id(&mut r, envelope_run_id)
+                    .map(|run_id| InboundEvent::RunCancel(RunCancel { run_id }))
+            }
+            EventType::RunError => RunError::from_payload(payload).map(|mut run| {
+                run.run_id = run.run_id.or_else(|| envelope_run_id.map(str::to_owned));
+                InboundEvent::RunError(run)
+            }),
+            EventType::Ping => Ping::from_payload(payload).map(InboundEvent::Ping),
+            EventType::ReplayRequest => {
+                ReplayRequest::from_payload(payload).map(InboundEvent::ReplayRequest)
+            }
+            EventType::FlowUpdate => {
+                FlowUpdate::from_payload(payload).map(InboundEvent::FlowUpdate)
+            }
+            EventType::PauseChannel => {
+                PauseChannel::from_payload(payload).map(InboundEvent::PauseChannel)
+            }
+            EventType::ResumeChannel => {
+                ResumeChannel::from_payload(payload).map(InboundEvent::ResumeChannel)
+            }
+            _ => Ok(InboundEvent::Other),
+        };
+        decoded.map_err(|mut e| {
+            e.related_id.clone_from(&inbound.id);
+            e
+        })
+    }
+}
