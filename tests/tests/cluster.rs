@@ -25,7 +25,9 @@
 //!   looked.
 //! - Redis stopped and restarted while running: sessions go on working,
 //!   resumption elsewhere answers `RESUME_FAILED` with the reason, `/stats`
-//!   says Redis is unreachable, then reachable again.
+//!   says Redis is unreachable, then reachable again; a session whose
+//!   records were lost meanwhile is marked, and is not restored from them
+//!   once its instance stops.
 
 #[path = "support/transports.rs"]
 #[allow(unused_macros, unused_imports)]
@@ -664,4 +666,30 @@ async fn losing_redis_keeps_sessions_working_and_it_recovers() {
         .await;
     assert_eq!(done["result"], json!({"echoed": "through b"}));
     moved.ping_marker().await;
+
+    // What was recorded misses the call made while Redis was away: once Redis
+    // is back the session is marked so, and when a stops it is not restored
+    // from that (it would end e1 again, and reuse seqs), but refused.
+    let key = format!("haip:s:{session}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while redis.command(&["HEXISTS", &key, "lost"]).unwrap() != ":1" {
+        assert!(
+            Instant::now() < deadline,
+            "the session was never marked lost"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seen = moved.last_seq();
+    drop(moved);
+    a.shutdown().await;
+    let mut other = Conn::connect(Kind::Ws, b.local_addr(), None).await;
+    other
+        .send(&resume_hai("r3", &session, &seen.to_string()))
+        .await;
+    let error = other.expect_error().await;
+    assert_eq!(error["code"], "RESUME_FAILED", "{error}");
+    assert_eq!(
+        error["detail"]["reason"], "records lost while the session store was away",
+        "{error}"
+    );
 }

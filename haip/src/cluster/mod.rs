@@ -13,7 +13,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `haip:s:{session}` | hash | `owner` (instance id), `subject`, `next_seq`, `last_rx` |
+//! | `haip:s:{session}` | hash | `owner` (instance id), `subject`, `next_seq`, `last_rx`, `paused` (channels), `owed` (flow-control credit owed to the client), `lost` (records of it were lost) |
 //! | `haip:s:{session}:w` | list | committed envelopes, oldest first (at most 10 × `replay_window_messages`) |
 //! | `haip:s:{session}:c` | set | call ids owed a `TOOL_DONE` |
 //! | `haip:s:{session}:claim` | string | the instance restoring it (10 s) |
@@ -33,11 +33,19 @@
 //! [`LEASE_REFRESH`]; a link silent for [`LEASE_TTL`] is lost.
 //!
 //! Recording never blocks a session: records go through a bounded queue to
-//! one writer task that sends them in pipelined batches. When Redis is away,
+//! one writer task that sends them in batches, each batch one call of a
+//! Lua script (`RECORD`) that applies every session's records in it: one
+//! round trip per batch, however many sessions it carries. When Redis is away,
 //! sessions go on working on their instance; records made meanwhile are lost,
-//! so a session with a gap cannot be restored past it (`window exceeded`),
 //! and restoring answers `session store unavailable` until Redis is back (the
-//! connection reconnects by itself).
+//! connection reconnects by itself, and the writer tries again every
+//! [`PROBE`]). Once it is, each session whose records were lost is marked
+//! (`lost`, and its `owner` set again if it runs here): while its instance
+//! lives it is relayed there as any other, but it is never restored from
+//! what was recorded, which misses what happened meanwhile (calls that ended,
+//! `seq`s the client saw): restoring it answers [`LOST`]. An instance killed
+//! before Redis came back cannot mark its sessions: what it recorded before
+//! Redis went away is what another restores.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -50,6 +58,7 @@ use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::hash::FastMap;
 use crate::session::link::{
     IncomingLink, Link, LinkMessage, LinkOpen, LinkPurpose, LinkReceiver, LinkSender,
 };
@@ -68,7 +77,7 @@ pub(crate) const LEASE_REFRESH: Duration = Duration::from_secs(2);
 pub(crate) const LEASE_TTL: Duration = Duration::from_secs(6);
 /// Records waiting for the writer, at most; more are dropped (and counted).
 const QUEUE: usize = 65_536;
-/// Records sent in one pipeline, at most.
+/// Records sent in one batch, at most.
 const BATCH: usize = 512;
 /// How long one Redis round trip may take before it counts as failed.
 const IO_TIMEOUT: Duration = Duration::from_secs(3);
@@ -100,6 +109,10 @@ enum Entry {
         id: Arc<str>,
         channels: String,
     },
+    Owed {
+        id: Arc<str>,
+        owed: String,
+    },
     StreamOpened {
         id: String,
         subject: Option<String>,
@@ -108,6 +121,23 @@ enum Entry {
         id: String,
         subject: Option<String>,
     },
+}
+
+impl Entry {
+    /// The session a record is about (a stream's entry is about the set of
+    /// open streams, which the next opening or closing puts right).
+    fn session(&self) -> Option<&Arc<str>> {
+        match self {
+            Entry::Opened { id, .. }
+            | Entry::Committed { id, .. }
+            | Entry::CallOpened { id, .. }
+            | Entry::CallClosed { id, .. }
+            | Entry::Ended { id }
+            | Entry::Paused { id, .. }
+            | Entry::Owed { id, .. } => Some(id),
+            Entry::StreamOpened { .. } | Entry::StreamClosed { .. } => None,
+        }
+    }
 }
 
 /// The Redis-backed [`SessionStore`].
@@ -125,6 +155,9 @@ pub(crate) struct RedisSessionStore {
     window_cap: usize,
     /// Records dropped (queue full, or Redis unavailable).
     dropped: AtomicU64,
+    /// Sessions whose records were lost (dropped while Redis was away, or
+    /// the queue was full), to mark in Redis when it answers again.
+    lost: std::sync::Mutex<crate::hash::FastSet<Arc<str>>>,
     /// Round trips of the writer, and those that failed (for `/metrics`).
     trips: AtomicU64,
     failed_trips: AtomicU64,
@@ -155,13 +188,74 @@ pub(crate) struct RedisSessionStore {
     tasks: OnceLock<Weak<tasks::RedisTaskStore>>,
 }
 
-/// One session's committed envelopes in a batch of records.
-struct Committed<'a> {
+/// One session's records in a batch, as [`RECORD`] takes them.
+struct Group<'a> {
     id: &'a Arc<str>,
-    envelopes: Vec<&'a [u8]>,
-    /// The newest envelope's `seq`, and the inbound `seq` then.
-    seq: u64,
-    last_rx_seq: u64,
+    ops: Vec<Op<'a>>,
+    /// Where in `ops` the session's envelopes gather (none before its first,
+    /// nor past its `Opened` or `Ended`).
+    window: Option<usize>,
+}
+
+/// One change to a session in a batch.
+enum Op<'a> {
+    /// Committed envelopes, oldest first; the newest's `seq`, and the
+    /// inbound `seq` then.
+    Window {
+        envelopes: Vec<&'a [u8]>,
+        seq: u64,
+        last_rx_seq: u64,
+    },
+    Opened(Option<&'a str>),
+    CallOpened(&'a str),
+    CallClosed(&'a str),
+    Paused(&'a str),
+    /// The flow-control credit owed to the client.
+    Owed(&'a str),
+    Ended,
+    /// A call opened and closed within the batch: nothing to write.
+    Gone,
+}
+
+impl<'a> Group<'a> {
+    fn add(&mut self, op: Op<'a>) {
+        match &op {
+            Op::Window {
+                envelopes,
+                seq,
+                last_rx_seq,
+            } => {
+                if let Some(Op::Window {
+                    envelopes: kept,
+                    seq: newest,
+                    last_rx_seq: rx,
+                }) = self.window.and_then(|at| self.ops.get_mut(at))
+                {
+                    kept.extend_from_slice(envelopes);
+                    *newest = *seq;
+                    *rx = *last_rx_seq;
+                    return;
+                }
+                self.window = Some(self.ops.len());
+            }
+            Op::CallClosed(call_id) => {
+                // A call that ends at once was opened a record or two ago.
+                let opened = self
+                    .ops
+                    .iter_mut()
+                    .rev()
+                    .take_while(|op| !matches!(op, Op::Opened(_) | Op::Ended))
+                    .find(|op| matches!(op, Op::CallOpened(c) if c == call_id));
+                if let Some(opened) = opened {
+                    *opened = Op::Gone;
+                    return;
+                }
+            }
+            Op::Opened(_) | Op::Ended => self.window = None,
+            Op::CallOpened(_) | Op::Paused(_) | Op::Owed(_) | Op::Gone => {}
+        }
+        self.ops.push(op);
+    }
 }
 
 /// Where the messages of one link go on this instance.
@@ -200,6 +294,7 @@ impl RedisSessionStore {
             ttl,
             window_cap: window_cap.max(1),
             dropped: AtomicU64::new(0),
+            lost: std::sync::Mutex::new(Default::default()),
             trips: AtomicU64::new(0),
             failed_trips: AtomicU64::new(0),
             healthy: AtomicBool::new(false),
@@ -238,6 +333,7 @@ impl RedisSessionStore {
     }
 
     /// The writer's round trips to Redis so far, and those that failed.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) fn round_trips(&self) -> (u64, u64) {
         (self.trips.load(Relaxed), self.failed_trips.load(Relaxed))
     }
@@ -707,7 +803,11 @@ impl RedisSessionStore {
         let _ = tokio::time::timeout(IO_TIMEOUT, conn.del::<_, ()>(key)).await;
     }
 
-    /// The writer: records, in pipelined batches, in order.
+    /// The writer: records, in batches, in order. Each batch is one call of
+    /// the [`RECORD`] script: one round trip and one reply, whatever number
+    /// of sessions and records it carries. Records made while a batch is on
+    /// its way wait in the queue and make up the next one, so a busy
+    /// instance sends larger batches rather than more of them.
     async fn write(
         self: Arc<Self>,
         mut rx: mpsc::Receiver<Entry>,
@@ -715,6 +815,9 @@ impl RedisSessionStore {
         shutdown: CancellationToken,
     ) {
         let mut batch = Vec::with_capacity(BATCH);
+        // The script's SHA1 once Redis has it.
+        let mut sha = None;
+        let mut last_failure = std::time::Instant::now();
         loop {
             let first = tokio::select! {
                 entry = rx.recv() => entry,
@@ -728,16 +831,33 @@ impl RedisSessionStore {
                     Err(_) => break,
                 }
             }
-            // While Redis is known to be away, records are dropped at once:
-            // sessions go on without waiting for it (the lease refresher
-            // notices when it is back).
-            let sent = if self.healthy.load(Relaxed) {
-                let pipe = self.pipeline(&batch);
-                let sent =
-                    tokio::time::timeout(IO_TIMEOUT, pipe.query_async::<()>(&mut conn)).await;
+            // While Redis is known to be away, records are dropped at once
+            // (sessions go on without waiting for it), and Redis is tried
+            // again every `PROBE`.
+            let try_now = self.healthy.load(Relaxed) || last_failure.elapsed() >= PROBE;
+            let sent = if try_now {
+                // Sessions whose records were lost are marked first.
+                let marks: Vec<(Arc<str>, bool)> = {
+                    let lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+                    lost.iter()
+                        .take(MARKS_PER_BATCH)
+                        .map(|id| (Arc::clone(id), self.local.find(id).is_some()))
+                        .collect()
+                };
+                let send = self.send(&mut conn, &mut sha, &marks, &batch);
+                let sent = tokio::time::timeout(IO_TIMEOUT, send).await;
                 self.trips.fetch_add(1, Relaxed);
                 let sent = matches!(sent, Ok(Ok(())));
-                if !sent {
+                if sent {
+                    let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+                    for (id, _) in &marks {
+                        lost.remove(id);
+                    }
+                    drop(lost);
+                    if !self.healthy.swap(true, Relaxed) {
+                        tracing::info!(url = %self.url, "Redis is reachable again");
+                    }
+                } else {
                     self.failed_trips.fetch_add(1, Relaxed);
                 }
                 sent
@@ -745,7 +865,9 @@ impl RedisSessionStore {
                 false
             };
             if !sent {
+                last_failure = std::time::Instant::now();
                 self.dropped.fetch_add(batch.len() as u64, Relaxed);
+                self.lost(batch.iter().map(Entry::session));
                 if self.healthy.swap(false, Relaxed) {
                     tracing::warn!(url = %self.url, "Redis is unreachable: session records are being dropped");
                 }
@@ -756,101 +878,151 @@ impl RedisSessionStore {
         }
     }
 
-    /// The commands for a batch of records. A session's committed envelopes
-    /// in the batch go in one `RPUSH` with one trim, one update of its
-    /// counters and one refresh of its expiry (most of a busy session's
-    /// records are envelopes: this is what keeps Redis cheap per call).
-    fn pipeline(&self, batch: &[Entry]) -> redis::Pipeline {
-        let mut pipe = redis::pipe();
-        let ttl = self.ttl.as_millis() as i64;
-        // Committed envelopes by session, in the order sessions first appear.
-        let mut groups: Vec<Committed<'_>> = Vec::new();
+    /// Sends a batch of records: one `EVALSHA` of [`RECORD`], the script
+    /// loaded first when Redis does not have it (the first batch, or Redis
+    /// restarted since).
+    async fn send(
+        &self,
+        conn: &mut ConnectionManager,
+        sha: &mut Option<String>,
+        marks: &[(Arc<str>, bool)],
+        batch: &[Entry],
+    ) -> redis::RedisResult<()> {
+        if let Some(known) = sha.as_deref() {
+            match self
+                .record_call(known, marks, batch)
+                .query_async(conn)
+                .await
+            {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {}
+                done => return done,
+            }
+        }
+        let loaded: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(RECORD)
+            .query_async(conn)
+            .await?;
+        let call = self.record_call(&loaded, marks, batch);
+        *sha = Some(loaded);
+        call.query_async(conn).await
+    }
+
+    /// The [`RECORD`] call for a batch of records.
+    ///
+    /// Records are grouped by session, in the order sessions first appear: a
+    /// session's committed envelopes become one append with one update of
+    /// its counters (most of a busy session's records are envelopes), and a
+    /// call opened and closed within the batch (a call that ends at once) is
+    /// left out: the set of calls owed a `TOOL_DONE` ends the same either
+    /// way. A session's other records keep their order around its envelopes,
+    /// which is what matters: it is only ever ended after them. `marks`
+    /// come first: sessions whose records were lost (and whether each runs
+    /// here), marked so that no instance restores them from what is missing.
+    fn record_call(&self, sha: &str, marks: &[(Arc<str>, bool)], batch: &[Entry]) -> redis::Cmd {
+        let mut index: FastMap<&str, usize> = FastMap::default();
+        let mut groups: Vec<Group<'_>> = Vec::new();
+        // Stream sessions opened and closed (`+`/`-`, key, member), in order.
+        let mut streams: Vec<(&str, String, String)> = Vec::new();
         for entry in batch {
-            match entry {
+            let (id, op) = match entry {
                 Entry::Committed {
                     id,
                     seq,
                     envelope,
                     last_rx_seq,
-                } => match groups
-                    .iter_mut()
-                    .find(|g| Arc::ptr_eq(g.id, id) || g.id == id)
-                {
-                    Some(group) => {
-                        group.envelopes.push(envelope.as_ref());
-                        group.seq = *seq;
-                        group.last_rx_seq = *last_rx_seq;
-                    }
-                    None => groups.push(Committed {
-                        id,
+                } => (
+                    id,
+                    Op::Window {
                         envelopes: vec![envelope.as_ref()],
                         seq: *seq,
                         last_rx_seq: *last_rx_seq,
-                    }),
-                },
-                Entry::Opened { id, subject } => {
-                    self.flush(&mut pipe, &mut groups);
-                    let key = session_key(id);
-                    pipe.hset(&key, "owner", &*self.instance).ignore();
-                    match subject {
-                        Some(subject) => pipe.hset(&key, "subject", subject).ignore(),
-                        None => pipe.hdel(&key, "subject").ignore(),
-                    };
-                    pipe.pexpire(&key, ttl).ignore();
-                }
-                Entry::CallOpened { id, call_id } => {
-                    let calls = calls_key(id);
-                    pipe.sadd(&calls, call_id).ignore();
-                    pipe.pexpire(&calls, ttl).ignore();
-                }
-                Entry::CallClosed { id, call_id } => {
-                    pipe.srem(calls_key(id), call_id).ignore();
-                }
-                Entry::Ended { id } => {
-                    // After what the session committed before it ended.
-                    self.flush(&mut pipe, &mut groups);
-                    pipe.del(&[session_key(id), window_key(id), calls_key(id)])
-                        .ignore();
-                }
-                Entry::Paused { id, channels } => {
-                    pipe.hset(session_key(id), "paused", channels).ignore();
-                }
+                    },
+                ),
+                Entry::Opened { id, subject } => (id, Op::Opened(subject.as_deref())),
+                Entry::CallOpened { id, call_id } => (id, Op::CallOpened(call_id)),
+                Entry::CallClosed { id, call_id } => (id, Op::CallClosed(call_id)),
+                Entry::Paused { id, channels } => (id, Op::Paused(channels)),
+                Entry::Owed { id, owed } => (id, Op::Owed(owed)),
+                Entry::Ended { id } => (id, Op::Ended),
                 Entry::StreamOpened { id, subject } => {
                     let member = format!("{id} {}", self.instance);
-                    pipe.sadd(open_key(subject.as_deref()), member).ignore();
+                    streams.push(("+", open_key(subject.as_deref()), member));
+                    continue;
                 }
                 Entry::StreamClosed { id, subject } => {
                     let member = format!("{id} {}", self.instance);
-                    pipe.srem(open_key(subject.as_deref()), member).ignore();
+                    streams.push(("-", open_key(subject.as_deref()), member));
+                    continue;
+                }
+            };
+            let at = *index.entry(&**id).or_insert_with(|| {
+                groups.push(Group {
+                    id,
+                    ops: Vec::new(),
+                    window: None,
+                });
+                groups.len() - 1
+            });
+            groups[at].add(op);
+        }
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(sha)
+            .arg(0)
+            .arg(&*self.instance)
+            .arg(self.ttl.as_millis() as u64)
+            .arg(self.window_cap);
+        for (id, here) in marks {
+            call.arg("S")
+                .arg(&**id)
+                .arg("L")
+                .arg(if *here { "1" } else { "0" });
+        }
+        for group in &groups {
+            call.arg("S").arg(&**group.id);
+            for op in &group.ops {
+                match op {
+                    Op::Window {
+                        envelopes,
+                        seq,
+                        last_rx_seq,
+                    } => {
+                        call.arg("W")
+                            .arg(seq + 1)
+                            .arg(*last_rx_seq)
+                            .arg(envelopes.len())
+                            .arg(envelopes.as_slice());
+                    }
+                    Op::Opened(None) => {
+                        call.arg("O");
+                    }
+                    Op::Opened(Some(subject)) => {
+                        call.arg("U").arg(*subject);
+                    }
+                    Op::CallOpened(call_id) => {
+                        call.arg("A").arg(*call_id);
+                    }
+                    Op::CallClosed(call_id) => {
+                        call.arg("D").arg(*call_id);
+                    }
+                    Op::Owed(owed) => {
+                        call.arg("C").arg(*owed);
+                    }
+                    Op::Paused(channels) => {
+                        call.arg("P").arg(*channels);
+                    }
+                    Op::Ended => {
+                        call.arg("E");
+                    }
+                    Op::Gone => {}
                 }
             }
         }
-        self.flush(&mut pipe, &mut groups);
-        pipe
-    }
-
-    /// The commands for the committed envelopes gathered so far.
-    fn flush(&self, pipe: &mut redis::Pipeline, groups: &mut Vec<Committed<'_>>) {
-        let ttl = self.ttl.as_millis() as i64;
-        let cap = self.window_cap as isize;
-        for group in groups.drain(..) {
-            let key = session_key(group.id);
-            let window = window_key(group.id);
-            pipe.rpush(&window, group.envelopes).ignore();
-            pipe.ltrim(&window, -cap, -1).ignore();
-            pipe.hset_multiple(
-                &key,
-                &[
-                    ("owner", self.instance.to_string()),
-                    ("next_seq", (group.seq + 1).to_string()),
-                    ("last_rx", group.last_rx_seq.to_string()),
-                ],
-            )
-            .ignore();
-            pipe.pexpire(&key, ttl).ignore();
-            pipe.pexpire(&window, ttl).ignore();
-            pipe.pexpire(calls_key(group.id), ttl).ignore();
+        for (kind, key, member) in &streams {
+            call.arg(*kind).arg(key).arg(member);
         }
+        call
     }
 
     fn id_arc(&self, id: &str) -> Arc<str> {
@@ -868,11 +1040,34 @@ impl RedisSessionStore {
     fn enqueue(&self, entry: Entry) {
         // The counter moves with the queue: tickets follow the writer's order.
         let mut recorded = self.recorded_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if self.queue.try_send(entry).is_ok() {
-            *recorded += 1;
-            self.recorded.store(*recorded, Relaxed);
-        } else {
-            self.dropped.fetch_add(1, Relaxed);
+        match self.queue.try_send(entry) {
+            Ok(()) => {
+                *recorded += 1;
+                self.recorded.store(*recorded, Relaxed);
+            }
+            Err(full) => {
+                self.dropped.fetch_add(1, Relaxed);
+                self.lost(std::iter::once(full.into_inner().session()));
+            }
+        }
+    }
+
+    /// Notes that records of these sessions were lost: each is marked so
+    /// in Redis once it answers again ([`LOST`]).
+    fn lost<'a>(&self, ids: impl Iterator<Item = Option<&'a Arc<str>>>) {
+        let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+        for id in ids.flatten() {
+            if lost.len() >= MAX_LOST {
+                static FULL: crate::stats::Throttle = crate::stats::Throttle::new();
+                if let Some(suppressed) = FULL.allow() {
+                    tracing::warn!(
+                        suppressed,
+                        "too many sessions with lost records to mark them all"
+                    );
+                }
+                break;
+            }
+            lost.insert(Arc::clone(id));
         }
     }
 
@@ -894,6 +1089,12 @@ impl RedisSessionStore {
                 if alive {
                     return Ok(Err(NotRestored::Elsewhere(owner)));
                 }
+            }
+            // What was recorded misses what happened while Redis was away:
+            // restoring it would end calls that ended, and send again `seq`s
+            // the client has seen with other contents.
+            if meta.contains_key("lost") {
+                return Ok(Err(NotRestored::Refused(LOST)));
             }
             // A claim whose instance died with it (restored there, then
             // killed within the claim's life) does not hold the session.
@@ -953,6 +1154,7 @@ fn snapshot(meta: &BTreeMap<String, String>, window: Vec<Vec<u8>>, calls: Vec<St
         next_seq,
         last_rx_seq: number("last_rx").unwrap_or(0),
         open_calls: calls,
+        owed: meta.get("owed").cloned().unwrap_or_default(),
         paused: meta
             .get("paused")
             .map(|names| {
@@ -979,6 +1181,18 @@ fn seq_of(envelope: &[u8]) -> Option<u64> {
         .ok()
 }
 
+/// Why a session cannot be restored after records of it were lost.
+pub(crate) const LOST: &str = "records lost while the session store was away";
+
+/// Sessions with lost records waiting to be marked, at most.
+const MAX_LOST: usize = 100_000;
+
+/// Sessions marked lost in one batch, at most.
+const MARKS_PER_BATCH: usize = 1024;
+
+/// How often the writer tries Redis again while it is away.
+const PROBE: Duration = Duration::from_millis(250);
+
 /// How long a claim to restore a session holds it (others answer
 /// `session being resumed elsewhere` meanwhile).
 const CLAIM_MS: u64 = 10_000;
@@ -992,6 +1206,91 @@ if holder and holder ~= ARGV[1] and redis.call('EXISTS', 'haip:i:' .. holder) ==
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
+";
+
+/// Writes a batch of session records. ARGV: this instance, the keys' time to
+/// live (ms), the envelopes kept per session; then records, each a kind and
+/// its fields: `S` session (the records that follow are its), `W` next `seq`,
+/// inbound `seq`, count, envelopes (appended to the window, trimmed), `O`
+/// opened without subject, `U` subject (opened), `A` / `D` call id (owed a
+/// `TOOL_DONE`, or no longer), `P` paused channels, `C` the credit owed to
+/// the client, `L` and `1` or `0`: records of the session were lost (and it
+/// runs on this instance), `E` ended (its keys
+/// deleted), `+` / `-` key member (a stream session opened, closed). A
+/// session's keys get their expiry once, after its records, as they would
+/// after each.
+const RECORD: &str = r"
+local owner, ttl, keep = ARGV[1], ARGV[2], -tonumber(ARGV[3])
+local s, w, c
+local es, ew, ec = false, false, false
+local function expire()
+  if es then redis.call('PEXPIRE', s, ttl) end
+  if ew then redis.call('PEXPIRE', w, ttl) end
+  if ec then redis.call('PEXPIRE', c, ttl) end
+  es, ew, ec = false, false, false
+end
+local i, n = 4, #ARGV
+while i <= n do
+  local kind = ARGV[i]
+  if kind == 'S' then
+    expire()
+    s = 'haip:s:' .. ARGV[i + 1]
+    w, c = s .. ':w', s .. ':c'
+    i = i + 2
+  elseif kind == 'W' then
+    local first, last = i + 4, i + 3 + tonumber(ARGV[i + 3])
+    while first <= last do
+      local upto = math.min(first + 199, last)
+      redis.call('RPUSH', w, unpack(ARGV, first, upto))
+      first = upto + 1
+    end
+    redis.call('LTRIM', w, keep, -1)
+    redis.call('HSET', s, 'owner', owner, 'next_seq', ARGV[i + 1], 'last_rx', ARGV[i + 2])
+    es, ew, ec = true, true, true
+    i = last + 1
+  elseif kind == 'A' then
+    redis.call('SADD', c, ARGV[i + 1])
+    ec = true
+    i = i + 2
+  elseif kind == 'D' then
+    redis.call('SREM', c, ARGV[i + 1])
+    i = i + 2
+  elseif kind == 'O' then
+    redis.call('HSET', s, 'owner', owner)
+    redis.call('HDEL', s, 'subject')
+    es = true
+    i = i + 1
+  elseif kind == 'U' then
+    redis.call('HSET', s, 'owner', owner, 'subject', ARGV[i + 1])
+    es = true
+    i = i + 2
+  elseif kind == 'P' then
+    redis.call('HSET', s, 'paused', ARGV[i + 1])
+    i = i + 2
+  elseif kind == 'C' then
+    redis.call('HSET', s, 'owed', ARGV[i + 1])
+    i = i + 2
+  elseif kind == 'L' then
+    redis.call('HSET', s, 'lost', '1')
+    if ARGV[i + 1] == '1' then redis.call('HSET', s, 'owner', owner) end
+    es = true
+    i = i + 2
+  elseif kind == 'E' then
+    redis.call('DEL', s, w, c)
+    es, ew, ec = false, false, false
+    i = i + 1
+  elseif kind == '+' then
+    redis.call('SADD', ARGV[i + 1], ARGV[i + 2])
+    i = i + 3
+  elseif kind == '-' then
+    redis.call('SREM', ARGV[i + 1], ARGV[i + 2])
+    i = i + 3
+  else
+    return redis.error_reply('unknown record ' .. kind)
+  end
+end
+expire()
+return 0
 ";
 
 /// The set of instance ids that took a lease (the dead ones are dropped when
@@ -1245,6 +1544,10 @@ impl SessionStore for SharedRedisStore {
             Record::Paused { channels } => Entry::Paused {
                 id,
                 channels: channels.to_owned(),
+            },
+            Record::Owed { owed } => Entry::Owed {
+                id,
+                owed: owed.to_owned(),
             },
         };
         store.enqueue(entry);

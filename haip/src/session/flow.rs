@@ -53,6 +53,61 @@ impl InboundCredit {
         }
     }
 
+    /// What the client is owed, for a shared store to record: per channel
+    /// with a debt or spent credit, `NAME debt_messages debt_bytes
+    /// credit_messages credit_bytes`, `;`-separated. A session restored
+    /// from it ([`InboundCredit::restore_owed`]) returns the credit the
+    /// client spent here, and holds it to what it has left.
+    pub(crate) fn owed(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for (name, c) in &self.channels {
+            if c.debt == Amount::default() && c.credit == self.initial {
+                continue;
+            }
+            if !out.is_empty() {
+                out.push(';');
+            }
+            let _ = write!(
+                out,
+                "{name} {} {} {} {}",
+                c.debt.messages, c.debt.bytes, c.credit.messages, c.credit.bytes
+            );
+        }
+        out
+    }
+
+    /// Takes back what [`InboundCredit::owed`] recorded; what does not
+    /// read as it writes is left out (the channel starts afresh).
+    pub(crate) fn restore_owed(&mut self, owed: &str) {
+        for entry in owed.split(';') {
+            if self.channels.len() >= MAX_TRACKED_CHANNELS {
+                break;
+            }
+            let mut parts = entry.split(' ');
+            let Some(name) = parts.next().filter(|n| !n.is_empty()) else {
+                continue;
+            };
+            let numbers: Vec<u64> = parts.filter_map(|n| n.parse().ok()).collect();
+            let [debt_m, debt_b, credit_m, credit_b] = numbers[..] else {
+                continue;
+            };
+            self.channels.insert(
+                name.to_owned(),
+                Inbound {
+                    credit: Amount {
+                        messages: credit_m,
+                        bytes: credit_b,
+                    },
+                    debt: Amount {
+                        messages: debt_m,
+                        bytes: debt_b,
+                    },
+                },
+            );
+        }
+    }
+
     /// The channel name an envelope is counted on.
     pub(crate) fn tracked<'a>(&self, channel: &'a str, fallback: &'a str) -> &'a str {
         if self.channels.contains_key(channel) || self.channels.len() < MAX_TRACKED_CHANNELS {
@@ -281,6 +336,40 @@ mod tests {
             assert!(c.has_credit("USER", 10));
             c.handled("USER", 10, true, true);
         }
+    }
+
+    #[test]
+    fn what_is_owed_survives_a_restore() {
+        let initial = Amount {
+            messages: 1000,
+            bytes: 1 << 20,
+        };
+        let mut c = InboundCredit::new(initial, BATCH);
+        assert_eq!(c.owed(), "", "nothing spent, nothing owed");
+        for _ in 0..3 {
+            c.handled("USER", 100, true, false);
+        }
+        let owed = c.owed();
+        assert_eq!(owed, "USER 3 300 997 1048276");
+        // Restored elsewhere: the next two envelopes complete the batch of
+        // five, returned as if the session had never moved.
+        let mut restored = InboundCredit::new(initial, BATCH);
+        restored.restore_owed(&owed);
+        assert_eq!(restored.handled("USER", 100, true, false), Owed::Nothing);
+        assert_eq!(
+            restored.handled("USER", 100, true, false),
+            Owed::Return(
+                "USER".into(),
+                Amount {
+                    messages: 5,
+                    bytes: 500
+                }
+            )
+        );
+        // What does not read as written is left out.
+        let mut lenient = InboundCredit::new(initial, BATCH);
+        lenient.restore_owed("USER 1 2;AGENT x 1 2 3;;SYSTEM 1 1 1 1");
+        assert_eq!(lenient.owed(), "SYSTEM 1 1 1 1");
     }
 
     #[test]

@@ -407,6 +407,7 @@ impl Session {
         for channel in &snapshot.paused {
             session.gate.pause(channel);
         }
+        session.inbound_credit.restore_owed(&snapshot.owed);
         let now = shared.clock.now();
         for (seq, text) in snapshot.window {
             session.window.keep(seq, text, now, &shared.replay);
@@ -845,6 +846,14 @@ impl Session {
                 EventType::FlowUpdate,
                 json!({ "channel": channel, "add_messages": amount.messages, "add_bytes": amount.bytes }),
             ));
+        }
+        // A client that gets its credit back is owed it wherever the
+        // session is restored (one without returns is owed nothing).
+        if returns && self.shared.store.records() {
+            let owed = self.inbound_credit.owed();
+            self.shared
+                .store
+                .record(&self.id, Record::Owed { owed: &owed });
         }
         control
     }

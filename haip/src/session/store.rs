@@ -302,6 +302,9 @@ pub(crate) enum Record<'a> {
     /// The channels paused now (`PAUSE_CHANNEL`), comma-separated: pause
     /// state survives resumption (HAIP.md §12.2).
     Paused { channels: &'a str },
+    /// The flow-control credit the client is owed (`InboundCredit::owed`):
+    /// a session restored elsewhere returns it, as this one would have.
+    Owed { owed: &'a str },
 }
 
 /// A session as a shared store last recorded it.
@@ -319,6 +322,8 @@ pub(crate) struct Snapshot {
     pub(crate) open_calls: Vec<String>,
     /// The channels it had paused.
     pub(crate) paused: Vec<String>,
+    /// The flow-control credit it owed its client (`InboundCredit::owed`).
+    pub(crate) owed: String,
 }
 
 /// The default [`SessionStore`]: a map in this process.
