@@ -2,6 +2,7 @@
 //!
 //! Run the quickstart with `cargo run --example quickstart`.
 
+pub mod chaos_check;
 pub mod demo;
 
 /// Every example (and every binary that links this crate) allocates with
