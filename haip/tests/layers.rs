@@ -40,7 +40,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "protocol", "schema", "tool", "context", "stats", "hash", "error",
         ],
     ),
-    ("stats", &["protocol"]),
+    ("stats", &["protocol", "hash"]),
     // The session core.
     (
         "session",

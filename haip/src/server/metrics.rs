@@ -47,7 +47,7 @@ impl Metrics {
         );
         registry.register(
             "tool_call_queue_wait_seconds",
-            "From a tool call's arrival until it starts running (validation and queue), by tool",
+            "From a tool call's arrival until it starts running, for calls that waited (validation off the session, or the queue), by tool",
             calls.queue_wait.clone(),
         );
         registry.register(

@@ -325,9 +325,10 @@ impl Session {
         let Some(call) = self.calls.get_mut(&key) else {
             return;
         };
-        call.state = State::Running;
+        // A call that waited (its params validated off the session, or a
+        // place in the queue) says for how long; one started at once did not.
         #[cfg(feature = "metrics")]
-        {
+        if matches!(call.state, State::Queued | State::Validating) {
             let waited = self
                 .shared
                 .clock
@@ -335,6 +336,7 @@ impl Session {
                 .saturating_duration_since(call.received);
             self.shared.stats.call_waited(call.tool.name(), waited);
         }
+        call.state = State::Running;
         self.held_bytes -= std::mem::take(&mut call.held);
         let params = call.params.take().unwrap_or(Value::Null);
         let timeout = call.tool.timeout().or(default_timeout);

@@ -7,12 +7,15 @@
 //! for a call naming none), an error code is one compiled into the program
 //! (`OTHER` for one made at run time), an MCP method one of the known ones.
 
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+use crate::hash::FastMap;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ToolLabels {
@@ -46,9 +49,20 @@ fn seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.000_1, 2.0, 21))
 }
 
+/// A tool's series of the calls that end well (most calls), found by the
+/// tool's name without building labels.
+#[derive(Debug, Clone)]
+struct Common {
+    started: Counter,
+    ok: Counter,
+    duration: Histogram,
+}
+
 /// The per-call families. Cloning shares them (what the registry holds).
 #[derive(Debug, Clone)]
 pub(crate) struct CallMetrics {
+    /// [`Common`] by tool: at most one entry per tool label.
+    common: Arc<RwLock<FastMap<Box<str>, Common>>>,
     pub(crate) started: Family<ToolLabels, Counter>,
     pub(crate) finished: Family<FinishedLabels, Counter>,
     pub(crate) duration: Histograms,
@@ -60,6 +74,7 @@ pub(crate) struct CallMetrics {
 impl Default for CallMetrics {
     fn default() -> CallMetrics {
         CallMetrics {
+            common: Arc::default(),
             started: Family::default(),
             finished: Family::default(),
             duration: Family::new_with_constructor(seconds),
@@ -71,12 +86,37 @@ impl Default for CallMetrics {
 }
 
 impl CallMetrics {
+    /// Runs `f` on `tool`'s [`Common`] series, made on its first call.
+    fn common<R>(&self, tool: &str, f: impl FnOnce(&Common) -> R) -> R {
+        {
+            let common = self.common.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(series) = common.get(tool) {
+                return f(series);
+            }
+        }
+        let labels = ToolLabels {
+            tool: tool.to_owned(),
+        };
+        let series = Common {
+            started: self.started.get_or_create(&labels).clone(),
+            ok: self
+                .finished
+                .get_or_create(&FinishedLabels {
+                    tool: tool.to_owned(),
+                    outcome: "ok",
+                    code: "",
+                })
+                .clone(),
+            duration: self.duration.get_or_create(&labels).clone(),
+        };
+        let out = f(&series);
+        let mut common = self.common.write().unwrap_or_else(|e| e.into_inner());
+        common.entry(Box::from(tool)).or_insert(series);
+        out
+    }
+
     pub(crate) fn started(&self, tool: &str) {
-        self.started
-            .get_or_create(&ToolLabels {
-                tool: tool.to_owned(),
-            })
-            .inc();
+        self.common(tool, |series| series.started.inc());
     }
 
     pub(crate) fn finished(
@@ -86,6 +126,15 @@ impl CallMetrics {
         code: &'static str,
         latency: Option<Duration>,
     ) {
+        if outcome == "ok" {
+            self.common(tool, |series| {
+                series.ok.inc();
+                if let Some(latency) = latency {
+                    series.duration.observe(latency.as_secs_f64());
+                }
+            });
+            return;
+        }
         let labels = FinishedLabels {
             tool: tool.to_owned(),
             outcome,
