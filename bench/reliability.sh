@@ -316,5 +316,10 @@ cat >"$OUT/meta.json" <<EOF
 }
 EOF
 
+# The section bench/chaos.sh writes is kept.
+CHAOS_SECTION=$(sed -n '/<!-- chaos:begin -->/,/<!-- chaos:end -->/p' RELIABILITY.md 2>/dev/null || true)
 python3 -B bench/reliability.py "$OUT" >RELIABILITY.md
+if [[ -n $CHAOS_SECTION ]]; then
+    printf '\n%s\n' "$CHAOS_SECTION" >>RELIABILITY.md
+fi
 echo "== wrote RELIABILITY.md (raw results in ${OUT#"$ROOT"/})"
