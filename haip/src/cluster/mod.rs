@@ -859,13 +859,14 @@ impl RedisSessionStore {
                     }
                 } else {
                     self.failed_trips.fetch_add(1, Relaxed);
+                    // The next try is a probe's time from this one.
+                    last_failure = std::time::Instant::now();
                 }
                 sent
             } else {
                 false
             };
             if !sent {
-                last_failure = std::time::Instant::now();
                 self.dropped.fetch_add(batch.len() as u64, Relaxed);
                 self.lost(batch.iter().map(Entry::session));
                 if self.healthy.swap(false, Relaxed) {
