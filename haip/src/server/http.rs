@@ -87,6 +87,15 @@ pub(crate) async fn route(
                 #[cfg(feature = "redis")]
                 if let Some(cluster) = &hub.cluster {
                     stats["cluster"] = cluster.stats().await;
+                    // Connections other instances relay here: counted in
+                    // `activeConnections`, and in the totals where their
+                    // clients are.
+                    stats["cluster"]["relayedConnections"] = Value::from(
+                        hub.shared
+                            .stats
+                            .relayed_connections
+                            .load(std::sync::atomic::Ordering::Relaxed),
+                    );
                 }
                 json_response(StatusCode::OK, &stats)
             }

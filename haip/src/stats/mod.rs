@@ -39,6 +39,7 @@ pub(crate) struct Stats {
     pub(crate) refused_per_peer: AtomicU64,
     /// Of the connections counted, those another instance relays here (its
     /// client is connected there, and counted there too).
+    #[cfg_attr(not(any(feature = "redis", feature = "metrics")), allow(dead_code))]
     pub(crate) relayed_connections: AtomicU64,
     /// Open connections by transport ([`Transport`]).
     connections: [AtomicU64; 3],
@@ -283,7 +284,6 @@ impl Stats {
             "errorRate": if messages == 0 { 0.0 } else { errors as f64 / messages as f64 },
             "uptime": uptime,
             "detachedSessions": self.detached_sessions.load(Relaxed),
-            "relayedConnections": self.relayed_connections.load(Relaxed),
             "outboundBytes": self.outbound_bytes.load(Relaxed),
             "replayBytes": replay_bytes,
             "connectionsClosed": {
