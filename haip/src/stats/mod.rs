@@ -59,6 +59,24 @@ pub(crate) struct Stats {
     pub(crate) metrics: metrics::CallMetrics,
 }
 
+/// A client's value in a log line, cut after [`Brief::CHARS`] characters:
+/// a call id is the client's to choose, and may be long.
+struct Brief<'a>(&'a dyn std::fmt::Display);
+
+impl Brief<'_> {
+    const CHARS: usize = 64;
+}
+
+impl std::fmt::Display for Brief<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.0.to_string();
+        match text.char_indices().nth(Self::CHARS) {
+            Some((end, _)) => write!(f, "{}…", &text[..end]),
+            None => f.write_str(&text),
+        }
+    }
+}
+
 /// The transport of a client's connection, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Transport {
@@ -202,7 +220,7 @@ impl Stats {
             target: "haip::access",
             over,
             tool,
-            %call_id,
+            call_id = %Brief(call_id),
             subject = subject.unwrap_or(""),
             outcome = ended.outcome(),
             code,
