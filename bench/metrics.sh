@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# What metrics cost: server CPU per echo call of the quickstart built with the
-# `metrics` feature (the examples' default) against the same built without it,
-# in one run. Writes the "Metrics" section of BENCHMARKS.md (between its
-# markers; bench/run.sh keeps it when it rewrites the rest).
+# What metrics and traces cost: server CPU per echo call of the quickstart
+# built with the `metrics` and `otel` features (the examples' default), with
+# no trace endpoint ("metrics"), then exporting a span of every call
+# ("traces 100%") and of one call in a hundred ("traces 1%") to an OTLP/HTTP
+# sink on loopback, each against the same built without either feature
+# ("off"), in one run. Writes the "Metrics" section of BENCHMARKS.md (between
+# its markers; bench/run.sh keeps it when it rewrites the rest).
 #
 #   bash bench/metrics.sh
 #   BENCH_SECONDS=5 BENCH_REPEAT=5 bash bench/metrics.sh
@@ -35,7 +38,7 @@ fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
-echo "== building (release): the quickstart without metrics, then with"
+echo "== building (release): the quickstart without metrics and traces, then with"
 cargo build --release --quiet -p haip-examples --example quickstart --no-default-features
 cp "$TARGET/release/examples/quickstart" "$OUT/quickstart-off"
 cargo build --release --quiet -p haip-examples --example quickstart
@@ -66,26 +69,60 @@ wait_port() {
     done
 }
 
-# start NAME: sets PORT and PID
+# The OTLP/HTTP sink the tracing servers export to: it reads each export and
+# answers 200 (an empty ExportTraceServiceResponse), counting the bytes.
+SINK_PORT=$(free_port)
+python3 -B - "$SINK_PORT" "$OUT/sink.txt" <<'PY' &
+import sys, http.server, threading
+port, report = int(sys.argv[1]), sys.argv[2]
+got = {"posts": 0, "bytes": 0}
+lock = threading.Lock()
+class Sink(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        n = int(self.headers.get("content-length", 0))
+        self.rfile.read(n)
+        with lock:
+            got["posts"] += 1
+            got["bytes"] += n
+            with open(report, "w") as f:
+                f.write(f"{got['posts']} {got['bytes']}\n")
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Sink).serve_forever()
+PY
+PIDS+=("$!")
+wait_port "$SINK_PORT"
+
+# start NAME BINARY [ENV...]: sets PORT and PID
 start() {
+    local name=$1 binary=$2
+    shift 2
     PORT=$(free_port)
-    HAIP_ADDR=127.0.0.1:$PORT HAIP_LOG=warn "${PIN_SERVER[@]}" "$OUT/quickstart-$1" \
-        >"$OUT/$1.log" 2>&1 &
+    env HAIP_ADDR=127.0.0.1:$PORT HAIP_LOG=warn "$@" "${PIN_SERVER[@]}" "$OUT/quickstart-$binary" \
+        >"$OUT/$name.log" 2>&1 &
     PID=$!
     PIDS+=("$PID")
     wait_port "$PORT"
+    declare -g "PID_$name=$PID" "PORT_$name=$PORT"
 }
 
-start off
-OFF_PID=$PID OFF_PORT=$PORT
-start on
-ON_PID=$PID ON_PORT=$PORT
+BUILDS=(off metrics traces100 traces1)
+start off off
+start metrics on
+start traces100 on HAIP_OTLP_ENDPOINT="http://127.0.0.1:$SINK_PORT" HAIP_TRACE_SAMPLING=1
+start traces1 on HAIP_OTLP_ENDPOINT="http://127.0.0.1:$SINK_PORT" HAIP_TRACE_SAMPLING=0.01
 for scenario in "1 32" "50 8"; do
     read -r connections in_flight <<<"$scenario"
     for ((rep = 1; rep <= REPEAT; rep++)); do
-        for build in off on; do
-            if [[ $build == off ]]; then pid=$OFF_PID port=$OFF_PORT; else pid=$ON_PID port=$ON_PORT; fi
-            echo "== metrics $build ${connections}x$in_flight (run $rep/$REPEAT)"
+        for build in "${BUILDS[@]}"; do
+            pid_var=PID_$build port_var=PORT_$build
+            pid=${!pid_var} port=${!port_var}
+            echo "== $build ${connections}x$in_flight (run $rep/$REPEAT)"
             timeout $((SECONDS_PER_RUN + 60)) "${PIN_LOAD[@]}" "$HAIP" bench "ws://127.0.0.1:$port/haip" \
                 --tool echo --params '{"message":"hello"}' --connections "$connections" \
                 --in-flight "$in_flight" --duration "${SECONDS_PER_RUN}s" --server-pid "$pid" --json \
@@ -94,7 +131,14 @@ for scenario in "1 32" "50 8"; do
     done
 done
 # The server with metrics on counted every call: the exposition is real.
-curl -sf "http://127.0.0.1:$ON_PORT/metrics" | grep '^haip_tool_calls_finished_total{' >"$OUT/series.txt"
+curl -sf "http://127.0.0.1:$PORT_metrics/metrics" | grep '^haip_tool_calls_finished_total{' >"$OUT/series.txt"
+# What the tracing servers exported, and dropped.
+for build in traces100 traces1; do
+    port_var=PORT_$build
+    curl -sf "http://127.0.0.1:${!port_var}/metrics" |
+        grep -E '^haip_(trace_spans_dropped_total|tool_calls_finished_total\{tool="echo")' \
+            >"$OUT/$build-series.txt" || true
+done
 
 COMMIT=$(git rev-parse --short HEAD)
 python3 -B - "$OUT" "$PINNING" "$COMMIT" "$SECONDS_PER_RUN" "$REPEAT" <<'PY' >"$OUT/section.md"
@@ -104,21 +148,24 @@ def load(name):
     with open(os.path.join(out, name)) as f:
         return json.load(f)
 print("<!-- metrics:begin -->")
-print("## Metrics — what `/metrics` costs")
+print("## Metrics and traces — what `/metrics` and OpenTelemetry cost")
 print()
 print("Generated by `bench/metrics.sh`; do not edit by hand. "
       f"Commit {commit}, {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}, "
-      f"{pinning}, each row the median of {repeat} runs of {seconds} s, the two servers alternating.")
+      f"{pinning}, each row the median of {repeat} runs of {seconds} s, the four servers alternating.")
 print()
-print("Server CPU per echo call, the quickstart built without the `metrics` feature against the same "
-      "with it (every call counted by tool and outcome, and its duration observed):")
+print("Server CPU per echo call of the quickstart: built without the `metrics` and `otel` features "
+      "(`off`); built with them and no trace endpoint (`metrics`: every call counted by tool and "
+      "outcome, its duration observed); and the same exporting spans over OTLP/HTTP to a sink on "
+      "loopback, for every call (`traces100`) and for one in a hundred (`traces1`). The load sends "
+      "no `traceparent`: the sampling ratio decides.")
 print()
-print("| Scenario | metrics | calls/s | p50 ms | p99 ms | server CPU µs/call | calls/s of every run |")
+print("| Scenario | server | calls/s | p50 ms | p99 ms | server CPU µs/call | calls/s of every run |")
 print("|---|---|---:|---:|---:|---:|---:|")
 ratios = []
 for label in ["1x32", "50x8"]:
     rows = {}
-    for build in ["off", "on"]:
+    for build in ["off", "metrics", "traces100", "traces1"]:
         runs = [load(f"{build}-{label}-run{r}.json") for r in range(1, int(repeat) + 1)]
         runs.sort(key=lambda r: r.get("calls_per_second", 0))
         median = runs[len(runs) // 2]
@@ -128,12 +175,31 @@ for label in ["1x32", "50x8"]:
         print(f"| {label} | {build} | {median.get('calls_per_second', 0):.0f} | "
               f"{median['latency_ms']['p50']:.3f} | {median['latency_ms']['p99']:.3f} | "
               f"{cpu if cpu is None else f'{cpu:.2f}'} | {every} |")
-    off, on = rows["off"].get("server_cpu_us_per_call"), rows["on"].get("server_cpu_us_per_call")
-    if off and on:
-        ratios.append((label, on / off))
-for label, ratio in ratios:
-    print(f"| {label} | on / off | | | | {ratio:.3f}× | |")
+    off = rows["off"].get("server_cpu_us_per_call")
+    for build in ["metrics", "traces100", "traces1"]:
+        on = rows[build].get("server_cpu_us_per_call")
+        if off and on:
+            ratios.append((label, build, on / off))
+for label, build, ratio in ratios:
+    print(f"| {label} | {build} / off | | | | {ratio:.3f}× | |")
 print()
+print("Targets: `metrics` ≤ 1.05×, `traces1` ≤ 1.10×.")
+print()
+for build in ["traces100", "traces1"]:
+    try:
+        with open(os.path.join(out, f"{build}-series.txt")) as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except FileNotFoundError:
+        lines = []
+    print(f"`{build}` after the runs: " + ("; ".join(f"`{l}`" for l in lines) or "no series"))
+    print()
+try:
+    with open(os.path.join(out, "sink.txt")) as f:
+        posts, size = f.read().split()
+    print(f"The sink received {posts} exports, {int(size) / 1e6:.1f} MB in all.")
+    print()
+except (FileNotFoundError, ValueError):
+    pass
 with open(os.path.join(out, "series.txt")) as f:
     series = [line.strip() for line in f if 'tool="echo"' in line]
 print("What the server with metrics counted, read from its `/metrics` after the runs:")

@@ -61,6 +61,7 @@ pub mod lint;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub mod mcp;
+mod otel;
 pub mod protocol;
 mod schema;
 mod server;

@@ -31,21 +31,23 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "context",
         &[
-            "protocol", "schema", "content", "tool", "exec", "hash", "error",
+            "protocol", "schema", "content", "tool", "exec", "otel", "hash", "error",
         ],
     ),
     (
         "exec",
         &[
-            "protocol", "schema", "tool", "context", "stats", "hash", "error",
+            "protocol", "schema", "tool", "context", "stats", "otel", "hash", "error",
         ],
     ),
     ("stats", &["protocol", "hash"]),
+    // Spans of calls (feature `otel`): beside the counters, which it reads.
+    ("otel", &["stats"]),
     // The session core.
     (
         "session",
         &[
-            "protocol", "schema", "tool", "context", "exec", "stats", "hash", "error",
+            "protocol", "schema", "tool", "context", "exec", "stats", "otel", "hash", "error",
         ],
     ),
     // Adapters over the session: connections, MCP, authentication, the client.
@@ -58,8 +60,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "mcp",
         &[
-            "protocol", "schema", "content", "tool", "context", "exec", "stats", "session", "hash",
-            "error",
+            "protocol", "schema", "content", "tool", "context", "exec", "stats", "otel", "session",
+            "hash", "error",
         ],
     ),
     (

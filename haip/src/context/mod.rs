@@ -65,6 +65,9 @@ struct Inner {
     peer: Option<Arc<dyn Peer>>,
     /// Questions made so far, for their default keys.
     questions: AtomicUsize,
+    /// The trace the call runs in (feature `otel`), carried on by an MCP
+    /// import to the server it calls.
+    trace: crate::otel::TraceLink,
 }
 
 impl std::fmt::Debug for Context {
@@ -97,8 +100,23 @@ impl Context {
                 caller,
                 peer,
                 questions: AtomicUsize::new(0),
+                trace: crate::otel::TraceLink::default(),
             }),
         }
+    }
+
+    /// The same context, in the trace `link` (before anyone else holds it).
+    pub(crate) fn traced(mut self, link: crate::otel::TraceLink) -> Context {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.trace = link;
+        }
+        self
+    }
+
+    /// The trace the call runs in.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn trace(&self) -> &crate::otel::TraceLink {
+        &self.inner.trace
     }
 
     /// A context attached to no session, for calling a tool function directly

@@ -93,6 +93,7 @@ impl CallRunner {
             limits,
             inline,
             peer,
+            trace,
         } = start;
         let sink = ProgressSink {
             key,
@@ -107,7 +108,8 @@ impl CallRunner {
             Some(state),
             caller,
             peer,
-        );
+        )
+        .traced(trace);
         let events = events.clone();
         let mut call = Box::pin(async move {
             let outcome = run(key, tool, params, ctx, cancel, limits, &events).await;
@@ -250,6 +252,8 @@ pub(crate) struct Start {
     /// Who answers the call's questions when its session does not (the MCP
     /// export's client); `None` for a HAIP session, which does.
     pub(crate) peer: Option<Arc<dyn Peer>>,
+    /// The trace the call runs in (feature `otel`), for its context.
+    pub(crate) trace: crate::otel::TraceLink,
 }
 
 /// Large params a session core hands off to be validated off its task.

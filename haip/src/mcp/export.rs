@@ -16,7 +16,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     InitializeResult, InputRequiredResult, ListToolsResult, LoggingLevel,
     LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
-    ProtocolVersion, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    ProtocolVersion, RequestId, ServerCapabilities, ServerConfig, SetLevelRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer as McpPeer, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -32,6 +32,7 @@ use crate::content::Shape;
 use crate::context::Caller;
 use crate::context::{LogLevel, LogLine, Peer, ProgressSlot};
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Validation};
+use crate::otel::{CallSpan, Door};
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
 use crate::protocol::{ErrorCode, json_len};
 use crate::schema::SchemaProfile;
@@ -368,10 +369,27 @@ impl ServerHandler for ExportService {
         let stats = &self.shared.stats;
         let received = Instant::now();
         let tool = self.shared.registry.get(&request.name);
-        stats.call_started(tool.as_ref().map_or(UNKNOWN_TOOL, |t| t.name()));
+        let tool_name = tool.as_ref().map_or(UNKNOWN_TOOL, |t| t.name());
+        stats.call_started(tool_name);
+        let over_http = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .is_some();
+        let mut span = self.shared.tracer.call(
+            tool_name,
+            &context.id,
+            Some(&self.session_id),
+            if over_http {
+                Door::McpHttp
+            } else {
+                Door::McpStdio
+            },
+            Some(&context.meta.0.0),
+        );
         let Some(tool) = tool else {
             let ended = Ended::failed(&ErrorCode::TOOL_NOT_FOUND);
             stats.call_ended(UNKNOWN_TOOL, ended, Some(received.elapsed()));
+            span.end(ended);
             return Err(McpError::invalid_params(
                 format!("Tool {} not found", super::inbound::quote(&request.name)),
                 None,
@@ -384,11 +402,9 @@ impl ServerHandler for ExportService {
             .config
             .forbidden(caller_of(&context).as_deref(), &tool)
         {
-            stats.call_ended(
-                tool.name(),
-                Ended::failed(&ErrorCode::FORBIDDEN),
-                Some(received.elapsed()),
-            );
+            let ended = Ended::failed(&ErrorCode::FORBIDDEN);
+            stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+            span.end(ended);
             return Err(McpError::invalid_request(
                 forbidden.message(),
                 Some(forbidden.details()),
@@ -399,11 +415,9 @@ impl ServerHandler for ExportService {
             .client_capabilities()
             .is_some_and(|caps| caps.supports_tasks());
         if tool.task_support() == TaskSupport::Required && !takes_tasks {
-            stats.call_ended(
-                tool.name(),
-                Ended::failed(&ErrorCode::INVALID_MESSAGE),
-                Some(received.elapsed()),
-            );
+            let ended = Ended::failed(&ErrorCode::INVALID_MESSAGE);
+            stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+            span.end(ended);
             return Err(McpError::missing_required_client_capability(
                 rmcp::model::ClientCapabilities::builder()
                     .enable_tasks()
@@ -424,11 +438,9 @@ impl ServerHandler for ExportService {
         let round = match self.round_peer(&tool, &params, subject.as_deref(), &request, &context) {
             Ok(round) => round,
             Err(bad) => {
-                stats.call_ended(
-                    tool.name(),
-                    Ended::failed(&ErrorCode::INVALID_PARAMS),
-                    Some(received.elapsed()),
-                );
+                let ended = Ended::failed(&ErrorCode::INVALID_PARAMS);
+                stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+                span.end(ended);
                 return Err(McpError::invalid_params(bad.0, None));
             }
         };
@@ -439,6 +451,7 @@ impl ServerHandler for ExportService {
             .get::<hyper::http::request::Parts>()
             .is_some_and(|parts| parts.extensions.get::<LargeRequest>().is_some());
         // Large params are validated off the runtime's workers, a few at once.
+        let validating = span.mark();
         let validation = if large {
             self.shared
                 .runner
@@ -453,32 +466,27 @@ impl ServerHandler for ExportService {
                 Validation::Invalid(found)
             }
         };
+        span.child("tool.validate", validating);
         let params = match validation {
             Validation::Valid(params) => params,
             Validation::Failed => {
-                stats.call_ended(
-                    tool.name(),
-                    Ended::failed(&ErrorCode::INTERNAL_ERROR),
-                    Some(received.elapsed()),
-                );
+                let ended = Ended::failed(&ErrorCode::INTERNAL_ERROR);
+                stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+                span.end(ended);
                 let text = format!("Internal error validating params for tool {}", tool.name());
                 return Ok(error_result(text, None).into());
             }
             Validation::Invalid(found) => {
-                stats.call_ended(
-                    tool.name(),
-                    Ended::failed(&ErrorCode::INVALID_PARAMS),
-                    Some(received.elapsed()),
-                );
+                let ended = Ended::failed(&ErrorCode::INVALID_PARAMS);
+                stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+                span.end(ended);
                 return Ok(invalid_params_result(&tool, &found).into());
             }
         };
         let Ok(permit) = Arc::clone(&self.inflight).try_acquire_owned() else {
-            stats.call_ended(
-                tool.name(),
-                Ended::failed(&ErrorCode::RATE_LIMITED),
-                Some(received.elapsed()),
-            );
+            let ended = Ended::failed(&ErrorCode::RATE_LIMITED);
+            stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+            span.end(ended);
             return Ok(error_result("Too many tool calls in flight".to_owned(), None).into());
         };
         let call = Call {
@@ -490,16 +498,15 @@ impl ServerHandler for ExportService {
             permit,
             round: round.clone(),
             received,
+            span: &mut span,
         };
         let stop = if as_task {
             match self.run_as_task(call).await {
                 AsTask::Task(result) => return Ok(CallToolResponse::Task(result)),
                 AsTask::Refused(result) => {
-                    stats.call_ended(
-                        tool.name(),
-                        Ended::failed(&ErrorCode::INTERNAL_ERROR),
-                        Some(received.elapsed()),
-                    );
+                    let ended = Ended::failed(&ErrorCode::INTERNAL_ERROR);
+                    stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+                    span.end(ended);
                     return Ok(result.into());
                 }
                 AsTask::Stopped(stop) => stop,
@@ -520,6 +527,7 @@ impl ServerHandler for ExportService {
         let (ended, result) = result_of(&self.shared, &tool, stop);
         let latency = received.elapsed();
         stats.call_ended(tool.name(), ended, Some(latency));
+        span.end(ended);
         if tracing::enabled!(target: "haip::access", tracing::Level::INFO) {
             let bytes = json_len(&result);
             let who = subject.as_deref();
@@ -609,6 +617,9 @@ struct Call<'a> {
     permit: OwnedSemaphorePermit,
     round: Option<Arc<RoundPeer>>,
     received: Instant,
+    /// The call's span: ended by the request, or by the task the call
+    /// becomes.
+    span: &'a mut CallSpan,
 }
 
 /// How a call that may become a task was answered.
@@ -699,6 +710,7 @@ impl ExportService {
             // Not on a session's task: the request's own.
             inline: true,
             peer: Some(peer),
+            trace: call.span.link(),
         }
     }
 
@@ -856,8 +868,10 @@ impl ExportService {
             permit,
             round,
             received,
+            span: call_span,
             ..
         } = call;
+        let request_id = context.id.clone();
         let logs = self.log_relay(context, tool);
         let required = tool.task_support() == TaskSupport::Required;
         let finished = match self.shared.runner.start(start, &events_tx) {
@@ -875,9 +889,8 @@ impl ExportService {
                         .await
                     {
                         Stop::Outcome(outcome) if required => {
-                            return self
-                                .ended_task(tool, &peer, subject, outcome, received)
-                                .await;
+                            let call = (request_id, received, std::mem::take(call_span));
+                            return self.ended_task(tool, &peer, subject, outcome, call).await;
                         }
                         stop => return AsTask::Stopped(stop),
                     }
@@ -888,11 +901,11 @@ impl ExportService {
             logs.flush(&slot).await;
             // Done at once: a plain result, unless the tool is always a task.
             if !required {
+                // Answered as any call: the request ends the span.
                 return AsTask::Stopped(Stop::Outcome(outcome));
             }
-            return self
-                .ended_task(tool, &peer, subject, outcome, received)
-                .await;
+            let call = (request_id, received, std::mem::take(call_span));
+            return self.ended_task(tool, &peer, subject, outcome, call).await;
         }
         let created = match self.tasks.create(&peer, subject.as_deref(), None).await {
             Ok(created) => created,
@@ -909,6 +922,7 @@ impl ExportService {
         let shared = Arc::clone(&self.shared);
         let tasks = Arc::clone(&self.tasks);
         let tool = tool.clone();
+        let span = std::mem::take(call_span);
         self.shared.runner.tasks().spawn(async move {
             let stop = follow(&tasks, &peer, &mut events, &slot, &cancel).await;
             if matches!(stop, Stop::TimedOut) {
@@ -918,10 +932,22 @@ impl ExportService {
                 drop(permit);
             }
             let (ended, end) = task_end(&shared, &tool, stop, peer.cancel.is_cancelled());
+            let bytes = json_len(&end.result) + json_len(&end.error);
             tasks.finish(&peer, end).await;
-            shared
-                .stats
-                .call_ended(tool.name(), ended, Some(received.elapsed()));
+            let latency = received.elapsed();
+            let stats = &shared.stats;
+            stats.call_ended(tool.name(), ended, Some(latency));
+            span.end(ended);
+            let who = subject.as_deref();
+            stats.access(
+                "mcp-task",
+                tool.name(),
+                &request_id,
+                who,
+                ended,
+                latency,
+                bytes,
+            );
             drop(admission);
         });
         AsTask::Task(created)
@@ -934,12 +960,24 @@ impl ExportService {
         peer: &Arc<TaskPeer>,
         subject: Option<Arc<str>>,
         outcome: Outcome,
-        received: Instant,
+        (request_id, received, span): (RequestId, Instant, CallSpan),
     ) -> AsTask {
         let (ended, end) = task_end(&self.shared, tool, Stop::Outcome(outcome), false);
-        self.shared
-            .stats
-            .call_ended(tool.name(), ended, Some(received.elapsed()));
+        let bytes = json_len(&end.result) + json_len(&end.error);
+        let latency = received.elapsed();
+        let stats = &self.shared.stats;
+        stats.call_ended(tool.name(), ended, Some(latency));
+        span.end(ended);
+        let who = subject.as_deref();
+        stats.access(
+            "mcp-task",
+            tool.name(),
+            &request_id,
+            who,
+            ended,
+            latency,
+            bytes,
+        );
         match self.tasks.create(peer, subject.as_deref(), Some(end)).await {
             Ok(created) => AsTask::Task(created),
             Err(e) => AsTask::Refused(error_result(

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
     CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientNotification,
-    ClientRequest, ContentBlock, Implementation, ProgressNotificationParam, ProgressToken,
-    ServerResult,
+    ClientRequest, ContentBlock, Implementation, MetaObject, ProgressNotificationParam,
+    ProgressToken, RequestMetaObject, ServerResult,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService};
 use rmcp::{ClientHandler, ServiceExt};
@@ -548,7 +548,14 @@ fn imported_tool(
         .handler(move |params: Value, ctx: Context| {
             let link = Arc::clone(&link);
             let remote_name = remote_name.clone();
-            async move { call(&link, remote_name, params, ctx, has_output_schema).await }
+            async move {
+                // The call's trace goes on to the server called (in the
+                // request's `_meta`), under a span of this call to it.
+                let (upstream, trace) = ctx.trace().upstream(&remote_name, &link.label);
+                let result = call(&link, remote_name, params, ctx, has_output_schema, trace).await;
+                upstream.end(result.as_ref().err().map(ToolError::message));
+                result
+            }
         })
         .build()
         .map_err(|e| format!("MCP tool `{name}`: {e}"))
@@ -599,6 +606,7 @@ async fn call(
     params: Value,
     ctx: Context,
     has_output_schema: bool,
+    trace: Map<String, Value>,
 ) -> Result<Value, ToolError> {
     let arguments = match params {
         Value::Object(map) => map,
@@ -609,9 +617,11 @@ async fn call(
             )));
         }
     };
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
-        CallToolRequestParams::new(remote_name.clone()).with_arguments(arguments),
-    ));
+    let mut params = CallToolRequestParams::new(remote_name.clone()).with_arguments(arguments);
+    if !trace.is_empty() {
+        params.meta = Some(RequestMetaObject(MetaObject(trace)));
+    }
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let gone = |e: &dyn std::fmt::Display| {
         ToolError::execution(format!(
             "the MCP server {} is not reachable: {e}",

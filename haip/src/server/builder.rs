@@ -37,6 +37,19 @@ pub struct ServerBuilder {
     instance_id: Option<String>,
     /// `HAIP_SCHEMA_PROFILE` when it names no profile: refused by `build`.
     bad_schema_profile: Option<String>,
+    /// Where spans of calls go (`otlp_endpoint`, `HAIP_OTLP_ENDPOINT`,
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`), and how many.
+    traces: TraceSettings,
+}
+
+/// What the builder was told about traces (feature `otel`).
+#[derive(Debug, Clone, Default)]
+struct TraceSettings {
+    endpoint: Option<String>,
+    sampling: Option<f64>,
+    /// A sampling ratio from the environment that is not a number.
+    bad_sampling: Option<(&'static str, String)>,
+    service: Option<String>,
 }
 
 /// How clients are authenticated (HAIP.md §17).
@@ -159,6 +172,23 @@ impl ServerBuilder {
         }
         if let Some(key) = set("HAIP_REQUEST_STATE_KEY") {
             self.config.request_state_key = Some(key.into_bytes());
+        }
+        if let Some(endpoint) =
+            set("HAIP_OTLP_ENDPOINT").or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"))
+        {
+            self.traces.endpoint = Some(endpoint);
+        }
+        for name in ["HAIP_TRACE_SAMPLING", "OTEL_TRACES_SAMPLER_ARG"] {
+            if let Some(ratio) = set(name) {
+                match ratio.parse::<f64>() {
+                    Ok(ratio) => self.traces.sampling = Some(ratio),
+                    Err(_) => self.traces.bad_sampling = Some((name, ratio)),
+                }
+                break;
+            }
+        }
+        if let Some(service) = set("OTEL_SERVICE_NAME") {
+            self.traces.service = Some(service);
         }
         if let Some(name) = set("HAIP_SCHEMA_PROFILE") {
             match name.parse() {
@@ -381,6 +411,48 @@ impl ServerBuilder {
     /// Serves the demo tools `echo`, `add` and `weather` (first, in that order).
     pub fn builtin_tools(mut self) -> Self {
         self.builtins = true;
+        self
+    }
+
+    /// Sends a span of every tool call to this OpenTelemetry collector, over
+    /// OTLP/HTTP (protobuf): its base URL, `/v1/traces` added (feature
+    /// `otel`; [`from_env`](Self::from_env) reads `HAIP_OTLP_ENDPOINT`, else
+    /// the standard `OTEL_EXPORTER_OTLP_ENDPOINT`). Off by default.
+    ///
+    /// Each call gets a `tool.call` span (attributes after the GenAI
+    /// conventions: `gen_ai.tool.name`, `gen_ai.tool.call.id`, the outcome,
+    /// `error.type`), with children for validation, the wait in the queue,
+    /// each question and an MCP import's upstream call. A `traceparent` in
+    /// the call's `_meta` (HAIP `TOOL_CALL` payload, MCP request) makes it a
+    /// child of the caller's span. Spans are exported in batches by a task
+    /// of the server's: a call never waits for the collector, and when it is
+    /// slow or gone spans are dropped and counted
+    /// (`haip_trace_spans_dropped_total`).
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), haip::Error> {
+    /// let server = haip::Server::builder()
+    ///     .otlp_endpoint("http://127.0.0.1:4318")
+    ///     .trace_sampling(0.1)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "otel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+    pub fn otlp_endpoint(mut self, url: impl Into<String>) -> Self {
+        self.traces.endpoint = Some(url.into());
+        self
+    }
+
+    /// The share of calls traced, 0 to 1 (default 1: every call), when the
+    /// caller sent no sampled `traceparent` (a caller that samples its trace
+    /// is always followed). `HAIP_TRACE_SAMPLING`, else the standard
+    /// `OTEL_TRACES_SAMPLER_ARG`, with [`from_env`](Self::from_env).
+    #[cfg(feature = "otel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+    pub fn trace_sampling(mut self, ratio: f64) -> Self {
+        self.traces.sampling = Some(ratio);
+        self.traces.bad_sampling = None;
         self
     }
 
@@ -688,6 +760,12 @@ impl ServerBuilder {
             });
         }
         self.config.validate()?;
+        if let Some((setting, value)) = &self.traces.bad_sampling {
+            return Err(Error::InvalidConfig {
+                setting,
+                reason: format!("a sampling ratio is a number from 0 to 1, not {value:?}"),
+            });
+        }
         #[cfg(feature = "mcp")]
         for import in &self.mcp_imports {
             import.validate()?;
@@ -739,6 +817,7 @@ impl ServerBuilder {
             format!("haip-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
         });
         let mut shared = Shared::new(self.config.session.clone(), registry, self.state);
+        shared.tracer = self.traces.tracer()?;
         shared.tasks = Arc::new(crate::session::tasks::InMemoryTaskStore::new(
             &instance,
             self.config.task_limits(),
@@ -842,5 +921,36 @@ pub(super) fn check_state(tool: &Tool, state: &StateMap) -> Result<(), Error> {
             state: missing.name,
         }),
         None => Ok(()),
+    }
+}
+
+impl TraceSettings {
+    /// The server's tracer: off without an endpoint.
+    fn tracer(&self) -> Result<crate::otel::Tracer, Error> {
+        let Some(endpoint) = &self.endpoint else {
+            return Ok(crate::otel::Tracer::default());
+        };
+        #[cfg(feature = "otel")]
+        {
+            let settings = crate::otel::Settings {
+                endpoint: endpoint.clone(),
+                sampling: self.sampling.unwrap_or(1.0),
+                service: self.service.clone().unwrap_or_else(|| "haip".to_owned()),
+            };
+            crate::otel::Tracing::new(&settings)
+                .map(crate::otel::Tracer::new)
+                .map_err(|reason| Error::InvalidConfig {
+                    setting: "otlp_endpoint",
+                    reason,
+                })
+        }
+        #[cfg(not(feature = "otel"))]
+        {
+            tracing::warn!(
+                %endpoint,
+                "an OTLP endpoint is set, but haip was built without its `otel` feature: no traces"
+            );
+            Ok(crate::otel::Tracer::default())
+        }
     }
 }

@@ -224,6 +224,14 @@ impl Collector for Counters {
             "Bytes the sessions' replay windows hold",
             self.shared.replay.used(),
         )?;
+        if self.shared.tracer.on() {
+            counter(
+                &mut encoder,
+                "trace_spans_dropped",
+                "Spans of calls not exported: the export queue was full or the collector failed",
+                self.shared.tracer.dropped(),
+            )?;
+        }
         if let Some(store) = &self.store {
             let (trips, failed) = store.round_trips();
             counter(

@@ -261,6 +261,10 @@ impl Server {
         if let Some(incoming) = hub.cluster.as_ref().and_then(|c| c.take_incoming()) {
             tracker.spawn(links::serve(Arc::clone(&hub), incoming));
         }
+        // Spans of calls go to the collector from now on (feature `otel`).
+        self.shared
+            .tracer
+            .start_export(&tracker, self.shared.shutdown.child_token());
         let accept = tokio::spawn(accept_loop(listener, hub));
         // Imported MCP tools are in the registry when `start` returns (or their
         // first connection attempt has failed and is being retried).
@@ -320,6 +324,9 @@ impl Server {
                 })?;
         }
         let tracker = self.shared.runner.tasks().clone();
+        self.shared
+            .tracer
+            .start_export(&tracker, self.shared.shutdown.child_token());
         crate::mcp::start_imports(&self.mcp.imports, &self.shared, &tracker).await;
         let tasks = crate::mcp::tasks::Tasks::new(&self.shared, self.config.task_settings());
         let service = crate::mcp::export::ExportService::new(Arc::clone(&self.shared), None, tasks);

@@ -16,6 +16,7 @@ use crate::context::{
     too_many_questions,
 };
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Render, Validation};
+use crate::otel::{CallSpan, Door, QuestionSpan};
 use crate::protocol::payload::{
     InputAction, ToolCall, ToolDone, ToolFailure, ToolInput, ToolOutcome, ToolStatus, ToolUpdate,
     UpdateStatus,
@@ -53,6 +54,8 @@ pub(crate) struct Call {
     large: bool,
     /// Its questions waiting for an answer (HAIP.md §6.11).
     questions: Vec<Question>,
+    /// Its span (feature `otel`).
+    span: CallSpan,
 }
 
 /// A question of a call, put to the client and not yet answered.
@@ -60,6 +63,7 @@ struct Question {
     request_id: String,
     form: Arc<Form>,
     reply: oneshot::Sender<Result<Answer<Value>, AskError>>,
+    span: QuestionSpan,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +92,7 @@ impl Session {
             tool: name,
             mut params,
             run_id: payload_run_id,
+            meta,
         } = call;
         // The envelope's run id first, else the payload's (the upstream CLI).
         let run_id = run_id.or(payload_run_id);
@@ -111,9 +116,19 @@ impl Session {
         let received = self.shared.clock.now();
         // Step 3: lookup.
         let tool = name.as_deref().and_then(|n| self.shared.registry.get(n));
-        self.shared
-            .stats
-            .call_started(tool.as_ref().map_or(UNKNOWN_TOOL, |t| t.name()));
+        let tool_name = tool.as_ref().map_or(UNKNOWN_TOOL, |t| t.name());
+        self.shared.stats.call_started(tool_name);
+        let span = self.shared.tracer.call(
+            tool_name,
+            &call_id,
+            Some(&self.id),
+            match self.transport {
+                super::TransportKind::WebSocket => Door::WebSocket,
+                super::TransportKind::Stream => Door::Stream,
+            },
+            meta.as_ref(),
+        );
+        drop(meta);
         let Some(tool) = tool else {
             let message = match &name {
                 Some(n) => format!("Tool {n} not found"),
@@ -129,11 +144,12 @@ impl Session {
             );
             let failure = ToolFailure::new(ErrorCode::TOOL_NOT_FOUND, message);
             self.push(about(tool_done(ToolDone::failed(call_id, failure))));
-            self.shared.stats.call_ended(
-                UNKNOWN_TOOL,
-                Ended::failed(&ErrorCode::TOOL_NOT_FOUND),
-                Some(self.shared.clock.now().saturating_duration_since(received)),
-            );
+            let ended = Ended::failed(&ErrorCode::TOOL_NOT_FOUND);
+            let latency = self.shared.clock.now().saturating_duration_since(received);
+            self.shared
+                .stats
+                .call_ended(UNKNOWN_TOOL, ended, Some(latency));
+            span.end(ended);
             return;
         };
         // The caller's scopes (HAIP.md §17.1): refused before its params are
@@ -142,11 +158,12 @@ impl Session {
             let failure = ToolFailure::new(ErrorCode::FORBIDDEN, forbidden.message())
                 .with_details(forbidden.details());
             self.push(about(tool_done(ToolDone::failed(call_id, failure))));
-            self.shared.stats.call_ended(
-                tool.name(),
-                Ended::failed(&ErrorCode::FORBIDDEN),
-                Some(self.shared.clock.now().saturating_duration_since(received)),
-            );
+            let ended = Ended::failed(&ErrorCode::FORBIDDEN);
+            let latency = self.shared.clock.now().saturating_duration_since(received);
+            self.shared
+                .stats
+                .call_ended(tool.name(), ended, Some(latency));
+            span.end(ended);
             return;
         }
         // Step 4: validate (`params` absent or null is `{}` already); large
@@ -154,15 +171,18 @@ impl Session {
         let size = self.inbound_len;
         let large = size > LARGE_PARAMS;
         if !large {
+            let validating = span.mark();
             let found = tool.check_params(&mut params, self.config().max_violations);
+            span.child("tool.validate", validating);
             if !found.is_empty() {
                 let failure = invalid_params(tool.name(), &found);
                 self.push(about(tool_done(ToolDone::failed(call_id, failure))));
-                self.shared.stats.call_ended(
-                    tool.name(),
-                    Ended::failed(&ErrorCode::INVALID_PARAMS),
-                    Some(self.shared.clock.now().saturating_duration_since(received)),
-                );
+                let ended = Ended::failed(&ErrorCode::INVALID_PARAMS);
+                let latency = self.shared.clock.now().saturating_duration_since(received);
+                self.shared
+                    .stats
+                    .call_ended(tool.name(), ended, Some(latency));
+                span.end(ended);
                 return;
             }
         }
@@ -178,11 +198,12 @@ impl Session {
             let failure =
                 ToolFailure::new(ErrorCode::RATE_LIMITED, "Too many tool calls in flight");
             self.push(about(tool_done(ToolDone::failed(call_id, failure))));
-            self.shared.stats.call_ended(
-                tool.name(),
-                Ended::failed(&ErrorCode::RATE_LIMITED),
-                Some(self.shared.clock.now().saturating_duration_since(received)),
-            );
+            let ended = Ended::failed(&ErrorCode::RATE_LIMITED);
+            let latency = self.shared.clock.now().saturating_duration_since(received);
+            self.shared
+                .stats
+                .call_ended(tool.name(), ended, Some(latency));
+            span.end(ended);
             return;
         }
         let key = CallKey(self.next_key);
@@ -211,6 +232,7 @@ impl Session {
             queued_sent: false,
             large,
             questions: Vec::new(),
+            span,
         };
         if large {
             call.state = State::Validating;
@@ -276,6 +298,7 @@ impl Session {
             return;
         }
         self.validating -= 1;
+        call.span.since_start("tool.validate");
         let name = call.tool.name().to_owned();
         if !matches!(verdict, Validation::Valid(_)) {
             // The call ends here: its params are no longer held.
@@ -327,8 +350,14 @@ impl Session {
         };
         // A call that waited (its params validated off the session, or a
         // place in the queue) says for how long; one started at once did not.
+        // A call that waits holds its params' bytes (queued, or validated
+        // off the session); one started at once never held them.
+        let waited = call.held > 0;
+        if waited {
+            call.span.since_start("tool.queue");
+        }
         #[cfg(feature = "metrics")]
-        if matches!(call.state, State::Queued | State::Validating) {
+        if waited {
             let waited = self
                 .shared
                 .clock
@@ -357,6 +386,7 @@ impl Session {
             },
             inline: !call.large,
             peer: None,
+            trace: call.span.link(),
         };
         self.actions.push_back(Action::Start(Box::new(start)));
         self.running += 1;
@@ -503,7 +533,9 @@ impl Session {
         call.slot.close();
         // Questions still open are closed: answers to them are now unknown
         // requests, and the tool (if it still waits) hears `CallEnded`.
-        call.questions.clear();
+        for question in call.questions.drain(..) {
+            question.span.end("cancelled");
+        }
         call.state = State::Done;
         let latency = self
             .shared
@@ -558,6 +590,7 @@ impl Session {
         };
         let stats = &self.shared.stats;
         stats.call_ended(call.tool.name(), ended, Some(latency));
+        std::mem::take(&mut call.span).end(ended);
         let subject = self.subject.as_deref();
         let (tool, id) = (call.tool.name(), &call.call_id);
         stats.access("haip", tool, id, subject, ended, latency, env.len());
@@ -695,6 +728,7 @@ impl Session {
                         request_id,
                         form,
                         reply,
+                        span: call.span.question(),
                     },
                 )),
                 Err(size) => {
@@ -779,6 +813,11 @@ impl Session {
         });
         if let Some(call) = self.calls.get_mut(&key) {
             let question = call.questions.swap_remove(at);
+            question.span.end(match &answer {
+                Answer::Accepted(_) => "answered",
+                Answer::Declined => "declined",
+                Answer::Cancelled => "cancelled",
+            });
             // The tool may have stopped waiting (a clone asked and gave up).
             let _ = question.reply.send(Ok(answer));
         }
@@ -825,7 +864,9 @@ impl Session {
                 self.push_update(key, UpdateStatus::Cancelling);
                 if let Some(call) = self.calls.get_mut(&key) {
                     call.slot.close();
-                    call.questions.clear();
+                    for question in call.questions.drain(..) {
+                        question.span.end("cancelled");
+                    }
                     call.state = State::Cancelling;
                     call.cancel_reason = reason;
                     call.cancel.cancel();
@@ -887,11 +928,12 @@ impl Drop for Session {
         let unsent = self.new_bytes as u64;
         self.shared.stats.outbound_bytes.fetch_sub(unsent, Relaxed);
         self.shared.replay.sub(self.window_cost());
-        for call in self.calls.values() {
+        for call in self.calls.values_mut() {
             call.cancel.cancel();
             if call.state != State::Done {
                 let tool = call.tool.name();
                 self.shared.stats.call_ended(tool, Ended::Cancelled, None);
+                std::mem::take(&mut call.span).end(Ended::Cancelled);
             }
         }
     }

@@ -92,6 +92,8 @@ pub(crate) struct Shared {
     /// The records of MCP tasks (kept where sessions are: shared by the
     /// instances when the session store is).
     pub(crate) tasks: Arc<dyn tasks::TaskStore>,
+    /// Spans of calls (feature `otel`; off unless an endpoint is set).
+    pub(crate) tracer: crate::otel::Tracer,
 }
 
 impl Shared {
@@ -112,6 +114,7 @@ impl Shared {
                 tasks::TaskLimits::default(),
                 Arc::new(SystemClock),
             )),
+            tracer: crate::otel::Tracer::default(),
             config,
         }
     }

@@ -106,7 +106,7 @@ impl Ended {
     }
 
     /// The `outcome` label of `/metrics` and of the access log.
-    fn outcome(self) -> &'static str {
+    pub(crate) fn outcome(self) -> &'static str {
         match self {
             Ended::Ok => "ok",
             Ended::Failed(_) => "error",

@@ -180,6 +180,11 @@ pub struct ToolCall {
     /// for the envelopes about the call.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// The payload's `_meta` (HAIP.md §6.15): a W3C `traceparent` (and
+    /// `tracestate`) here makes the call's span a child of the caller's.
+    /// Anything but an object is ignored.
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Map<String, Value>>,
 }
 
 impl ToolCall {
@@ -190,6 +195,7 @@ impl ToolCall {
             tool: Some(tool.into()),
             params,
             run_id: None,
+            meta: None,
         }
     }
 
@@ -213,6 +219,10 @@ impl ToolCall {
             tool: r.opt_string("tool"),
             params,
             run_id: r.opt_string("run_id"),
+            meta: match r.take("_meta") {
+                Some(Value::Object(meta)) => Some(meta),
+                _ => None,
+            },
         })
     }
 }

@@ -374,8 +374,28 @@ fn tool_calls_are_read_leniently() {
             tool: Some("echo".into()),
             params: json!({}),
             run_id: None,
+            meta: None,
         })
     );
+    // A `_meta` object is kept (trace context, HAIP.md §6.15); anything else
+    // is ignored.
+    let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let (call, _) = event(&envelope(
+        "TOOL_CALL",
+        json!({"call_id": "m", "tool": "echo", "_meta": {"traceparent": traceparent}}),
+    ));
+    let InboundEvent::ToolCall(call) = call.unwrap() else {
+        panic!("a call")
+    };
+    assert_eq!(call.meta.unwrap()["traceparent"], traceparent);
+    let (call, _) = event(&envelope(
+        "TOOL_CALL",
+        json!({"call_id": "m", "tool": "echo", "_meta": "no"}),
+    ));
+    let InboundEvent::ToolCall(call) = call.unwrap() else {
+        panic!("a call")
+    };
+    assert_eq!(call.meta, None);
     // No call id: the envelope id; params null is {}; payload run_id kept.
     let (call, inbound) = event(&envelope(
         "TOOL_CALL",
