@@ -92,6 +92,17 @@ fn accept(content: Value) -> Value {
     json!({"action": "accept", "content": content})
 }
 
+/// `haip_questions_total{outcome}` in `addr`'s `/metrics`.
+async fn questions(addr: SocketAddr, outcome: &str) -> u64 {
+    let metrics = support::http_get(addr, "/metrics").await;
+    let series = format!("haip_questions_total{{outcome=\"{outcome}\"}} ");
+    metrics
+        .body
+        .lines()
+        .find_map(|line| line.strip_prefix(series.as_str()))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
 async fn instance(builder: ServerBuilder) -> (ServerHandle, SocketAddr) {
     let (handle, _) = start(builder).await;
     let addr = handle.local_addr();
@@ -122,6 +133,8 @@ async fn book_table_asks_and_books_over_rounds_on_either_instance() {
         json!(["18:00", "19:00", "20:00"])
     );
     assert!(!state.contains("19:00") && state.len() < 2048, "{state}");
+    // The question was put to the client: counted once, where it was asked.
+    assert_eq!(questions(a, "asked").await, 1);
     // Between rounds the server holds nothing of the call.
     let stats = get_json(a, "/stats").await;
     assert_eq!(stats["toolExecutions"]["active"], 0, "{stats}");
@@ -151,6 +164,9 @@ async fn book_table_asks_and_books_over_rounds_on_either_instance() {
     );
     let stats = get_json(b, "/stats").await;
     assert_eq!(stats["toolExecutions"]["successful"], 1, "{stats}");
+    // The retry brought the answer: answered, and not asked again.
+    assert_eq!(questions(b, "answered").await, 1);
+    assert_eq!(questions(b, "asked").await, 0);
 
     // An instance with another key cannot read the state.
     let (_c, c) = instance(demo_builder().request_state_key("x".repeat(40))).await;

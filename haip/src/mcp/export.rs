@@ -709,7 +709,11 @@ impl ExportService {
             },
             // Not on a session's task: the request's own.
             inline: true,
-            peer: Some(peer),
+            peer: Some(Arc::new(super::peer::Counted {
+                inner: peer,
+                stats: Arc::clone(&self.shared),
+                trace: call.span.link(),
+            })),
             trace: call.span.link(),
         }
     }

@@ -207,3 +207,65 @@ impl Peer for SessionPeer {
         })
     }
 }
+
+/// The client of an MCP call as the call's tool sees it: its questions
+/// counted (`haip_questions_total`) and traced (`tool.question`) as a HAIP
+/// session's are. A question is asked when its answer is not there at once
+/// (a round's retry that brings the answer counts only the answer).
+pub(crate) struct Counted {
+    pub(crate) inner: Arc<dyn Peer>,
+    pub(crate) stats: Arc<crate::session::Shared>,
+    pub(crate) trace: crate::otel::TraceLink,
+}
+
+impl Peer for Counted {
+    fn ask(
+        &self,
+        key: String,
+        message: String,
+        form: Arc<Form>,
+    ) -> PeerFuture<Result<Answer<Value>, AskError>> {
+        let mut asking = self.inner.ask(key, message, form);
+        let shared = Arc::clone(&self.stats);
+        let trace = self.trace.clone();
+        let mut span = None;
+        Box::pin(std::future::poll_fn(move |cx| {
+            let poll = asking.as_mut().poll(cx);
+            match &poll {
+                std::task::Poll::Pending if span.is_none() => {
+                    shared.stats.question("asked");
+                    span = Some(trace.question());
+                }
+                std::task::Poll::Pending => {}
+                std::task::Poll::Ready(answer) => {
+                    let outcome = match answer {
+                        Ok(Answer::Accepted(_)) => "answered",
+                        Ok(Answer::Declined) => "declined",
+                        Ok(Answer::Cancelled) => "cancelled",
+                        // Asked, and never answered (the call ended, the
+                        // client went away).
+                        Err(_) if span.is_some() => "cancelled",
+                        Err(_) => return poll,
+                    };
+                    shared.stats.question(outcome);
+                    if let Some(span) = span.take() {
+                        span.end(outcome);
+                    }
+                }
+            }
+            poll
+        }))
+    }
+
+    fn sample(
+        &self,
+        key: String,
+        request: SampleRequest,
+    ) -> PeerFuture<Result<Sampled, SampleError>> {
+        self.inner.sample(key, request)
+    }
+
+    fn roots(&self, key: String) -> PeerFuture<Result<Vec<Root>, RootsError>> {
+        self.inner.roots(key)
+    }
+}

@@ -314,6 +314,19 @@ pub(crate) struct LinkLive {
 }
 
 impl LinkLive {
+    pub(super) fn question(&self) -> Option<QuestionLive> {
+        if !self.parent.is_sampled() {
+            return None;
+        }
+        let parent = OtelContext::new().with_remote_span_context(self.parent.clone());
+        let span = self
+            .tracer
+            .span_builder("tool.question")
+            .with_kind(SpanKind::Internal)
+            .start_with_context(&self.tracer, &parent);
+        Some(QuestionLive(span))
+    }
+
     pub(super) fn upstream(&self, tool: &str, server: &str) -> (UpstreamLive, Map<String, Value>) {
         let parent = OtelContext::new().with_remote_span_context(self.parent.clone());
         let mut span = self

@@ -253,6 +253,19 @@ impl std::fmt::Debug for TraceLink {
 }
 
 impl TraceLink {
+    /// A question the call asks (through a peer: the MCP export's client),
+    /// open until its [`QuestionSpan::end`].
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn question(&self) -> QuestionSpan {
+        #[cfg(feature = "otel")]
+        if let Some(live) = &self.live {
+            return QuestionSpan {
+                live: live.question(),
+            };
+        }
+        QuestionSpan::default()
+    }
+
     /// An upstream call's client span (`tools/call {tool}` to `server`),
     /// and the `_meta` entries that carry it to the server called
     /// (`traceparent`, `tracestate`). Without a trace, no span and no entries.
