@@ -1,0 +1,155 @@
+//! This instance's lease: taken and refreshed every [`LEASE_REFRESH`] with
+//! the counts `/stats` sums over the live instances, given up on a clean
+//! stop, and read to tell whether another instance lives.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+use tokio_util::sync::CancellationToken;
+
+use super::keys::{INSTANCES, lease_key};
+use super::{IO_TIMEOUT, LEASE_REFRESH, LEASE_TTL, RedisSessionStore};
+
+impl RedisSessionStore {
+    /// How long the lease of instance `peer` lasts without a refresh:
+    /// `None` once it has expired (the instance is taken for dead). `Err`
+    /// when Redis cannot say.
+    pub(crate) async fn lease_left(&self, peer: &str) -> Result<Option<Duration>, &'static str> {
+        let Some(mut conn) = self.conn.get().cloned().filter(|_| self.is_healthy()) else {
+            return Err("session store unavailable");
+        };
+        let read = tokio::time::timeout(
+            IO_TIMEOUT,
+            redis::cmd("PTTL")
+                .arg(lease_key(peer))
+                .query_async::<i64>(&mut conn),
+        )
+        .await;
+        match read {
+            // -2: no such key; -1 (no expiry) cannot happen to a lease.
+            Ok(Ok(ms)) if ms >= 0 => Ok(Some(Duration::from_millis(ms as u64))),
+            Ok(Ok(_)) => Ok(None),
+            _ => Err("session store unavailable"),
+        }
+    }
+
+    /// What this instance publishes with its lease, summed over the live
+    /// instances in `/stats`.
+    fn counts(&self) -> serde_json::Value {
+        let Some(shared) = self.shared.get() else {
+            return serde_json::json!({});
+        };
+        let stats = &shared.stats;
+        let total = stats.calls_total.load(Relaxed);
+        let ended = stats.calls_ok.load(Relaxed)
+            + stats.calls_failed.load(Relaxed)
+            + stats.calls_cancelled.load(Relaxed);
+        // A relayed connection is counted where its client is connected,
+        // not again where its session runs.
+        let active = stats.active_connections.load(Relaxed);
+        let relayed = stats.relayed_connections.load(Relaxed);
+        let opened = stats.total_connections.load(Relaxed);
+        let relayed_total = stats.relayed_total.load(Relaxed);
+        serde_json::json!({
+            "activeConnections": active.saturating_sub(relayed),
+            "detachedSessions": stats.detached_sessions.load(Relaxed),
+            "activeCalls": total.saturating_sub(ended),
+            "totalConnections": opened.saturating_sub(relayed_total),
+        })
+    }
+
+    pub(super) async fn lease(&self, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+        let key = lease_key(&self.instance);
+        let ms = LEASE_TTL.as_millis() as u64;
+        let stats = self.counts();
+        redis::pipe()
+            .pset_ex(key, stats.to_string(), ms)
+            .ignore()
+            .sadd(INSTANCES, &*self.instance)
+            .ignore()
+            .query_async(conn)
+            .await
+    }
+
+    /// The `cluster` object of `/stats`: this store's state, the instances
+    /// alive, and the sums of their counts, read from Redis.
+    pub(crate) async fn stats(&self) -> serde_json::Value {
+        let mut out = serde_json::json!({
+            "redis": redact(&self.url),
+            "reachable": self.is_healthy(),
+            "droppedRecords": self.dropped(),
+        });
+        let Some(mut conn) = self.conn.get().cloned() else {
+            return out;
+        };
+        let read = tokio::time::timeout(IO_TIMEOUT, async {
+            let ids: Vec<String> = conn.smembers(INSTANCES).await?;
+            let mut alive = Vec::new();
+            let mut sums: BTreeMap<String, u64> = BTreeMap::new();
+            for id in ids {
+                let lease: Option<String> = conn.get(lease_key(&id)).await?;
+                let Some(lease) = lease else {
+                    // Gone: forget it.
+                    let _: () = conn.srem(INSTANCES, &id).await?;
+                    continue;
+                };
+                if let Ok(serde_json::Value::Object(counts)) = serde_json::from_str(&lease) {
+                    for (k, v) in counts {
+                        *sums.entry(k).or_default() += v.as_u64().unwrap_or(0);
+                    }
+                }
+                alive.push(id);
+            }
+            Ok::<_, redis::RedisError>((alive, sums))
+        })
+        .await;
+        if let Ok(Ok((alive, sums))) = read {
+            out["instances"] = serde_json::json!(alive);
+            out["totals"] = serde_json::json!(sums);
+        }
+        out
+    }
+
+    pub(super) async fn refresh_lease(
+        self: Arc<Self>,
+        mut conn: ConnectionManager,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(LEASE_REFRESH) => {}
+            }
+            let refreshed = tokio::time::timeout(IO_TIMEOUT, self.lease(&mut conn)).await;
+            let ok = matches!(refreshed, Ok(Ok(())));
+            if self.healthy.swap(ok, Relaxed) != ok {
+                if ok {
+                    tracing::info!(url = %self.url, "Redis is reachable again");
+                } else {
+                    tracing::warn!(url = %self.url, "Redis is unreachable: sessions go on here, but cannot be resumed on other instances meanwhile");
+                }
+            }
+        }
+        // A clean stop gives the lease up at once: this instance's sessions
+        // may be restored elsewhere without waiting for it to expire.
+        let key = lease_key(&self.instance);
+        let _ = tokio::time::timeout(IO_TIMEOUT, conn.del::<_, ()>(key)).await;
+    }
+}
+
+/// A URL without its password, for `/stats`.
+fn redact(url: &str) -> String {
+    match url.split_once('@') {
+        Some((auth, host)) => match auth.rsplit_once(':') {
+            Some((scheme_user, _password)) if scheme_user.contains("//") => {
+                format!("{scheme_user}:***@{host}")
+            }
+            _ => format!("{auth}@{host}"),
+        },
+        None => url.to_owned(),
+    }
+}

@@ -1,0 +1,511 @@
+//! MCP task records shared through Redis (feature `redis`): the
+//! [`TaskStore`] of servers that run as several instances, so that any
+//! instance answers `tasks/get`, `tasks/update` and `tasks/cancel` for any
+//! task (`mcp/tasks.rs` is the runtime that uses it).
+//!
+//! Keys:
+//!
+//! | key | type | holds | expires |
+//! |---|---|---|---|
+//! | `haip:t:{task}` | hash | `owner` (the instance running it), `subject` (absent: none), `status` (`working`, `completed`, `failed` or `cancelled`), `message` (absent: none), `created`, `updated` (ms since the Unix epoch), `result` (JSON `CallToolResult`), `error` (JSON `{code, message}`) | running: [`running_ttl`] after its owner last refreshed it; ended: `ttl` (`TaskLimits::ttl`) after it ended |
+//! | `haip:t:{task}:q` | hash | the open questions: key → `{method, params}` JSON | with its record; deleted when the task ends |
+//! | `haip:i:{instance}` | string | the owner's lease ([`super`]): a task whose owner's lease is gone is lost | [`LEASE_TTL`](super::LEASE_TTL) |
+//!
+//! A record's `status` is `working` or an end as written; `tasks/get` shows
+//! `input_required` while its `:q` hash has a question (read in the same
+//! script as the record, so the status shown is consistent whichever
+//! instance wrote last).
+//!
+//! Every change is one server-side Lua script (`EVAL`: one round trip,
+//! atomic, under [`IO_TIMEOUT`]; a failure or a timeout is
+//! `TaskStoreError::Unavailable`), and none changes a task that has ended:
+//! [`FINISH`] ends a task only if it has not ended and clears its questions,
+//! [`ASK`] adds a question only to a task that has not ended, [`ANSWERED`]
+//! removes the keys present of a task that has not ended and gives those it
+//! removed. [`GET`] reads the record and its questions, and fails a task that
+//! has not ended whose owner is gone (its lease expired; or it is this
+//! instance, which does not run it: a previous life of the same instance id)
+//! with the `lost` error, in the same script: several instances reading it
+//! at once write it once, and the owner's late end is refused like any
+//! other. `create` is one `MULTI` that completes once the record is written.
+//!
+//! Signals (answers and cancellations for the owner) go through the owner's
+//! channel `haip:to:{owner}` as messages of kind [`SIGNAL`] (`S`), link id 0,
+//! body `{"task": id, "answers": {...}}` or `{"task": id, "cancel": true}`;
+//! the owner's subscription (`RedisSessionStore::listen`) hands them to
+//! [`RedisTaskStore::receive`], into the queue `take_signals` gives
+//! ([`SIGNAL_QUEUE`] at most; more are dropped, with a warning).
+//!
+//! Expiry: the owner refreshes its running tasks' records every
+//! [`TASK_REFRESH`] (a script that extends only records that have not ended,
+//! [`REFRESH`]), so a running task's record lasts while its owner lives, and
+//! [`running_ttl`] (at least `ttl`) after it died: long enough for a client
+//! polling it to learn it was lost. That refresh also stops a call whose task
+//! another instance ended (a cancellation whose signal was lost), and retries
+//! an end the owner could not record while Redis was away.
+//!
+//! Bounds: each instance keeps a ledger of the records it wrote as the owner
+//! (created, asked, noted, ended), with their bytes as of its last write,
+//! until they expire: at most `max_tasks` records and `max_bytes` bytes
+//! (`TaskLimits`), as the in-memory store keeps. A task that would take its
+//! owner over them is refused (`Full`, the same messages), and so is an end
+//! whose result does not fit. So Redis holds at most about `max_bytes` of
+//! records per live instance, plus what dead instances left (their ledgers
+//! died with them; their records expire). Not bounded by the ledger: the
+//! small writes of other instances (a cancellation's end, the `lost` error)
+//! and, for a moment, the questions a client answered on another instance
+//! (counted by the owner until its next question). Redis's own `maxmemory`
+//! bounds the rest.
+//!
+//! The lease check names the lease key inside the script (from the record's
+//! owner), which a Redis Cluster would refuse; the session store talks to a
+//! single Redis server.
+//!
+//! Here: the store and its operations. `scripts.rs` holds the Lua scripts,
+//! `encoding.rs` how records, the scripts' replies and signals are written
+//! and read, `ledger.rs` this instance's ledger of its records.
+
+mod encoding;
+mod ledger;
+mod scripts;
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use self::encoding::{create_pipeline, decode_get, decode_signal, encode_signal, strings};
+use self::ledger::{Creating, Ledger, Parts, State, lock};
+use self::scripts::{ANSWERED, ASK, FINISH, GET, NOTE, REFRESH};
+use super::keys::{inbox_key, lease_key};
+use super::{IO_TIMEOUT, RedisSessionStore};
+use crate::session::tasks::{
+    SIGNAL_QUEUE, Signal, TaskEnd, TaskLimits, TaskRecord, TaskSignal, TaskStore, TaskStoreError,
+};
+use crate::session::{Clock, StoreFuture};
+
+/// The kind of a message between instances that carries a task signal.
+pub(super) const SIGNAL: u8 = b'S';
+
+/// How often an instance refreshes the records of the tasks it runs (five
+/// lease periods).
+pub(crate) const TASK_REFRESH: Duration = Duration::from_secs(10);
+
+/// Records refreshed by one script, at most.
+const REFRESH_BATCH: usize = 256;
+
+/// How long a running task's record lasts after its owner's last refresh:
+/// `ttl`, and at least four refresh periods.
+pub(crate) fn running_ttl(ttl: Duration) -> Duration {
+    ttl.max(TASK_REFRESH * 4)
+}
+
+fn task_key(id: &str) -> String {
+    format!("haip:t:{id}")
+}
+
+fn questions_key(id: &str) -> String {
+    format!("haip:t:{id}:q")
+}
+
+/// The Redis-backed [`TaskStore`]: records in Redis, through the session
+/// store's connection, as its instance.
+pub(crate) struct RedisTaskStore {
+    cluster: Arc<RedisSessionStore>,
+    limits: TaskLimits,
+    clock: Arc<dyn Clock>,
+    /// The records this instance wrote as their owner, until they expire.
+    ledger: Arc<Mutex<Ledger>>,
+    signals: mpsc::Sender<Signal>,
+    signals_rx: Mutex<Option<mpsc::Receiver<Signal>>>,
+}
+
+impl RedisTaskStore {
+    /// The task store of `cluster`'s instance, usable once `cluster` is
+    /// connected (until then every operation is `Unavailable`); `cluster`
+    /// hands it the signals it receives, and starts its refresher when it
+    /// connects.
+    pub(crate) fn attach(
+        cluster: &Arc<RedisSessionStore>,
+        limits: TaskLimits,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<RedisTaskStore> {
+        let (signals, signals_rx) = mpsc::channel(SIGNAL_QUEUE);
+        let store = Arc::new(RedisTaskStore {
+            cluster: Arc::clone(cluster),
+            limits,
+            clock,
+            ledger: Arc::new(Mutex::new(Ledger::default())),
+            signals,
+            signals_rx: Mutex::new(Some(signals_rx)),
+        });
+        let _ = cluster.tasks.set(Arc::downgrade(&store));
+        store
+    }
+
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        lock(&self.ledger)
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.limits.ttl.as_millis() as u64
+    }
+
+    fn running_ttl_ms(&self) -> u64 {
+        running_ttl(self.limits.ttl).as_millis() as u64
+    }
+
+    /// The connection, while Redis is known to answer.
+    fn conn(&self) -> Option<ConnectionManager> {
+        self.cluster
+            .conn
+            .get()
+            .cloned()
+            .filter(|_| self.cluster.is_healthy())
+    }
+
+    /// The script ending task `id` as `end`.
+    fn finish_cmd(&self, id: &str, end: &TaskEnd, now: u64) -> redis::Cmd {
+        let mut cmd = eval(FINISH, &[task_key(id), questions_key(id)]);
+        cmd.arg(now).arg(self.ttl_ms()).arg(end.status.as_str());
+        if let Some(message) = &end.message {
+            cmd.arg("message").arg(message);
+        }
+        if let Some(result) = &end.result {
+            cmd.arg("result").arg(result.to_string());
+        }
+        if let Some(error) = &end.error {
+            cmd.arg("error").arg(error.to_string());
+        }
+        cmd
+    }
+
+    /// A message of kind [`SIGNAL`] from another instance.
+    pub(super) fn receive(&self, body: &[u8]) {
+        match decode_signal(body) {
+            Some(signal) => self.push(signal),
+            None => tracing::debug!("malformed task signal dropped"),
+        }
+    }
+
+    fn push(&self, signal: Signal) {
+        if self.signals.try_send(signal).is_err() {
+            tracing::warn!("too many task signals waiting; one dropped");
+        }
+    }
+
+    /// Refreshes this instance's running tasks every [`TASK_REFRESH`] until
+    /// `shutdown`.
+    pub(super) async fn refresh(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(TASK_REFRESH) => {}
+            }
+            self.refresh_once().await;
+        }
+    }
+
+    /// Retries the ends not recorded yet, extends the running tasks'
+    /// records, forgets those gone, and stops the calls of those another
+    /// instance ended.
+    async fn refresh_once(&self) {
+        let now = self.clock.unix_millis();
+        let (running, ending) = {
+            let mut ledger = self.ledger();
+            ledger.expire(now);
+            ledger.live()
+        };
+        let Some(conn) = self.conn() else { return };
+        for (id, end) in ending {
+            match query(Some(conn.clone()), self.finish_cmd(&id, &end, now)).await {
+                Ok(redis::Value::Int(-1)) => self.ledger().remove(&id),
+                Ok(redis::Value::Int(_)) => {
+                    self.ledger().ended(&id, now, self.ttl_ms());
+                    // The end may be a cancellation served here, whose call
+                    // was never told: it is now (a call that stopped
+                    // already ignores it).
+                    self.push((id, TaskSignal::Cancel));
+                }
+                _ => {}
+            }
+        }
+        for batch in running.chunks(REFRESH_BATCH) {
+            let keys: Vec<String> = batch
+                .iter()
+                .flat_map(|id| [task_key(id), questions_key(id)])
+                .collect();
+            let mut cmd = eval(REFRESH, &keys);
+            cmd.arg(self.running_ttl_ms());
+            let Ok(redis::Value::Array(found)) = query(Some(conn.clone()), cmd).await else {
+                return;
+            };
+            for (id, found) in batch.iter().zip(found) {
+                match found {
+                    redis::Value::Int(-1) => self.ledger().remove(id),
+                    // Ended elsewhere (cancelled, or taken for lost) while
+                    // it runs here: stop it.
+                    redis::Value::Int(0) if self.ledger().stop(id) => {
+                        self.push((id.clone(), TaskSignal::Cancel));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// `EVAL script` with `keys`.
+fn eval(script: &str, keys: &[String]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(script).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// One round trip, within [`IO_TIMEOUT`]; any failure is `Unavailable`.
+async fn query(
+    conn: Option<ConnectionManager>,
+    cmd: redis::Cmd,
+) -> Result<redis::Value, TaskStoreError> {
+    let Some(mut conn) = conn else {
+        return Err(TaskStoreError::Unavailable);
+    };
+    match tokio::time::timeout(IO_TIMEOUT, cmd.query_async::<redis::Value>(&mut conn)).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => {
+            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                tracing::debug!(error = %e, "the task store is unavailable");
+            } else {
+                tracing::warn!(error = %e, "Redis refused a task store command");
+            }
+            Err(TaskStoreError::Unavailable)
+        }
+        Err(_) => Err(TaskStoreError::Unavailable),
+    }
+}
+
+/// An answer the scripts never give.
+fn odd(what: &str, value: &redis::Value) -> TaskStoreError {
+    tracing::warn!(
+        ?value,
+        "unexpected answer from the task store's {what} script"
+    );
+    TaskStoreError::Unavailable
+}
+
+impl TaskStore for RedisTaskStore {
+    fn instance(&self) -> &str {
+        self.cluster.instance()
+    }
+
+    fn create(&self, record: TaskRecord) -> StoreFuture<Result<(), TaskStoreError>> {
+        let now = self.clock.unix_millis();
+        let ended = record.status.is_terminal();
+        let state = if ended {
+            State::Ended {
+                expires: now + self.ttl_ms(),
+            }
+        } else {
+            State::Running { stopped: false }
+        };
+        let admitted =
+            self.ledger()
+                .admit(&record.id, Parts::of(&record), state, now, &self.limits);
+        let expires = if ended {
+            self.ttl_ms()
+        } else {
+            self.running_ttl_ms()
+        };
+        let pipe = create_pipeline(&record, expires);
+        let conn = self.conn();
+        // Forgotten unless written, even if this future is dropped.
+        let pending = admitted.map(|()| Creating {
+            ledger: Arc::clone(&self.ledger),
+            id: record.id,
+            written: false,
+        });
+        Box::pin(async move {
+            let pending = pending?;
+            let Some(mut conn) = conn else {
+                return Err(TaskStoreError::Unavailable);
+            };
+            let written = tokio::time::timeout(IO_TIMEOUT, pipe.query_async::<()>(&mut conn)).await;
+            if matches!(written, Ok(Ok(()))) {
+                pending.written();
+                Ok(())
+            } else {
+                Err(TaskStoreError::Unavailable)
+            }
+        })
+    }
+
+    fn get(
+        &self,
+        id: &str,
+        lost: Value,
+    ) -> StoreFuture<Result<Option<TaskRecord>, TaskStoreError>> {
+        let here = self.ledger().runs(id);
+        let mut cmd = eval(GET, &[task_key(id), questions_key(id)]);
+        cmd.arg(self.instance())
+            .arg(if here { "1" } else { "0" })
+            .arg(lease_key(""))
+            .arg(lost.to_string())
+            .arg(self.clock.unix_millis())
+            .arg(self.ttl_ms());
+        let conn = self.conn();
+        let id = id.to_owned();
+        Box::pin(async move {
+            let value = query(conn, cmd).await?;
+            decode_get(&id, &value).ok_or_else(|| odd("get", &value))
+        })
+    }
+
+    fn ask(&self, id: &str, key: &str, request: Value) -> StoreFuture<Result<(), TaskStoreError>> {
+        let now = self.clock.unix_millis();
+        let asked = key.len() + crate::protocol::json_len(&request);
+        let reserved = self
+            .ledger()
+            .resize(id, now, &self.limits, |parts| parts.questions += asked);
+        let mut cmd = eval(ASK, &[task_key(id), questions_key(id)]);
+        cmd.arg(key)
+            .arg(request.to_string())
+            .arg(now)
+            .arg(self.running_ttl_ms());
+        let conn = self.conn();
+        let ledger = Arc::clone(&self.ledger);
+        let id = id.to_owned();
+        Box::pin(async move {
+            reserved?;
+            match query(conn, cmd).await? {
+                redis::Value::Int(-1) => {
+                    lock(&ledger).remove(&id);
+                    Err(TaskStoreError::Unknown)
+                }
+                redis::Value::Int(-2) => Ok(()),
+                redis::Value::Int(n) if n >= 0 => {
+                    lock(&ledger).set_questions(&id, n as usize);
+                    Ok(())
+                }
+                other => Err(odd("ask", &other)),
+            }
+        })
+    }
+
+    fn answered(
+        &self,
+        id: &str,
+        keys: Vec<String>,
+    ) -> StoreFuture<Result<Vec<String>, TaskStoreError>> {
+        let mut cmd = eval(ANSWERED, &[task_key(id), questions_key(id)]);
+        cmd.arg(self.clock.unix_millis()).arg(keys);
+        let conn = self.conn();
+        Box::pin(async move {
+            match query(conn, cmd).await? {
+                redis::Value::Nil => Err(TaskStoreError::Unknown),
+                value => strings(&value).ok_or_else(|| odd("answered", &value)),
+            }
+        })
+    }
+
+    fn note(&self, id: &str, message: String) -> StoreFuture<Result<(), TaskStoreError>> {
+        let now = self.clock.unix_millis();
+        let size = message.len();
+        let reserved = self
+            .ledger()
+            .resize(id, now, &self.limits, |parts| parts.message = size);
+        let mut cmd = eval(NOTE, &[task_key(id)]);
+        cmd.arg(message).arg(now);
+        let conn = self.conn();
+        Box::pin(async move {
+            reserved?;
+            match query(conn, cmd).await? {
+                redis::Value::Int(-1) => Err(TaskStoreError::Unknown),
+                redis::Value::Int(_) => Ok(()),
+                other => Err(odd("note", &other)),
+            }
+        })
+    }
+
+    fn finish(&self, id: &str, end: TaskEnd) -> StoreFuture<Result<bool, TaskStoreError>> {
+        let now = self.clock.unix_millis();
+        let json = |v: &Option<Value>| v.as_ref().map_or(0, crate::protocol::json_len);
+        let (message, ended) = (
+            end.message.as_ref().map_or(0, String::len),
+            json(&end.result) + json(&end.error),
+        );
+        let reserved = self.ledger().resize(id, now, &self.limits, |parts| {
+            parts.message = message;
+            parts.questions = 0;
+            parts.end = ended;
+        });
+        let cmd = self.finish_cmd(id, &end, now);
+        let conn = self.conn();
+        let ledger = Arc::clone(&self.ledger);
+        let ttl = self.ttl_ms();
+        let id = id.to_owned();
+        Box::pin(async move {
+            reserved?;
+            match query(conn, cmd).await {
+                Ok(redis::Value::Int(-1)) => {
+                    lock(&ledger).remove(&id);
+                    Err(TaskStoreError::Unknown)
+                }
+                Ok(redis::Value::Int(n)) => {
+                    lock(&ledger).ended(&id, now, ttl);
+                    Ok(n == 1)
+                }
+                Ok(other) => Err(odd("finish", &other)),
+                Err(e) => {
+                    // Retried by the refresher until it lands.
+                    lock(&ledger).ending(&id, end);
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn signal(
+        &self,
+        owner: &str,
+        id: &str,
+        signal: TaskSignal,
+    ) -> StoreFuture<Result<(), TaskStoreError>> {
+        let message = encode_signal(id, &signal);
+        let channel = inbox_key(owner);
+        let conn = self.conn();
+        Box::pin(async move {
+            let Some(mut conn) = conn else {
+                return Err(TaskStoreError::Unavailable);
+            };
+            let published =
+                tokio::time::timeout(IO_TIMEOUT, conn.publish::<_, _, u64>(channel, message)).await;
+            match published {
+                // Somebody listens: the owner (its only subscriber).
+                Ok(Ok(receivers)) if receivers > 0 => Ok(()),
+                _ => Err(TaskStoreError::Unavailable),
+            }
+        })
+    }
+
+    fn take_signals(&self) -> Option<mpsc::Receiver<Signal>> {
+        self.signals_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+/// Hands a task signal's message body to the task store attached to a
+/// session store (none: the server serves no tasks through it).
+pub(super) fn deliver(tasks: &std::sync::OnceLock<Weak<RedisTaskStore>>, body: &[u8]) {
+    match tasks.get().and_then(Weak::upgrade) {
+        Some(tasks) => tasks.receive(body),
+        None => tracing::debug!("a task signal for a server without tasks dropped"),
+    }
+}

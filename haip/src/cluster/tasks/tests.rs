@@ -1,0 +1,137 @@
+//! Tests of the task store: keys, scripts, and records and signals as Redis
+//! holds them (the ledger's are in `ledger.rs`, with a record from here).
+
+use std::time::Duration;
+
+use serde_json::{Map, json};
+
+use super::encoding::{decode_get, decode_signal, encode_signal, fields_of, pairs};
+use super::scripts::{ANSWERED, ASK, FINISH, GET, NOTE, REFRESH};
+use super::{SIGNAL, TASK_REFRESH, questions_key, running_ttl, task_key};
+use crate::cluster::keys::lease_key;
+use crate::cluster::messages::split_message;
+use crate::session::tasks::{TaskRecord, TaskSignal, TaskStatus};
+
+pub(super) fn record(id: &str) -> TaskRecord {
+    TaskRecord {
+        id: id.into(),
+        owner: "a".into(),
+        subject: Some("ada".into()),
+        status: TaskStatus::Working,
+        message: Some("halfway".into()),
+        created_ms: 1_700_000_000_000,
+        updated_ms: 1_700_000_000_500,
+        questions: [(
+            "k".to_owned(),
+            json!({"method": "elicitation/create", "params": {}}),
+        )]
+        .into_iter()
+        .collect(),
+        result: None,
+        error: None,
+    }
+}
+
+fn bulk(text: &str) -> redis::Value {
+    redis::Value::BulkString(text.as_bytes().to_vec())
+}
+
+fn flat(pairs: &[(&str, String)]) -> redis::Value {
+    redis::Value::Array(pairs.iter().flat_map(|(k, v)| [bulk(k), bulk(v)]).collect())
+}
+
+#[test]
+fn keys_are_named_by_the_task() {
+    assert_eq!(task_key("t1"), "haip:t:t1");
+    assert_eq!(questions_key("t1"), "haip:t:t1:q");
+    assert_eq!(lease_key(""), "haip:i:", "the prefix GET names leases with");
+    assert_eq!(
+        running_ttl(Duration::from_secs(1)),
+        TASK_REFRESH * 4,
+        "a running record outlives several refreshes"
+    );
+    assert_eq!(
+        running_ttl(Duration::from_secs(3600)),
+        Duration::from_secs(3600)
+    );
+}
+
+#[test]
+fn the_scripts_know_the_statuses_that_end_a_task() {
+    let ended: Vec<&str> = [
+        TaskStatus::Working,
+        TaskStatus::InputRequired,
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+        TaskStatus::Cancelled,
+    ]
+    .into_iter()
+    .filter(|s| s.is_terminal())
+    .map(TaskStatus::as_str)
+    .collect();
+    for script in [GET, ASK, ANSWERED, NOTE, FINISH, REFRESH] {
+        for status in &ended {
+            assert!(
+                script.contains(&format!("'{status}'")),
+                "{status} in {script}"
+            );
+        }
+        assert!(!script.contains("'working'") && !script.contains("'input_required'"));
+    }
+    assert!(GET.contains("'failed'") && GET.contains("'error', ARGV[4]"));
+}
+
+#[test]
+fn a_record_reads_back_as_written() {
+    let mut written = record("t1");
+    let value = redis::Value::Array(vec![
+        flat(&fields_of(&written)),
+        flat(&[("k", written.questions["k"].to_string())]),
+    ]);
+    assert_eq!(decode_get("t1", &value), Some(Some(written.clone())));
+    // Ended, without subject or message, with a result.
+    written.subject = None;
+    written.message = None;
+    written.questions.clear();
+    written.status = TaskStatus::Completed;
+    written.result = Some(json!({"content": [{"type": "text", "text": "done"}]}));
+    let value = redis::Value::Array(vec![flat(&fields_of(&written)), flat(&[])]);
+    assert_eq!(decode_get("t1", &value), Some(Some(written)));
+    // Unknown; and what the script never answers.
+    assert_eq!(decode_get("t1", &redis::Value::Nil), Some(None));
+    assert_eq!(decode_get("t1", &redis::Value::Int(1)), None);
+    let odd_fields = redis::Value::Array(vec![redis::Value::Array(vec![bulk("owner")]), flat(&[])]);
+    assert_eq!(decode_get("t1", &odd_fields), None);
+    // A hash that is not a record (no status) reads as unknown.
+    let no_status = redis::Value::Array(vec![flat(&[("owner", "a".into())]), flat(&[])]);
+    assert_eq!(decode_get("t1", &no_status), Some(None));
+    // A map (RESP3) is read as well.
+    let map = redis::Value::Map(vec![(bulk("k"), bulk("v"))]);
+    assert_eq!(pairs(&map), Some(vec![("k".into(), "v".into())]));
+}
+
+#[test]
+fn signals_are_framed_for_the_owner_and_read_back() {
+    let mut answers = Map::new();
+    answers.insert(
+        "confirm".into(),
+        json!({"action": "accept", "content": {"confirm": true}}),
+    );
+    for signal in [TaskSignal::Answers(answers), TaskSignal::Cancel] {
+        let message = encode_signal("task-1", &signal);
+        let (kind, link, body) = split_message(&message).expect("framed");
+        assert_eq!((kind, link), (SIGNAL, 0));
+        assert_eq!(decode_signal(body), Some(("task-1".to_owned(), signal)));
+    }
+    for bad in [
+        &b"not json"[..],
+        br#"{"cancel": true}"#,
+        br#"{"task": 1, "cancel": true}"#,
+        br#"{"task": "t"}"#,
+        br#"{"task": "t", "cancel": false}"#,
+        br#"{"task": "t", "answers": [1]}"#,
+        br#"{"task": "t", "answers": {}, "cancel": true}"#,
+    ] {
+        assert_eq!(decode_signal(bad), None, "{}", String::from_utf8_lossy(bad));
+    }
+}

@@ -1,0 +1,431 @@
+//! Recording: sessions' records queued without blocking them, and one
+//! writer task that sends them to Redis in batches, one [`RECORD`] call each;
+//! sessions whose records were lost are marked once Redis is back.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::aio::ConnectionManager;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::keys::open_key;
+use super::scripts::RECORD;
+use super::{IO_TIMEOUT, RedisSessionStore};
+use crate::hash::FastMap;
+use crate::session::SessionStore;
+
+/// Records waiting for the writer, at most; more are dropped (and counted).
+pub(super) const QUEUE: usize = 65_536;
+/// Records sent in one batch, at most.
+const BATCH: usize = 512;
+
+/// One record, owned, on its way to the writer.
+pub(super) enum Entry {
+    Opened {
+        id: Arc<str>,
+        subject: Option<String>,
+    },
+    Committed {
+        id: Arc<str>,
+        seq: u64,
+        envelope: Bytes,
+        last_rx_seq: u64,
+    },
+    CallOpened {
+        id: Arc<str>,
+        call_id: String,
+    },
+    CallClosed {
+        id: Arc<str>,
+        call_id: String,
+    },
+    Ended {
+        id: Arc<str>,
+    },
+    Paused {
+        id: Arc<str>,
+        channels: String,
+    },
+    Owed {
+        id: Arc<str>,
+        owed: String,
+    },
+    StreamOpened {
+        id: String,
+        subject: Option<String>,
+    },
+    StreamClosed {
+        id: String,
+        subject: Option<String>,
+    },
+}
+
+impl Entry {
+    /// The session a record is about (a stream's entry is about the set of
+    /// open streams, which the next opening or closing puts right).
+    fn session(&self) -> Option<&Arc<str>> {
+        match self {
+            Entry::Opened { id, .. }
+            | Entry::Committed { id, .. }
+            | Entry::CallOpened { id, .. }
+            | Entry::CallClosed { id, .. }
+            | Entry::Ended { id }
+            | Entry::Paused { id, .. }
+            | Entry::Owed { id, .. } => Some(id),
+            Entry::StreamOpened { .. } | Entry::StreamClosed { .. } => None,
+        }
+    }
+}
+
+/// One session's records in a batch, as [`RECORD`] takes them.
+struct Group<'a> {
+    id: &'a Arc<str>,
+    ops: Vec<Op<'a>>,
+    /// Where in `ops` the session's envelopes gather (none before its first,
+    /// nor past its `Opened` or `Ended`).
+    window: Option<usize>,
+}
+
+/// One change to a session in a batch.
+enum Op<'a> {
+    /// Committed envelopes, oldest first; the newest's `seq`, and the
+    /// inbound `seq` then.
+    Window {
+        envelopes: Vec<&'a [u8]>,
+        seq: u64,
+        last_rx_seq: u64,
+    },
+    Opened(Option<&'a str>),
+    CallOpened(&'a str),
+    CallClosed(&'a str),
+    Paused(&'a str),
+    /// The flow-control credit owed to the client.
+    Owed(&'a str),
+    Ended,
+    /// A call opened and closed within the batch: nothing to write.
+    Gone,
+}
+
+impl<'a> Group<'a> {
+    fn add(&mut self, op: Op<'a>) {
+        match &op {
+            Op::Window {
+                envelopes,
+                seq,
+                last_rx_seq,
+            } => {
+                if let Some(Op::Window {
+                    envelopes: kept,
+                    seq: newest,
+                    last_rx_seq: rx,
+                }) = self.window.and_then(|at| self.ops.get_mut(at))
+                {
+                    kept.extend_from_slice(envelopes);
+                    *newest = *seq;
+                    *rx = *last_rx_seq;
+                    return;
+                }
+                self.window = Some(self.ops.len());
+            }
+            Op::CallClosed(call_id) => {
+                // A call that ends at once was opened a record or two ago.
+                let opened = self
+                    .ops
+                    .iter_mut()
+                    .rev()
+                    .take_while(|op| !matches!(op, Op::Opened(_) | Op::Ended))
+                    .find(|op| matches!(op, Op::CallOpened(c) if c == call_id));
+                if let Some(opened) = opened {
+                    *opened = Op::Gone;
+                    return;
+                }
+            }
+            Op::Opened(_) | Op::Ended => self.window = None,
+            Op::CallOpened(_) | Op::Paused(_) | Op::Owed(_) | Op::Gone => {}
+        }
+        self.ops.push(op);
+    }
+}
+
+impl RedisSessionStore {
+    /// The writer: records, in batches, in order. Each batch is one call of
+    /// the [`RECORD`] script: one round trip and one reply, whatever number
+    /// of sessions and records it carries. Records made while a batch is on
+    /// its way wait in the queue and make up the next one, so a busy
+    /// instance sends larger batches rather than more of them.
+    pub(super) async fn write(
+        self: Arc<Self>,
+        mut rx: mpsc::Receiver<Entry>,
+        mut conn: ConnectionManager,
+        shutdown: CancellationToken,
+    ) {
+        let mut batch = Vec::with_capacity(BATCH);
+        // The script's SHA1 once Redis has it.
+        let mut sha = None;
+        let mut last_failure = std::time::Instant::now();
+        loop {
+            let first = tokio::select! {
+                entry = rx.recv() => entry,
+                () = shutdown.cancelled() => None,
+            };
+            let Some(first) = first else { break };
+            batch.push(first);
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(entry) => batch.push(entry),
+                    Err(_) => break,
+                }
+            }
+            // While Redis is known to be away, records are dropped at once
+            // (sessions go on without waiting for it), and Redis is tried
+            // again every `PROBE`.
+            let try_now = self.healthy.load(Relaxed) || last_failure.elapsed() >= PROBE;
+            let sent = if try_now {
+                // Sessions whose records were lost are marked first.
+                let marks: Vec<(Arc<str>, bool)> = {
+                    let lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+                    lost.iter()
+                        .take(MARKS_PER_BATCH)
+                        .map(|id| (Arc::clone(id), self.local.find(id).is_some()))
+                        .collect()
+                };
+                let send = self.send(&mut conn, &mut sha, &marks, &batch);
+                let sent = tokio::time::timeout(IO_TIMEOUT, send).await;
+                self.trips.fetch_add(1, Relaxed);
+                let sent = matches!(sent, Ok(Ok(())));
+                if sent {
+                    let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+                    for (id, _) in &marks {
+                        lost.remove(id);
+                    }
+                    drop(lost);
+                    if !self.healthy.swap(true, Relaxed) {
+                        tracing::info!(url = %self.url, "Redis is reachable again");
+                    }
+                } else {
+                    self.failed_trips.fetch_add(1, Relaxed);
+                    // The next try is a probe's time from this one.
+                    last_failure = std::time::Instant::now();
+                }
+                sent
+            } else {
+                false
+            };
+            if !sent {
+                self.dropped.fetch_add(batch.len() as u64, Relaxed);
+                self.lost(batch.iter().map(Entry::session));
+                if self.healthy.swap(false, Relaxed) {
+                    tracing::warn!(url = %self.url, "Redis is unreachable: session records are being dropped");
+                }
+            }
+            let n = batch.len() as u64;
+            self.written.send_modify(|w| *w += n);
+            batch.clear();
+        }
+    }
+
+    /// Sends a batch of records: one `EVALSHA` of [`RECORD`], the script
+    /// loaded first when Redis does not have it (the first batch, or Redis
+    /// restarted since).
+    async fn send(
+        &self,
+        conn: &mut ConnectionManager,
+        sha: &mut Option<String>,
+        marks: &[(Arc<str>, bool)],
+        batch: &[Entry],
+    ) -> redis::RedisResult<()> {
+        if let Some(known) = sha.as_deref() {
+            match self
+                .record_call(known, marks, batch)
+                .query_async(conn)
+                .await
+            {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {}
+                done => return done,
+            }
+        }
+        let loaded: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(RECORD)
+            .query_async(conn)
+            .await?;
+        let call = self.record_call(&loaded, marks, batch);
+        *sha = Some(loaded);
+        call.query_async(conn).await
+    }
+
+    /// The [`RECORD`] call for a batch of records.
+    ///
+    /// Records are grouped by session, in the order sessions first appear: a
+    /// session's committed envelopes become one append with one update of
+    /// its counters (most of a busy session's records are envelopes), and a
+    /// call opened and closed within the batch (a call that ends at once) is
+    /// left out: the set of calls owed a `TOOL_DONE` ends the same either
+    /// way. A session's other records keep their order around its envelopes,
+    /// which is what matters: it is only ever ended after them. `marks`
+    /// come first: sessions whose records were lost (and whether each runs
+    /// here), marked so that no instance restores them from what is missing.
+    fn record_call(&self, sha: &str, marks: &[(Arc<str>, bool)], batch: &[Entry]) -> redis::Cmd {
+        let mut index: FastMap<&str, usize> = FastMap::default();
+        let mut groups: Vec<Group<'_>> = Vec::new();
+        // Stream sessions opened and closed (`+`/`-`, key, member), in order.
+        let mut streams: Vec<(&str, String, String)> = Vec::new();
+        for entry in batch {
+            let (id, op) = match entry {
+                Entry::Committed {
+                    id,
+                    seq,
+                    envelope,
+                    last_rx_seq,
+                } => (
+                    id,
+                    Op::Window {
+                        envelopes: vec![envelope.as_ref()],
+                        seq: *seq,
+                        last_rx_seq: *last_rx_seq,
+                    },
+                ),
+                Entry::Opened { id, subject } => (id, Op::Opened(subject.as_deref())),
+                Entry::CallOpened { id, call_id } => (id, Op::CallOpened(call_id)),
+                Entry::CallClosed { id, call_id } => (id, Op::CallClosed(call_id)),
+                Entry::Paused { id, channels } => (id, Op::Paused(channels)),
+                Entry::Owed { id, owed } => (id, Op::Owed(owed)),
+                Entry::Ended { id } => (id, Op::Ended),
+                Entry::StreamOpened { id, subject } => {
+                    let member = format!("{id} {}", self.instance);
+                    streams.push(("+", open_key(subject.as_deref()), member));
+                    continue;
+                }
+                Entry::StreamClosed { id, subject } => {
+                    let member = format!("{id} {}", self.instance);
+                    streams.push(("-", open_key(subject.as_deref()), member));
+                    continue;
+                }
+            };
+            let at = *index.entry(&**id).or_insert_with(|| {
+                groups.push(Group {
+                    id,
+                    ops: Vec::new(),
+                    window: None,
+                });
+                groups.len() - 1
+            });
+            groups[at].add(op);
+        }
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(sha)
+            .arg(0)
+            .arg(&*self.instance)
+            .arg(self.ttl.as_millis() as u64)
+            .arg(self.window_cap);
+        for (id, here) in marks {
+            call.arg("S")
+                .arg(&**id)
+                .arg("L")
+                .arg(if *here { "1" } else { "0" });
+        }
+        for group in &groups {
+            call.arg("S").arg(&**group.id);
+            for op in &group.ops {
+                match op {
+                    Op::Window {
+                        envelopes,
+                        seq,
+                        last_rx_seq,
+                    } => {
+                        call.arg("W")
+                            .arg(seq + 1)
+                            .arg(*last_rx_seq)
+                            .arg(envelopes.len())
+                            .arg(envelopes.as_slice());
+                    }
+                    Op::Opened(None) => {
+                        call.arg("O");
+                    }
+                    Op::Opened(Some(subject)) => {
+                        call.arg("U").arg(*subject);
+                    }
+                    Op::CallOpened(call_id) => {
+                        call.arg("A").arg(*call_id);
+                    }
+                    Op::CallClosed(call_id) => {
+                        call.arg("D").arg(*call_id);
+                    }
+                    Op::Owed(owed) => {
+                        call.arg("C").arg(*owed);
+                    }
+                    Op::Paused(channels) => {
+                        call.arg("P").arg(*channels);
+                    }
+                    Op::Ended => {
+                        call.arg("E");
+                    }
+                    Op::Gone => {}
+                }
+            }
+        }
+        for (kind, key, member) in &streams {
+            call.arg(*kind).arg(key).arg(member);
+        }
+        call
+    }
+
+    pub(super) fn id_arc(&self, id: &str) -> Arc<str> {
+        let mut last = self.last_id.lock().unwrap_or_else(|e| e.into_inner());
+        match &*last {
+            Some(arc) if &**arc == id => Arc::clone(arc),
+            _ => {
+                let arc: Arc<str> = Arc::from(id);
+                *last = Some(Arc::clone(&arc));
+                arc
+            }
+        }
+    }
+
+    pub(super) fn enqueue(&self, entry: Entry) {
+        // The counter moves with the queue: tickets follow the writer's order.
+        let mut recorded = self.recorded_lock.lock().unwrap_or_else(|e| e.into_inner());
+        match self.queue.try_send(entry) {
+            Ok(()) => {
+                *recorded += 1;
+                self.recorded.store(*recorded, Relaxed);
+            }
+            Err(full) => {
+                self.dropped.fetch_add(1, Relaxed);
+                self.lost(std::iter::once(full.into_inner().session()));
+            }
+        }
+    }
+
+    /// Notes that records of these sessions were lost: each is marked so
+    /// in Redis once it answers again ([`LOST`](super::restore::LOST)).
+    fn lost<'a>(&self, ids: impl Iterator<Item = Option<&'a Arc<str>>>) {
+        let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+        for id in ids.flatten() {
+            if lost.len() >= MAX_LOST {
+                static FULL: crate::stats::Throttle = crate::stats::Throttle::new();
+                if let Some(suppressed) = FULL.allow() {
+                    tracing::warn!(
+                        suppressed,
+                        "too many sessions with lost records to mark them all"
+                    );
+                }
+                break;
+            }
+            lost.insert(Arc::clone(id));
+        }
+    }
+}
+
+/// Sessions with lost records waiting to be marked, at most.
+const MAX_LOST: usize = 100_000;
+
+/// Sessions marked lost in one batch, at most.
+const MARKS_PER_BATCH: usize = 1024;
+
+/// How often the writer tries Redis again while it is away.
+const PROBE: Duration = Duration::from_millis(250);

@@ -1,0 +1,268 @@
+//! Exported calls that become MCP tasks (SEP-2663): for a client that takes
+//! them, a call of a tool that supports tasks turns into one once it waits,
+//! and runs on; its progress goes into the task's status, its end into the
+//! task's record (`mcp/tasks.rs`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rmcp::model::{CallToolResult, RequestId};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::ExportService;
+use super::calls::{Call, Stop, can_of, result_of, stopping};
+use super::render::error_result;
+use crate::context::ProgressSlot;
+use crate::exec::{CallEvent, Outcome};
+use crate::mcp::tasks::{NOTE_EVERY, TaskPeer, Tasks};
+use crate::otel::CallSpan;
+use crate::protocol::json_len;
+use crate::session::Shared;
+use crate::session::tasks::{TaskEnd, TaskStatus};
+use crate::stats::Ended;
+use crate::tool::{TaskSupport, Tool};
+
+/// How a call that may become a task was answered.
+pub(super) enum AsTask {
+    /// It is a task now, running on.
+    Task(rmcp::model::CreateTaskResult),
+    /// It could not become one (too many tasks): this says why.
+    Refused(CallToolResult),
+    /// It stopped before it became one: answered as any call.
+    Stopped(Stop),
+}
+
+impl ExportService {
+    /// Runs a call of a tool that supports tasks, for a client that takes
+    /// them: it becomes a task once it waits for anything but answers of the
+    /// client's next round (see [`TaskSupport`]).
+    pub(super) async fn run_as_task(&self, call: Call<'_>) -> AsTask {
+        let admission = match self.tasks.admit(call.subject.clone()) {
+            Ok(admission) => admission,
+            Err(why) => return AsTask::Refused(error_result(why, None)),
+        };
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let slot = Arc::new(ProgressSlot::default());
+        let cancel = self.shared.shutdown.child_token();
+        let context = call.context;
+        let peer = self.tasks.peer(can_of(context), call.round.clone());
+        let start = self.start_of(
+            &call,
+            cancel.clone(),
+            Arc::clone(&slot),
+            Arc::new(Arc::clone(&peer)),
+        );
+        let Call {
+            tool,
+            subject,
+            permit,
+            round,
+            received,
+            span: call_span,
+            ..
+        } = call;
+        let request_id = context.id.clone();
+        let logs = self.log_relay(context, tool);
+        let required = tool.task_support() == TaskSupport::Required;
+        let finished = match self.shared.runner.start(start, &events_tx) {
+            Some((_, outcome)) => Some(*outcome),
+            None => {
+                drop(events_tx);
+                if self.tasks.hand_over(&peer) {
+                    None
+                } else {
+                    // It waits for answers of the client's next round: they
+                    // come first (the task starts with them).
+                    let round = round.as_deref().expect("only rounds hold a call back");
+                    match self
+                        .end_round(round, events, &slot, &cancel, permit, &logs)
+                        .await
+                    {
+                        Stop::Outcome(outcome) if required => {
+                            let call = (request_id, received, std::mem::take(call_span));
+                            return self.ended_task(tool, &peer, subject, outcome, call).await;
+                        }
+                        stop => return AsTask::Stopped(stop),
+                    }
+                }
+            }
+        };
+        if let Some(outcome) = finished {
+            logs.flush(&slot).await;
+            // Done at once: a plain result, unless the tool is always a task.
+            if !required {
+                // Answered as any call: the request ends the span.
+                return AsTask::Stopped(Stop::Outcome(outcome));
+            }
+            let call = (request_id, received, std::mem::take(call_span));
+            return self.ended_task(tool, &peer, subject, outcome, call).await;
+        }
+        let created = match self.tasks.create(&peer, subject.as_deref(), None).await {
+            Ok(created) => created,
+            Err(e) => {
+                cancel.cancel();
+                slot.close();
+                self.shared.runner.tasks().spawn(stopping(events, permit));
+                return AsTask::Refused(error_result(
+                    format!("The task could not start: {e}"),
+                    None,
+                ));
+            }
+        };
+        let shared = Arc::clone(&self.shared);
+        let tasks = Arc::clone(&self.tasks);
+        let tool = tool.clone();
+        let span = std::mem::take(call_span);
+        self.shared.runner.tasks().spawn(async move {
+            let stop = follow(&tasks, &peer, &mut events, &slot, &cancel).await;
+            if matches!(stop, Stop::TimedOut) {
+                // Stopped within the grace period, in the background.
+                shared.runner.tasks().spawn(stopping(events, permit));
+            } else {
+                drop(permit);
+            }
+            let (ended, end) = task_end(&shared, &tool, stop, peer.cancel.is_cancelled());
+            let bytes = json_len(&end.result) + json_len(&end.error);
+            tasks.finish(&peer, end).await;
+            let latency = received.elapsed();
+            let stats = &shared.stats;
+            stats.call_ended(tool.name(), ended, Some(latency));
+            span.end(ended);
+            let who = subject.as_deref();
+            stats.access(
+                "mcp-task",
+                tool.name(),
+                &request_id,
+                who,
+                ended,
+                latency,
+                bytes,
+            );
+            drop(admission);
+        });
+        AsTask::Task(created)
+    }
+
+    /// A task that ended as it began (a tool that is always a task).
+    async fn ended_task(
+        &self,
+        tool: &Tool,
+        peer: &Arc<TaskPeer>,
+        subject: Option<Arc<str>>,
+        outcome: Outcome,
+        (request_id, received, span): (RequestId, Instant, CallSpan),
+    ) -> AsTask {
+        let (ended, end) = task_end(&self.shared, tool, Stop::Outcome(outcome), false);
+        let bytes = json_len(&end.result) + json_len(&end.error);
+        let latency = received.elapsed();
+        let stats = &self.shared.stats;
+        stats.call_ended(tool.name(), ended, Some(latency));
+        span.end(ended);
+        let who = subject.as_deref();
+        stats.access(
+            "mcp-task",
+            tool.name(),
+            &request_id,
+            who,
+            ended,
+            latency,
+            bytes,
+        );
+        match self.tasks.create(peer, subject.as_deref(), Some(end)).await {
+            Ok(created) => AsTask::Task(created),
+            Err(e) => AsTask::Refused(error_result(
+                format!("The task could not be kept: {e}"),
+                None,
+            )),
+        }
+    }
+}
+
+/// Follows a task's call to its end: its progress into the task's status
+/// message, `tasks/cancel` into the call's cancellation.
+async fn follow(
+    tasks: &Tasks,
+    peer: &TaskPeer,
+    events: &mut mpsc::UnboundedReceiver<CallEvent>,
+    slot: &ProgressSlot,
+    cancel: &CancellationToken,
+) -> Stop {
+    let mut noted: Option<Instant> = None;
+    loop {
+        let event = tokio::select! {
+            () = peer.cancel.cancelled(), if !cancel.is_cancelled() => {
+                cancel.cancel();
+                slot.close();
+                continue;
+            }
+            event = events.recv() => event,
+        };
+        match event {
+            Some(CallEvent::Progress(_)) => {
+                if noted.is_some_and(|at| at.elapsed() < NOTE_EVERY) {
+                    continue;
+                }
+                let Some(progress) = slot.take() else {
+                    continue;
+                };
+                let text = match (progress.partial, progress.percent) {
+                    (Some(Value::String(s)), _) => s,
+                    (Some(other), _) => other.to_string(),
+                    (None, Some(percent)) => format!("{percent}%"),
+                    (None, None) => continue,
+                };
+                noted = Some(Instant::now());
+                tasks.note(peer, text).await;
+            }
+            Some(CallEvent::TimedOut(_)) => {
+                slot.close();
+                return Stop::TimedOut;
+            }
+            Some(CallEvent::Finished(_, outcome)) => return Stop::Outcome(*outcome),
+            Some(CallEvent::Validated(..)) => {}
+            None => return Stop::Outcome(Outcome::Stopped),
+        }
+    }
+}
+
+/// How a task's call ended, as the task's end: a result (an error result
+/// too: the tool ran) completes it, a panic fails it (an error of the
+/// server's), a cancellation by the client cancels it.
+fn task_end(shared: &Shared, tool: &Tool, stop: Stop, cancelled: bool) -> (Ended, TaskEnd) {
+    let panicked = matches!(stop, Stop::Outcome(Outcome::Panicked(_)));
+    let (ended, result) = result_of(shared, tool, stop);
+    if cancelled {
+        let end = TaskEnd {
+            status: TaskStatus::Cancelled,
+            message: Some("Cancelled by the client".to_owned()),
+            result: None,
+            error: None,
+        };
+        return (Ended::Cancelled, end);
+    }
+    let text = |result: &CallToolResult| {
+        result
+            .content
+            .iter()
+            .find_map(|c| c.as_text().map(|t| t.text.clone()))
+            .unwrap_or_default()
+    };
+    if panicked {
+        let end = TaskEnd {
+            status: TaskStatus::Failed,
+            message: None,
+            result: None,
+            error: Some(serde_json::json!({"code": -32603, "message": text(&result)})),
+        };
+        return (ended, end);
+    }
+    let end = TaskEnd {
+        status: TaskStatus::Completed,
+        message: None,
+        result: Some(serde_json::to_value(&result).unwrap_or(Value::Null)),
+        error: None,
+    };
+    (ended, end)
+}

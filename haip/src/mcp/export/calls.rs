@@ -1,0 +1,372 @@
+//! Running one exported call: validated params started on the executor,
+//! its progress, log lines and the client's cancellation relayed, questions
+//! by rounds for stateless clients, and how it stopped turned into its result.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ProgressNotificationParam, ProtocolVersion,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use serde_json::{Map, Value};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use super::ExportService;
+use super::logs::LogRelay;
+use super::render::{error_result, failure_result, imported, passthrough_blocks, success_result};
+use crate::context::{Caller, Peer, ProgressSlot};
+use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy};
+use crate::mcp::mrtr::{BadState, Can, RoundPeer};
+use crate::mcp::peer::SessionPeer;
+use crate::otel::CallSpan;
+use crate::protocol::payload::ToolOutcome;
+use crate::protocol::{ErrorCode, json_len};
+use crate::session::Shared;
+use crate::stats::{Ended, Throttle};
+use crate::tool::Tool;
+
+/// One validated call, about to run.
+pub(super) struct Call<'a> {
+    pub(super) tool: &'a Tool,
+    pub(super) params: Value,
+    pub(super) subject: Option<Arc<str>>,
+    pub(super) caller: Option<Arc<Caller>>,
+    pub(super) context: &'a RequestContext<RoleServer>,
+    /// Held until the tool's task has stopped.
+    pub(super) permit: OwnedSemaphorePermit,
+    pub(super) round: Option<Arc<RoundPeer>>,
+    pub(super) received: Instant,
+    /// The call's span: ended by the request, or by the task the call
+    /// becomes.
+    pub(super) span: &'a mut CallSpan,
+}
+
+/// How an exported call stopped, before it becomes a `CallToolResult`.
+pub(super) enum Stop {
+    Outcome(Outcome),
+    /// The timeout elapsed; the task is being stopped in the background.
+    TimedOut,
+    /// The tool waits for answers its client gives on a later round; the
+    /// task is being stopped in the background.
+    InputRequired,
+}
+
+impl ExportService {
+    /// The client of this call when it takes questions by rounds (stateless
+    /// `/mcp`, MCP 2026-07-28 or later), with the answers the request
+    /// brings; `None` otherwise; `Err` for a `requestState` that does not
+    /// verify.
+    pub(super) fn round_peer(
+        &self,
+        tool: &Tool,
+        arguments: &Value,
+        subject: Option<&str>,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Option<Arc<RoundPeer>>, BadState> {
+        let Some(rounds) = self.rounds.as_deref().filter(|_| self.stateless) else {
+            return Ok(None);
+        };
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        if !modern {
+            return Ok(None);
+        }
+        let can = can_of(context);
+        let given = request
+            .input_responses
+            .clone()
+            .map(|responses| responses.into_iter().collect::<Map<String, Value>>());
+        let answers = rounds.answers(
+            tool.name(),
+            arguments,
+            subject,
+            request.request_state.as_deref(),
+            given,
+        )?;
+        Ok(Some(RoundPeer::new(can, answers)))
+    }
+}
+
+impl ExportService {
+    /// What starts `call`, its questions going to `peer`.
+    pub(super) fn start_of(
+        &self,
+        call: &Call<'_>,
+        cancel: CancellationToken,
+        slot: Arc<ProgressSlot>,
+        peer: Arc<dyn Peer>,
+    ) -> exec::Start {
+        let config = &self.shared.config;
+        let n = self.calls.fetch_add(1, Relaxed);
+        exec::Start {
+            key: CallKey(n),
+            tool: call.tool.clone(),
+            params: call.params.clone(),
+            call_id: format!("mcp-{n}"),
+            session_id: Arc::clone(&self.session_id),
+            cancel,
+            slot,
+            state: Arc::clone(&self.shared.state),
+            caller: call.caller.clone(),
+            limits: exec::Limits {
+                timeout: call.tool.timeout().or(config.tool_timeout),
+                grace: config.cancel_grace,
+                // MCP renders the value itself (structured content and text).
+                render: None,
+            },
+            // Not on a session's task: the request's own.
+            inline: true,
+            peer: Some(Arc::new(crate::mcp::peer::Counted {
+                inner: peer,
+                stats: Arc::clone(&self.shared),
+                trace: call.span.link(),
+            })),
+            trace: call.span.link(),
+        }
+    }
+
+    /// Runs one call to its end (or its timeout), relaying progress (when the
+    /// client sent a progress token) and the client's cancellation. The
+    /// concurrency `permit` is held until the tool's task has stopped.
+    pub(super) async fn run(&self, call: Call<'_>) -> Stop {
+        // Unbounded but small by construction, as in a session: a progress
+        // event only when the slot fills, then at most TimedOut and Finished.
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let slot = Arc::new(ProgressSlot::default());
+        // Server shutdown cancels the call as well as the client's cancellation.
+        let cancel = self.shared.shutdown.child_token();
+        let context = call.context;
+        let round = call.round.clone();
+        let peer: Arc<dyn Peer> = match &round {
+            Some(round) => Arc::new(Arc::clone(round)),
+            None => Arc::new(SessionPeer {
+                peer: context.peer.clone(),
+                stateless: self.stateless,
+            }),
+        };
+        let start = self.start_of(&call, cancel.clone(), Arc::clone(&slot), peer);
+        let Call { tool, permit, .. } = call;
+        let logs = self.log_relay(context, tool);
+        // A call that finished on its first poll is done here and now.
+        if let Some((_, outcome)) = self.shared.runner.start(start, &events_tx) {
+            logs.flush(&slot).await;
+            return Stop::Outcome(*outcome);
+        }
+        // Only the call's task reports now: its end closes the channel.
+        drop(events_tx);
+        let token = context.meta.get_progress_token();
+        loop {
+            let event = tokio::select! {
+                () = context.ct.cancelled(), if !cancel.is_cancelled() => {
+                    cancel.cancel();
+                    slot.close();
+                    continue;
+                }
+                event = events.recv() => event,
+                () = wait_for_questions(round.as_deref()) => {
+                    // Questions asked together go out together: the round
+                    // ends once no more come (the tool may also finish).
+                    let round = round.as_deref().expect("only awaited with a round");
+                    return self.end_round(round, events, &slot, &cancel, permit, &logs).await;
+                }
+            };
+            match event {
+                Some(CallEvent::Progress(_)) => {
+                    logs.flush(&slot).await;
+                    let (Some(token), Some(progress)) = (&token, slot.take()) else {
+                        continue;
+                    };
+                    let mut note = ProgressNotificationParam::new(
+                        token.clone(),
+                        progress.percent.and_then(|p| p.as_f64()).unwrap_or(0.0),
+                    )
+                    .with_total(100.0);
+                    if let Some(partial) = progress.partial {
+                        note = note.with_message(match partial {
+                            Value::String(s) => s,
+                            other => other.to_string(),
+                        });
+                    }
+                    // A client that went away just misses its progress.
+                    let _ = context.peer.notify_progress(note).await;
+                }
+                Some(CallEvent::TimedOut(_)) => {
+                    // Answer at the deadline (as HAIP does); the executor
+                    // stops the task within `cancel_grace`, and the slot is
+                    // released only then.
+                    slot.close();
+                    self.shared.runner.tasks().spawn(stopping(events, permit));
+                    return Stop::TimedOut;
+                }
+                Some(CallEvent::Finished(_, outcome)) => {
+                    logs.flush(&slot).await;
+                    return Stop::Outcome(*outcome);
+                }
+                // Params are validated before the call starts, never by the executor.
+                Some(CallEvent::Validated(..)) => {}
+                // The executor always reports `Finished`; this is unreachable
+                // unless its task was lost, which is then a stop.
+                None => return Stop::Outcome(Outcome::Stopped),
+            }
+        }
+    }
+
+    /// Ends the round of a call that asked questions its client answers on
+    /// the next one: once no more come (or the call finishes after all).
+    pub(super) async fn end_round(
+        &self,
+        round: &RoundPeer,
+        mut events: mpsc::UnboundedReceiver<CallEvent>,
+        slot: &ProgressSlot,
+        cancel: &CancellationToken,
+        permit: OwnedSemaphorePermit,
+        logs: &LogRelay<'_>,
+    ) -> Stop {
+        match settle(round, &mut events).await {
+            Some(outcome) => {
+                logs.flush(slot).await;
+                Stop::Outcome(outcome)
+            }
+            None => {
+                round.close();
+                cancel.cancel();
+                slot.close();
+                let tasks = self.shared.runner.tasks();
+                tasks.spawn(stopping(events, permit));
+                Stop::InputRequired
+            }
+        }
+    }
+}
+
+/// The `CallToolResult` of a call that stopped.
+pub(super) fn result_of(shared: &Shared, tool: &Tool, stop: Stop) -> (Ended, CallToolResult) {
+    let name = tool.name();
+    let outcome = match stop {
+        // Answered as `input_required` by the caller; never here.
+        Stop::InputRequired => {
+            return (
+                Ended::Cancelled,
+                error_result(format!("Tool {name} waits for input"), None),
+            );
+        }
+        Stop::TimedOut => {
+            let ms = tool
+                .timeout()
+                .or(shared.config.tool_timeout)
+                .map_or(0, |t| t.as_millis());
+            let text = format!("Tool {name} timed out after {ms} ms");
+            return (Ended::TimedOut, error_result(text, None));
+        }
+        Stop::Outcome(outcome) => outcome,
+    };
+    let config = &shared.config;
+    let policy = Policy {
+        max_violations: config.max_violations,
+        strict_output_validation: config.strict_output_validation,
+        debug_errors: config.debug_errors,
+    };
+    let (completion, ended) = exec::complete(tool, outcome, policy, &shared.stats);
+    let result = match completion {
+        Completion::Done(ToolOutcome::Ok(value)) => {
+            success_result(tool, value.unwrap_or(Value::Null))
+        }
+        Completion::Done(ToolOutcome::Cancelled(_)) => {
+            error_result(format!("Tool {name} was cancelled"), None)
+        }
+        Completion::Done(ToolOutcome::Error(failure)) => {
+            // An imported tool's `isError` blocks pass through as they are.
+            let blocks = failure
+                .details
+                .as_ref()
+                .filter(|_| imported(tool))
+                .and_then(passthrough_blocks);
+            match blocks {
+                Some(blocks) => CallToolResult::error(blocks),
+                None => failure_result(failure),
+            }
+        }
+        // Not asked for (`render: None`): MCP renders values itself.
+        Completion::Encoded(_) => error_result(format!("Internal error in tool {name}"), None),
+    };
+    // As HAIP's `TOOL_DONE` (HAIP.md §18.1): a result too large to send
+    // becomes an error the model can read, and the call still ends once.
+    let limit = config.max_outbound_message_bytes;
+    let size = json_len(&result);
+    if size > limit {
+        static TOO_LARGE: Throttle = Throttle::new();
+        if let Some(suppressed) = TOO_LARGE.allow() {
+            tracing::warn!(tool = %name, size, limit, suppressed, "tool result too large to send");
+        }
+        let text = format!("Result of {size} bytes exceeds {limit} (RESULT_TOO_LARGE)");
+        let details = serde_json::json!({"code": "RESULT_TOO_LARGE", "size": size, "limit": limit});
+        let ended = Ended::failed(&ErrorCode::RESULT_TOO_LARGE);
+        return (ended, error_result(text, Some(details)));
+    }
+    (ended, result)
+}
+
+/// Completes when the call (taking questions by rounds) has asked one it
+/// has no answer for; never without rounds.
+async fn wait_for_questions(round: Option<&RoundPeer>) {
+    match round {
+        Some(round) => round.waiting().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Lets a call that asked finish asking: the round ends once no new
+/// question has come for a few short waits. `Some` if the call ended
+/// meanwhile (it did not need the answer after all).
+async fn settle(
+    round: &RoundPeer,
+    events: &mut mpsc::UnboundedReceiver<CallEvent>,
+) -> Option<Outcome> {
+    const QUIET: std::time::Duration = std::time::Duration::from_millis(5);
+    let mut seen = round.pending();
+    let mut quiet = 0;
+    while quiet < 3 {
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(CallEvent::Finished(_, outcome)) => return Some(*outcome),
+                None => return Some(Outcome::Stopped),
+                Some(_) => {}
+            },
+            () = tokio::time::sleep(QUIET) => {
+                let now = round.pending();
+                quiet = if now == seen { quiet + 1 } else { 0 };
+                seen = now;
+            }
+        }
+    }
+    None
+}
+
+/// Holds a call's concurrency `permit` until its task has stopped (after
+/// its answer went out early: a timeout, a round that waits for input).
+pub(super) async fn stopping(
+    mut events: mpsc::UnboundedReceiver<CallEvent>,
+    permit: OwnedSemaphorePermit,
+) {
+    while let Some(event) = events.recv().await {
+        if matches!(event, CallEvent::Finished(..)) {
+            break;
+        }
+    }
+    drop(permit);
+}
+
+/// Which questions the client of `context` can be sent.
+pub(super) fn can_of(context: &RequestContext<RoleServer>) -> Can {
+    let caps = context.client_capabilities().unwrap_or_default();
+    Can {
+        elicit: caps.elicitation.is_some(),
+        sample: caps.sampling.is_some(),
+        roots: caps.roots.is_some(),
+    }
+}

@@ -1,0 +1,535 @@
+//! Export: the registry served as an MCP server, over stdio or Streamable
+//! HTTP at `/mcp`. Calls run through the same executor as HAIP calls (input
+//! validation, timeout, panic capture, cancellation with grace period).
+//!
+//! Here: one MCP session's [`ExportService`] and the requests it answers.
+//! Its calls run in `calls.rs` (those that become MCP tasks in `as_task.rs`),
+//! tools and results are shown as MCP shows them in `render.rs`, log lines
+//! relayed in `logs.rs`; `http.rs` is the `/mcp` endpoint, which makes a
+//! service per MCP session or per request.
+
+// MCP logging and sampling are deprecated upstream (SEP-2577), and still what
+// today's MCP clients speak: tools' log lines and `ctx.sample` use them
+// (here and in the submodules).
+#![allow(deprecated)]
+
+mod as_task;
+mod calls;
+mod http;
+mod logs;
+mod render;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use http::{Handshake, LargeArguments, McpHttp, McpProfile};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::Instant;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, InputRequiredResult,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use self::as_task::AsTask;
+use self::calls::{Call, Stop, result_of};
+use self::http::{LargeRequest, McpCaller, SERVING};
+use self::logs::{log_level, per_request};
+use self::render::{error_result, invalid_params_result, mcp_tool};
+use super::mrtr::Rounds;
+use super::tasks::Tasks;
+use crate::context::{Caller, LogLevel};
+use crate::exec::Validation;
+use crate::otel::Door;
+use crate::protocol::{ErrorCode, json_len};
+use crate::session::Shared;
+use crate::stats::{Ended, UNKNOWN_TOOL};
+use crate::tool::TaskSupport;
+
+/// One MCP session's view of the registry.
+#[derive(Clone)]
+pub(crate) struct ExportService {
+    shared: Arc<Shared>,
+    session_id: Arc<str>,
+    /// Calls of this MCP session executing at once (`max_inflight_calls`).
+    inflight: Arc<Semaphore>,
+    calls: Arc<AtomicU64>,
+    _live: Option<Arc<LiveSession>>,
+    /// Cancelled when the last clone of this session's service is dropped
+    /// (the session ended): stops its `list_changed` relay.
+    ended: CancellationToken,
+    _ended_on_drop: Arc<tokio_util::sync::DropGuard>,
+    /// Set once the relay runs: a repeated `initialized` starts no second one.
+    relaying: Arc<AtomicBool>,
+    /// The least severe log line the client wants (`logging/setLevel`;
+    /// `info` until it says), as a [`LogLevel`] index.
+    log_level: Arc<AtomicU8>,
+    /// Serves one stateless `/mcp` request (no MCP session): nothing reaches
+    /// the client outside this request's response, and the client cannot
+    /// answer requests of the server (elicitation, sampling).
+    stateless: bool,
+    /// How calls of stateless requests ask questions by rounds (`mrtr.rs`).
+    rounds: Option<Arc<Rounds>>,
+    /// The server's tasks (`tasks.rs`).
+    tasks: Arc<Tasks>,
+}
+
+/// Counts live MCP-over-HTTP sessions (in stateless mode, requests being
+/// served), for `max_sessions`.
+pub(crate) struct LiveSession(Arc<AtomicUsize>);
+
+impl Drop for LiveSession {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+impl ExportService {
+    /// A service for one MCP session (stdio, or `/mcp` in session mode).
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        live: Option<Arc<LiveSession>>,
+        tasks: Arc<Tasks>,
+    ) -> ExportService {
+        let permits = shared.config.max_inflight_calls;
+        let ended = CancellationToken::new();
+        ExportService {
+            shared,
+            session_id: Arc::from(format!("mcp-{}", uuid::Uuid::new_v4())),
+            inflight: Arc::new(Semaphore::new(permits)),
+            calls: Arc::new(AtomicU64::new(0)),
+            _live: live,
+            _ended_on_drop: Arc::new(ended.clone().drop_guard()),
+            ended,
+            relaying: Arc::new(AtomicBool::new(false)),
+            log_level: Arc::new(AtomicU8::new(LogLevel::Info as u8)),
+            stateless: false,
+            rounds: None,
+            tasks,
+        }
+    }
+
+    /// A service for a new HTTP session (in stateless mode, for one request),
+    /// or an error when `max_sessions` are live.
+    pub(crate) fn for_http(
+        shared: &Arc<Shared>,
+        live: &Arc<AtomicUsize>,
+        stateless: bool,
+        rounds: Option<Arc<Rounds>>,
+        tasks: &Arc<Tasks>,
+    ) -> Result<ExportService, std::io::Error> {
+        let max = shared.config.max_sessions;
+        if live
+            .fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1))
+            .is_err()
+        {
+            return Err(std::io::Error::other(format!(
+                "too many MCP sessions (max_sessions = {max})"
+            )));
+        }
+        let guard = Arc::new(LiveSession(Arc::clone(live)));
+        let mut service = ExportService::new(Arc::clone(shared), Some(guard), Arc::clone(tasks));
+        service.stateless = stateless;
+        service.rounds = rounds;
+        Ok(service)
+    }
+}
+
+impl ServerHandler for ExportService {
+    fn get_info(&self) -> ServerConfig {
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_tools()
+            .build();
+        // Every registry change is announced with
+        // `notifications/tools/list_changed`: in an MCP session on its
+        // stream, and without one on a `subscriptions/listen` stream (MCP
+        // 2026-07-28, `listen.rs`), which rmcp acknowledges only for what
+        // these capabilities promise. (A client of an earlier revision
+        // without a session has neither: `initialize` tells it so.)
+        if let Some(tools) = &mut capabilities.tools {
+            tools.list_changed = Some(true);
+        }
+        // Tasks (SEP-2663), for the tools that support them.
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(
+                rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+                Default::default(),
+            );
+        let mut info = InitializeResult::new(capabilities);
+        info.server_info = Implementation::new("haip", env!("CARGO_PKG_VERSION"));
+        info
+    }
+
+    /// The handshake of MCP revisions before 2026-07-28. Served on its own
+    /// (no MCP session), it promises no `listChanged`: such a client has no
+    /// stream to be told on (`subscriptions/listen` came with 2026-07-28).
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        let mut info = self.negotiate_initialize(&request)?;
+        if self.stateless
+            && let Some(tools) = &mut info.capabilities.tools
+        {
+            tools.list_changed = None;
+        }
+        Ok(info)
+    }
+
+    /// From now on, tell the client of every registry change
+    /// (`notifications/tools/list_changed`) until the session or the server ends.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if self.relaying.swap(true, Relaxed) {
+            return;
+        }
+        let mut changes = self.shared.registry.subscribe();
+        let ended = self.ended.clone();
+        let shutdown = self.shared.shutdown.clone();
+        let peer = context.peer;
+        self.shared.runner.tasks().spawn(async move {
+            loop {
+                tokio::select! {
+                    () = ended.cancelled() => break,
+                    () = shutdown.cancelled() => break,
+                    changed = changes.changed() => {
+                        if changed.is_err() || peer.notify_tool_list_changed().await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// `logging/setLevel`: the least severe tool log line this client gets.
+    /// Removed in MCP 2026-07-28 (a request says its level in its `_meta`):
+    /// `-32601` for requests of that revision.
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if per_request(context.meta.protocol_version().as_ref()) {
+            return Err(McpError::method_not_found::<
+                rmcp::model::SetLevelRequestMethod,
+            >());
+        }
+        self.log_level
+            .store(log_level(request.level) as u8, Relaxed);
+        Ok(())
+    }
+
+    /// `subscriptions/listen` (MCP 2026-07-28): tool list changes, the only
+    /// notifications of a server with tools only (`listen.rs`).
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(super::listen::accepted())
+    }
+
+    /// One listen stream, until its client goes away, the server shuts down
+    /// or the registry is gone (`listen.rs`).
+    async fn listen(
+        &self,
+        subscription: rmcp::service::SubscriptionContext,
+    ) -> Result<(), McpError> {
+        let listening =
+            super::listen::listening(&subscription, &self.inflight, &self.shared.registry)?;
+        let subject = subject_of(subscription.request_context());
+        let tasks = self.tasks.watch();
+        super::listen::run(
+            subscription,
+            listening,
+            self.shared.shutdown.clone(),
+            subject,
+            tasks,
+        )
+        .await
+    }
+
+    /// A tool as `tools/list` shows it to the client of the request being
+    /// served, in its schema profile: rmcp checks a call's `Mcp-Param-*`
+    /// headers against the `x-mcp-header` annotations of this input schema
+    /// (SEP-2243), so it must be the one the client was shown (only `full`
+    /// keeps annotations). Asked while the request is handed over.
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        let profile = SERVING
+            .try_with(|serving| serving.profile)
+            .ok()
+            .flatten()
+            .unwrap_or(self.shared.config.schema_profile);
+        mcp_tool(&self.shared.registry.get(name)?, profile)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let profile = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<McpProfile>())
+            .map_or(self.shared.config.schema_profile, |p| p.0);
+        let snapshot = self.shared.registry.snapshot();
+        let caller = caller_of(&context);
+        // A tool the profile cannot describe is left out (a host in strict
+        // mode would refuse every tool for one it cannot take), and so is
+        // one the caller's scopes do not allow (HAIP.md §17.1).
+        Ok(ListToolsResult::with_all_items(
+            snapshot
+                .tools()
+                .iter()
+                .filter(|t| self.shared.config.shows(caller.as_deref(), t))
+                .filter_map(|t| mcp_tool(t, profile))
+                .collect(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        mut request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let stats = &self.shared.stats;
+        let received = Instant::now();
+        let tool = self.shared.registry.get(&request.name);
+        let tool_name = tool.as_ref().map_or(UNKNOWN_TOOL, |t| t.name());
+        stats.call_started(tool_name);
+        let over_http = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .is_some();
+        let mut span = self.shared.tracer.call(
+            tool_name,
+            &context.id,
+            Some(&self.session_id),
+            if over_http {
+                Door::McpHttp
+            } else {
+                Door::McpStdio
+            },
+            Some(&context.meta.0.0),
+        );
+        let Some(tool) = tool else {
+            let ended = Ended::failed(&ErrorCode::TOOL_NOT_FOUND);
+            stats.call_ended(UNKNOWN_TOOL, ended, Some(received.elapsed()));
+            span.end(ended);
+            return Err(McpError::invalid_params(
+                format!("Tool {} not found", super::inbound::quote(&request.name)),
+                None,
+            ));
+        };
+        // The caller's scopes (HAIP.md §17.1). Over HTTP the front door has
+        // answered `403` already; this holds for every other way in.
+        if let Some(forbidden) = self
+            .shared
+            .config
+            .forbidden(caller_of(&context).as_deref(), &tool)
+        {
+            let ended = Ended::failed(&ErrorCode::FORBIDDEN);
+            stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+            span.end(ended);
+            return Err(McpError::invalid_request(
+                forbidden.message(),
+                Some(forbidden.details()),
+            ));
+        }
+        // A tool that always runs as a task needs a client that takes tasks.
+        let takes_tasks = context
+            .client_capabilities()
+            .is_some_and(|caps| caps.supports_tasks());
+        if tool.task_support() == TaskSupport::Required && !takes_tasks {
+            let ended = Ended::failed(&ErrorCode::INVALID_MESSAGE);
+            stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+            span.end(ended);
+            return Err(McpError::missing_required_client_capability(
+                rmcp::model::ClientCapabilities::builder()
+                    .enable_tasks()
+                    .build(),
+            ));
+        }
+        let as_task = takes_tasks && tool.task_support() != TaskSupport::Forbidden;
+        // A large call's arguments come parsed already, beside the message.
+        let parsed = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<LargeArguments>())
+            .and_then(LargeArguments::take);
+        let params = Value::Object(parsed.or(request.arguments.take()).unwrap_or_default());
+        let subject = subject_of(&context);
+        // Without sessions, a 2026-07-28 client takes questions by rounds:
+        // the answers its retry brings (checked before anything runs).
+        let round = match self.round_peer(&tool, &params, subject.as_deref(), &request, &context) {
+            Ok(round) => round,
+            Err(bad) => {
+                let ended = Ended::failed(&ErrorCode::INVALID_PARAMS);
+                stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+                span.end(ended);
+                return Err(McpError::invalid_params(bad.0, None));
+            }
+        };
+        let arguments = round.as_ref().map(|_| params.clone());
+        let max_violations = self.shared.config.max_violations;
+        let large = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .is_some_and(|parts| parts.extensions.get::<LargeRequest>().is_some());
+        // Large params are validated off the runtime's workers, a few at once.
+        let validating = span.mark();
+        let validation = if large {
+            self.shared
+                .runner
+                .validate_large(tool.clone(), params, max_violations)
+                .await
+        } else {
+            let mut params = params;
+            let found = tool.check_params(&mut params, max_violations);
+            if found.is_empty() {
+                Validation::Valid(params)
+            } else {
+                Validation::Invalid(found)
+            }
+        };
+        span.child("tool.validate", validating);
+        let params = match validation {
+            Validation::Valid(params) => params,
+            Validation::Failed => {
+                let ended = Ended::failed(&ErrorCode::INTERNAL_ERROR);
+                stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+                span.end(ended);
+                let text = format!("Internal error validating params for tool {}", tool.name());
+                return Ok(error_result(text, None).into());
+            }
+            Validation::Invalid(found) => {
+                let ended = Ended::failed(&ErrorCode::INVALID_PARAMS);
+                stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+                span.end(ended);
+                return Ok(invalid_params_result(&tool, &found).into());
+            }
+        };
+        let Ok(permit) = Arc::clone(&self.inflight).try_acquire_owned() else {
+            let ended = Ended::failed(&ErrorCode::RATE_LIMITED);
+            stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+            span.end(ended);
+            return Ok(error_result("Too many tool calls in flight".to_owned(), None).into());
+        };
+        let call = Call {
+            tool: &tool,
+            params,
+            subject: subject.clone(),
+            caller: caller_of(&context),
+            context: &context,
+            permit,
+            round: round.clone(),
+            received,
+            span: &mut span,
+        };
+        let stop = if as_task {
+            match self.run_as_task(call).await {
+                AsTask::Task(result) => return Ok(CallToolResponse::Task(result)),
+                AsTask::Refused(result) => {
+                    let ended = Ended::failed(&ErrorCode::INTERNAL_ERROR);
+                    stats.call_ended(tool.name(), ended, Some(received.elapsed()));
+                    span.end(ended);
+                    return Ok(result.into());
+                }
+                AsTask::Stopped(stop) => stop,
+            }
+        } else {
+            self.run(call).await
+        };
+        if let (Stop::InputRequired, Some(round), Some(rounds), Some(arguments)) =
+            (&stop, &round, &self.rounds, &arguments)
+        {
+            // Not an end: the call goes on with the client's retry.
+            stats.calls_total.fetch_sub(1, Relaxed);
+            let (requests, state) =
+                round.input_required(rounds, tool.name(), arguments, subject.as_deref());
+            let result = InputRequiredResult::new(Some(requests), Some(state));
+            return Ok(CallToolResponse::InputRequired(result));
+        }
+        let (ended, result) = result_of(&self.shared, &tool, stop);
+        let latency = received.elapsed();
+        stats.call_ended(tool.name(), ended, Some(latency));
+        span.end(ended);
+        if tracing::enabled!(target: "haip::access", tracing::Level::INFO) {
+            let bytes = json_len(&result);
+            let who = subject.as_deref();
+            stats.access("mcp", tool.name(), &context.id, who, ended, latency, bytes);
+        }
+        // A call that failed after a question its client could not take
+        // (it did not declare the capability): say which it lacks.
+        if result.is_error == Some(true)
+            && let Some(required) = round.as_ref().and_then(|r| r.refused())
+        {
+            return Err(McpError::missing_required_client_capability(required));
+        }
+        Ok(result.into())
+    }
+
+    /// `tasks/get`.
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, McpError> {
+        let subject = subject_of(&context);
+        self.tasks.get(&request.task_id, subject.as_deref()).await
+    }
+
+    /// `tasks/update`: answers to a task's questions.
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let subject = subject_of(&context);
+        self.tasks
+            .update(
+                &request.task_id,
+                subject.as_deref(),
+                request.input_responses,
+            )
+            .await
+    }
+
+    /// `tasks/cancel`.
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let subject = subject_of(&context);
+        self.tasks
+            .cancel(&request.task_id, subject.as_deref())
+            .await
+    }
+}
+
+/// The authenticated caller of an `/mcp` request, if any.
+fn caller_of(context: &RequestContext<RoleServer>) -> Option<Arc<Caller>> {
+    context
+        .extensions
+        .get::<hyper::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<McpCaller>())
+        .and_then(|c| c.0.clone())
+}
+
+/// The authenticated subject of an `/mcp` request, if any.
+fn subject_of(context: &RequestContext<RoleServer>) -> Option<Arc<str>> {
+    caller_of(context).map(|c| Arc::from(c.subject()))
+}

@@ -1,0 +1,178 @@
+//! What an MCP client sees of a haip tool and of its results: the tool as
+//! `tools/list` shows it (schemas in the request's profile, annotations,
+//! icons), and a call's value or failure as a `CallToolResult`.
+
+use std::sync::Arc;
+
+use rmcp::model::{CallToolResult, ContentBlock};
+use serde_json::{Map, Value};
+
+use crate::content::Shape;
+use crate::mcp::import::McpContent;
+use crate::protocol::payload::ToolFailure;
+use crate::schema::SchemaProfile;
+use crate::tool::Tool;
+
+/// A haip tool as an MCP tool, its schemas in `profile` (HAIP.md §6.14);
+/// `None` when the profile cannot serve it. The output schema is advertised
+/// only when it describes an object (MCP's `structuredContent` must be one).
+pub(crate) fn mcp_tool(tool: &Tool, profile: SchemaProfile) -> Option<rmcp::model::Tool> {
+    let input = match tool.advertised_input_schema(profile)? {
+        Value::Object(map) => map.clone(),
+        _ => Map::new(),
+    };
+    let mut out = rmcp::model::Tool::new(
+        tool.name().to_owned(),
+        tool.description().to_owned(),
+        Arc::new(input),
+    );
+    if let Some(Value::Object(output)) = structured_schema(tool, profile)
+        && describes_object(output)
+    {
+        out.output_schema = Some(Arc::new(output.clone()));
+    }
+    // HAIP.md §6.13: the same fields one to one.
+    out.title = tool.title().map(str::to_owned);
+    let hints = tool.annotations();
+    if !hints.is_empty() {
+        out.annotations = Some(rmcp::model::ToolAnnotations::from_raw(
+            None, // the title goes in `Tool.title`, not the older `annotations.title`
+            hints.read_only_hint,
+            hints.destructive_hint,
+            hints.idempotent_hint,
+            hints.open_world_hint,
+        ));
+    }
+    if !tool.icons().is_empty() {
+        out.icons = Some(tool.icons().iter().map(mcp_icon).collect());
+    }
+    Some(out)
+}
+
+/// A haip icon as an MCP icon (HAIP.md §6.13: the same fields).
+fn mcp_icon(icon: &crate::protocol::Icon) -> rmcp::model::Icon {
+    let mut out = rmcp::model::Icon::new(icon.src.clone());
+    out.mime_type = icon.mime_type.clone();
+    if !icon.sizes.is_empty() {
+        out.sizes = Some(icon.sizes.clone());
+    }
+    out.theme = icon.theme.map(|theme| match theme {
+        crate::protocol::IconTheme::Light => rmcp::model::IconTheme::Light,
+        crate::protocol::IconTheme::Dark => rmcp::model::IconTheme::Dark,
+    });
+    out
+}
+
+/// The schema of a tool's structured results: its output schema, or for a
+/// tool returning `Rich<T>`, `T`'s; `None` for content-only results.
+fn structured_schema(tool: &Tool, profile: SchemaProfile) -> Option<&Value> {
+    let schema = tool.advertised_output_schema(profile)?;
+    match tool.shape() {
+        Shape::Plain => Some(schema),
+        Shape::Rich => schema.get("properties")?.get("structured"),
+        Shape::Block | Shape::List => None,
+    }
+}
+
+fn describes_object(schema: &Map<String, Value>) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("object")
+}
+
+/// Whether `tool` was imported from an MCP server (its results hold content blocks).
+pub(super) fn imported(tool: &Tool) -> bool {
+    tool.mark::<McpContent>().is_some()
+}
+
+/// A successful result: `structuredContent` when the tool advertises an
+/// object output schema, and always the value as text (a string as itself,
+/// anything else as JSON) for clients that read only `content`. An imported
+/// MCP tool's content blocks pass through as they are.
+pub(super) fn success_result(tool: &Tool, value: Value) -> CallToolResult {
+    if imported(tool)
+        && let Some(blocks) = passthrough_blocks(&value)
+    {
+        return CallToolResult::success(blocks);
+    }
+    if tool.shape().has_content() {
+        return content_result(value);
+    }
+    let text = match &value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    let content = if text.is_empty() {
+        Vec::new()
+    } else {
+        vec![ContentBlock::text(text)]
+    };
+    let mut result = CallToolResult::success(content);
+    let structured = matches!(tool.output_schema(), Some(Value::Object(s)) if describes_object(s));
+    if structured {
+        result.structured_content = Some(value);
+    }
+    result
+}
+
+/// A `{"content": [...], "structured"?: ...}` result (HAIP.md §6.12): the
+/// blocks one to one, the structured value as `structuredContent`.
+fn content_result(mut value: Value) -> CallToolResult {
+    let blocks = value
+        .get_mut("content")
+        .map(Value::take)
+        .and_then(|c| serde_json::from_value::<Vec<ContentBlock>>(c).ok())
+        .unwrap_or_default();
+    let mut result = CallToolResult::success(blocks);
+    result.structured_content = value
+        .get_mut("structured")
+        .map(Value::take)
+        .filter(Value::is_object);
+    result
+}
+
+/// The blocks of an imported tool's `{"content": [...]}` result.
+pub(super) fn passthrough_blocks(value: &Value) -> Option<Vec<ContentBlock>> {
+    let map = value.as_object()?;
+    if map.len() != 1 {
+        return None;
+    }
+    serde_json::from_value(map.get("content")?.clone()).ok()
+}
+
+/// The violations of a call's params, as a tool error the model can read.
+pub(super) fn invalid_params_result(
+    tool: &Tool,
+    found: &crate::schema::Violations,
+) -> CallToolResult {
+    let mut text = format!("Invalid params for tool {}:", tool.name());
+    for v in &found.listed {
+        let path = if v.path.is_empty() {
+            "(params)"
+        } else {
+            &v.path
+        };
+        text.push_str(&format!("\n- {path}: {}", v.message));
+    }
+    let unlisted = found.total - found.listed.len();
+    if unlisted > 0 || !found.exhaustive {
+        let more = if found.exhaustive { "" } else { "at least " };
+        text.push_str(&format!("\n(and {more}{unlisted} more)"));
+    }
+    error_result(text, None)
+}
+
+/// A tool error the model can read: the message, then the code and any details.
+pub(super) fn failure_result(failure: ToolFailure) -> CallToolResult {
+    error_result(
+        format!("{} ({})", failure.message, failure.code),
+        failure.details,
+    )
+}
+
+pub(super) fn error_result(message: String, details: Option<Value>) -> CallToolResult {
+    let mut content = vec![ContentBlock::text(message)];
+    if let Some(details) = details {
+        content.push(ContentBlock::text(details.to_string()));
+    }
+    CallToolResult::error(content)
+}
