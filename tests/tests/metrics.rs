@@ -322,6 +322,35 @@ async fn metrics_need_a_token_when_authentication_is_on() {
     handle.shutdown().await;
 }
 
+/// `metrics_addr`: `/metrics` on a port of its own, without a token (an
+/// internal port), and nothing else there; the server's port answers `404`.
+#[tokio::test]
+async fn metrics_can_have_a_port_of_their_own() {
+    let builder = demo_builder()
+        .jwt_hs256("a-test-secret-of-enough-length!!")
+        .metrics_addr("127.0.0.1:0");
+    let (handle, _) = start(builder).await;
+    let own = handle.metrics_addr().expect("a metrics port");
+    assert_ne!(own, handle.local_addr());
+    let response = conn::http(own, "GET", "/metrics", &[], "").await;
+    assert_eq!(response.status, 200, "{}", response.body);
+    assert!(
+        response.body.contains("\nhaip_calls_in_flight 0\n"),
+        "{}",
+        response.body
+    );
+    for path in ["/stats", "/haip", "/metrics/x"] {
+        let response = conn::http(own, "GET", path, &[], "").await;
+        assert_eq!(response.status, 404, "{path}: {}", response.body);
+    }
+    let response = conn::http(handle.local_addr(), "GET", "/metrics", &[], "").await;
+    assert_eq!(response.status, 404, "{}", response.body);
+    handle.shutdown().await;
+    let (handle, _) = start(demo_builder()).await;
+    assert_eq!(handle.metrics_addr(), None);
+    handle.shutdown().await;
+}
+
 /// The access log: one JSON line per finished call on stderr (the
 /// quickstart with `HAIP_LOG_FORMAT=json`, the `haip::access` target on),
 /// saying who called what and how it ended, never the params or result.

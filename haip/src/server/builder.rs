@@ -173,6 +173,14 @@ impl ServerBuilder {
         if let Some(key) = set("HAIP_REQUEST_STATE_KEY") {
             self.config.request_state_key = Some(key.into_bytes());
         }
+        if let Some(addr) = set("HAIP_METRICS_ADDR") {
+            #[cfg(feature = "metrics")]
+            {
+                self.config.metrics_addr = Some(addr);
+            }
+            #[cfg(not(feature = "metrics"))]
+            tracing::warn!(%addr, "HAIP_METRICS_ADDR is set, but haip was built without its `metrics` feature: no /metrics");
+        }
         if let Some(endpoint) =
             set("HAIP_OTLP_ENDPOINT").or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"))
         {
@@ -453,6 +461,28 @@ impl ServerBuilder {
     pub fn trace_sampling(mut self, ratio: f64) -> Self {
         self.traces.sampling = Some(ratio);
         self.traces.bad_sampling = None;
+        self
+    }
+
+    /// Serves `GET /metrics` on this address (`host:port`, port 0 for a free
+    /// one) instead of the server's own, where it then answers `404`
+    /// (feature `metrics`; `HAIP_METRICS_ADDR` with
+    /// [`from_env`](Self::from_env)). That port serves nothing else and asks
+    /// no token: bind it to an interface only your Prometheus reaches.
+    /// [`ServerHandle::metrics_addr`](crate::ServerHandle::metrics_addr) says
+    /// where it listens.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), haip::Error> {
+    /// let server = haip::Server::builder()
+    ///     .metrics_addr("127.0.0.1:9464")
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn metrics_addr(mut self, addr: impl Into<String>) -> Self {
+        self.config.metrics_addr = Some(addr.into());
         self
     }
 

@@ -37,6 +37,9 @@ pub(crate) struct Config {
     /// Serve the browser inspector at `/inspector`.
     #[cfg(feature = "inspector")]
     pub(crate) inspector: bool,
+    /// Serve `/metrics` on this address instead of the server's.
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics_addr: Option<String>,
 }
 
 impl Default for Config {
@@ -62,6 +65,8 @@ impl Default for Config {
             limit_loopback_peers: false,
             #[cfg(feature = "inspector")]
             inspector: false,
+            #[cfg(feature = "metrics")]
+            metrics_addr: None,
         }
     }
 }

@@ -103,17 +103,19 @@ pub(crate) async fn route(
         },
         // The same rule as `/stats`: authenticated when authentication is on.
         #[cfg(feature = "metrics")]
-        (Method::GET, "/metrics") => match authenticate(&hub, &req).await {
-            Ok(_) => {
-                let mut response = Response::new(full(hub.metrics.render()));
-                response.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static(super::metrics::CONTENT_TYPE),
-                );
-                response
+        (Method::GET, "/metrics") if hub.config.metrics_addr.is_none() => {
+            match authenticate(&hub, &req).await {
+                Ok(_) => {
+                    let mut response = Response::new(full(hub.metrics.render()));
+                    response.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static(super::metrics::CONTENT_TYPE),
+                    );
+                    response
+                }
+                Err(e) => unauthorized(&hub, &e),
             }
-            Err(e) => unauthorized(&hub, &e),
-        },
+        }
         (Method::GET, "/" | "/haip" | "/haip/websocket") if is_websocket_upgrade(&req) => {
             upgrade(req, &hub, origin.as_deref(), false).await
         }

@@ -57,7 +57,7 @@ impl Metrics {
         );
         registry.register(
             "questions",
-            "Questions tools asked people over HAIP, and how they were settled",
+            "Questions tools asked people (over HAIP and MCP), and how they were settled",
             calls.questions.clone(),
         );
         registry.register_collector(Box::new(Counters {
@@ -255,5 +255,69 @@ impl Collector for Counters {
 impl StoreCounts for crate::cluster::RedisSessionStore {
     fn round_trips(&self) -> (u64, u64) {
         crate::cluster::RedisSessionStore::round_trips(self)
+    }
+}
+
+/// Concurrent connections to a separate metrics port, at most.
+const METRICS_CONNECTIONS: usize = 16;
+
+/// Serves `GET /metrics` alone on `listener` (`metrics_addr`) until
+/// `shutdown`: every other request is `404`. A client slower than the
+/// handshake timeout, or beyond [`METRICS_CONNECTIONS`] at once, is dropped.
+pub(super) async fn serve_separately(
+    listener: tokio::net::TcpListener,
+    hub: Arc<super::Hub>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    use hyper::service::service_fn;
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let open = Arc::new(tokio::sync::Semaphore::new(METRICS_CONNECTIONS));
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::debug!(error = %e, "metrics port: accept failed");
+                    continue;
+                }
+            },
+            () = shutdown.cancelled() => return,
+        };
+        let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
+            continue; // dropped: enough scrapes at once
+        };
+        let hub = Arc::clone(&hub);
+        let timeout = hub.config.handshake_timeout;
+        let shutdown = shutdown.clone();
+        hub.tracker.clone().spawn(async move {
+            let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let hub = Arc::clone(&hub);
+                async move {
+                    let response =
+                        if req.method() == hyper::Method::GET && req.uri().path() == "/metrics" {
+                            let mut response =
+                                hyper::Response::new(super::reply::full(hub.metrics.render()));
+                            response.headers_mut().insert(
+                                hyper::header::CONTENT_TYPE,
+                                hyper::header::HeaderValue::from_static(CONTENT_TYPE),
+                            );
+                            response
+                        } else {
+                            super::reply::not_found()
+                        };
+                    Ok::<_, std::convert::Infallible>(response)
+                }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(timeout)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = shutdown.cancelled() => conn.as_mut().graceful_shutdown(),
+            }
+            drop(permit);
+        });
     }
 }

@@ -143,6 +143,26 @@ impl Server {
                 source,
             })?;
         let local_addr = listener.local_addr()?;
+        // `/metrics` on a port of its own (`metrics_addr`).
+        #[cfg(feature = "metrics")]
+        let metrics_listener = match &self.config.metrics_addr {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| Error::Bind {
+                        addr: addr.clone(),
+                        source,
+                    })?,
+            ),
+            None => None,
+        };
+        #[cfg(feature = "metrics")]
+        let metrics_addr = match &metrics_listener {
+            Some(listener) => Some(listener.local_addr()?),
+            None => None,
+        };
+        #[cfg(not(feature = "metrics"))]
+        let metrics_addr = None;
         if !local_addr.ip().is_loopback()
             && self.auth.is_none()
             && !self.config.allow_unauthenticated
@@ -261,6 +281,15 @@ impl Server {
         if let Some(incoming) = hub.cluster.as_ref().and_then(|c| c.take_incoming()) {
             tracker.spawn(links::serve(Arc::clone(&hub), incoming));
         }
+        #[cfg(feature = "metrics")]
+        if let Some(listener) = metrics_listener {
+            tracing::info!(addr = %listener.local_addr()?, "haip metrics at /metrics");
+            tracker.spawn(metrics::serve_separately(
+                listener,
+                Arc::clone(&hub),
+                self.shared.shutdown.child_token(),
+            ));
+        }
         // Spans of calls go to the collector from now on (feature `otel`).
         self.shared
             .tracer
@@ -274,6 +303,7 @@ impl Server {
             inner: Arc::new(HandleInner {
                 shared: self.shared,
                 local_addr,
+                metrics_addr,
                 tracker,
                 accept: tokio::sync::Mutex::new(Some(accept)),
             }),
@@ -477,6 +507,8 @@ pub struct ServerHandle {
 struct HandleInner {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
+    /// Where `/metrics` is served when not on `local_addr`.
+    metrics_addr: Option<SocketAddr>,
     tracker: TaskTracker,
     accept: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -493,6 +525,13 @@ impl ServerHandle {
     /// The address the server listens on (with the real port when port 0 was asked for).
     pub fn local_addr(&self) -> SocketAddr {
         self.inner.local_addr
+    }
+
+    /// Where `GET /metrics` is served when it has a port of its own
+    /// ([`ServerBuilder::metrics_addr`](crate::ServerBuilder)); `None` when it
+    /// is served on [`local_addr`](Self::local_addr), or not at all.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.inner.metrics_addr
     }
 
     /// Adds a tool, or replaces the tool of the same name in place; returns the
