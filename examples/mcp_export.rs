@@ -1,6 +1,7 @@
 //! Serve the quickstart's tools (`echo`, `add`, `weather`, `calculator`,
-//! `process_file`, `create_user`) to an MCP client over stdio. Point an MCP
-//! client's "command" at the built binary, or try it with the MCP Inspector:
+//! `process_file`, `create_user`, `book_table`) to an MCP client over stdio.
+//! Point an MCP client's "command" at the built binary, or try it with the
+//! MCP Inspector:
 //!
 //! ```text
 //! cargo build -p haip-examples --example mcp_export

@@ -28,8 +28,9 @@
 //! `/.well-known/oauth-protected-resource/mcp`, and from there finds the
 //! issuer, signs the person in and comes back with a token.
 //!
-//! The README's "OAuth" section walks through it with the provider the
-//! tests use (`tests/oauth/provider.mjs`).
+//! The guide's authentication chapter (`haip::guide::authentication`, "Try
+//! OAuth locally") walks through it with the provider the tests use
+//! (`tests/oauth/provider.mjs`).
 
 use haip::{Context, ToolError, haip_tool};
 use serde_json::{Value, json};

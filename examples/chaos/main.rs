@@ -12,6 +12,16 @@
 //! chaos check --dir DIR
 //! ```
 //!
+//! `bash bench/chaos.sh` builds it and the quickstart in release mode, runs
+//! both halves and writes the result into `RELIABILITY.md`. By hand (the
+//! quickstart is found beside this binary):
+//!
+//! ```text
+//! cargo build --release -p haip-examples --example quickstart --example chaos
+//! target/release/examples/chaos run --dir target/chaos --seconds 60 --clients 6
+//! target/release/examples/chaos check --dir target/chaos
+//! ```
+//!
 //! # `run`
 //!
 //! Starts its own `redis-server` on a free 127.0.0.1 port (directory

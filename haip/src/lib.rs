@@ -42,6 +42,10 @@
 //! panics, times out or is cancelled. [`Server::builder`] configures limits,
 //! state and the set of tools; [`ServerHandle`] changes the tools while the
 //! server runs.
+//!
+//! The [`guide`] explains the rest, chapter by chapter: writing tools,
+//! schemas, tools that talk to people, the wire, MCP, authentication,
+//! several instances, limits, operating, testing, the CLI and the inspector.
 
 #[doc(hidden)]
 #[path = "private.rs"]
@@ -56,6 +60,7 @@ mod content;
 mod context;
 mod error;
 mod exec;
+pub mod guide;
 mod hash;
 pub mod lint;
 #[cfg(feature = "mcp")]

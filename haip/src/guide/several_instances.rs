@@ -1,0 +1,105 @@
+//! # Several instances
+//!
+//! With the `redis` feature (on in the examples), instances that share a
+//! Redis server share their sessions: a client can come back to any of
+//! them. Set `HAIP_REDIS_URL` (or [`ServerBuilder::redis`]) and give each
+//! instance its own `HAIP_INSTANCE_ID` ([`ServerBuilder::instance_id`];
+//! generated when unset).
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), haip::Error> {
+//! haip::Server::builder()
+//!     .annotated_tools()
+//!     .redis("redis://127.0.0.1:6379")
+//!     .instance_id("a")
+//!     .build()?
+//!     .run()
+//!     .await
+//! # }
+//! ```
+//!
+//! ```sh
+//! redis-server --port 6379 &
+//! HAIP_REDIS_URL=redis://127.0.0.1:6379 HAIP_INSTANCE_ID=a HAIP_ADDR=127.0.0.1:8081 cargo run --example quickstart &
+//! HAIP_REDIS_URL=redis://127.0.0.1:6379 HAIP_INSTANCE_ID=b HAIP_ADDR=127.0.0.1:8082 cargo run --example quickstart &
+//! curl -s http://127.0.0.1:8081/health     # "instance": "a"
+//! curl -s http://127.0.0.1:8082/stats      # "cluster": {"reachable": true, "instances": ["a","b"], "totals": {...}}
+//! ```
+//!
+//! `examples/chaos` kills, restarts and hands over such instances while
+//! clients call tools, then checks that every call still ended exactly once
+//! (`bash bench/chaos.sh`; the results are in `RELIABILITY.md`).
+//!
+//! ## What is shared
+//!
+//! Every instance records what resuming a session takes (its replay window,
+//! subject, inbound `seq` and the calls it owes a `TOOL_DONE`) in Redis, and
+//! holds a lease it refreshes every 2 s. MCP task records live there too
+//! ([MCP both ways](super::mcp_both_ways#tasks)).
+//!
+//! **A client comes back to another instance.** If the instance that runs
+//! its session is alive, the one it reached relays it there (through Redis
+//! pub/sub): the calls go on where they run, their updates and `TOOL_DONE`
+//! reach the client through the instance it is on, and a `TOOL_CANCEL` sent
+//! there stops them. A resumption refused where the session runs leaves the
+//! client on the fresh session it was greeted with, as on one instance. A
+//! relayed connection counts once in `/stats`' `cluster.totals`, where its
+//! client is (the instance running its session shows it as
+//! `cluster.relayedConnections`).
+//!
+//! **An instance dies.** Its clients resume on any other with the usual
+//! `HAI {session, last_rx_seq}`, at once: the resumption is held (the
+//! connection kept alive with pings) until the dead instance's lease
+//! expires (within 6 s), then the missed envelopes are replayed, and each
+//! call that died with it ends with `TOOL_DONE ERROR INTERNAL_ERROR`
+//! "instance lost", so every call still ends exactly once.
+//!
+//! **Upstream POSTs** (SSE and HTTP streaming) that reach an instance
+//! without the stream they are for are forwarded to the one that has it,
+//! with the same targeting (the named session, else the subject's only open
+//! stream, across the instances).
+//!
+//! ## Routing
+//!
+//! Sticky routing is still the cheaper path, since nothing is relayed. With
+//! nginx in front (WebSocket, SSE and HTTP streaming need buffering off and
+//! long timeouts):
+//!
+//! ```nginx
+//! upstream haip { ip_hash; server 127.0.0.1:8081; server 127.0.0.1:8082; }
+//! server {
+//!     listen 8080;
+//!     location / {
+//!         proxy_pass http://haip;
+//!         proxy_http_version 1.1;
+//!         proxy_set_header Upgrade $http_upgrade;
+//!         proxy_set_header Connection $http_connection;
+//!         proxy_buffering off;
+//!         proxy_read_timeout 1h;
+//!     }
+//! }
+//! ```
+//!
+//! Stateless `/mcp` (the default) needs no stickiness at all; `/mcp` with
+//! MCP sessions does. Instances answering the same MCP clients share the
+//! [`request_state_key`](crate::ServerBuilder::request_state_key).
+//!
+//! ## When Redis goes away
+//!
+//! Redis unavailable at start stops the server with an error naming the
+//! URL. Lost while running, it costs only what crosses instances: sessions
+//! keep working on their instance, resuming on another answers
+//! `RESUME_FAILED` (`session store unavailable`), a forwarded upstream POST
+//! answers `503` with the reason, relayed connections close (1011,
+//! `instance lost`) so their clients resume again, `/stats` shows
+//! `cluster.reachable: false`, and everything recovers when Redis is back.
+//! Records made meanwhile are lost: a session that lost some is marked once
+//! Redis is back, and while its instance lives it is relayed there as
+//! before, but it is never restored elsewhere from what is missing
+//! (`RESUME_FAILED` `records lost while the session store was away`).
+//!
+//! What sharing costs (resumption across instances, Redis memory per
+//! detached session) is measured in `BENCHMARKS.md` (`bash bench/cluster.sh`).
+//!
+//! [`ServerBuilder::redis`]: crate::ServerBuilder::redis
+//! [`ServerBuilder::instance_id`]: crate::ServerBuilder::instance_id

@@ -1,0 +1,155 @@
+//! # Testing your tools
+//!
+//! Three levels, each cheaper than the next: the function alone, the tool
+//! (its schemas), and the tool served on `127.0.0.1:0` and called through
+//! the real wire with [`crate::client`]. The project's own end-to-end tests
+//! (`tests/tests/`, helpers in `tests/tests/support/mod.rs`) are written the
+//! third way; `tests/tests/client.rs` calls the quickstart's tools so.
+//!
+//! ## The function alone
+//!
+//! `#[haip_tool]` leaves the function as it is: a test calls it directly.
+//! [`Context::detached`] makes a context attached to no session (progress
+//! goes nowhere, questions fail with `Unsupported`) with a handle that
+//! cancels it, and [`State::new`] wraps a state value.
+//!
+//! ```
+//! use haip::{Context, State, ToolError, haip_tool};
+//!
+//! struct Greeting(&'static str);
+//!
+//! /// Greet someone, unless the call is cancelled first.
+//! #[haip_tool]
+//! async fn greet(
+//!     name: String,
+//!     greeting: State<Greeting>,
+//!     ctx: Context,
+//! ) -> Result<String, ToolError> {
+//!     if ctx.is_cancelled() {
+//!         return Err(ToolError::cancelled());
+//!     }
+//!     Ok(format!("{}, {name}!", greeting.0))
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let (ctx, cancel) = Context::detached("test-call");
+//! let hello = greet("Ada".into(), State::new(Greeting("Hello")), ctx.clone()).await;
+//! assert_eq!(hello.unwrap(), "Hello, Ada!");
+//!
+//! cancel.cancel();
+//! let cancelled = greet("Ada".into(), State::new(Greeting("Hello")), ctx).await;
+//! assert!(cancelled.unwrap_err().is_cancelled());
+//! # }
+//! ```
+//!
+//! ## The tool: its schemas
+//!
+//! `name::tool()` builds the tool as the server will serve it. Its input
+//! schema is what params are validated against:
+//! [`Tool::validate_params`] lists every violation, with its JSON pointer,
+//! without running anything. And one line checks every `#[haip_tool]` of
+//! the crate against the model providers' rules ([Schemas and
+//! profiles](super::schemas)).
+//!
+//! ```
+//! use haip::haip_tool;
+//! use serde_json::json;
+//!
+//! /// Repeat a word.
+//! #[haip_tool]
+//! async fn repeat(
+//!     /// The word.
+//!     word: String,
+//!     /// How many times.
+//!     times: u8,
+//! ) -> String {
+//!     word.repeat(times.into())
+//! }
+//!
+//! let tool = repeat::tool();
+//! assert!(tool.validate_params(&json!({"word": "ha", "times": 3})).is_empty());
+//! let violations = tool.validate_params(&json!({"word": "ha", "times": "3", "extra": true}));
+//! assert_eq!(violations.len(), 2); // `/times` not a number, `/extra` unknown
+//! ```
+//!
+//! ```
+//! // In a #[test]: every #[haip_tool] of the crate, every provider's rules.
+//! haip::lint::assert_annotated_clean();
+//! ```
+//!
+//! ## Through the wire
+//!
+//! Build the server your binary builds, bind it to `127.0.0.1:0` (a free
+//! port), and call it with [`crate::client`] (feature `client`, in your
+//! `[dev-dependencies]`: `haip = { version = "0.1", features = ["client"] }`).
+//! Bound every wait, so that a broken server fails the test instead of
+//! hanging it, and shut the server down at the end.
+//!
+//! ```no_run
+//! # #[cfg(feature = "client")]
+//! # mod tests {
+//! use std::time::Duration;
+//!
+//! use haip::client::{Client, Outcome};
+//! use haip::{Context, ToolError, haip_tool};
+//! use serde_json::json;
+//!
+//! /// Count to `to`, reporting progress.
+//! #[haip_tool]
+//! async fn count(to: u32, ctx: Context) -> Result<u32, ToolError> {
+//!     for i in 1..=to {
+//!         ctx.progress(f64::from(i) * 100.0 / f64::from(to));
+//!     }
+//!     Ok(to)
+//! }
+//!
+//! #[tokio::test]
+//! async fn count_reports_progress_then_answers() {
+//!     let handle = haip::Server::builder()
+//!         .addr("127.0.0.1:0")
+//!         .tool(count::tool())
+//!         .build()
+//!         .unwrap()
+//!         .start()
+//!         .await
+//!         .unwrap();
+//!     let url = format!("ws://{}/haip", handle.local_addr());
+//!     let within = Duration::from_secs(10);
+//!
+//!     let client = tokio::time::timeout(within, Client::connect(&url)).await.unwrap().unwrap();
+//!     let mut call = client.call("count", json!({"to": 4})).await.unwrap();
+//!     let mut last = None;
+//!     while let Some(update) = tokio::time::timeout(within, call.next_update()).await.unwrap() {
+//!         last = update.progress;
+//!     }
+//!     assert_eq!(last, Some(100.0)); // the latest report always arrives
+//!     let outcome = tokio::time::timeout(within, call.outcome()).await.unwrap().unwrap();
+//!     assert_eq!(outcome, Outcome::Ok(Some(json!(4))));
+//!
+//!     // Refused params never reach the function.
+//!     let refused = client.call("count", json!({"to": "four"})).await.unwrap();
+//!     let outcome = tokio::time::timeout(within, refused.outcome()).await.unwrap().unwrap();
+//!     assert!(matches!(outcome, Outcome::Error { code, .. } if code == "INVALID_PARAMS"));
+//!
+//!     handle.shutdown().await;
+//! }
+//! # }
+//! ```
+//!
+//! - [`Client::call_typed`](crate::client::Client::call_typed) calls and
+//!   deserialises the result in one step.
+//! - A tool that asks questions needs a client that answers them:
+//!   [`ClientOptions::tool_input`](crate::client::ClientOptions::tool_input)`(true)`
+//!   with [`Client::connect_with`](crate::client::Client::connect_with), then
+//!   [`Call::next_event`](crate::client::Call::next_event) and
+//!   [`Call::answer`](crate::client::Call::answer) ([Talking to
+//!   people](super::talking_to_people)).
+//! - With authentication on, mint a token in the test and pass it with
+//!   [`ClientOptions::token`](crate::client::ClientOptions::token).
+//! - [`ServerHandle::register_tool`](crate::ServerHandle::register_tool)
+//!   swaps a tool while the server runs, for tests about registry changes.
+//!
+//! [`Context::detached`]: crate::Context::detached
+//! [`State::new`]: crate::State::new
+//! [`Tool::validate_params`]: crate::Tool::validate_params
