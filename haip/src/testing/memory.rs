@@ -119,6 +119,12 @@ impl Wire {
         self.state().violations.clone()
     }
 
+    /// Whether the server closed the connection with a `Close` frame (not:
+    /// the client went first, or the driver went without one).
+    pub(super) fn closed_by_server(&self) -> bool {
+        matches!(self.state().closed, Some((code, _)) if code != 0)
+    }
+
     /// The calls sent that have no `TOOL_DONE` yet.
     pub(super) fn unfinished(&self) -> Vec<String> {
         let state = self.state();
@@ -233,31 +239,54 @@ fn sink(units: mpsc::Sender<Unit>, wire: Arc<Wire>) -> ClientSink {
 /// carry; ends at the `Close` frame. Each envelope counts as written once
 /// taken, as a socket writer counts it.
 fn stream(frames: FrameReceiver, meter: Arc<WriteMeter>, wire: Arc<Wire>) -> ClientStream {
-    let stream = futures_util::stream::unfold(Some((frames, meter, wire)), |state| async move {
-        let (mut frames, meter, wire) = state?;
+    let reading = Reading {
+        frames,
+        meter,
+        _closes: Closes(Arc::clone(&wire)),
+        wire,
+    };
+    let stream = futures_util::stream::unfold(Some(reading), |state| async move {
+        let mut reading = state?;
         loop {
-            let Some(frame) = frames.recv().await else {
-                wire.closed(0, "");
+            let Some(frame) = reading.frames.recv().await else {
+                reading.wire.closed(0, "");
                 return None;
             };
             match frame {
                 Frame::Envelope(bytes) => {
-                    meter.written(bytes.len());
-                    wire.received(&bytes);
+                    reading.meter.written(bytes.len());
+                    reading.wire.received(&bytes);
                     // The session commits UTF-8 JSON only.
                     let Ok(text) = Utf8Bytes::try_from(bytes) else {
                         continue;
                     };
-                    let message = Message::Text(text);
-                    return Some((Ok(message), Some((frames, meter, wire))));
+                    return Some((Ok(Message::Text(text)), Some(reading)));
                 }
                 Frame::KeepAlive => continue,
                 Frame::Close { code, reason } => {
-                    wire.closed(code, reason);
+                    reading.wire.closed(code, reason);
                     return None;
                 }
             }
         }
     });
     Box::pin(stream)
+}
+
+/// The reading end of the connection, for the client's reader task.
+struct Reading {
+    frames: FrameReceiver,
+    meter: Arc<WriteMeter>,
+    wire: Arc<Wire>,
+    _closes: Closes,
+}
+
+/// Marks the connection closed when its reader goes without a `Close`
+/// frame (a client dropped before the server closed).
+struct Closes(Arc<Wire>);
+
+impl Drop for Closes {
+    fn drop(&mut self) {
+        self.0.closed(0, "");
+    }
 }

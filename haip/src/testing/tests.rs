@@ -362,6 +362,22 @@ async fn every_call_ends_exactly_once_even_at_shutdown() {
 }
 
 #[tokio::test]
+async fn a_client_dropped_mid_call_does_not_hold_the_shutdown() {
+    let server = server(Arc::default());
+    let client = server.client().await.unwrap();
+    let mut call = client.start("wait", json!({})).await.unwrap();
+    call.progress().await.unwrap();
+    drop((call, client));
+    let started = Instant::now();
+    server.shutdown().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
 async fn broken_rules_are_reported() {
     let wire = Wire::default();
     let envelope = |seq: u64, ty: &str| {

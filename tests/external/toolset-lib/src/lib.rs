@@ -57,7 +57,10 @@ pub async fn replace(
     new: String,
     ctx: Context,
 ) -> Result<Changed, ToolError> {
-    if !ctx.confirm(format!("Replace {old:?} with {new:?}?")).await? {
+    if !ctx
+        .confirm(format!("Replace {old:?} with {new:?}?"))
+        .await?
+    {
         return Err(ToolError::new("DECLINED", "the person kept the old text"));
     }
     Ok(Changed {

@@ -14,7 +14,10 @@ async fn shout_upper_cases_and_checks_its_input() {
     let server = server();
     let out = server.call("shout", json!({"text": "hi"})).await.unwrap();
     assert_eq!(out, json!({"text": "HI", "chars": 2}));
-    let changed: toolset_lib::Changed = server.call_typed("shout", json!({"text": "ok"})).await.unwrap();
+    let changed: toolset_lib::Changed = server
+        .call_typed("shout", json!({"text": "ok"}))
+        .await
+        .unwrap();
     assert_eq!(changed.text, "OK");
     let err = server.call("shout", json!({"text": ""})).await.unwrap_err();
     assert_eq!(err.code(), Some("INVALID_PARAMS"));
@@ -24,7 +27,10 @@ async fn shout_upper_cases_and_checks_its_input() {
 async fn count_words_reports_progress_and_logs_the_count() {
     let server = server();
     let call = server
-        .start("count_words", json!({"text": "one two\nthree\nfour five six"}))
+        .start(
+            "count_words",
+            json!({"text": "one two\nthree\nfour five six"}),
+        )
         .await
         .unwrap();
     let done = call.done().await.unwrap();
@@ -43,7 +49,9 @@ async fn replace_asks_first() {
         .unwrap();
     let question = call.question().await.unwrap();
     assert_eq!(question.message, r#"Replace "a" with "b"?"#);
-    call.answer(&question.request_id, json!({"confirm": true})).await.unwrap();
+    call.answer(&question.request_id, json!({"confirm": true}))
+        .await
+        .unwrap();
     assert_eq!(call.result().await.unwrap()["text"], "b");
 
     let mut call = server
@@ -66,8 +74,12 @@ async fn every_tool_is_listed_with_its_schemas() {
         .map(|t| t.name)
         .collect();
     assert_eq!(names, ["shout", "count_words", "replace"]);
-    let schemas: serde_json::Value = serde_json::from_str(&server.schemas().await.unwrap()).unwrap();
-    assert_eq!(schemas["shout"]["input_schema"]["properties"]["text"]["maxLength"], 100);
+    let schemas: serde_json::Value =
+        serde_json::from_str(&server.schemas().await.unwrap()).unwrap();
+    assert_eq!(
+        schemas["shout"]["input_schema"]["properties"]["text"]["maxLength"],
+        100
+    );
     assert_eq!(schemas["replace"]["annotations"]["destructiveHint"], true);
     server.shutdown().await.unwrap();
 }
