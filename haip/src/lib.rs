@@ -72,6 +72,9 @@ mod schema;
 mod server;
 mod session;
 mod stats;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod tool;
 mod transport;
 

@@ -79,6 +79,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("guide", &[]),
     // The server assembles everything; the macro support names the runtime.
     ("server", &["*"]),
+    // The in-memory test client runs the server's sessions and its client.
+    ("testing", &["*"]),
     ("__private", &["*"]),
 ];
 

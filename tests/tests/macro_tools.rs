@@ -1,5 +1,8 @@
-//! `#[haip_tool]` functions served and called end to end over WebSocket:
-//! progress, cancellation, state, sync functions, error mapping, validation.
+//! `#[haip_tool]` functions served and called end to end, in memory
+//! (`haip::testing`: the real session core and connection driver, no
+//! socket): progress, cancellation, state, sync functions, error mapping,
+//! validation. How their envelopes travel over each transport is
+//! `wire.rs`'s, `transports.rs`'s and `errors.rs`'s.
 
 mod support;
 
@@ -7,9 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use haip::testing::{CallEvent, Outcome, TestServer, Update};
 use haip::{Context, State, ToolError, haip_tool};
 use serde_json::json;
-use support::{Client, builder, start, within};
+use support::{builder, start, within};
 
 /// Counts how often `guarded` actually ran.
 static GUARDED_RUNS: AtomicUsize = AtomicUsize::new(0);
@@ -83,11 +87,15 @@ fn explode() -> u8 {
     panic!("boom")
 }
 
-async fn served() -> (haip::ServerHandle, Client) {
-    let (handle, url) = start(
-        builder()
+fn served() -> TestServer {
+    served_with(CancelSeen::default())
+}
+
+fn served_with(seen: CancelSeen) -> TestServer {
+    TestServer::new(
+        haip::Server::builder()
             .state(Greeting("Hello"))
-            .state(CancelSeen::default())
+            .state(seen)
             .cancel_grace(Duration::from_secs(2))
             .tool(guarded::tool())
             .tool(stepper::tool())
@@ -98,20 +106,20 @@ async fn served() -> (haip::ServerHandle, Client) {
             .tool(quota::tool())
             .tool(explode::tool()),
     )
-    .await;
-    (handle, Client::connect(&url).await)
+    .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn invalid_params_are_rejected_before_the_function_runs() {
-    let (_handle, mut client) = served().await;
-    let done = client
-        .call_done("c1", "guarded", json!({"n": 11, "extra": true}))
-        .await;
-    assert_eq!(done["status"], "ERROR");
-    assert_eq!(done["result"]["code"], "INVALID_PARAMS");
-    let paths: Vec<&str> = done["result"]["details"]
-        .as_array()
+    let server = served();
+    let err = server
+        .call("guarded", json!({"n": 11, "extra": true}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("INVALID_PARAMS"), "{err}");
+    let paths: Vec<&str> = err
+        .details()
+        .and_then(|d| d.as_array())
         .unwrap()
         .iter()
         .map(|d| d["path"].as_str().unwrap())
@@ -122,105 +130,110 @@ async fn invalid_params_are_rejected_before_the_function_runs() {
         0,
         "the function must not run"
     );
-    let done = client.call_done("c2", "guarded", json!({"n": 7})).await;
-    assert_eq!(done, json!({"call_id": "c2", "status": "OK", "result": 7}));
+    assert_eq!(server.call("guarded", json!({"n": 7})).await.unwrap(), 7);
     assert_eq!(GUARDED_RUNS.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn progress_arrives_in_order_before_the_result() {
-    let (_handle, mut client) = served().await;
-    client.call("p", "stepper", json!({"steps": 4})).await;
+    let server = served();
+    let call = server.start("stepper", json!({"steps": 4})).await.unwrap();
+    let done = call.done().await.unwrap();
     let mut last = -1.0;
-    loop {
-        let env = client.recv().await;
-        let payload = &env["payload"];
-        if env["type"] == "TOOL_DONE" {
-            assert_eq!(
-                payload,
-                &json!({"call_id": "p", "status": "OK", "result": 4})
-            );
-            break;
-        }
-        assert_eq!(payload["status"], "RUNNING");
-        let progress = payload["progress"].as_f64().unwrap();
-        assert!(progress > last, "progress goes forward: {payload}");
-        assert_eq!(
-            payload["partial"]["step"].as_f64().unwrap() * 25.0,
-            progress
-        );
-        last = progress;
+    for event in &done.events {
+        let CallEvent::Update(Update {
+            status,
+            progress: Some(progress),
+            partial,
+        }) = event
+        else {
+            panic!("only progress before the result: {event:?}");
+        };
+        assert_eq!(status, "RUNNING");
+        assert!(*progress > last, "progress goes forward: {event:?}");
+        let step = partial.as_ref().unwrap()["step"].as_f64().unwrap();
+        assert_eq!(step * 25.0, *progress);
+        last = *progress;
     }
     assert_eq!(last, 100.0, "the latest report always arrives");
+    assert_eq!(done.outcome, Outcome::Ok(Some(json!(4))));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn cancellation_reaches_the_function() {
-    let (handle, mut client) = served().await;
-    client.call("w", "wait_for_cancel", json!({})).await;
-    let update = client.expect_update("w").await;
-    assert_eq!(update["progress"], 1, "the tool is running");
-    client
-        .request("TOOL_CANCEL", json!({"call_id": "w", "reason": "stop"}))
-        .await;
-    assert_eq!(client.expect_update("w").await["status"], "CANCELLING");
-    let done = client.expect_done("w").await;
-    assert_eq!(
-        done,
-        json!({"call_id": "w", "status": "CANCELLED", "result": {"reason": "stop"}})
-    );
-    let _ = handle;
+    let server = served();
+    let mut call = server.start("wait_for_cancel", json!({})).await.unwrap();
+    assert_eq!(call.progress().await.unwrap(), 1.0, "the tool is running");
+    call.cancel(Some("stop")).await.unwrap();
+    assert_eq!(call.update().await.unwrap().status, "CANCELLING");
+    let done = call.done().await.unwrap();
+    assert_eq!(done.outcome, Outcome::Cancelled(Some("stop".into())));
+    server.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn state_sync_functions_and_error_mapping() {
-    let (_handle, mut client) = served().await;
-    let done = client.call_done("g", "greet", json!({"name": "Ada"})).await;
-    assert_eq!(done["result"], "Hello, Ada!");
-    let done = client
-        .call_done("s", "checksum", json!({"data": [1, 2, 250]}))
-        .await;
-    assert_eq!(done["result"], 253);
-    let done = client
-        .call_done("n", "parse_number", json!({"text": "x1"}))
-        .await;
-    assert_eq!(
-        done["result"],
-        json!({"error": "invalid digit found in string", "code": "TOOL_EXECUTION_ERROR"})
+    let server = served();
+    let greeting = server.call("greet", json!({"name": "Ada"})).await.unwrap();
+    assert_eq!(greeting, "Hello, Ada!");
+    let sum = server
+        .call("checksum", json!({"data": [1, 2, 250]}))
+        .await
+        .unwrap();
+    assert_eq!(sum, 253);
+    let err = server
+        .call("parse_number", json!({"text": "x1"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("TOOL_EXECUTION_ERROR"));
+    assert!(
+        err.to_string().ends_with(": invalid digit found in string"),
+        "{err}"
     );
-    let done = client.call_done("q", "quota", json!({})).await;
+    let err = server.call("quota", json!({})).await.unwrap_err();
+    assert_eq!(err.code(), Some("QUOTA_EXCEEDED"));
     assert_eq!(
-        done["result"],
-        json!({"error": "Daily quota used up", "code": "QUOTA_EXCEEDED", "details": {"used": 0}}),
+        err.details(),
+        Some(&json!({"used": 0})),
         "the default applies when the param is absent"
     );
-    let done = client.call_done("e", "explode", json!({})).await;
+    // As the wire carries it.
+    let client = server.default_client().await.unwrap();
+    let quota_done = client
+        .envelopes()
+        .into_iter()
+        .rfind(|e| e["type"] == "TOOL_DONE")
+        .unwrap();
     assert_eq!(
-        done["result"],
-        json!({"error": "Internal error in tool explode", "code": "INTERNAL_ERROR"})
+        quota_done["payload"]["result"],
+        json!({"error": "Daily quota used up", "code": "QUOTA_EXCEEDED", "details": {"used": 0}})
     );
-    // The session is still fine.
-    client.ping_marker().await;
+    let err = server.call("explode", json!({})).await.unwrap_err();
+    assert_eq!(err.code(), Some("INTERNAL_ERROR"));
+    assert!(
+        err.to_string()
+            .ends_with(": Internal error in tool explode"),
+        "{err}"
+    );
+    // The session is still fine, and every call ended once.
+    assert_eq!(server.call("guarded", json!({"n": 1})).await.unwrap(), 1);
+    server.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn cancelled_tools_observe_it() {
     let seen = Arc::new(AtomicUsize::new(0));
-    let (_handle, url) = start(
-        builder()
-            .state(CancelSeen(Arc::clone(&seen)))
-            .tool(wait_for_cancel::tool()),
-    )
-    .await;
-    let mut client = Client::connect(&url).await;
-    for id in ["a", "b"] {
-        client.call(id, "wait_for_cancel", json!({})).await;
-        client.expect_update(id).await;
+    let server = served_with(CancelSeen(Arc::clone(&seen)));
+    let mut calls = Vec::new();
+    for _ in 0..2 {
+        let mut call = server.start("wait_for_cancel", json!({})).await.unwrap();
+        call.progress().await.unwrap();
+        calls.push(call);
     }
-    for id in ["a", "b"] {
-        client.request("TOOL_CANCEL", json!({"call_id": id})).await;
-        assert_eq!(client.expect_update(id).await["status"], "CANCELLING");
-        assert_eq!(client.expect_done(id).await["status"], "CANCELLED");
+    for mut call in calls {
+        call.cancel(None).await.unwrap();
+        assert_eq!(call.update().await.unwrap().status, "CANCELLING");
+        assert!(call.result().await.unwrap_err().is_cancelled());
     }
     // TOOL_DONE CANCELLED follows the tool's own return, so both saw it.
     assert_eq!(seen.load(Ordering::SeqCst), 2);

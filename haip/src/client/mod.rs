@@ -447,6 +447,28 @@ impl Client {
         })
     }
 
+    /// A client over an in-memory carrier of WebSocket messages instead of a
+    /// socket (`haip::testing`): everything past the socket is the same.
+    #[cfg(feature = "testing")]
+    pub(crate) async fn over<Si, St, E>(
+        sink: Si,
+        stream: St,
+        url: &str,
+        options: ClientOptions,
+    ) -> Result<Client, ClientError>
+    where
+        Si: futures_util::Sink<tokio_tungstenite::tungstenite::Message> + Unpin + Send + 'static,
+        St: futures_util::Stream<Item = Result<tokio_tungstenite::tungstenite::Message, E>>
+            + Unpin
+            + Send
+            + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        Ok(Client {
+            conn: Arc::new(Connection::over(sink, stream, url, options).await?),
+        })
+    }
+
     /// The session id the server announced.
     pub fn session_id(&self) -> &str {
         self.conn.session_id()

@@ -5,7 +5,7 @@ mod answer;
 mod body;
 mod builder;
 mod config;
-mod driver;
+pub(crate) mod driver;
 mod http;
 mod hub;
 #[cfg(feature = "inspector")]
@@ -321,6 +321,31 @@ impl Server {
         tracing::info!("shutting down");
         handle.shutdown().await;
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl Server {
+    /// What an in-memory connection runs its sessions on (`haip::testing`):
+    /// the server's shared state, with no listener. Refused for what needs
+    /// the network: sessions shared through Redis, imported MCP servers.
+    pub(crate) fn into_shared(self) -> Result<Arc<Shared>, Error> {
+        #[cfg(feature = "redis")]
+        if self.cluster.is_some() {
+            return Err(Error::InvalidConfig {
+                setting: "redis",
+                reason: "haip::testing runs sessions in memory: build the server without Redis"
+                    .to_owned(),
+            });
+        }
+        #[cfg(feature = "mcp")]
+        if !self.mcp.imports.is_empty() {
+            return Err(Error::InvalidConfig {
+                setting: "mcp",
+                reason: "haip::testing does not start imported MCP servers".to_owned(),
+            });
+        }
+        Ok(self.shared)
     }
 }
 

@@ -264,7 +264,24 @@ impl Connection {
                 url: url.to_owned(),
                 reason: e.to_string(),
             })?;
-        let (mut sink, mut stream) = ws.split();
+        let (sink, stream) = ws.split();
+        Connection::over(sink, stream, url, options).await
+    }
+
+    /// A connection over any carrier of WebSocket messages: a socket's two
+    /// halves, or an in-memory pair (`haip::testing`). `url` names the
+    /// carrier in errors.
+    pub(super) async fn over<Si, St, E>(
+        mut sink: Si,
+        mut stream: St,
+        url: &str,
+        options: ClientOptions,
+    ) -> Result<Connection, ClientError>
+    where
+        Si: futures_util::Sink<Message> + Unpin + Send + 'static,
+        St: futures_util::Stream<Item = Result<Message, E>> + Unpin + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
         // The server speaks first: its HAI, or an ERROR (authentication) and close.
         let hai = loop {
             match stream.next().await {

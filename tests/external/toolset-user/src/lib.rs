@@ -1,0 +1,11 @@
+//! The application's server: the text tools of `toolset-lib`, with a
+//! setting of its own. `main` would `.build()?.run().await` it.
+
+use std::time::Duration;
+
+/// The server the application runs, before it is built.
+pub fn server() -> haip::ServerBuilder {
+    haip::Server::builder()
+        .tool_timeout(Duration::from_secs(5))
+        .tools(toolset_lib::tools())
+}
