@@ -23,7 +23,8 @@
 //!    and what happens at each bound.
 //! 9. [Operating haip](operating): `/metrics`, the access log, `/health`
 //!    and `/stats`, shutdown.
-//! 10. [Testing your tools](testing): the function alone, the schemas, and a
+//! 10. [Testing your tools](testing): the function alone, the schemas, in
+//!     memory with `haip::testing`, and a
 //!     real server on `127.0.0.1:0`.
 //! 11. [The CLI and the inspector](cli_and_inspector): `haip call` and
 //!     friends, and the browser page at `/inspector`.
@@ -42,6 +43,7 @@
 //! | `oauth` | an OAuth 2.1 resource server (`auth::OAuth`) |
 //! | `metrics` | Prometheus metrics at `GET /metrics` |
 //! | `otel` | OpenTelemetry traces of calls, exported over OTLP/HTTP |
+//! | `testing` | `haip::testing`: a server's tools called in memory, for tests; implies `client` |
 //! | `inspector` | the browser inspector at `/inspector` |
 //!
 //! The examples turn on `mcp`, `redis`, `inspector`, `oauth`, `metrics` and

@@ -1,8 +1,9 @@
 //! # Testing your tools
 //!
-//! Three levels, each cheaper than the next: the function alone, the tool
-//! (its schemas), and the tool served on `127.0.0.1:0` and called through
-//! the real wire with [`crate::client`]. The project's own end-to-end tests
+//! Four levels: the function alone, the tool (its schemas), the tool called
+//! in memory through the real session core with `haip::testing`, and the
+//! tool served on `127.0.0.1:0` and called through the real wire with
+//! [`crate::client`]. The project's own end-to-end tests
 //! (`tests/tests/`, helpers in `tests/tests/support/mod.rs`) are written the
 //! third way; `tests/tests/client.rs` calls the quickstart's tools so.
 //!
@@ -77,6 +78,56 @@
 //! // In a #[test]: every #[haip_tool] of the crate, every provider's rules.
 //! haip::lint::assert_annotated_clean();
 //! ```
+//!
+//! ## In memory: `haip::testing`
+//!
+//! With the `testing` feature (a dev-dependency:
+//! `haip = { version = "0.1", features = ["testing"] }`),
+//! `haip::testing::TestServer` builds a server from a `ServerBuilder` and
+//! calls its tools as a client would, with no socket: each session runs
+//! through the same session core and driver as a WebSocket connection, and
+//! the real client talks to it over an in-memory carrier. Params are
+//! validated, progress and log lines arrive as `TOOL_UPDATE`s, questions
+//! wait for the test's answer, and cancellation, timeouts, panics and the
+//! one `TOOL_DONE` of every call behave as on the wire. Every wait is
+//! bounded (10 s unless `.timeout(..)` says otherwise), and `shutdown()`
+//! checks that every call ended exactly once.
+//!
+//! ```no_run
+//! # #[cfg(feature = "testing")]
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use haip::testing::TestServer;
+//! use haip::{haip_tool, Context, ToolError};
+//! use serde_json::json;
+//!
+//! /// Ask before deleting.
+//! #[haip_tool]
+//! async fn remove(path: String, ctx: Context) -> Result<String, ToolError> {
+//!     ctx.progress(10.0);
+//!     if !ctx.confirm(format!("Delete {path}?")).await? {
+//!         return Err(ToolError::execution("kept"));
+//!     }
+//!     ctx.info(format!("deleted {path}"));
+//!     Ok(path)
+//! }
+//!
+//! let server = TestServer::new(haip::Server::builder().tool(remove::tool()))?;
+//! let mut call = server.start("remove", json!({"path": "a.txt"})).await?;
+//! assert_eq!(call.progress().await?, 10.0);
+//! let question = call.question().await?;
+//! call.answer(&question.request_id, json!({"confirm": true})).await?;
+//! let done = call.done().await?;
+//! done.assert_logged(haip::LogLevel::Info, "deleted a.txt");
+//! assert_eq!(done.into_result()?, json!("a.txt"));
+//! // The advertised schemas, as stable text for a snapshot.
+//! let schemas = server.schemas().await?;
+//! server.shutdown().await?;
+//! # let _ = schemas; Ok(()) }
+//! ```
+//!
+//! `examples/testing.rs` tests the quickstart's tools this way, its schemas
+//! against a committed snapshot; `tests/external/` is a crate outside the
+//! workspace, as a user's, testing the tools of another crate so.
 //!
 //! ## Through the wire
 //!
