@@ -156,6 +156,10 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
         let scopes = &options.scopes;
         quote!(.scopes([#(#scopes),*]))
     });
+    let tags = (!options.tags.is_empty()).then(|| {
+        let tags = &options.tags;
+        quote!(.tags([#(#tags),*]))
+    });
     let role_checks = check::role_checks(model, &krate);
     let doc_type = format!(
         "The `#[haip_tool]` tool `{tool_name}`, built from [`{fn_name}`](fn@{fn_name}): \
@@ -216,7 +220,8 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
                     #annotations
                     #(#icons)*
                     #task
-                    #scopes;
+                    #scopes
+                    #tags;
                 let __builder = __haip::output_schema(__builder, #output_schema);
                 #(#prepares)*
                 __builder #handler .build()

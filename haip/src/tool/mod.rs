@@ -4,6 +4,7 @@ pub(crate) mod builtin;
 pub(crate) mod error;
 mod extract;
 mod registry;
+mod tags;
 
 use std::any::Any;
 use std::fmt;
@@ -111,6 +112,8 @@ struct ToolInner {
     task_support: TaskSupport,
     /// OAuth scopes a caller needs to call it (sorted, no duplicates).
     scopes: Vec<String>,
+    /// Labels for choosing which tools a server serves (sorted, no duplicates).
+    tags: Vec<String>,
     input_schema: Value,
     output_schema: Option<Value>,
     /// Whether results carry content blocks (read from the output schema).
@@ -135,6 +138,7 @@ impl fmt::Debug for Tool {
             .field("description", &self.inner.description)
             .field("annotations", &self.inner.annotations)
             .field("scopes", &self.inner.scopes)
+            .field("tags", &self.inner.tags)
             .field("timeout", &self.inner.timeout)
             .finish_non_exhaustive()
     }
@@ -153,6 +157,7 @@ impl Tool {
             icons: Vec::new(),
             task_support: TaskSupport::Forbidden,
             scopes: Vec::new(),
+            tags: Vec::new(),
             input_schema: json!({ "type": "object" }),
             output_schema: None,
             timeout: None,
@@ -211,6 +216,11 @@ impl Tool {
     /// ([`ToolBuilder::scopes`]), sorted.
     pub fn scopes(&self) -> &[String] {
         &self.inner.scopes
+    }
+
+    /// Its tags ([`ToolBuilder::tags`]), sorted.
+    pub fn tags(&self) -> &[String] {
+        &self.inner.tags
     }
 
     /// The JSON Schema its params are validated against (what the `full`
@@ -345,6 +355,7 @@ pub struct ToolBuilder {
     icons: Vec<Icon>,
     task_support: TaskSupport,
     scopes: Vec<String>,
+    tags: Vec<String>,
     input_schema: Value,
     output_schema: Option<Value>,
     timeout: Option<Duration>,
@@ -458,6 +469,33 @@ impl ToolBuilder {
         self
     }
 
+    /// Labels for choosing which tools a server serves
+    /// ([`ServerBuilder::only_tags`](crate::ServerBuilder::only_tags),
+    /// [`exclude_tags`](crate::ServerBuilder::exclude_tags)): `"admin"`,
+    /// `"files:write"`. Each is 1 to 64 characters, each an ASCII letter,
+    /// digit, `_`, `-`, `.`, `:` or `/`; `build` refuses others. MCP clients
+    /// see them in the tool's `_meta` (`"io.github.haip-rs/tags"`); HAIP's
+    /// `TOOL_LIST` has no place for them.
+    ///
+    /// ```
+    /// use haip::Tool;
+    ///
+    /// let purge = Tool::builder("purge_cache")
+    ///     .tags(["admin", "cache"])
+    ///     .handler(|_, _| async { Ok(serde_json::json!(true)) })
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(purge.tags(), ["admin", "cache"]);
+    /// ```
+    pub fn tags<I, S>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tags.extend(tags.into_iter().map(Into::into));
+        self
+    }
+
     /// The input JSON Schema (default `{"type":"object"}`). Compiled once, by `build`.
     pub fn input_schema(mut self, schema: Value) -> Self {
         self.input_schema = schema;
@@ -557,6 +595,7 @@ impl ToolBuilder {
         }
         scopes.sort_unstable();
         scopes.dedup();
+        let tags = tags::checked(self.tags).map_err(invalid)?;
         let Some(handler) = self.handler else {
             return Err(invalid(
                 "no handler: call .handler(...) before .build()".to_owned(),
@@ -572,6 +611,7 @@ impl ToolBuilder {
                 icons: self.icons,
                 task_support: self.task_support,
                 scopes,
+                tags,
                 input_schema: self.input_schema,
                 output_schema,
                 shape,
