@@ -79,7 +79,8 @@ pub use protocol::{Icon, IconTheme, ToolAnnotations};
 pub use schema::{SchemaProblem, SchemaProfile, UnknownProfile, Violation};
 pub use server::{Server, ServerBuilder, ServerHandle, serve};
 pub use tool::{
-    Injected, Params, State, TaskSupport, Tool, ToolBuilder, ToolError, ToolFuture, ToolHandler,
+    Injected, Params, State, TaskSupport, Tool, ToolBuilder, ToolEdit, ToolError, ToolFuture,
+    ToolHandler,
 };
 
 pub use haip_macros::{data, haip_tool};

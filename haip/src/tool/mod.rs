@@ -1,6 +1,7 @@
 //! Tools: the [`Tool`] value, its handler, errors and the ordered registry.
 
 pub(crate) mod builtin;
+mod edit;
 pub(crate) mod error;
 mod extract;
 mod registry;
@@ -22,6 +23,7 @@ use crate::schema::{
     CompiledSchema, Profiles, SchemaProblem, SchemaProfile, Violation, Violations,
 };
 
+pub use edit::ToolEdit;
 pub use error::ToolError;
 pub use extract::{Injected, Params, State};
 pub(crate) use extract::{StateMap, StateRequirement};
@@ -123,7 +125,8 @@ struct ToolInner {
     /// The schemas as each profile advertises them (HAIP.md §6.14).
     profiles: Profiles,
     timeout: Option<Duration>,
-    handler: Box<dyn ToolHandler>,
+    /// Shared with the tools made from this one by [`Tool::edit`].
+    handler: Arc<dyn ToolHandler>,
     required_state: Vec<StateRequirement>,
     /// What the layers serving the tool know about it beyond this (the MCP
     /// import marks the tools it imports, for the MCP export).
@@ -331,13 +334,13 @@ impl Tool {
 /// Marks on a tool, one per type: what an adapter records about a tool for
 /// itself (the MCP import's "results are MCP content blocks"), without the
 /// calls layer knowing what they mean.
-#[derive(Default)]
-struct Marks(Vec<Box<dyn Any + Send + Sync>>);
+#[derive(Default, Clone)]
+struct Marks(Vec<Arc<dyn Any + Send + Sync>>);
 
 impl Marks {
     fn insert<M: Any + Send + Sync>(&mut self, mark: M) {
         self.0.retain(|m| !m.is::<M>());
-        self.0.push(Box::new(mark));
+        self.0.push(Arc::new(mark));
     }
 
     fn get<M: Any>(&self) -> Option<&M> {
@@ -359,7 +362,7 @@ pub struct ToolBuilder {
     input_schema: Value,
     output_schema: Option<Value>,
     timeout: Option<Duration>,
-    handler: Option<Box<dyn ToolHandler>>,
+    handler: Option<Arc<dyn ToolHandler>>,
     required_state: Vec<StateRequirement>,
     marks: Marks,
 }
@@ -543,7 +546,7 @@ impl ToolBuilder {
     /// that waits goes on as a task of its own. Long computations that never
     /// await belong in a [`ToolBuilder::blocking_handler`].
     pub fn handler(mut self, handler: impl ToolHandler) -> Self {
-        self.handler = Some(Box::new(handler));
+        self.handler = Some(Arc::new(handler));
         self
     }
 
@@ -554,7 +557,7 @@ impl ToolBuilder {
     where
         F: Fn(Value, Context) -> Result<Value, ToolError> + Send + Sync + 'static,
     {
-        self.handler = Some(Box::new(Blocking(Arc::new(handler))));
+        self.handler = Some(Arc::new(Blocking(Arc::new(handler))));
         self
     }
 
