@@ -212,6 +212,14 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
                 #(#injects)*
                 #glue
 
+                // One per function, wherever the tool is built: its address
+                // tells `annotated_tools` that a tool given otherwise is this one.
+                static __HAIP_DEFINITION: __haip::Definition = __haip::Definition {
+                    name: #tool_name,
+                    module: ::core::module_path!(),
+                    file: ::core::file!(),
+                    line: ::core::line!(),
+                };
                 let __builder = __haip::Tool::builder(#tool_name)
                     .description(#description)
                     .input_schema(__haip::args_input_schema::<__HaipArgs>(&[#(#arg_schemas),*]))
@@ -223,6 +231,7 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
                     #scopes
                     #tags;
                 let __builder = __haip::output_schema(__builder, #output_schema);
+                let __builder = __haip::definition(__builder, &__HAIP_DEFINITION);
                 #(#prepares)*
                 __builder #handler .build()
             }
@@ -231,6 +240,7 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
         #private::inventory::submit! {
             #private::ToolRegistration {
                 name: #tool_name,
+                module: ::core::module_path!(),
                 file: ::core::file!(),
                 line: ::core::line!(),
                 make: #fn_name::try_tool,

@@ -212,7 +212,11 @@ use quote::quote;
 /// `Server::builder().tool(add::tool())`. Without that, `haip::serve()` (or
 /// `ServerBuilder::annotated_tools`) serves every annotated function in the
 /// binary, ordered by file and line; two tools with one name are a start-up
-/// error naming both.
+/// error naming both. A tool also given to the builder explicitly
+/// (`.tool(add::tool())`, or mounted under a prefix with `.mount(...)`) is
+/// served only there. A library crate of tools exports them as a
+/// `haip::ToolSet` (`ToolSet::annotated(module_path!())` collects all of its
+/// `#[haip_tool]`s).
 ///
 /// # Checking the schemas in your tests
 ///

@@ -17,6 +17,7 @@ use crate::schema::{CompiledSchema, Profiles};
 ///
 /// What clients are shown changes; what runs does not: the edited tool calls
 /// the same handler, with the same timeout, scopes, state and hints.
+/// [`Mount::edit`](crate::Mount::edit) edits tools as they are mounted.
 ///
 /// ```
 /// use haip::Tool;
@@ -220,6 +221,7 @@ impl ToolEdit {
                 handler,
                 required_state: old.required_state.clone(),
                 marks: old.marks.clone(),
+                definition: old.definition,
             }),
         })
     }

@@ -28,6 +28,7 @@ pub use error::ToolError;
 pub use extract::{Injected, Params, State};
 pub(crate) use extract::{StateMap, StateRequirement};
 pub(crate) use registry::Registry;
+pub(crate) use tags::{TAG_RULE, TagFilter};
 
 /// The future a tool handler returns.
 pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'static>>;
@@ -131,6 +132,24 @@ struct ToolInner {
     /// What the layers serving the tool know about it beyond this (the MCP
     /// import marks the tools it imports, for the MCP export).
     marks: Marks,
+    /// The `#[haip_tool]` function it was built from, kept by edits: how
+    /// `annotated_tools` knows a tool it was also given.
+    definition: Option<&'static Definition>,
+}
+
+/// The `#[haip_tool]` function a tool was built from: one `static` per
+/// function (its address is its identity), made by the macro. Not public API.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Definition {
+    /// The tool's name as written.
+    pub name: &'static str,
+    /// `module_path!()` of the function.
+    pub module: &'static str,
+    /// `file!()` of the function.
+    pub file: &'static str,
+    /// `line!()` of the function.
+    pub line: u32,
 }
 
 impl fmt::Debug for Tool {
@@ -167,6 +186,7 @@ impl Tool {
             handler: None,
             required_state: Vec::new(),
             marks: Marks::default(),
+            definition: None,
         }
     }
 
@@ -181,6 +201,11 @@ impl Tool {
     #[allow(dead_code)] // used by adapters that manage their own tools (the MCP import)
     pub(crate) fn same(&self, other: &Tool) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The `#[haip_tool]` function it was built from, if any (edits keep it).
+    pub(crate) fn definition(&self) -> Option<&'static Definition> {
+        self.inner.definition
     }
 
     /// The tool's name.
@@ -365,6 +390,7 @@ pub struct ToolBuilder {
     handler: Option<Arc<dyn ToolHandler>>,
     required_state: Vec<StateRequirement>,
     marks: Marks,
+    definition: Option<&'static Definition>,
 }
 
 impl fmt::Debug for ToolBuilder {
@@ -569,6 +595,13 @@ impl ToolBuilder {
         self
     }
 
+    /// Records the `#[haip_tool]` function the tool is built from (used by
+    /// the macro).
+    pub(crate) fn definition(mut self, definition: &'static Definition) -> Self {
+        self.definition = Some(definition);
+        self
+    }
+
     /// Validates the name, compiles the schemas and returns the tool.
     pub fn build(self) -> Result<Tool, crate::Error> {
         validate_name(&self.name)?;
@@ -625,6 +658,7 @@ impl ToolBuilder {
                 handler,
                 required_state: self.required_state,
                 marks: self.marks,
+                definition: self.definition,
             }),
         })
     }

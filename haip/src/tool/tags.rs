@@ -3,6 +3,8 @@
 //! The rule for a tag is checked here at run time and by the macro at compile
 //! time (`haip-macros/src/tags.rs`): keep the two alike.
 
+use super::Tool;
+
 /// The longest tag, in characters.
 const MAX_TAG_CHARS: usize = 64;
 
@@ -28,10 +30,46 @@ pub(crate) fn checked(mut tags: Vec<String>) -> Result<Vec<String>, String> {
     Ok(tags)
 }
 
+/// Which tools a server serves by their tags
+/// ([`ServerBuilder::only_tags`](crate::ServerBuilder::only_tags),
+/// [`exclude_tags`](crate::ServerBuilder::exclude_tags)), applied once when
+/// the server is built.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TagFilter {
+    /// When not empty, a tool is served only if it has one of these.
+    pub(crate) only: Vec<String>,
+    /// A tool with one of these is never served (whatever `only` says).
+    pub(crate) exclude: Vec<String>,
+}
+
+impl TagFilter {
+    /// Whether it lets every tool through.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.only.is_empty() && self.exclude.is_empty()
+    }
+
+    /// Whether `tool` is served.
+    pub(crate) fn admits(&self, tool: &Tool) -> bool {
+        let has = |set: &[String]| tool.tags().iter().any(|t| set.contains(t));
+        !has(&self.exclude) && (self.only.is_empty() || has(&self.only))
+    }
+
+    /// The first tag of the filter that is not a tag at all (a typo no tool
+    /// could match), with the setting that named it.
+    pub(crate) fn invalid(&self) -> Option<(&'static str, &str)> {
+        fn bad(set: &[String]) -> Option<&str> {
+            set.iter().find(|t| !valid_tag(t)).map(String::as_str)
+        }
+        bad(&self.only)
+            .map(|t| ("only_tags", t))
+            .or_else(|| bad(&self.exclude).map(|t| ("exclude_tags", t)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Context, Tool};
+    use crate::Context;
     use serde_json::Value;
 
     fn tagged(tags: &[&str]) -> Tool {
@@ -60,5 +98,42 @@ mod tests {
                 .unwrap_err();
             assert!(err.to_string().contains("is not valid: 1 to 64"), "{err}");
         }
+    }
+
+    #[test]
+    fn only_needs_one_tag_and_exclude_wins() {
+        let filter = |only: &[&str], exclude: &[&str]| TagFilter {
+            only: only.iter().map(|t| t.to_string()).collect(),
+            exclude: exclude.iter().map(|t| t.to_string()).collect(),
+        };
+        let (admin, files, both, none) = (
+            tagged(&["admin"]),
+            tagged(&["files"]),
+            tagged(&["admin", "files"]),
+            tagged(&[]),
+        );
+        let all = filter(&[], &[]);
+        assert!(all.is_empty());
+        assert!([&admin, &files, &both, &none].iter().all(|t| all.admits(t)));
+        let only = filter(&["files", "x"], &[]);
+        assert_eq!(
+            [&admin, &files, &both, &none].map(|t| only.admits(t)),
+            [false, true, true, false]
+        );
+        let exclude = filter(&[], &["admin"]);
+        assert_eq!(
+            [&admin, &files, &both, &none].map(|t| exclude.admits(t)),
+            [false, true, false, true]
+        );
+        let mixed = filter(&["files"], &["admin"]);
+        assert_eq!(
+            [&admin, &files, &both, &none].map(|t| mixed.admits(t)),
+            [false, true, false, false]
+        );
+        assert_eq!(mixed.invalid(), None);
+        assert_eq!(
+            filter(&["ok"], &["no good"]).invalid(),
+            Some(("exclude_tags", "no good"))
+        );
     }
 }
