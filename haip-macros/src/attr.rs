@@ -9,6 +9,7 @@ use crate::errors::Errors;
 use crate::hints::{
     Hints, IconOption, TaskSupport, parse_hint, parse_icon, parse_scopes, parse_task,
 };
+use crate::tags::parse_tags;
 
 /// The options of one `#[haip_tool(...)]`.
 #[derive(Default)]
@@ -30,11 +31,14 @@ pub(crate) struct Options {
     pub(crate) task: Option<TaskSupport>,
     /// `scopes = [...]`: the OAuth scopes a caller needs (the valid ones).
     pub(crate) scopes: Vec<LitStr>,
+    /// `tags = [...]`: labels that choose which tools a server serves (the
+    /// valid ones).
+    pub(crate) tags: Vec<LitStr>,
     pub(crate) krate: Option<Path>,
 }
 
 const KNOWN: &str = "`name`, `description`, `title`, `timeout`, `read_only`, `destructive`, \
-                     `idempotent`, `open_world`, `icon`, `task`, `scopes`, `crate`";
+                     `idempotent`, `open_world`, `icon`, `task`, `scopes`, `tags`, `crate`";
 
 /// Options that may be written more than once.
 const REPEATABLE: &[&str] = &["icon"];
@@ -58,6 +62,7 @@ impl Options {
                 "icon" => options.icons.extend(parse_icon(meta, errors)?),
                 "task" => options.task = parse_task(meta, errors)?,
                 "scopes" => options.scopes = parse_scopes(meta, errors)?,
+                "tags" => options.tags = parse_tags(meta, errors)?,
                 "timeout" => {
                     let lit: LitStr = meta.value()?.parse()?;
                     match parse_duration(&lit.value()) {

@@ -156,6 +156,10 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
         let scopes = &options.scopes;
         quote!(.scopes([#(#scopes),*]))
     });
+    let tags = (!options.tags.is_empty()).then(|| {
+        let tags = &options.tags;
+        quote!(.tags([#(#tags),*]))
+    });
     let role_checks = check::role_checks(model, &krate);
     let doc_type = format!(
         "The `#[haip_tool]` tool `{tool_name}`, built from [`{fn_name}`](fn@{fn_name}): \
@@ -208,6 +212,14 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
                 #(#injects)*
                 #glue
 
+                // One per function, wherever the tool is built: its address
+                // tells `annotated_tools` that a tool given otherwise is this one.
+                static __HAIP_DEFINITION: __haip::Definition = __haip::Definition {
+                    name: #tool_name,
+                    module: ::core::module_path!(),
+                    file: ::core::file!(),
+                    line: ::core::line!(),
+                };
                 let __builder = __haip::Tool::builder(#tool_name)
                     .description(#description)
                     .input_schema(__haip::args_input_schema::<__HaipArgs>(&[#(#arg_schemas),*]))
@@ -216,8 +228,10 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
                     #annotations
                     #(#icons)*
                     #task
-                    #scopes;
+                    #scopes
+                    #tags;
                 let __builder = __haip::output_schema(__builder, #output_schema);
+                let __builder = __haip::definition(__builder, &__HAIP_DEFINITION);
                 #(#prepares)*
                 __builder #handler .build()
             }
@@ -226,6 +240,7 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
         #private::inventory::submit! {
             #private::ToolRegistration {
                 name: #tool_name,
+                module: ::core::module_path!(),
                 file: ::core::file!(),
                 line: ::core::line!(),
                 make: #fn_name::try_tool,

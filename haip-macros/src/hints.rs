@@ -458,7 +458,8 @@ mod tests {
         assert_eq!(
             messages[expected.len()],
             "unknown argument `nmae`; expected one of: `name`, `description`, `title`, `timeout`, \
-             `read_only`, `destructive`, `idempotent`, `open_world`, `icon`, `task`, `scopes`, `crate`"
+             `read_only`, `destructive`, `idempotent`, `open_world`, `icon`, `task`, `scopes`, `tags`, \
+             `crate`"
         );
         assert!(valid_size("16X16") && !valid_size("x16") && !valid_size("16x") && !valid_size(""));
     }

@@ -5,7 +5,7 @@
 //! `::haip::__private`.
 
 // Phases, in order: `attr` (options; MCP's hints, icons and task support
-// among them are parsed in `hints`) → `model` (the function) → `check` (rules) → `expand` (or
+// among them are parsed in `hints`, tags in `tags`) → `model` (the function) → `check` (rules) → `expand` (or
 // `fallback` when there are errors). Each imports only earlier phases and the
 // shared `errors` and `doc`.
 mod attr;
@@ -16,6 +16,7 @@ mod expand;
 mod fallback;
 mod hints;
 mod model;
+mod tags;
 
 use proc_macro::TokenStream;
 use quote::quote;
@@ -184,6 +185,24 @@ use quote::quote;
 /// assert_eq!(close_ticket::tool().scopes(), ["tickets:write"]);
 /// ```
 ///
+/// Which servers serve it:
+///
+/// - `tags = ["admin", "files:write"]`: labels for
+///   `ServerBuilder::only_tags` / `exclude_tags`, which choose the tools a
+///   server serves when it is built (`haip::ToolBuilder::tags`). A tag is 1
+///   to 64 characters, each an ASCII letter, digit, `_`, `-`, `.`, `:` or
+///   `/`; each is checked where it is written. MCP clients see them in the
+///   tool's `_meta`.
+///
+/// ```
+/// # use haip::haip_tool;
+/// /// Drop every cached page.
+/// #[haip_tool(tags = ["admin", "cache"])]
+/// async fn purge_cache() {}
+///
+/// assert_eq!(purge_cache::tool().tags(), ["admin", "cache"]);
+/// ```
+///
 /// # Using the tool
 ///
 /// The function stays a normal function: tests call it directly. Next to it the
@@ -193,7 +212,11 @@ use quote::quote;
 /// `Server::builder().tool(add::tool())`. Without that, `haip::serve()` (or
 /// `ServerBuilder::annotated_tools`) serves every annotated function in the
 /// binary, ordered by file and line; two tools with one name are a start-up
-/// error naming both.
+/// error naming both. A tool also given to the builder explicitly
+/// (`.tool(add::tool())`, or mounted under a prefix with `.mount(...)`) is
+/// served only there. A library crate of tools exports them as a
+/// `haip::ToolSet` (`ToolSet::annotated(module_path!())` collects all of its
+/// `#[haip_tool]`s).
 ///
 /// # Checking the schemas in your tests
 ///
@@ -217,8 +240,8 @@ use quote::quote;
 ///
 /// - Found by the macro, from the syntax: generic functions, `self`
 ///   receivers, `const`/`unsafe`/`extern` functions, `impl Trait` parameters,
-///   unknown or repeated options, an invalid name, timeout, icon, scope or `task`
-///   value, `read_only` with `destructive`.
+///   unknown or repeated options, an invalid name, timeout, icon, scope, tag
+///   or `task` value, `read_only` with `destructive`.
 /// - Found by the compiler, from the types, one error per mistake in haip's
 ///   words: a parameter type that is neither data (`Deserialize + JsonSchema`)
 ///   nor `Context`/`State<T>`/`Params<T>` ("`Plain` cannot be a tool

@@ -86,9 +86,10 @@ pub use context::{
 pub use error::Error;
 pub use protocol::{Icon, IconTheme, ToolAnnotations};
 pub use schema::{SchemaProblem, SchemaProfile, UnknownProfile, Violation};
-pub use server::{Server, ServerBuilder, ServerHandle, serve};
+pub use server::{Mount, Server, ServerBuilder, ServerHandle, ToolSet, serve};
 pub use tool::{
-    Injected, Params, State, TaskSupport, Tool, ToolBuilder, ToolError, ToolFuture, ToolHandler,
+    Injected, Params, State, TaskSupport, Tool, ToolBuilder, ToolEdit, ToolError, ToolFuture,
+    ToolHandler,
 };
 
 pub use haip_macros::{data, haip_tool};

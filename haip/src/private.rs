@@ -18,6 +18,7 @@ pub use serde_json;
 use crate::Injected;
 use crate::protocol::ErrorCode;
 pub use crate::schema::{input_schema_for, output_schema_for};
+pub use crate::tool::Definition;
 pub use crate::{
     Context, Error, Icon, IconTheme, Params, State, TaskSupport, Tool, ToolAnnotations,
     ToolBuilder, ToolError,
@@ -27,6 +28,8 @@ pub use crate::{
 pub struct ToolRegistration {
     /// The tool's name.
     pub name: &'static str,
+    /// `module_path!()` of the annotated function (its crate first).
+    pub module: &'static str,
     /// `file!()` of the annotated function.
     pub file: &'static str,
     /// `line!()` of the annotated function.
@@ -40,7 +43,23 @@ inventory::collect!(ToolRegistration);
 /// Every annotated tool linked into the binary, ordered by file and line, each
 /// with where it came from.
 pub(crate) fn annotated_tools() -> Result<Vec<(Tool, String)>, Error> {
-    let mut registrations: Vec<&ToolRegistration> = inventory::iter::<ToolRegistration>().collect();
+    annotated_where(|_| true)
+}
+
+/// The annotated tools of the module `module` and the modules inside it
+/// (`"my_crate"`: the whole crate), in the same order.
+pub(crate) fn annotated_under(module: &str) -> Result<Vec<(Tool, String)>, Error> {
+    annotated_where(|r| {
+        r.module
+            .strip_prefix(module)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+    })
+}
+
+fn annotated_where(keep: impl Fn(&ToolRegistration) -> bool) -> Result<Vec<(Tool, String)>, Error> {
+    let mut registrations: Vec<&ToolRegistration> = inventory::iter::<ToolRegistration>()
+        .filter(|r| keep(r))
+        .collect();
     registrations.sort_by_key(|r| (r.file, r.line, r.name));
     registrations
         .into_iter()
@@ -51,6 +70,12 @@ pub(crate) fn annotated_tools() -> Result<Vec<(Tool, String)>, Error> {
             ))
         })
         .collect()
+}
+
+/// Records the function the tool is built from (a `static` of the
+/// generated `try_tool`, so every tool built from it has the same one).
+pub fn definition(builder: ToolBuilder, definition: &'static Definition) -> ToolBuilder {
+    builder.definition(definition)
 }
 
 /// Sets the output schema, when the return type has one.

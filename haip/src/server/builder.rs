@@ -3,13 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::compose::{Given, Mount};
 use super::hub::Cors;
 use super::{Config, Server};
 use crate::Error;
 use crate::auth::{Authenticator, Jwt};
 use crate::schema::SchemaProfile;
 use crate::session::Shared;
-use crate::tool::{Registry, StateMap, Tool, builtin};
+use crate::tool::{Registry, StateMap, TagFilter, Tool};
 
 /// Configures a [`Server`]. Every limit of the protocol's settings table has a
 /// setter; unset ones keep their defaults. [`build`](ServerBuilder::build)
@@ -22,6 +23,10 @@ pub struct ServerBuilder {
     annotated: bool,
     /// Tools with where they came from, for duplicate-name errors.
     tools: Vec<(Tool, String)>,
+    /// Mounted tool sets, each with the number of `tools` given before it.
+    mounts: Vec<(usize, Mount)>,
+    mount_separator: Option<char>,
+    tag_filter: TagFilter,
     state: StateMap,
     auth: AuthSetting,
     cors_origins: Vec<String>,
@@ -506,8 +511,116 @@ impl ServerBuilder {
     /// Serves every `#[haip_tool]` function linked into the binary, ordered by
     /// source file and line. [`serve`](crate::serve) does this; use it with a builder to add
     /// settings or state.
+    ///
+    /// A function whose tool the builder is also given explicitly, with
+    /// [`tool`](Self::tool) or [`mount`](Self::mount) (edited or not), is
+    /// left out here: it is served where it was placed, under the name it
+    /// was given there, and not again under its own name because it is
+    /// linked in. Tools are matched by the function they were built from,
+    /// not by name.
     pub fn annotated_tools(mut self) -> Self {
         self.annotated = true;
+        self
+    }
+
+    /// Serves `tools` under `prefix`: each as `<prefix>_<name>`
+    /// (`files_read`). The separator is `_` unless
+    /// [`mount_separator`](Self::mount_separator) says otherwise; a name that
+    /// clashes once prefixed makes [`build`](Self::build) fail, naming both
+    /// tools' origins. [`mount_with`](Self::mount_with) takes a [`Mount`]
+    /// with its own separator and edits of its tools.
+    ///
+    // Standalone: `annotated_tools` would see the other doctests' tools.
+    /// ```standalone_crate
+    /// use haip::{ToolSet, haip_tool};
+    ///
+    /// /// Read a file.
+    /// #[haip_tool]
+    /// async fn read(path: String) -> String {
+    ///     path
+    /// }
+    ///
+    /// /// Say whether the service is up.
+    /// #[haip_tool]
+    /// async fn health() -> bool {
+    ///     true
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), haip::Error> {
+    /// let handle = haip::Server::builder()
+    ///     .addr("127.0.0.1:0")
+    ///     .annotated_tools() // `health`; `read` is mounted, so not here too
+    ///     .mount("files", ToolSet::new().tool(read::tool()))
+    ///     .mount("backup", [read::tool()])
+    ///     .build()?
+    ///     .start()
+    ///     .await?;
+    /// let names: Vec<String> = handle.tools().iter().map(|t| t.name().to_owned()).collect();
+    /// assert_eq!(names, ["health", "files_read", "backup_read"]);
+    /// # handle.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn mount(self, prefix: impl Into<String>, tools: impl IntoIterator<Item = Tool>) -> Self {
+        self.mount_with(Mount::new(prefix, tools))
+    }
+
+    /// Serves a [`Mount`]: tools under a prefix, with its separator and
+    /// edits.
+    pub fn mount_with(mut self, mount: Mount) -> Self {
+        self.mounts.push((self.tools.len(), mount));
+        self
+    }
+
+    /// What joins a mount's prefix to its tools' names, for mounts that do
+    /// not choose (default `_`, which every MCP host accepts in tool names;
+    /// `.` and `-` are the others MCP allows, and some hosts refuse `.`).
+    /// A character a tool name cannot hold makes [`build`](Self::build) fail.
+    pub fn mount_separator(mut self, separator: char) -> Self {
+        self.mount_separator = Some(separator);
+        self
+    }
+
+    /// Serves only the tools with at least one of these tags
+    /// ([`ToolBuilder::tags`](crate::ToolBuilder::tags),
+    /// `#[haip_tool(tags = [..])]`); calls add to the list. Applies to every
+    /// tool given to the builder (built-in, annotated, added, mounted), once,
+    /// in [`build`](Self::build): what is left out is not registered at all,
+    /// so filtering costs nothing per call. Tools registered later
+    /// ([`ServerHandle::register_tool`](crate::ServerHandle::register_tool),
+    /// MCP imports) are not filtered.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), haip::Error> {
+    /// let server = haip::Server::builder()
+    ///     .annotated_tools()
+    ///     .only_tags(["public"])
+    ///     .exclude_tags(["experimental"])
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn only_tags<I, S>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tag_filter
+            .only
+            .extend(tags.into_iter().map(Into::into));
+        self
+    }
+
+    /// Leaves out every tool with one of these tags, whatever
+    /// [`only_tags`](Self::only_tags) says; calls add to the list. Applied
+    /// as `only_tags` is.
+    pub fn exclude_tags<I, S>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tag_filter
+            .exclude
+            .extend(tags.into_iter().map(Into::into));
         self
     }
 
@@ -802,17 +915,15 @@ impl ServerBuilder {
         }
         let auth = self.authenticator_for()?;
         let registry = Registry::default();
-        let mut tools: Vec<(Tool, String)> = Vec::new();
-        if self.builtins {
-            tools.extend(builtin::tools().into_iter().map(|t| {
-                let origin = format!("built-in `{}`", t.name());
-                (t, origin)
-            }));
+        let tools = Given {
+            builtins: self.builtins,
+            annotated: self.annotated,
+            tools: self.tools,
+            mounts: self.mounts,
+            separator: self.mount_separator,
+            filter: self.tag_filter,
         }
-        if self.annotated {
-            tools.extend(crate::__private::annotated_tools()?);
-        }
-        tools.extend(self.tools);
+        .tools()?;
         let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
         for (tool, origin) in tools {
             if let Some(first) = seen.get(tool.name()) {

@@ -4,6 +4,7 @@ mod access;
 mod answer;
 mod body;
 mod builder;
+mod compose;
 mod config;
 pub(crate) mod driver;
 mod http;
@@ -31,6 +32,7 @@ use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
 pub use builder::ServerBuilder;
+pub use compose::{Mount, ToolSet};
 pub(crate) use config::Config;
 
 use crate::Error;

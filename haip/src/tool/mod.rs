@@ -1,9 +1,11 @@
 //! Tools: the [`Tool`] value, its handler, errors and the ordered registry.
 
 pub(crate) mod builtin;
+mod edit;
 pub(crate) mod error;
 mod extract;
 mod registry;
+mod tags;
 
 use std::any::Any;
 use std::fmt;
@@ -21,10 +23,12 @@ use crate::schema::{
     CompiledSchema, Profiles, SchemaProblem, SchemaProfile, Violation, Violations,
 };
 
+pub use edit::ToolEdit;
 pub use error::ToolError;
 pub use extract::{Injected, Params, State};
 pub(crate) use extract::{StateMap, StateRequirement};
 pub(crate) use registry::Registry;
+pub(crate) use tags::{TAG_RULE, TagFilter};
 
 /// The future a tool handler returns.
 pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'static>>;
@@ -111,6 +115,8 @@ struct ToolInner {
     task_support: TaskSupport,
     /// OAuth scopes a caller needs to call it (sorted, no duplicates).
     scopes: Vec<String>,
+    /// Labels for choosing which tools a server serves (sorted, no duplicates).
+    tags: Vec<String>,
     input_schema: Value,
     output_schema: Option<Value>,
     /// Whether results carry content blocks (read from the output schema).
@@ -120,11 +126,30 @@ struct ToolInner {
     /// The schemas as each profile advertises them (HAIP.md §6.14).
     profiles: Profiles,
     timeout: Option<Duration>,
-    handler: Box<dyn ToolHandler>,
+    /// Shared with the tools made from this one by [`Tool::edit`].
+    handler: Arc<dyn ToolHandler>,
     required_state: Vec<StateRequirement>,
     /// What the layers serving the tool know about it beyond this (the MCP
     /// import marks the tools it imports, for the MCP export).
     marks: Marks,
+    /// The `#[haip_tool]` function it was built from, kept by edits: how
+    /// `annotated_tools` knows a tool it was also given.
+    definition: Option<&'static Definition>,
+}
+
+/// The `#[haip_tool]` function a tool was built from: one `static` per
+/// function (its address is its identity), made by the macro. Not public API.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Definition {
+    /// The tool's name as written.
+    pub name: &'static str,
+    /// `module_path!()` of the function.
+    pub module: &'static str,
+    /// `file!()` of the function.
+    pub file: &'static str,
+    /// `line!()` of the function.
+    pub line: u32,
 }
 
 impl fmt::Debug for Tool {
@@ -135,6 +160,7 @@ impl fmt::Debug for Tool {
             .field("description", &self.inner.description)
             .field("annotations", &self.inner.annotations)
             .field("scopes", &self.inner.scopes)
+            .field("tags", &self.inner.tags)
             .field("timeout", &self.inner.timeout)
             .finish_non_exhaustive()
     }
@@ -153,12 +179,14 @@ impl Tool {
             icons: Vec::new(),
             task_support: TaskSupport::Forbidden,
             scopes: Vec::new(),
+            tags: Vec::new(),
             input_schema: json!({ "type": "object" }),
             output_schema: None,
             timeout: None,
             handler: None,
             required_state: Vec::new(),
             marks: Marks::default(),
+            definition: None,
         }
     }
 
@@ -173,6 +201,11 @@ impl Tool {
     #[allow(dead_code)] // used by adapters that manage their own tools (the MCP import)
     pub(crate) fn same(&self, other: &Tool) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The `#[haip_tool]` function it was built from, if any (edits keep it).
+    pub(crate) fn definition(&self) -> Option<&'static Definition> {
+        self.inner.definition
     }
 
     /// The tool's name.
@@ -211,6 +244,11 @@ impl Tool {
     /// ([`ToolBuilder::scopes`]), sorted.
     pub fn scopes(&self) -> &[String] {
         &self.inner.scopes
+    }
+
+    /// Its tags ([`ToolBuilder::tags`]), sorted.
+    pub fn tags(&self) -> &[String] {
+        &self.inner.tags
     }
 
     /// The JSON Schema its params are validated against (what the `full`
@@ -321,13 +359,13 @@ impl Tool {
 /// Marks on a tool, one per type: what an adapter records about a tool for
 /// itself (the MCP import's "results are MCP content blocks"), without the
 /// calls layer knowing what they mean.
-#[derive(Default)]
-struct Marks(Vec<Box<dyn Any + Send + Sync>>);
+#[derive(Default, Clone)]
+struct Marks(Vec<Arc<dyn Any + Send + Sync>>);
 
 impl Marks {
     fn insert<M: Any + Send + Sync>(&mut self, mark: M) {
         self.0.retain(|m| !m.is::<M>());
-        self.0.push(Box::new(mark));
+        self.0.push(Arc::new(mark));
     }
 
     fn get<M: Any>(&self) -> Option<&M> {
@@ -345,12 +383,14 @@ pub struct ToolBuilder {
     icons: Vec<Icon>,
     task_support: TaskSupport,
     scopes: Vec<String>,
+    tags: Vec<String>,
     input_schema: Value,
     output_schema: Option<Value>,
     timeout: Option<Duration>,
-    handler: Option<Box<dyn ToolHandler>>,
+    handler: Option<Arc<dyn ToolHandler>>,
     required_state: Vec<StateRequirement>,
     marks: Marks,
+    definition: Option<&'static Definition>,
 }
 
 impl fmt::Debug for ToolBuilder {
@@ -458,6 +498,33 @@ impl ToolBuilder {
         self
     }
 
+    /// Labels for choosing which tools a server serves
+    /// ([`ServerBuilder::only_tags`](crate::ServerBuilder::only_tags),
+    /// [`exclude_tags`](crate::ServerBuilder::exclude_tags)): `"admin"`,
+    /// `"files:write"`. Each is 1 to 64 characters, each an ASCII letter,
+    /// digit, `_`, `-`, `.`, `:` or `/`; `build` refuses others. MCP clients
+    /// see them in the tool's `_meta` (`"haip/tags"`); HAIP's
+    /// `TOOL_LIST` has no place for them.
+    ///
+    /// ```
+    /// use haip::Tool;
+    ///
+    /// let purge = Tool::builder("purge_cache")
+    ///     .tags(["admin", "cache"])
+    ///     .handler(|_, _| async { Ok(serde_json::json!(true)) })
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(purge.tags(), ["admin", "cache"]);
+    /// ```
+    pub fn tags<I, S>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tags.extend(tags.into_iter().map(Into::into));
+        self
+    }
+
     /// The input JSON Schema (default `{"type":"object"}`). Compiled once, by `build`.
     pub fn input_schema(mut self, schema: Value) -> Self {
         self.input_schema = schema;
@@ -505,7 +572,7 @@ impl ToolBuilder {
     /// that waits goes on as a task of its own. Long computations that never
     /// await belong in a [`ToolBuilder::blocking_handler`].
     pub fn handler(mut self, handler: impl ToolHandler) -> Self {
-        self.handler = Some(Box::new(handler));
+        self.handler = Some(Arc::new(handler));
         self
     }
 
@@ -516,7 +583,7 @@ impl ToolBuilder {
     where
         F: Fn(Value, Context) -> Result<Value, ToolError> + Send + Sync + 'static,
     {
-        self.handler = Some(Box::new(Blocking(Arc::new(handler))));
+        self.handler = Some(Arc::new(Blocking(Arc::new(handler))));
         self
     }
 
@@ -525,6 +592,13 @@ impl ToolBuilder {
     #[allow(dead_code)] // only adapters that mark tools call this
     pub(crate) fn mark<M: Any + Send + Sync>(mut self, mark: M) -> Self {
         self.marks.insert(mark);
+        self
+    }
+
+    /// Records the `#[haip_tool]` function the tool is built from (used by
+    /// the macro).
+    pub(crate) fn definition(mut self, definition: &'static Definition) -> Self {
+        self.definition = Some(definition);
         self
     }
 
@@ -557,6 +631,7 @@ impl ToolBuilder {
         }
         scopes.sort_unstable();
         scopes.dedup();
+        let tags = tags::checked(self.tags).map_err(invalid)?;
         let Some(handler) = self.handler else {
             return Err(invalid(
                 "no handler: call .handler(...) before .build()".to_owned(),
@@ -572,6 +647,7 @@ impl ToolBuilder {
                 icons: self.icons,
                 task_support: self.task_support,
                 scopes,
+                tags,
                 input_schema: self.input_schema,
                 output_schema,
                 shape,
@@ -582,6 +658,7 @@ impl ToolBuilder {
                 handler,
                 required_state: self.required_state,
                 marks: self.marks,
+                definition: self.definition,
             }),
         })
     }

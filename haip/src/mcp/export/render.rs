@@ -46,8 +46,19 @@ pub(crate) fn mcp_tool(tool: &Tool, profile: SchemaProfile) -> Option<rmcp::mode
     if !tool.icons().is_empty() {
         out.icons = Some(tool.icons().iter().map(mcp_icon).collect());
     }
+    // MCP has no field for tags; `_meta` is where a server says more about
+    // a tool, under a key of its own. (HAIP's `TOOL_LIST` has no such place.)
+    if !tool.tags().is_empty() {
+        let mut meta = rmcp::model::MetaObject::new();
+        meta.0
+            .insert(TAGS_META.to_owned(), Value::from(tool.tags()));
+        out.meta = Some(meta);
+    }
     Some(out)
 }
+
+/// The `_meta` key of a tool's tags in `tools/list`.
+pub(crate) const TAGS_META: &str = "haip/tags";
 
 /// A haip icon as an MCP icon (HAIP.md §6.13: the same fields).
 fn mcp_icon(icon: &crate::protocol::Icon) -> rmcp::model::Icon {

@@ -1,5 +1,5 @@
-//! Text tools, written once and served by whichever server adds them:
-//! `haip::Server::builder().tools(toolset_lib::tools())`.
+//! Text tools, written once and served by whichever server mounts them:
+//! `haip::Server::builder().mount("text", toolset_lib::tools())`.
 
 use haip::{Context, ToolError, haip_tool};
 
@@ -84,7 +84,7 @@ async fn yield_now() {
     .await;
 }
 
-/// Every tool of the set, to add to a server.
-pub fn tools() -> Vec<haip::Tool> {
-    vec![shout::tool(), count_words::tool(), replace::tool()]
+/// Every tool of the crate, as a set a server mounts under a prefix.
+pub fn tools() -> haip::ToolSet {
+    haip::ToolSet::annotated(module_path!()).expect("the crate's tools build")
 }

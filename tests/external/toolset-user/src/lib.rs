@@ -1,5 +1,5 @@
-//! The application's server: the text tools of `toolset-lib`, with a
-//! setting of its own. `main` would `.build()?.run().await` it.
+//! The application's server: the text tools of `toolset-lib`, mounted under
+//! `text` (`text_shout`, …), with a setting of its own. `main` would `.build()?.run().await` it.
 
 use std::time::Duration;
 
@@ -7,5 +7,5 @@ use std::time::Duration;
 pub fn server() -> haip::ServerBuilder {
     haip::Server::builder()
         .tool_timeout(Duration::from_secs(5))
-        .tools(toolset_lib::tools())
+        .mount("text", toolset_lib::tools())
 }

@@ -12,14 +12,14 @@ fn server() -> TestServer {
 #[tokio::test]
 async fn shout_upper_cases_and_checks_its_input() {
     let server = server();
-    let out = server.call("shout", json!({"text": "hi"})).await.unwrap();
+    let out = server.call("text_shout", json!({"text": "hi"})).await.unwrap();
     assert_eq!(out, json!({"text": "HI", "chars": 2}));
     let changed: toolset_lib::Changed = server
-        .call_typed("shout", json!({"text": "ok"}))
+        .call_typed("text_shout", json!({"text": "ok"}))
         .await
         .unwrap();
     assert_eq!(changed.text, "OK");
-    let err = server.call("shout", json!({"text": ""})).await.unwrap_err();
+    let err = server.call("text_shout", json!({"text": ""})).await.unwrap_err();
     assert_eq!(err.code(), Some("INVALID_PARAMS"));
 }
 
@@ -28,7 +28,7 @@ async fn count_words_reports_progress_and_logs_the_count() {
     let server = server();
     let call = server
         .start(
-            "count_words",
+            "text_count_words",
             json!({"text": "one two\nthree\nfour five six"}),
         )
         .await
@@ -44,7 +44,7 @@ async fn count_words_reports_progress_and_logs_the_count() {
 async fn replace_asks_first() {
     let server = server();
     let mut call = server
-        .start("replace", json!({"old": "a", "new": "b"}))
+        .start("text_replace", json!({"old": "a", "new": "b"}))
         .await
         .unwrap();
     let question = call.question().await.unwrap();
@@ -55,7 +55,7 @@ async fn replace_asks_first() {
     assert_eq!(call.result().await.unwrap()["text"], "b");
 
     let mut call = server
-        .start("replace", json!({"old": "a", "new": "b"}))
+        .start("text_replace", json!({"old": "a", "new": "b"}))
         .await
         .unwrap();
     let question = call.question().await.unwrap();
@@ -73,13 +73,13 @@ async fn every_tool_is_listed_with_its_schemas() {
         .into_iter()
         .map(|t| t.name)
         .collect();
-    assert_eq!(names, ["shout", "count_words", "replace"]);
+    assert_eq!(names, ["text_shout", "text_count_words", "text_replace"]);
     let schemas: serde_json::Value =
         serde_json::from_str(&server.schemas().await.unwrap()).unwrap();
     assert_eq!(
-        schemas["shout"]["input_schema"]["properties"]["text"]["maxLength"],
+        schemas["text_shout"]["input_schema"]["properties"]["text"]["maxLength"],
         100
     );
-    assert_eq!(schemas["replace"]["annotations"]["destructiveHint"], true);
+    assert_eq!(schemas["text_replace"]["annotations"]["destructiveHint"], true);
     server.shutdown().await.unwrap();
 }
