@@ -104,7 +104,9 @@
 //!   `{"call_id": "c1", "tool": "echo", "params": {…}, "_meta":
 //!   {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}`.
 //!   An MCP import passes the call's context on in its own request's
-//!   `_meta`, so a call through two haip servers is one trace.
+//!   `_meta`, so a call through two haip servers is one trace. What a span
+//!   keeps of the client is bounded: a call id is cut to 64 characters, a
+//!   `tracestate` over 512 bytes is dropped.
 //! - **Sampling**: every call by default; `HAIP_TRACE_SAMPLING=0.01` (or
 //!   `OTEL_TRACES_SAMPLER_ARG`, `trace_sampling`) keeps one in a hundred of
 //!   the calls whose caller did not sample its trace. A sampled

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Door;
-use crate::stats::{Ended, Throttle};
+use crate::stats::{Brief, Ended, Throttle};
 
 /// Finished spans waiting for the exporter; more are dropped (and counted).
 const QUEUE: usize = 4096;
@@ -159,7 +159,9 @@ impl Tracing {
             attributes.extend([
                 KeyValue::new("gen_ai.operation.name", "execute_tool"),
                 KeyValue::new("gen_ai.tool.name", tool.to_owned()),
-                KeyValue::new("gen_ai.tool.call.id", call_id.to_string()),
+                // The client's id, cut as in the access log: a span
+                // waiting for export holds it.
+                KeyValue::new("gen_ai.tool.call.id", Brief(call_id).to_string()),
                 KeyValue::new("network.protocol.name", protocol),
                 KeyValue::new("haip.transport", transport),
             ]);
@@ -202,9 +204,14 @@ fn traces_url(endpoint: &str) -> Result<String, String> {
 /// Reads `traceparent` and `tracestate` from a `_meta` object.
 struct MetaReader<'a>(&'a Map<String, Value>);
 
+/// The longest `tracestate` kept; a longer one is dropped whole, as W3C
+/// Trace Context allows (spans waiting for export carry it).
+const MAX_TRACESTATE: usize = 512;
+
 impl Extractor for MetaReader<'_> {
     fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(Value::as_str)
+        let value = self.0.get(key).and_then(Value::as_str)?;
+        (key != "tracestate" || value.len() <= MAX_TRACESTATE).then_some(value)
     }
 
     fn keys(&self) -> Vec<&str> {
@@ -358,7 +365,7 @@ impl UpstreamLive {
             self.0
                 .set_attribute(KeyValue::new("error.type", "tool_error"));
             self.0.set_status(Status::Error {
-                description: Cow::Owned(error.to_owned()),
+                description: Cow::Owned(Brief(&error).to_string()),
             });
         }
         self.0.end();
@@ -532,6 +539,35 @@ mod tests {
         assert!(!sent.contains("b7ad6b7169203331"), "{sent}");
         upstream.end(None);
         call.end(Ended::Ok);
+    }
+
+    #[test]
+    fn client_values_a_span_keeps_are_cut() {
+        let settings = Settings {
+            endpoint: "http://127.0.0.1:4318".into(),
+            sampling: 1.0,
+            service: "haip".into(),
+        };
+        let tracing = Tracing::new(&settings).unwrap();
+        let mut meta = Map::new();
+        meta.insert(
+            "traceparent".into(),
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+        );
+        meta.insert("tracestate".into(), format!("k={}", "v".repeat(600)).into());
+        let long_id = "c".repeat(10_000);
+        let call = tracing
+            .call("echo", &long_id, None, Door::WebSocket, Some(&meta))
+            .unwrap();
+        let context = call.span.span_context().clone();
+        // The parent is kept; its oversized tracestate is not.
+        assert_eq!(
+            context.trace_id().to_string(),
+            "0af7651916cd43dd8448eb211c80319c"
+        );
+        assert_eq!(context.trace_state().header(), "");
+        call.end(Ended::Ok);
+        assert_eq!(Brief(&long_id).to_string().chars().count(), 65);
     }
 
     #[test]

@@ -308,9 +308,12 @@ pub(super) async fn serve_separately(
                     Ok::<_, std::convert::Infallible>(response)
                 }
             });
+            // One scrape per connection: an idle client holds no permit.
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(timeout)
+                .max_buf_size(super::MAX_HTTP_BUF)
+                .keep_alive(false)
                 .serve_connection(TokioIo::new(stream), service);
             tokio::pin!(conn);
             tokio::select! {

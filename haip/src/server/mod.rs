@@ -444,7 +444,7 @@ impl ShutdownSignal {
 }
 
 /// Cap on hyper's per-connection read buffer (request line and headers).
-const MAX_HTTP_BUF: usize = 64 * 1024;
+pub(super) const MAX_HTTP_BUF: usize = 64 * 1024;
 
 async fn accept_loop(listener: TcpListener, hub: Arc<Hub>) {
     let shutdown = hub.shared.shutdown.clone();

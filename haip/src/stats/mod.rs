@@ -61,7 +61,7 @@ pub(crate) struct Stats {
 
 /// A client's value in a log line, cut after [`Brief::CHARS`] characters:
 /// a call id is the client's to choose, and may be long.
-struct Brief<'a>(&'a dyn std::fmt::Display);
+pub(crate) struct Brief<'a>(pub(crate) &'a dyn std::fmt::Display);
 
 impl Brief<'_> {
     const CHARS: usize = 64;

@@ -81,8 +81,8 @@ impl ExportService {
                         .await
                     {
                         Stop::Outcome(outcome) if required => {
-                            let call = (request_id, received, std::mem::take(call_span));
-                            return self.ended_task(tool, &peer, subject, outcome, call).await;
+                            let call = Ending::new(request_id, received, subject, call_span);
+                            return self.ended_task(tool, &peer, outcome, call).await;
                         }
                         stop => return AsTask::Stopped(stop),
                     }
@@ -96,8 +96,8 @@ impl ExportService {
                 // Answered as any call: the request ends the span.
                 return AsTask::Stopped(Stop::Outcome(outcome));
             }
-            let call = (request_id, received, std::mem::take(call_span));
-            return self.ended_task(tool, &peer, subject, outcome, call).await;
+            let call = Ending::new(request_id, received, subject, call_span);
+            return self.ended_task(tool, &peer, outcome, call).await;
         }
         let created = match self.tasks.create(&peer, subject.as_deref(), None).await {
             Ok(created) => created,
@@ -114,7 +114,7 @@ impl ExportService {
         let shared = Arc::clone(&self.shared);
         let tasks = Arc::clone(&self.tasks);
         let tool = tool.clone();
-        let span = std::mem::take(call_span);
+        let ending = Ending::new(request_id, received, subject, call_span);
         self.shared.runner.tasks().spawn(async move {
             let stop = follow(&tasks, &peer, &mut events, &slot, &cancel).await;
             if matches!(stop, Stop::TimedOut) {
@@ -124,22 +124,8 @@ impl ExportService {
                 drop(permit);
             }
             let (ended, end) = task_end(&shared, &tool, stop, peer.cancel.is_cancelled());
-            let bytes = json_len(&end.result) + json_len(&end.error);
+            ending.count(&shared, &tool, ended, &end);
             tasks.finish(&peer, end).await;
-            let latency = received.elapsed();
-            let stats = &shared.stats;
-            stats.call_ended(tool.name(), ended, Some(latency));
-            span.end(ended);
-            let who = subject.as_deref();
-            stats.access(
-                "mcp-task",
-                tool.name(),
-                &request_id,
-                who,
-                ended,
-                latency,
-                bytes,
-            );
             drop(admission);
         });
         AsTask::Task(created)
@@ -150,26 +136,12 @@ impl ExportService {
         &self,
         tool: &Tool,
         peer: &Arc<TaskPeer>,
-        subject: Option<Arc<str>>,
         outcome: Outcome,
-        (request_id, received, span): (RequestId, Instant, CallSpan),
+        ending: Ending,
     ) -> AsTask {
         let (ended, end) = task_end(&self.shared, tool, Stop::Outcome(outcome), false);
-        let bytes = json_len(&end.result) + json_len(&end.error);
-        let latency = received.elapsed();
-        let stats = &self.shared.stats;
-        stats.call_ended(tool.name(), ended, Some(latency));
-        span.end(ended);
-        let who = subject.as_deref();
-        stats.access(
-            "mcp-task",
-            tool.name(),
-            &request_id,
-            who,
-            ended,
-            latency,
-            bytes,
-        );
+        let subject = ending.subject.clone();
+        ending.count(&self.shared, tool, ended, &end);
         match self.tasks.create(peer, subject.as_deref(), Some(end)).await {
             Ok(created) => AsTask::Task(created),
             Err(e) => AsTask::Refused(error_result(
@@ -265,4 +237,41 @@ fn task_end(shared: &Shared, tool: &Tool, stop: Stop, cancelled: bool) -> (Ended
         error: None,
     };
     (ended, end)
+}
+
+/// What a call that became a task keeps for its end: the metrics, its span
+/// and its access-log line, counted once, wherever it ends.
+struct Ending {
+    request_id: RequestId,
+    received: Instant,
+    subject: Option<Arc<str>>,
+    span: CallSpan,
+}
+
+impl Ending {
+    /// Takes the call's span from the request, which no longer ends it.
+    fn new(
+        request_id: RequestId,
+        received: Instant,
+        subject: Option<Arc<str>>,
+        span: &mut CallSpan,
+    ) -> Ending {
+        Ending {
+            request_id,
+            received,
+            subject,
+            span: std::mem::take(span),
+        }
+    }
+
+    /// The call of `tool` ended so, with `end` its task's record.
+    fn count(self, shared: &Shared, tool: &Tool, ended: Ended, end: &TaskEnd) {
+        let bytes = json_len(&end.result) + json_len(&end.error);
+        let latency = self.received.elapsed();
+        let stats = &shared.stats;
+        stats.call_ended(tool.name(), ended, Some(latency));
+        self.span.end(ended);
+        let (id, who) = (&self.request_id, self.subject.as_deref());
+        stats.access("mcp-task", tool.name(), id, who, ended, latency, bytes);
+    }
 }
