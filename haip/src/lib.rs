@@ -62,6 +62,7 @@ mod error;
 mod exec;
 pub mod guide;
 mod hash;
+pub mod layer;
 pub mod lint;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]

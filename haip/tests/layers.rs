@@ -40,6 +40,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "protocol", "schema", "tool", "context", "stats", "otel", "hash", "error",
         ],
     ),
+    // Layers around calls: above the runner, which sees them only as its
+    // `Around` hook.
+    (
+        "layer",
+        &[
+            "protocol", "schema", "tool", "context", "exec", "hash", "error",
+        ],
+    ),
     ("stats", &["protocol", "hash"]),
     // Spans of calls (feature `otel`): beside the counters, which it reads.
     ("otel", &["stats"]),

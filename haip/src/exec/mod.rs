@@ -37,6 +37,33 @@ pub(crate) struct CallRunner {
     tasks: TaskTracker,
     /// Validations of large params at once, server-wide (HAIP.md §18.1).
     validators: Arc<Semaphore>,
+    /// The layers around every call ([`crate::layer`]); `None` when there
+    /// are none, so that a server without layers runs its tools directly.
+    around: Option<Arc<dyn Around>>,
+}
+
+/// What runs a call's handler when the server has layers
+/// ([`crate::layer`]'s stack): it may refuse the call, rewrite its params or
+/// its result, and checks params the session left unchecked.
+pub(crate) trait Around: Send + Sync + 'static {
+    /// Runs `tool` with `params`, checking them first when `unchecked`.
+    fn call(
+        self: Arc<Self>,
+        tool: Tool,
+        params: Value,
+        ctx: Context,
+        unchecked: Option<Unchecked>,
+    ) -> crate::tool::ToolFuture;
+}
+
+/// Params not checked against the tool's input schema yet: with layers, they
+/// are checked after the layers, which may rewrite them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Unchecked {
+    /// Violations listed at most.
+    pub(crate) max_violations: usize,
+    /// Checked on the blocking pool with one of the validators' permits.
+    pub(crate) large: bool,
 }
 
 impl CallRunner {
@@ -45,7 +72,24 @@ impl CallRunner {
         CallRunner {
             tasks: TaskTracker::new(),
             validators: Arc::new(Semaphore::new(validators.max(1))),
+            around: None,
         }
+    }
+
+    /// Runs every call through `around` (the server's layers).
+    pub(crate) fn set_around(&mut self, around: Arc<dyn Around>) {
+        self.around = Some(around);
+    }
+
+    /// Whether calls run through layers: then their params are checked
+    /// after the layers ([`Unchecked`]), not before they start.
+    pub(crate) fn layered(&self) -> bool {
+        self.around.is_some()
+    }
+
+    /// The large-params validators, which the layers' stack shares.
+    pub(crate) fn validators_handle(&self) -> Arc<Semaphore> {
+        Arc::clone(&self.validators)
     }
 
     /// The server's task tracker: call tasks, and the server's own tasks.
@@ -94,6 +138,7 @@ impl CallRunner {
             inline,
             peer,
             trace,
+            unchecked,
         } = start;
         let sink = ProgressSink {
             key,
@@ -111,8 +156,13 @@ impl CallRunner {
         )
         .traced(trace);
         let events = events.clone();
+        let around = self.around.clone();
         let mut call = Box::pin(async move {
-            let outcome = run(key, tool, params, ctx, cancel, limits, &events).await;
+            let handler = match around {
+                Some(around) => around.call(tool.clone(), params, ctx, unchecked),
+                None => tool.call(params, ctx),
+            };
+            let outcome = run(key, &tool, handler, cancel, limits, &events).await;
             (outcome, events)
         });
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -201,7 +251,7 @@ async fn validate(
 }
 
 /// Validates params on the blocking pool with one of the `limiter`'s permits.
-async fn check_large(
+pub(crate) async fn check_large(
     limiter: &Arc<Semaphore>,
     tool: Tool,
     mut params: Value,
@@ -254,6 +304,8 @@ pub(crate) struct Start {
     pub(crate) peer: Option<Arc<dyn Peer>>,
     /// The trace the call runs in (feature `otel`), for its context.
     pub(crate) trace: crate::otel::TraceLink,
+    /// Params not checked yet (the server has layers): checked after them.
+    pub(crate) unchecked: Option<Unchecked>,
 }
 
 /// Large params a session core hands off to be validated off its task.
@@ -363,9 +415,8 @@ fn fits_within(value: &Value, budget: usize) -> bool {
 
 async fn run(
     key: CallKey,
-    tool: Tool,
-    params: Value,
-    ctx: Context,
+    tool: &Tool,
+    handler: crate::tool::ToolFuture,
     cancel: CancellationToken,
     Limits {
         timeout,
@@ -374,7 +425,7 @@ async fn run(
     }: Limits,
     events: &mpsc::UnboundedSender<CallEvent>,
 ) -> Outcome {
-    let mut call = AssertUnwindSafe(tool.call(params, ctx)).catch_unwind();
+    let mut call = AssertUnwindSafe(handler).catch_unwind();
     let deadline = async {
         match timeout {
             Some(t) => tokio::time::sleep(t).await,
@@ -386,7 +437,7 @@ async fn run(
         result = &mut call => return match (finished(result), render) {
             (Outcome::Returned(Ok(value)), Some(render)) => {
                 let value = tool.shape_output(value);
-                Outcome::Rendered(Box::new(render.render(&tool, value).await))
+                Outcome::Rendered(Box::new(render.render(tool, value).await))
             }
             (Outcome::Returned(Ok(value)), None) => Outcome::Returned(Ok(tool.shape_output(value))),
             (outcome, _) => outcome,
@@ -492,6 +543,10 @@ pub(crate) fn complete(
         Outcome::Returned(Err(e)) if e.is_cancelled() => {
             done(ToolOutcome::Cancelled(None), Ended::Cancelled)
         }
+        // Params the layers passed on, then the input schema refused.
+        Outcome::Returned(Err(ref e)) if let Some(found) = e.violations() => {
+            failed(invalid_params(name, found))
+        }
         Outcome::Returned(Err(e)) => failed(e.into_failure()),
         Outcome::Panicked(text) => {
             let message = panic_message(name, &text, policy.debug_errors);
@@ -522,6 +577,17 @@ fn violated(name: &str, found: &Violations, policy: Policy, stats: &Stats) -> Op
         format!("Result of tool {name} violates its output schema"),
     );
     Some(counted(failure.with_details(found.details()), found))
+}
+
+/// The `TOOL_DONE ERROR` result of a call whose params were rejected:
+/// `{error, code: INVALID_PARAMS, details: [..max_violations], total}`
+/// (`total_at_least` when counting stopped early).
+pub(crate) fn invalid_params(tool: &str, found: &Violations) -> ToolFailure {
+    let failure = ToolFailure::new(
+        ErrorCode::INVALID_PARAMS,
+        format!("Invalid params for tool {tool}"),
+    );
+    counted(failure.with_details(found.details()), found)
 }
 
 /// `failure` with the count of the violations its details list: `total`, or

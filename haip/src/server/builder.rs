@@ -45,6 +45,8 @@ pub struct ServerBuilder {
     /// Where spans of calls go (`otlp_endpoint`, `HAIP_OTLP_ENDPOINT`,
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`), and how many.
     traces: TraceSettings,
+    /// The layers around every call, outermost first.
+    layers: Vec<Arc<dyn crate::layer::DynLayer>>,
 }
 
 /// What the builder was told about traces (feature `otel`).
@@ -96,6 +98,7 @@ impl std::fmt::Debug for ServerBuilder {
                 },
             )
             .field("cors_origins", &self.cors_origins)
+            .field("layers", &self.layers.len())
             .finish_non_exhaustive()
     }
 }
@@ -624,6 +627,31 @@ impl ServerBuilder {
         self
     }
 
+    /// Adds a layer around every tool call, HAIP and MCP alike (see
+    /// [`haip::layer`](crate::layer)): it may refuse a call, rewrite its
+    /// params before they are checked, rewrite its result, or watch how it
+    /// ended. The first layer added is the outermost: it sees the call first
+    /// and the outcome last.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use haip::layer::{Cache, ConcurrencyLimit, MaskErrors, RateLimit};
+    ///
+    /// # fn demo() -> Result<(), haip::Error> {
+    /// let server = haip::Server::builder()
+    ///     .annotated_tools()
+    ///     .layer(RateLimit::per_subject(60, Duration::from_secs(60)))
+    ///     .layer(MaskErrors::new())
+    ///     .layer(ConcurrencyLimit::per_tool(8))
+    ///     .layer(Cache::new(8 << 20))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn layer(mut self, layer: impl crate::layer::Layer) -> Self {
+        self.layers.push(Arc::new(layer));
+        self
+    }
+
     /// Imports the tools of an MCP server run as a child process (see
     /// [`McpImport::stdio`](crate::mcp::McpImport::stdio)). Feature `mcp`.
     ///
@@ -959,6 +987,10 @@ impl ServerBuilder {
         });
         let mut shared = Shared::new(self.config.session.clone(), registry, self.state);
         shared.tracer = self.traces.tracer()?;
+        if !self.layers.is_empty() {
+            let stack = crate::layer::Stack::new(self.layers, shared.runner.validators_handle());
+            shared.runner.set_around(Arc::new(stack));
+        }
         shared.tasks = Arc::new(crate::session::tasks::InMemoryTaskStore::new(
             &instance,
             self.config.task_limits(),

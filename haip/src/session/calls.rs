@@ -22,7 +22,7 @@ use crate::protocol::payload::{
     UpdateStatus,
 };
 use crate::protocol::{Channel, ErrorCode, EventType, Inbound, Outgoing, Prepared};
-use crate::schema::{Form, Violations};
+use crate::schema::Form;
 use crate::stats::{Ended, Throttle, UNKNOWN_TOOL};
 use crate::tool::Tool;
 
@@ -168,14 +168,17 @@ impl Session {
         }
         // Step 4: validate (`params` absent or null is `{}` already); large
         // params off the session task (HAIP.md §18.1).
+        // With layers, params are checked after them, in the call's task
+        // (the layers may refuse the call first, or rewrite its params).
         let size = self.inbound_len;
         let large = size > LARGE_PARAMS;
-        if !large {
+        let layered = self.shared.runner.layered();
+        if !large && !layered {
             let validating = span.mark();
             let found = tool.check_params(&mut params, self.config().max_violations);
             span.child("tool.validate", validating);
             if !found.is_empty() {
-                let failure = invalid_params(tool.name(), &found);
+                let failure = exec::invalid_params(tool.name(), &found);
                 self.push(about(tool_done(ToolDone::failed(call_id, failure))));
                 let ended = Ended::failed(&ErrorCode::INVALID_PARAMS);
                 let latency = self.shared.clock.now().saturating_duration_since(received);
@@ -190,8 +193,9 @@ impl Session {
         // the params of waiting calls are bounded in bytes as well as in number.
         let config = &self.shared.config;
         let max_violations = config.max_violations;
-        let start_now =
-            !large && self.running < config.max_inflight_calls && self.waiting.is_empty();
+        let start_now = (!large || layered)
+            && self.running < config.max_inflight_calls
+            && self.waiting.is_empty();
         let too_many = self.waiting.len() + self.validating >= config.max_queued_calls
             || self.held_bytes.saturating_add(size) > config.max_queued_bytes;
         if !start_now && too_many {
@@ -234,7 +238,7 @@ impl Session {
             questions: Vec::new(),
             span,
         };
-        if large {
+        if large && !layered {
             call.state = State::Validating;
             call.held = size;
             self.held_bytes += size;
@@ -315,7 +319,7 @@ impl Session {
                 }
             }
             Validation::Invalid(found) => {
-                let failure = invalid_params(&name, &found);
+                let failure = exec::invalid_params(&name, &found);
                 let ended = Ended::failed(&failure.code);
                 self.finish(key, ToolOutcome::Error(failure), ended);
                 self.calls.remove(&key);
@@ -387,6 +391,10 @@ impl Session {
             inline: !call.large,
             peer: None,
             trace: call.span.link(),
+            unchecked: self.shared.runner.layered().then_some(exec::Unchecked {
+                max_violations: config.max_violations,
+                large: call.large,
+            }),
         };
         self.actions.push_back(Action::Start(Box::new(start)));
         self.running += 1;
@@ -966,17 +974,6 @@ fn raw_tool_done(call: &Call, result: Option<&[u8]>) -> Prepared {
 /// Params larger than this (the `TOOL_CALL`'s bytes) are validated off the
 /// session task (HAIP.md §18.1).
 pub(crate) const LARGE_PARAMS: usize = 64 * 1024;
-
-/// The `TOOL_DONE ERROR` result of a call whose params were rejected:
-/// `{error, code: INVALID_PARAMS, details: [..max_violations], total}`
-/// (`total_at_least` when counting stopped early).
-fn invalid_params(tool: &str, found: &Violations) -> ToolFailure {
-    let failure = ToolFailure::new(
-        ErrorCode::INVALID_PARAMS,
-        format!("Invalid params for tool {tool}"),
-    );
-    exec::counted(failure.with_details(found.details()), found)
-}
 
 /// A `TOOL_UPDATE` about `call`, `partial` moved into the payload, not copied.
 fn update(

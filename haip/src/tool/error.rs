@@ -4,6 +4,7 @@ use serde_json::Value;
 
 use crate::protocol::ErrorCode;
 use crate::protocol::payload::ToolFailure;
+use crate::schema::Violations;
 
 /// The error a tool returns: a code, a human-readable message and optional details.
 ///
@@ -31,6 +32,10 @@ pub struct ToolError {
     message: String,
     details: Option<Value>,
     cancelled: bool,
+    /// Set when the params failed the tool's input schema after the layers
+    /// ([`crate::layer`]) saw them: each protocol reports such a call as it
+    /// reports invalid params.
+    violations: Option<Box<Violations>>,
 }
 
 impl ToolError {
@@ -41,6 +46,7 @@ impl ToolError {
             message: message.into(),
             details: None,
             cancelled: false,
+            violations: None,
         }
     }
 
@@ -87,6 +93,24 @@ impl ToolError {
     /// Whether this reports a cancellation rather than a failure.
     pub fn is_cancelled(&self) -> bool {
         self.cancelled
+    }
+
+    /// An `INVALID_PARAMS` error for params that failed the input schema of
+    /// `tool`, listing `found` in its details as a rejected `TOOL_CALL` does.
+    pub(crate) fn violated(tool: &str, found: Violations) -> ToolError {
+        ToolError {
+            details: Some(found.details()),
+            violations: Some(Box::new(found)),
+            ..ToolError::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("Invalid params for tool {tool}"),
+            )
+        }
+    }
+
+    /// The schema violations of params rejected after the layers.
+    pub(crate) fn violations(&self) -> Option<&Violations> {
+        self.violations.as_deref()
     }
 
     /// The `TOOL_DONE` error result, its parts moved rather than copied.

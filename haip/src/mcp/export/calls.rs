@@ -16,7 +16,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::ExportService;
 use super::logs::LogRelay;
-use super::render::{error_result, failure_result, imported, passthrough_blocks, success_result};
+use super::render::{
+    error_result, failure_result, imported, invalid_params_result, passthrough_blocks,
+    success_result,
+};
 use crate::context::{Caller, Peer, ProgressSlot};
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy};
 use crate::mcp::mrtr::{BadState, Can, RoundPeer};
@@ -32,6 +35,8 @@ use crate::tool::Tool;
 pub(super) struct Call<'a> {
     pub(super) tool: &'a Tool,
     pub(super) params: Value,
+    /// Its params are large (checked on the blocking pool).
+    pub(super) large: bool,
     pub(super) subject: Option<Arc<str>>,
     pub(super) caller: Option<Arc<Caller>>,
     pub(super) context: &'a RequestContext<RoleServer>,
@@ -127,6 +132,10 @@ impl ExportService {
                 trace: call.span.link(),
             })),
             trace: call.span.link(),
+            unchecked: self.shared.runner.layered().then_some(exec::Unchecked {
+                max_violations: config.max_violations,
+                large: call.large,
+            }),
         }
     }
 
@@ -265,6 +274,16 @@ pub(super) fn result_of(shared: &Shared, tool: &Tool, stop: Stop) -> (Ended, Cal
         }
         Stop::Outcome(outcome) => outcome,
     };
+    // Params the layers passed on, then the input schema refused: reported
+    // as a call refused before it ran is.
+    if let Outcome::Returned(Err(e)) = &outcome
+        && let Some(found) = e.violations()
+    {
+        return (
+            Ended::failed(&ErrorCode::INVALID_PARAMS),
+            invalid_params_result(tool, found),
+        );
+    }
     let config = &shared.config;
     let policy = Policy {
         max_violations: config.max_violations,

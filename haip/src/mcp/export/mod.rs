@@ -389,8 +389,12 @@ impl ServerHandler for ExportService {
             .get::<hyper::http::request::Parts>()
             .is_some_and(|parts| parts.extensions.get::<LargeRequest>().is_some());
         // Large params are validated off the runtime's workers, a few at once.
+        // With layers, params are checked after them, in the call's task.
+        let layered = self.shared.runner.layered();
         let validating = span.mark();
-        let validation = if large {
+        let validation = if layered {
+            Validation::Valid(params)
+        } else if large {
             self.shared
                 .runner
                 .validate_large(tool.clone(), params, max_violations)
@@ -404,7 +408,9 @@ impl ServerHandler for ExportService {
                 Validation::Invalid(found)
             }
         };
-        span.child("tool.validate", validating);
+        if !layered {
+            span.child("tool.validate", validating);
+        }
         let params = match validation {
             Validation::Valid(params) => params,
             Validation::Failed => {
@@ -430,6 +436,7 @@ impl ServerHandler for ExportService {
         let call = Call {
             tool: &tool,
             params,
+            large,
             subject: subject.clone(),
             caller: caller_of(&context),
             context: &context,
