@@ -190,15 +190,19 @@ cat >"$OUT/meta.json" <<EOF
 }
 EOF
 
-# The sections bench/cluster.sh and bench/metrics.sh write are kept.
+# The sections bench/cluster.sh, bench/metrics.sh and bench/layers.sh write are kept.
 CLUSTER_SECTION=$(sed -n '/<!-- cluster:begin -->/,/<!-- cluster:end -->/p' BENCHMARKS.md 2>/dev/null || true)
 METRICS_SECTION=$(sed -n '/<!-- metrics:begin -->/,/<!-- metrics:end -->/p' BENCHMARKS.md 2>/dev/null || true)
+LAYERS_SECTION=$(sed -n '/<!-- layers:begin -->/,/<!-- layers:end -->/p' BENCHMARKS.md 2>/dev/null || true)
 python3 -B bench/report.py "$OUT" >BENCHMARKS.md
 if [[ -n $CLUSTER_SECTION ]]; then
     printf '\n%s\n' "$CLUSTER_SECTION" >>BENCHMARKS.md
 fi
 if [[ -n $METRICS_SECTION ]]; then
     printf '\n%s\n' "$METRICS_SECTION" >>BENCHMARKS.md
+fi
+if [[ -n $LAYERS_SECTION ]]; then
+    printf '\n%s\n' "$LAYERS_SECTION" >>BENCHMARKS.md
 fi
 python3 -B bench/plot.py "$OUT" >bench/plot.svg
 echo "== wrote BENCHMARKS.md and bench/plot.svg (raw results in ${OUT#"$ROOT"/})"

@@ -41,11 +41,13 @@
 //! task, and ends with exactly one `TOOL_DONE`, whether it succeeds, fails,
 //! panics, times out or is cancelled. [`Server::builder`] configures limits,
 //! state and the set of tools; [`ServerHandle`] changes the tools while the
-//! server runs.
+//! server runs; [`layer`] puts middleware around every call (rate limits,
+//! caching, error masking, your own).
 //!
 //! The [`guide`] explains the rest, chapter by chapter: writing tools,
 //! schemas, tools that talk to people, the wire, MCP, authentication,
-//! several instances, limits, operating, testing, the CLI and the inspector.
+//! several instances, limits, operating, testing, the CLI and the inspector,
+//! middleware.
 
 #[doc(hidden)]
 #[path = "private.rs"]

@@ -689,3 +689,34 @@ impl<E> ViaDisplay for &ErrWrap<E> {
 pub const fn millis(ms: u64) -> std::time::Duration {
     std::time::Duration::from_millis(ms)
 }
+
+/// Calls run through a stack of layers without a server, for
+/// `examples/layer_shapes.rs`, which measures what a layer costs. Not API.
+#[derive(Default)]
+pub struct LayerBench {
+    layers: Vec<std::sync::Arc<dyn crate::layer::DynLayer>>,
+    stack: Option<std::sync::Arc<crate::layer::Stack>>,
+}
+
+impl LayerBench {
+    /// Adds `layer`, inside those added before.
+    pub fn layer(mut self, layer: impl crate::layer::Layer) -> LayerBench {
+        self.layers.push(std::sync::Arc::new(layer));
+        let validators = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+        let stack = crate::layer::Stack::new(self.layers.clone(), validators);
+        self.stack = Some(std::sync::Arc::new(stack));
+        self
+    }
+
+    /// Calls `tool` through the stack (params taken as valid); directly, as
+    /// a server without layers does, when none was added.
+    pub fn call(&self, tool: &crate::Tool, params: Value) -> crate::ToolFuture {
+        let (ctx, _) = crate::Context::detached("bench");
+        match &self.stack {
+            Some(stack) => {
+                crate::exec::Around::call(std::sync::Arc::clone(stack), tool.clone(), params, ctx, None)
+            }
+            None => tool.call(params, ctx),
+        }
+    }
+}

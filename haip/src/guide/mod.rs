@@ -28,6 +28,8 @@
 //!     real server on `127.0.0.1:0`.
 //! 11. [The CLI and the inspector](cli_and_inspector): `haip call` and
 //!     friends, and the browser page at `/inspector`.
+//! 12. [Middleware](middleware): layers around every call: rate limits,
+//!     concurrency limits, caching, error masking, your own.
 //!
 //! # Cargo features
 //!
@@ -70,6 +72,7 @@ pub mod authentication;
 pub mod cli_and_inspector;
 pub mod limits;
 pub mod mcp_both_ways;
+pub mod middleware;
 pub mod operating;
 pub mod schemas;
 pub mod several_instances;

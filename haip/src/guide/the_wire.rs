@@ -180,7 +180,9 @@
 //!    starts when a slot frees, first in first out; else `TOOL_DONE ERROR
 //!    RATE_LIMITED`.
 //! 6. **run**: with `announce_running` (off), `TOOL_UPDATE RUNNING` first;
-//!    the tool's timeout starts.
+//!    the tool's timeout starts. With [layers](super::middleware), they run
+//!    here, before step 4's check, which then applies to the params they
+//!    pass on (the same `INVALID_PARAMS`).
 //! 7. **finish** with exactly one `TOOL_DONE`.
 //!
 //! `TOOL_UPDATE` statuses: `QUEUED`, `RUNNING` (with `progress` 0–100,
@@ -201,7 +203,7 @@
 //! | `TOOL_EXECUTION_ERROR` | the tool returned an error | what the tool gave |
 //! | `TIMEOUT` | the tool's timeout elapsed | — |
 //! | `INTERNAL_ERROR` | a panic, or a result that cannot be serialised; "instance lost" ([several instances](super::several_instances)) | — |
-//! | `RATE_LIMITED` | step 5, the queue full | — |
+//! | `RATE_LIMITED` | step 5, the queue full; a [layer](super::middleware)'s limit | —; a layer's: `{"retry_after_ms"}` |
 //! | `RESULT_TOO_LARGE` | the `TOOL_DONE` would exceed `max_outbound_message_bytes` | `{size, limit}` |
 //! | `FORBIDDEN` | the caller lacks the tool's scopes ([Authentication](super::authentication#scopes)) | `{required, missing}` |
 //! | any code a tool chose | [`ToolError::new`](crate::ToolError::new) | what the tool gave |

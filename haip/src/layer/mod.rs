@@ -161,6 +161,18 @@ impl Next {
         layer.call_boxed(call, self).await
     }
 
+    /// The rest of the call as one boxed future: the next layer's own, when
+    /// there is one (no second box around it).
+    fn into_future(mut self, call: Call) -> BoxFuture<'static> {
+        match self.stack.layers.get(self.index).cloned() {
+            Some(layer) => {
+                self.index += 1;
+                layer.call_boxed(call, self)
+            }
+            None => Box::pin(self.run(call)),
+        }
+    }
+
     /// After the last layer: the params checked, then the tool.
     async fn end(self, call: Call) -> Result<Value, ToolError> {
         let Call {
@@ -175,7 +187,9 @@ impl Next {
         {
             let verdict = if large {
                 let validators = Arc::clone(&self.stack.validators);
-                exec::check_large(&validators, tool.clone(), params, max_violations).await
+                // Boxed: rarely taken, and it would make every call's future larger.
+                let check = exec::check_large(&validators, tool.clone(), params, max_violations);
+                Box::pin(check).await
             } else {
                 let found = tool.check_params(&mut params, max_violations);
                 if found.is_empty() {
@@ -259,14 +273,14 @@ where
 
 type BoxFuture<'a> = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'a>>;
 
-/// A [`Layer`] behind a pointer: its future boxed.
+/// A [`Layer`] behind a pointer: its future boxed, holding the layer.
 pub(crate) trait DynLayer: Send + Sync + 'static {
-    fn call_boxed(&self, call: Call, next: Next) -> BoxFuture<'_>;
+    fn call_boxed(self: Arc<Self>, call: Call, next: Next) -> BoxFuture<'static>;
 }
 
 impl<L: Layer> DynLayer for L {
-    fn call_boxed(&self, call: Call, next: Next) -> BoxFuture<'_> {
-        Box::pin(self.call(call, next))
+    fn call_boxed(self: Arc<Self>, call: Call, next: Next) -> BoxFuture<'static> {
+        Box::pin(async move { self.call(call, next).await })
     }
 }
 
@@ -299,7 +313,7 @@ impl Around for Stack {
             index: 0,
             unchecked,
         };
-        Box::pin(next.run(Call { tool, params, ctx }))
+        next.into_future(Call { tool, params, ctx })
     }
 }
 

@@ -1,12 +1,14 @@
 //! [`RateLimit`]: calls per subject, with a retry hint.
 
 use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+
 use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota};
+use governor::state::keyed::HashMapStateStore;
+use governor::{Quota, RateLimiter};
 use serde_json::Value;
 
 use super::{Call, Layer, Next, rate_limited};
@@ -38,7 +40,12 @@ const SWEEP_EVERY: u64 = 1024;
 /// forgotten as calls come, and beyond [`max_subjects`](Self::max_subjects)
 /// still not forgotten, calls are refused (`RATE_LIMITED`) until some are.
 pub struct RateLimit {
-    limiter: DefaultKeyedRateLimiter<Option<Arc<str>>>,
+    /// Buckets by a hash of the subject (0 for calls without one): no
+    /// allocation per call. The hasher is seeded per process, so subjects
+    /// cannot be chosen to share a bucket; two that did by chance (one in
+    /// 2⁶⁴) would only share their limit.
+    limiter: RateLimiter<u64, HashMapStateStore<u64, BuildHasherDefault<PassThrough>>, DefaultClock>,
+    seed: foldhash::fast::RandomState,
     clock: DefaultClock,
     calls: u32,
     period: Duration,
@@ -76,7 +83,8 @@ impl RateLimit {
             .expect("the period is not zero")
             .allow_burst(NonZeroU32::new(burst.max(1)).expect("at least one"));
         RateLimit {
-            limiter: DefaultKeyedRateLimiter::hashmap(quota),
+            limiter: RateLimiter::hashmap_with_hasher(quota, BuildHasherDefault::default()),
+            seed: foldhash::fast::RandomState::default(),
             clock: DefaultClock::default(),
             calls,
             period,
@@ -94,7 +102,7 @@ impl RateLimit {
         if self.full.load(Relaxed) {
             return Err(Refusal::Full);
         }
-        let key = subject.map(Arc::from);
+        let key = subject.map_or(0, |subject| self.seed.hash_one(subject) | 1);
         self.limiter
             .check_key(&key)
             .map_err(|not_until| Refusal::Wait(not_until.wait_time_from(self.clock.now())))
@@ -149,5 +157,26 @@ impl Layer for RateLimit {
                 self.period / self.calls,
             )),
         }
+    }
+}
+
+/// The hasher of the buckets' map, whose keys are hashes already.
+#[derive(Default)]
+struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64`s are hashed here; any other input is still folded in.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
     }
 }
