@@ -713,9 +713,13 @@ impl LayerBench {
     pub fn call(&self, tool: &crate::Tool, params: Value) -> crate::ToolFuture {
         let (ctx, _) = crate::Context::detached("bench");
         match &self.stack {
-            Some(stack) => {
-                crate::exec::Around::call(std::sync::Arc::clone(stack), tool.clone(), params, ctx, None)
-            }
+            Some(stack) => crate::exec::Around::call(
+                std::sync::Arc::clone(stack),
+                tool.clone(),
+                params,
+                ctx,
+                None,
+            ),
             None => tool.call(params, ctx),
         }
     }

@@ -338,6 +338,11 @@ async fn layers_rewrite_params_mask_errors_limit_and_cache_over_haip_and_mcp() {
     within("hold to start", served.started.notified()).await;
     let refused = mcp_call(addr, "bob", "hold", json!({})).await;
     assert_eq!(refused["isError"], true, "{refused}");
+    let mut bob = haip_client(addr, "bob").await;
+    let done = bob.call_done("h2", "hold", json!({})).await;
+    assert_eq!(done["result"]["code"], "RATE_LIMITED", "{done}");
+    assert!(retry_after(&done["result"]) >= 1, "{done}");
+    bob.close().await;
     assert!(texts(&refused)[0].contains("(RATE_LIMITED)"), "{refused}");
     served.release.notify_one();
     let done = ada.expect_done("h1").await;

@@ -44,7 +44,8 @@ pub struct RateLimit {
     /// allocation per call. The hasher is seeded per process, so subjects
     /// cannot be chosen to share a bucket; two that did by chance (one in
     /// 2⁶⁴) would only share their limit.
-    limiter: RateLimiter<u64, HashMapStateStore<u64, BuildHasherDefault<PassThrough>>, DefaultClock>,
+    limiter:
+        RateLimiter<u64, HashMapStateStore<u64, BuildHasherDefault<PassThrough>>, DefaultClock>,
     seed: foldhash::fast::RandomState,
     clock: DefaultClock,
     calls: u32,
