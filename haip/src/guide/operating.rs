@@ -109,8 +109,10 @@
 //!   `tracestate` over 512 bytes is dropped.
 //! - **Sampling**: every call by default; `HAIP_TRACE_SAMPLING=0.01` (or
 //!   `OTEL_TRACES_SAMPLER_ARG`, `trace_sampling`) keeps one in a hundred of
-//!   the calls whose caller did not sample its trace. A sampled
-//!   `traceparent` is always followed.
+//!   the calls that come without a `traceparent`, decided before any span
+//!   is made (a call left out costs nothing more, and passes no context to
+//!   an MCP import). A caller's `traceparent` decides for its calls: a
+//!   sampled trace is always followed, an unsampled one never.
 //! - **Export never holds a call up**: finished spans wait in a bounded
 //!   queue (4 096) and go in batches of up to 512, every 500 ms, one export
 //!   at a time (with the exporter's retries, 10 s at most). When the

@@ -432,3 +432,31 @@ async fn masked_errors_keep_their_code_and_lose_their_text() {
         .unwrap_err();
     assert!(plain.message().contains("hunter2"));
 }
+
+#[tokio::test]
+async fn large_params_are_checked_on_the_blocking_pool_after_the_layers() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let tool = greet(&runs, false);
+    let stack = stack(vec![Arc::new(from_fn(|call: Call, next: Next| {
+        next.run(call)
+    }))]);
+    let large = Some(Unchecked {
+        max_violations: 10,
+        large: true,
+    });
+    let name = "n".repeat(100_000);
+    let ctx = context(None, CancellationToken::new());
+    let call = Arc::clone(&stack).call(tool.clone(), json!({"name": name}), ctx, large);
+    let out = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the call ends");
+    assert_eq!(out.unwrap(), json!(format!("hello {name}")));
+    let ctx = context(None, CancellationToken::new());
+    let call = Arc::clone(&stack).call(tool.clone(), json!({"name": name, "x": 1}), ctx, large);
+    let refused = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the call ends")
+        .unwrap_err();
+    assert_eq!(refused.code().as_str(), "INVALID_PARAMS");
+    assert_eq!(runs.load(SeqCst), 1);
+}

@@ -55,6 +55,9 @@ pub(crate) struct Tracing(Arc<Inner>);
 
 struct Inner {
     tracer: SdkTracer,
+    /// Which calls without a parent are traced, decided before any span is
+    /// made: a call left out costs nothing more.
+    roots: Roots,
     /// Kept alive with the tracer (dropping it shuts the tracer down).
     _provider: SdkTracerProvider,
     dropped: Arc<AtomicU64>,
@@ -94,9 +97,9 @@ impl Tracing {
                 spans: queue,
                 dropped: Arc::clone(&dropped),
             })
-            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                settings.sampling,
-            ))))
+            // Roots were sampled already (`Roots`); a parent's flag decides
+            // for the others.
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
             .with_resource(resource)
             .build();
         let tracer = opentelemetry::trace::TracerProvider::tracer_with_scope(
@@ -107,6 +110,7 @@ impl Tracing {
         );
         Ok(Tracing(Arc::new(Inner {
             tracer,
+            roots: Roots::new(settings.sampling),
             _provider: provider,
             exporter: Mutex::new(Some(Exporter {
                 spans,
@@ -144,6 +148,8 @@ impl Tracing {
             Some(meta) if meta.contains_key("traceparent") => {
                 TraceContextPropagator::new().extract(&MetaReader(meta))
             }
+            // A root call the ratio leaves out gets no span at all.
+            _ if !self.0.roots.traced() => return None,
             _ => OtelContext::new(),
         };
         let tracer = &self.0.tracer;
@@ -184,6 +190,50 @@ impl Tracing {
             started,
         }))
     }
+}
+
+/// The share of root calls traced, drawn with a cheap per-thread generator
+/// before any span is made (the SDK's ratio sampler runs after it has made
+/// the span's ids, about a microsecond for every call it then drops).
+#[derive(Debug, Clone, Copy)]
+struct Roots {
+    /// Traced when a draw from `0..u64::MAX` is below this.
+    below: u64,
+    all: bool,
+}
+
+impl Roots {
+    fn new(ratio: f64) -> Roots {
+        Roots {
+            // Exact at 0; within one part in 2⁶⁴ elsewhere.
+            below: (ratio.clamp(0.0, 1.0) * u64::MAX as f64) as u64,
+            all: ratio >= 1.0,
+        }
+    }
+
+    fn traced(self) -> bool {
+        self.all || self.below > 0 && draw() < self.below
+    }
+}
+
+/// A random `u64` from this thread's xorshift64* generator, seeded once per
+/// thread from the process's random hasher keys.
+fn draw() -> u64 {
+    use std::cell::Cell;
+    use std::hash::BuildHasher;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(
+            std::collections::hash_map::RandomState::new().hash_one(std::thread::current().id()) | 1,
+        );
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    })
 }
 
 /// `endpoint` as the URL spans are posted to.
@@ -578,10 +628,12 @@ mod tests {
             service: "haip".into(),
         };
         let tracing = Tracing::new(&settings).unwrap();
-        let call = tracing
-            .call("echo", &"c1", None, Door::McpHttp, None)
-            .unwrap();
-        assert!(!call.recording());
+        // Left out before any span is made.
+        assert!(
+            tracing
+                .call("echo", &"c1", None, Door::McpHttp, None)
+                .is_none()
+        );
         // A caller that samples its trace wins over the ratio.
         let mut meta = Map::new();
         meta.insert(
@@ -592,5 +644,31 @@ mod tests {
             .call("echo", &"c2", None, Door::McpHttp, Some(&meta))
             .unwrap();
         assert!(call.recording());
+        // A caller that does not sample its trace is not traced either.
+        meta.insert(
+            "traceparent".into(),
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00".into(),
+        );
+        let call = tracing
+            .call("echo", &"c3", None, Door::McpHttp, Some(&meta))
+            .unwrap();
+        assert!(!call.recording());
+    }
+
+    #[test]
+    fn the_ratio_of_roots_traced_is_the_one_asked() {
+        assert!(!Roots::new(0.0).traced());
+        assert!(Roots::new(1.0).traced());
+        for ratio in [0.01, 0.25, 0.5] {
+            let roots = Roots::new(ratio);
+            let traced = (0..100_000).filter(|_| roots.traced()).count();
+            let expected = ratio * 100_000.0;
+            // Five standard deviations either way.
+            let slack = 5.0 * (expected * (1.0 - ratio)).sqrt();
+            assert!(
+                (traced as f64 - expected).abs() <= slack,
+                "{ratio}: {traced} of 100 000"
+            );
+        }
     }
 }

@@ -461,8 +461,9 @@ impl ServerBuilder {
     }
 
     /// The share of calls traced, 0 to 1 (default 1: every call), when the
-    /// caller sent no sampled `traceparent` (a caller that samples its trace
-    /// is always followed). `HAIP_TRACE_SAMPLING`, else the standard
+    /// caller sent no `traceparent`; a caller's `traceparent` decides for its
+    /// calls (its trace sampled: traced; not: not). A call left out makes no
+    /// span at all. `HAIP_TRACE_SAMPLING`, else the standard
     /// `OTEL_TRACES_SAMPLER_ARG`, with [`from_env`](Self::from_env).
     #[cfg(feature = "otel")]
     #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
