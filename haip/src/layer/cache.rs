@@ -1,6 +1,6 @@
 //! [`Cache`]: results of idempotent tools, bounded in bytes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::{Call, Layer, Next};
+use crate::hash::FastMap;
 use crate::tool::ToolError;
 
 /// What one entry costs beside its key and its value's JSON.
@@ -62,7 +63,7 @@ struct Inner {
 /// The entries, and their order of use (oldest first).
 #[derive(Default)]
 struct Entries {
-    by_key: HashMap<String, Entry>,
+    by_key: FastMap<String, Entry>,
     by_use: BTreeMap<u64, String>,
     bytes: usize,
     clock: u64,
@@ -264,7 +265,7 @@ pub(super) fn canonical(value: &Value, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
+                out.push_str(&serde_json::to_string(key.as_str()).unwrap_or_default());
                 out.push(':');
                 canonical(&map[key], out);
             }

@@ -1,6 +1,5 @@
 //! [`ConcurrencyLimit`]: calls of one tool at once.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -9,6 +8,8 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::{Call, Layer, Next, rate_limited};
+use crate::hash::FastMap;
+use crate::protocol::ErrorCode;
 use crate::tool::ToolError;
 
 /// At most this many calls of each tool run at once, server-wide; the others
@@ -30,7 +31,7 @@ pub struct ConcurrencyLimit {
     per_tool: usize,
     max_waiting: Option<usize>,
     /// Each tool's places, made at its first call (bounded by the registry).
-    tools: Mutex<HashMap<String, Arc<Places>>>,
+    tools: Mutex<FastMap<String, Arc<Places>>>,
 }
 
 struct Places {
@@ -44,7 +45,7 @@ impl ConcurrencyLimit {
         ConcurrencyLimit {
             per_tool: calls.clamp(1, Semaphore::MAX_PERMITS),
             max_waiting: None,
-            tools: Mutex::new(HashMap::new()),
+            tools: Mutex::new(FastMap::default()),
         }
     }
 
@@ -113,7 +114,7 @@ impl Layer for ConcurrencyLimit {
                 };
                 drop(waiting);
                 // The semaphore is never closed.
-                acquired.map_err(|_| ToolError::new("INTERNAL_ERROR", "limit closed"))?
+                acquired.map_err(|_| ToolError::new(ErrorCode::INTERNAL_ERROR, "limit closed"))?
             }
         };
         let outcome = next.run(call).await;

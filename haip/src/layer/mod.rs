@@ -318,9 +318,15 @@ impl Around for Stack {
 }
 
 /// A `RATE_LIMITED` refusal saying when to try again: `retry_after_ms` in its
-/// details, the wait rounded up to a whole millisecond.
+/// details.
 pub(crate) fn rate_limited(message: String, wait: std::time::Duration) -> ToolError {
-    let ms = wait.as_micros().div_ceil(1000).max(1);
     ToolError::new(ErrorCode::RATE_LIMITED, message)
-        .with_details(serde_json::json!({ "retry_after_ms": ms as u64 }))
+        .with_details(serde_json::json!({ "retry_after_ms": retry_ms(wait) }))
+}
+
+/// `wait` in whole milliseconds, rounded up, at least 1.
+pub(crate) fn retry_ms(wait: std::time::Duration) -> u64 {
+    u64::try_from(wait.as_micros().div_ceil(1000))
+        .unwrap_or(u64::MAX)
+        .max(1)
 }

@@ -11,7 +11,7 @@ use governor::state::keyed::HashMapStateStore;
 use governor::{Quota, RateLimiter};
 use serde_json::Value;
 
-use super::{Call, Layer, Next, rate_limited};
+use super::{Call, Layer, Next, rate_limited, retry_ms};
 use crate::tool::ToolError;
 
 /// Calls the same subjects may make between two looks at how many are kept.
@@ -149,7 +149,7 @@ impl Layer for RateLimit {
                     "Rate limit of {} calls per {:?} reached; try again in {} ms",
                     self.calls,
                     self.period,
-                    wait.as_micros().div_ceil(1000).max(1)
+                    retry_ms(wait)
                 ),
                 wait,
             )),
