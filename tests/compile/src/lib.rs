@@ -1,0 +1,1 @@
+//! Compile-time tests of `#[haip_tool]`; the cases are in `ui/`, run by `tests/ui.rs`.
