@@ -572,6 +572,63 @@ async fn an_instance_shutting_down_hands_its_sessions_over() {
     assert_eq!(done["result"], json!({"echoed": "on b"}));
 }
 
+/// The calls a shutdown cancels end with envelopes made after it began;
+/// the client sees them only once they are recorded, so the instance it
+/// resumes on has them too (and `last_rx_seq` is never past what it has).
+async fn calls_cancelled_by_a_shutdown_are_recorded_before_their_client_sees_them(kind: Kind) {
+    let redis = RedisServer::start();
+    let (a, b) = pair(&redis).await;
+    let mut conn = Conn::connect(kind, a.local_addr(), None).await;
+    let session = conn.session.clone();
+    let calls = ["h1", "h2", "h3"];
+    for id in calls {
+        conn.call(id, "hold", json!({})).await;
+        let update = conn.expect_update(id).await;
+        assert_eq!(update["status"], "RUNNING", "{update}");
+    }
+    let stopping = tokio::spawn(async move { a.shutdown().await });
+    // Everything a sends before it closes: each call's CANCELLING and
+    // CANCELLED, whatever their order.
+    let (envelopes, _, end) = conn.read_to_end().await;
+    let dones: Vec<&Value> = envelopes
+        .iter()
+        .filter(|env| env["type"] == "TOOL_DONE")
+        .collect();
+    assert_eq!(dones.len(), calls.len(), "{envelopes:?} then {end:?}");
+    for done in dones {
+        assert_eq!(done["payload"]["status"], "CANCELLED", "{done}");
+    }
+    let seen = conn.last_seq();
+    drop(conn);
+    tokio::time::timeout(Duration::from_secs(30), stopping)
+        .await
+        .expect("a stops")
+        .expect("a's shutdown does not panic");
+
+    let mut conn = Conn::connect(kind, b.local_addr(), None).await;
+    conn.send(&resume_hai("r", &session, &seen.to_string()))
+        .await;
+    conn.follow(&session, seen);
+    let hai = conn.recv().await;
+    assert_eq!(hai["type"], "HAI", "the session resumes on b: {hai}");
+    // Nothing is owed: every call has had its one TOOL_DONE.
+    let done = conn
+        .call_done("e1", "echo", json!({"message": "on b"}))
+        .await;
+    assert_eq!(done["result"], json!({"echoed": "on b"}));
+    conn.ping_marker().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_cancelled_by_a_shutdown_are_recorded_before_their_client_sees_them_ws() {
+    calls_cancelled_by_a_shutdown_are_recorded_before_their_client_sees_them(Kind::Ws).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_cancelled_by_a_shutdown_are_recorded_before_their_client_sees_them_sse() {
+    calls_cancelled_by_a_shutdown_are_recorded_before_their_client_sees_them(Kind::Sse).await;
+}
+
 #[tokio::test]
 async fn redis_absent_at_start_is_an_error_naming_the_url() {
     let url = format!("redis://127.0.0.1:{}", mcp_support::free_port());

@@ -120,6 +120,8 @@ pub(crate) struct RedisSessionStore {
     shared: OnceLock<Arc<Shared>>,
     /// Cancelled when the server shuts down.
     shutdown: OnceLock<CancellationToken>,
+    /// Told when the last session here has gone during shutdown.
+    emptied: tokio::sync::Notify,
     /// Records queued so far.
     recorded: AtomicU64,
     /// Held while queueing, so that the count and the queue agree.
@@ -168,6 +170,7 @@ impl RedisSessionStore {
             last_id: std::sync::Mutex::new(None),
             shared: OnceLock::new(),
             shutdown: OnceLock::new(),
+            emptied: tokio::sync::Notify::new(),
             recorded: AtomicU64::new(0),
             recorded_lock: std::sync::Mutex::new(0),
             written: tokio::sync::watch::Sender::new(0),
@@ -187,6 +190,21 @@ impl RedisSessionStore {
     /// The Redis URL.
     pub(crate) fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Whether the server has begun shutting down.
+    fn shutting_down(&self) -> bool {
+        self.shutdown
+            .get()
+            .is_some_and(CancellationToken::is_cancelled)
+    }
+
+    /// A session left this instance during shutdown: once none is left, the
+    /// writer, draining their last records, may stop.
+    fn left_at_shutdown(&self) {
+        if self.local.is_empty() {
+            self.emptied.notify_one();
+        }
     }
 
     /// Whether the last round trip to Redis worked.
@@ -275,8 +293,9 @@ impl SessionStore for SharedRedisStore {
         self.0.local.remove(id);
         // Sessions ended by this instance's shutdown stay recorded: their
         // clients resume them on another instance.
-        let shutting_down = self.0.shutdown.get().is_some_and(|s| s.is_cancelled());
-        if !shutting_down {
+        if self.0.shutting_down() {
+            self.0.left_at_shutdown();
+        } else {
             self.0.enqueue(Entry::Ended {
                 id: self.0.id_arc(id),
             });
@@ -285,6 +304,9 @@ impl SessionStore for SharedRedisStore {
 
     fn hand_off(&self, id: &str) {
         self.0.local.remove(id);
+        if self.0.shutting_down() {
+            self.0.left_at_shutdown();
+        }
     }
 
     fn records(&self) -> bool {

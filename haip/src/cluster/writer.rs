@@ -156,6 +156,13 @@ impl RedisSessionStore {
     /// of sessions and records it carries. Records made while a batch is on
     /// its way wait in the queue and make up the next one, so a busy
     /// instance sends larger batches rather than more of them.
+    ///
+    /// Shutdown does not stop it at once: the sessions' last records (the
+    /// `TOOL_DONE`s of the calls shutdown cancels) are made after it, and
+    /// their clients see them only once they are written, then resume on
+    /// another instance, which restores what was written. So it drains: it
+    /// goes on until no session is left here and the queue is empty, or
+    /// [`drain_limit`](Self::drain_limit) has passed.
     pub(super) async fn write(
         self: Arc<Self>,
         mut rx: mpsc::Receiver<Entry>,
@@ -166,10 +173,29 @@ impl RedisSessionStore {
         // The script's SHA1 once Redis has it.
         let mut sha = None;
         let mut last_failure = std::time::Instant::now();
+        // Set once shutdown has begun: how long the writer may still drain.
+        let mut draining: Option<tokio::time::Instant> = None;
         loop {
-            let first = tokio::select! {
-                entry = rx.recv() => entry,
-                () = shutdown.cancelled() => None,
+            let first = match draining {
+                None => tokio::select! {
+                    entry = rx.recv() => entry,
+                    () = shutdown.cancelled() => {
+                        draining = Some(tokio::time::Instant::now() + self.drain_limit());
+                        continue;
+                    }
+                },
+                Some(until) => match rx.try_recv() {
+                    Ok(entry) => Some(entry),
+                    Err(_) if self.local.is_empty() || tokio::time::Instant::now() >= until => {
+                        break;
+                    }
+                    Err(_) => tokio::select! {
+                        entry = rx.recv() => entry,
+                        // The last session here has ended: look again.
+                        () = self.emptied.notified() => continue,
+                        () = tokio::time::sleep_until(until) => continue,
+                    },
+                },
             };
             let Some(first) = first else { break };
             batch.push(first);
@@ -224,6 +250,46 @@ impl RedisSessionStore {
             let n = batch.len() as u64;
             self.written.send_modify(|w| *w += n);
             batch.clear();
+        }
+        if draining.is_some() {
+            self.mark_lost_at_exit(&mut conn, &mut sha).await;
+        }
+    }
+
+    /// How long the writer may drain after shutdown: as long as sessions may
+    /// take to end (calls get `cancel_grace`, their last frames
+    /// [`CLOSE_TIMEOUT`] more), and a little for the last round trip.
+    fn drain_limit(&self) -> Duration {
+        let grace = self
+            .shared
+            .get()
+            .map_or(Duration::from_secs(5), |shared| shared.config.cancel_grace);
+        grace + CLOSE_TIMEOUT + IO_TIMEOUT
+    }
+
+    /// Before the writer stops: sessions whose records were lost and were
+    /// not marked yet are marked, so that no other instance restores them
+    /// from what is missing. Best effort: Redis may still be away.
+    async fn mark_lost_at_exit(&self, conn: &mut ConnectionManager, sha: &mut Option<String>) {
+        loop {
+            let marks: Vec<(Arc<str>, bool)> = {
+                let lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+                lost.iter()
+                    .take(MARKS_PER_BATCH)
+                    .map(|id| (Arc::clone(id), false))
+                    .collect()
+            };
+            if marks.is_empty() {
+                return;
+            }
+            let send = self.send(conn, sha, &marks, &[]);
+            if !matches!(tokio::time::timeout(IO_TIMEOUT, send).await, Ok(Ok(()))) {
+                return;
+            }
+            let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+            for (id, _) in &marks {
+                lost.remove(id);
+            }
         }
     }
 
@@ -429,3 +495,7 @@ const MARKS_PER_BATCH: usize = 1024;
 
 /// How often the writer tries Redis again while it is away.
 const PROBE: Duration = Duration::from_millis(250);
+
+/// How long a session's last frames may take after its calls were cancelled
+/// at shutdown (as the connection driver allows them).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);

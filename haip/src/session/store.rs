@@ -333,6 +333,11 @@ pub(crate) struct InMemorySessionStore {
 }
 
 impl InMemorySessionStore {
+    /// Whether no session is registered.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, TakeoverAddress>> {
         // Entries are whole values: a panic elsewhere cannot leave one half-written.
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
