@@ -107,6 +107,10 @@ pub(crate) struct Client {
     session: String,
     /// The highest `seq` received in order on `session`.
     last_seq: u64,
+    /// The highest `seq` ever received on `session`, whatever a resumption
+    /// claimed since: a `HAI` of the session at or below it is a replay of
+    /// an earlier resumption's confirmation, not the answer to this one.
+    highest_seq: u64,
     /// The `seq` of the last envelope sent on `session`.
     out_seq: u64,
     instance: String,
@@ -134,6 +138,7 @@ impl Client {
             shared,
             session: String::new(),
             last_seq: 0,
+            highest_seq: 0,
             out_seq: 0,
             instance: String::new(),
             link: None,
@@ -301,6 +306,7 @@ impl Client {
         {
             // A gap is the checker's business; follow what came.
             self.last_seq = seq;
+            self.highest_seq = self.highest_seq.max(seq);
         }
         env
     }
@@ -369,6 +375,7 @@ impl Client {
         self.out_seq = 0;
         // What arrived on the fresh session so far is in order from 1.
         self.last_seq = self.last_seq_seen_on_fresh;
+        self.highest_seq = self.last_seq;
         let hai = json!({"haip_version": "1.1.2", "accept_major": [1],
             "capabilities": {"tool_input": true}});
         self.send_or_drop("HAI", hai).await;
@@ -556,6 +563,7 @@ impl Client {
         cause: &str,
     ) -> Resumed {
         let session = self.session.clone();
+        let seen = self.highest_seq.max(self.last_seq);
         let hai = json!({"id": format!("resume-{}-{}", self.id, self.conn_no),
             "session": session, "channel": "SYSTEM", "type": "HAI",
             "payload": {"haip_version": "1.1.2", "accept_major": [1],
@@ -636,7 +644,13 @@ impl Client {
                 self.record(&text);
                 continue;
             }
-            let confirmed = env["type"] == "HAI" && env["session"].as_str() == Some(&session);
+            // The confirmation comes after the replay, which may hold an
+            // earlier resumption's confirming `HAI`: one the client has seen
+            // before is part of the replay (its `last_rx_seq` is stale).
+            let seq = env["seq"].as_str().and_then(|s| s.parse::<u64>().ok());
+            let confirmed = env["type"] == "HAI"
+                && env["session"].as_str() == Some(&session)
+                && seq.is_some_and(|seq| seq > seen);
             if confirmed {
                 let latency = started.elapsed().as_secs_f64() * 1000.0;
                 self.record(&text);
