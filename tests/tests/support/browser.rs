@@ -46,6 +46,9 @@ pub(crate) const WIDE: (u32, u32) = (1280, 900);
 struct Driver {
     child: Child,
     port: u16,
+    /// The driver's `TMPDIR`, where each Chromium makes its profile: killed,
+    /// they leave them behind, so it goes with the driver.
+    tmp: std::path::PathBuf,
 }
 
 impl Drop for Driver {
@@ -61,6 +64,7 @@ impl Drop for Driver {
             .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.tmp);
     }
 }
 
@@ -81,15 +85,19 @@ fn start_driver() -> Driver {
     let mut last_failure = String::new();
     for _ in 0..3 {
         let port = free_port();
+        let tmp =
+            std::env::temp_dir().join(format!("haip-chromedriver-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&tmp).expect("a temporary directory for chromedriver");
         let child = Command::new(chromedriver)
             .arg(format!("--port={port}"))
+            .env("TMPDIR", &tmp)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", chromedriver.display()));
-        let mut driver = Driver { child, port };
+        let mut driver = Driver { child, port, tmp };
         let deadline = Instant::now() + DRIVER_READY;
         loop {
             if let Ok(Some(status)) = driver.child.try_wait() {
