@@ -30,9 +30,19 @@ use crate::tool::ToolError;
 pub struct ConcurrencyLimit {
     per_tool: usize,
     max_waiting: Option<usize>,
-    /// Each tool's places, made at its first call (bounded by the registry).
-    tools: Mutex<FastMap<String, Arc<Places>>>,
+    /// Each tool's places, made at its first call; those of tools no call
+    /// holds are forgotten as the map grows (tools removed at run time).
+    tools: Mutex<Tools>,
 }
+
+struct Tools {
+    places: FastMap<String, Arc<Places>>,
+    /// The size at which idle tools are next forgotten.
+    sweep_at: usize,
+}
+
+/// Tools remembered before idle ones are first forgotten.
+const SWEEP_AT: usize = 1024;
 
 struct Places {
     running: Arc<Semaphore>,
@@ -45,7 +55,10 @@ impl ConcurrencyLimit {
         ConcurrencyLimit {
             per_tool: calls.clamp(1, Semaphore::MAX_PERMITS),
             max_waiting: None,
-            tools: Mutex::new(FastMap::default()),
+            tools: Mutex::new(Tools {
+                places: FastMap::default(),
+                sweep_at: SWEEP_AT,
+            }),
         }
     }
 
@@ -59,14 +72,23 @@ impl ConcurrencyLimit {
 
     fn places(&self, tool: &str) -> Arc<Places> {
         let mut tools = self.tools.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(places) = tools.get(tool) {
+        if let Some(places) = tools.places.get(tool) {
             return Arc::clone(places);
+        }
+        if tools.places.len() >= tools.sweep_at {
+            // A tool's places that no call holds (none runs, none waits)
+            // carry nothing: made again at its next call. Amortised: the
+            // next sweep waits until the map doubles.
+            tools
+                .places
+                .retain(|_, places| Arc::strong_count(places) > 1);
+            tools.sweep_at = (tools.places.len() * 2).max(SWEEP_AT);
         }
         let places = Arc::new(Places {
             running: Arc::new(Semaphore::new(self.per_tool)),
             waiting: AtomicUsize::new(0),
         });
-        tools.insert(tool.to_owned(), Arc::clone(&places));
+        tools.places.insert(tool.to_owned(), Arc::clone(&places));
         places
     }
 }
@@ -120,5 +142,26 @@ impl Layer for ConcurrencyLimit {
         let outcome = next.run(call).await;
         drop(permit);
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tools_no_call_holds_are_forgotten_as_the_map_grows() {
+        let limit = ConcurrencyLimit::per_tool(2);
+        // A call of "kept" is running: its places stay whatever happens.
+        let held = limit.places("kept");
+        let _permit = Arc::clone(&held.running).try_acquire_owned().unwrap();
+        for n in 0..10 * SWEEP_AT {
+            drop(limit.places(&format!("tool{n}")));
+        }
+        let tools = limit.tools.lock().unwrap();
+        assert!(tools.places.len() <= SWEEP_AT, "{}", tools.places.len());
+        let kept = tools.places.get("kept").expect("a held tool is kept");
+        assert!(Arc::ptr_eq(kept, &held));
+        assert_eq!(kept.running.available_permits(), 1);
     }
 }
