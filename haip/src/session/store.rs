@@ -334,6 +334,7 @@ pub(crate) struct InMemorySessionStore {
 
 impl InMemorySessionStore {
     /// Whether no session is registered.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
