@@ -342,6 +342,49 @@ async fn haip_and_mcp_calls_join_the_callers_trace() {
     handle.shutdown().await;
 }
 
+/// With layers, params are checked after them, in the call's task: the
+/// check is still a `tool.validate` child of the call's span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_layers_the_check_of_params_is_still_a_validate_span() {
+    use haip::layer::{Call, Next, from_fn};
+    let receiver = Receiver::start().await;
+    let pass = from_fn(|call: Call, next: Next| async move { next.run(call).await });
+    let builder = demo_builder()
+        .layer(pass)
+        .otlp_endpoint(receiver.endpoint());
+    let (handle, url) = start(builder).await;
+    let mut client = Client::connect(&url).await;
+    let done = traced_call(&mut client, "l1", "echo", json!({"message": "hi"})).await;
+    assert_eq!(done["status"], "OK", "{done}");
+    let done = traced_call(&mut client, "l2", "add", json!({"a": "one"})).await;
+    assert_eq!(done["result"]["code"], "INVALID_PARAMS", "{done}");
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "over MCP"},
+                   "_meta": {"traceparent": traceparent()}}});
+    let reply = mcp_http::mcp_request(handle.local_addr(), "POST", Some(&body), &[]).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let spans = receiver
+        .until("three tool.call spans and their checks", |spans| {
+            spans.iter().filter(|s| s.name == "tool.call").count() >= 3
+                && spans.iter().filter(|s| s.name == "tool.validate").count() >= 3
+        })
+        .await;
+    for call in spans.iter().filter(|s| s.name == "tool.call") {
+        assert_eq!(call.trace, TRACE, "{call:?}");
+        assert_eq!(
+            children(&spans, call, "tool.validate").len(),
+            1,
+            "{spans:#?}"
+        );
+    }
+    let invalid = spans
+        .iter()
+        .find(|s| s.name == "tool.call" && s.attr("gen_ai.tool.call.id") == Some("l2"))
+        .expect("the invalid call's span");
+    assert_eq!(invalid.attr("error.type"), Some("INVALID_PARAMS"));
+    handle.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_trace_across_an_mcp_import() {
     let receiver = Receiver::start().await;

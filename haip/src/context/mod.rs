@@ -114,7 +114,6 @@ impl Context {
     }
 
     /// The trace the call runs in.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn trace(&self) -> &crate::otel::TraceLink {
         &self.inner.trace
     }

@@ -185,6 +185,7 @@ impl Next {
             large,
         }) = self.unchecked
         {
+            let validating = ctx.trace().mark();
             let verdict = if large {
                 let validators = Arc::clone(&self.stack.validators);
                 // Boxed: rarely taken, and it would make every call's future larger.
@@ -198,6 +199,7 @@ impl Next {
                     Validation::Invalid(found)
                 }
             };
+            ctx.trace().child("tool.validate", validating);
             params = match verdict {
                 Validation::Valid(params) => params,
                 Validation::Invalid(found) => return Err(ToolError::violated(tool.name(), found)),

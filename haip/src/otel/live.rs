@@ -371,6 +371,24 @@ pub(crate) struct LinkLive {
 }
 
 impl LinkLive {
+    pub(super) fn recording(&self) -> bool {
+        self.parent.is_sampled()
+    }
+
+    pub(super) fn child(&self, name: &'static str, since: SystemTime) {
+        if !self.parent.is_sampled() {
+            return;
+        }
+        let parent = OtelContext::new().with_remote_span_context(self.parent.clone());
+        let mut child = self
+            .tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Internal)
+            .with_start_time(since)
+            .start_with_context(&self.tracer, &parent);
+        child.end();
+    }
+
     pub(super) fn question(&self) -> Option<QuestionLive> {
         if !self.parent.is_sampled() {
             return None;

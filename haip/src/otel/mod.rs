@@ -253,6 +253,30 @@ impl std::fmt::Debug for TraceLink {
 }
 
 impl TraceLink {
+    /// Now, if the call's span is recorded (to time a child with); `None`
+    /// otherwise, without reading the clock.
+    #[inline]
+    pub(crate) fn mark(&self) -> Option<SystemTime> {
+        #[cfg(feature = "otel")]
+        if let Some(live) = &self.live
+            && live.recording()
+        {
+            return Some(SystemTime::now());
+        }
+        None
+    }
+
+    /// A child span `name` of the call's span, from `since` (a
+    /// [`mark`](Self::mark)) to now.
+    #[allow(unused_variables)]
+    #[inline]
+    pub(crate) fn child(&self, name: &'static str, since: Option<SystemTime>) {
+        #[cfg(feature = "otel")]
+        if let (Some(live), Some(since)) = (&self.live, since) {
+            live.child(name, since);
+        }
+    }
+
     /// A question the call asks (through a peer: the MCP export's client),
     /// open until its [`QuestionSpan::end`].
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
