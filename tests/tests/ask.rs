@@ -5,9 +5,8 @@
 //! answer. Log lines arrive in order, at the client's level, before the
 //! `TOOL_DONE`; content blocks come back as `{"content": [...]}`.
 
-#[path = "support/transports.rs"]
-mod conn;
-mod support;
+use crate::conn;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,9 +3,8 @@
 //! `WWW-Authenticate`), the subject seen by tools and owning sessions,
 //! `/health` and `/stats`, unsafe binding, custom authenticators, RS256/ES256.
 
-#[path = "support/transports.rs"]
-mod conn;
-mod support;
+use crate::conn;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};

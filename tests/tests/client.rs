@@ -2,7 +2,7 @@
 //! progress stream, cancellation, typed calls, many calls on one connection,
 //! and errors.
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 

@@ -29,14 +29,10 @@
 //!   records were lost meanwhile is marked, and is not restored from them
 //!   once its instance stops.
 
-#[path = "support/transports.rs"]
-#[allow(unused_macros, unused_imports)]
-mod conn;
-#[path = "support/mcp.rs"]
-mod mcp_support;
-#[path = "support/redis.rs"]
-mod redis_support;
-mod support;
+use crate::conn;
+use crate::mcp_support;
+use crate::redis_support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -16,16 +16,10 @@
 //!   lost, A stops the call when it sees that, and A's own late end does not
 //!   overwrite the failure.
 
-#[path = "support/transports.rs"]
-#[allow(unused_macros, unused_imports)]
-mod conn;
-#[path = "support/mcp_http.rs"]
-mod mcp_http;
-#[path = "support/mcp.rs"]
-mod mcp_support;
-#[path = "support/redis.rs"]
-mod redis_support;
-mod support;
+use crate::conn;
+use crate::mcp_http;
+use crate::redis_support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;

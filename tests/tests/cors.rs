@@ -2,7 +2,7 @@
 //! configured origins get pre-flight and response headers; WebSocket upgrades
 //! from other origins are refused when a list is set.
 
-mod support;
+use crate::support;
 
 use support::{builder, http_request_with, start};
 

@@ -6,7 +6,7 @@
 //! against the outbound rules (seven fields, UUID v4 ids, `seq` +1 from `"1"`
 //! with no gaps, one session id).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

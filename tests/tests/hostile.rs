@@ -9,10 +9,8 @@
 //! error or close code. Budgets are set small so the tests run in seconds;
 //! RELIABILITY.md measures the same attacks at the defaults.
 
-#[path = "support/transports.rs"]
-#[allow(unused_macros, unused_imports)]
-mod conn;
-mod support;
+use crate::conn;
+use crate::support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -8,7 +8,7 @@
 //! `/mcp` is still served. Budgets are set small so the tests run in seconds;
 //! RELIABILITY.md measures the same attacks on the quickstart at defaults.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

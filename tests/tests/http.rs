@@ -1,7 +1,7 @@
 //! The HTTP side endpoints (HAIP.md §16): `/health` and `/stats` with live
 //! counters, and CORS preflight and headers.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::{

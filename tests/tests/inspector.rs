@@ -6,11 +6,9 @@
 //! and asks before calling a destructive one, and asks for a token when the
 //! server needs one. Each state is saved under `target/inspector-screenshots/`.
 
-#[path = "support/browser.rs"]
-mod browser;
-#[path = "support/mcp.rs"]
-mod mcp_support;
-mod support;
+use crate::browser;
+use crate::mcp_support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! many concurrent calls, queueing and rate limiting, a client that never
 //! reads, oversized messages, `max_sessions`, and graceful shutdown.
 
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

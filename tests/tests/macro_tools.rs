@@ -4,7 +4,7 @@
 //! validation. How their envelopes travel over each transport is
 //! `wire.rs`'s, `transports.rs`'s and `errors.rs`'s.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -4,7 +4,7 @@
 //! ends the call with an error, a user type named `Result` is a plain value,
 //! and the injected forms work under other names.
 
-mod support;
+use crate::support;
 
 use haip::client::{Client, Outcome};
 use haip::haip_tool;

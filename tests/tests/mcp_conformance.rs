@@ -10,10 +10,7 @@
 //! any other scenario has a failing or warning check, and when a listed one
 //! passes. The per-scenario table is printed, and shown when the test fails.
 
-#[path = "support/conformance.rs"]
-mod conformance_support;
-#[path = "support/mcp.rs"]
-mod mcp_support;
+use crate::conformance_support;
 
 use std::time::Duration;
 

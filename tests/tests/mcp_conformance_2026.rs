@@ -14,10 +14,7 @@
 //! fails or warns, and when a listed entry passes. The per-scenario table is
 //! printed, and shown when the test fails.
 
-#[path = "support/conformance.rs"]
-mod conformance_support;
-#[path = "support/mcp.rs"]
-mod mcp_support;
+use crate::conformance_support;
 
 use std::time::Duration;
 

@@ -12,9 +12,8 @@
 //! bounding sessions. `tests/mcp_stateless.rs` has what is particular to the
 //! stateless mode.
 
-#[path = "support/mcp.rs"]
-mod mcp_support;
-mod support;
+use crate::mcp_support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

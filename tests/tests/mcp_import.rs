@@ -11,9 +11,8 @@
 //!
 //! Needs the MCP implementations `tests/mcp/setup.sh` installs, and `node`.
 
-#[path = "support/mcp.rs"]
-mod mcp_support;
-mod support;
+use crate::mcp_support;
+use crate::support;
 
 use std::ffi::OsStr;
 use std::path::Path;

@@ -8,8 +8,7 @@
 //! answers `book_table`'s question and reads its log line and an image block.
 //! Each test runs a script and requires it to succeed within a time limit.
 
-#[path = "support/mcp.rs"]
-mod mcp_support;
+use crate::mcp_support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

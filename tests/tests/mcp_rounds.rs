@@ -14,11 +14,8 @@
 //!   capability is answered `-32021`, naming it); a missing or unfitting
 //!   answer is asked for again.
 
-#[path = "support/mcp_http.rs"]
-mod mcp_http;
-#[path = "support/mcp.rs"]
-mod mcp_support;
-mod support;
+use crate::mcp_http;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

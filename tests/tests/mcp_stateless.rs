@@ -26,11 +26,9 @@
 //!   `Mcp-Param-*` headers are checked against the `x-mcp-header`
 //!   annotations the client was shown (its schema profile).
 
-#[path = "support/mcp_http.rs"]
-mod mcp_http;
-#[path = "support/mcp.rs"]
-mod mcp_support;
-mod support;
+use crate::mcp_http;
+use crate::mcp_support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::process::Stdio;

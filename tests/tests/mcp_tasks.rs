@@ -15,11 +15,8 @@
 //! - Tasks are the caller's own: another subject is told the task does not
 //!   exist; and per-client limits refuse more tasks with a readable error.
 
-#[path = "support/mcp_http.rs"]
-mod mcp_http;
-#[path = "support/mcp.rs"]
-mod mcp_support;
-mod support;
+use crate::mcp_http;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -4,14 +4,10 @@
 //! calls of every outcome; the series are then read back through
 //! Prometheus's HTTP query API, and must count exactly what the test did.
 
-#[path = "support/transports.rs"]
-#[allow(unused_macros, unused_imports)]
-mod conn;
-#[path = "support/mcp.rs"]
-mod mcp_support;
-mod support;
-#[path = "support/system.rs"]
-mod system;
+use crate::conn;
+use crate::mcp_support;
+use crate::redis_support::system;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -10,11 +10,8 @@
 //!   refuses a second; an idempotent tool's result is answered again from
 //!   the cache, per subject.
 
-#[path = "support/mcp_http.rs"]
-mod mcp_http;
-#[path = "support/mcp.rs"]
-mod mcp_support;
-mod support;
+use crate::mcp_http;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -18,9 +18,8 @@
 //! over HAIP and MCP; profiles are chosen per server, per session, per
 //! request and per MCP URL; unknown names get an error listing the valid ones.
 
-#[path = "support/mcp.rs"]
-mod mcp_support;
-mod support;
+use crate::mcp_support;
+use crate::support;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -8,9 +8,8 @@
 //! and runs: `reliability_flow.rs`; the randomised disconnect property:
 //! `reliability_prop.rs`.
 
-#[path = "support/transports.rs"]
-mod conn;
-mod support;
+use crate::conn;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! traffic (also across a resumption); strict mode drops envelopes beyond
 //! credit; run limits, `RUN_FINISHED`, `RUN_CANCEL` and their errors.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeSet, HashMap};
 

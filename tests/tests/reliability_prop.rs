@@ -4,10 +4,8 @@
 //! resumes with its true `last_rx_seq` sees one gapless sequence on the
 //! session and every call's `TOOL_UPDATE` and `TOOL_DONE` exactly once.
 
-#[path = "support/transports.rs"]
-#[allow(unused_macros, unused_imports)]
-mod conn;
-mod support;
+use crate::conn;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -5,10 +5,8 @@
 //! fresh session; resuming over another transport, and by an upstream POST
 //! carrying more than the resuming `HAI`.
 
-#[path = "support/transports.rs"]
-#[allow(unused_macros, unused_imports)]
-mod conn;
-mod support;
+use crate::conn;
+use crate::support;
 
 use std::collections::BTreeMap;
 

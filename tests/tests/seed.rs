@@ -8,9 +8,8 @@
 //! The last test runs the real quickstart binary with
 //! `HAIP_TOOL_SCHEMA_LEGACY=1`.
 
-#[path = "support/mcp.rs"]
-mod mcp_support;
-mod support;
+use crate::mcp_support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

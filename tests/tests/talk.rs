@@ -9,7 +9,7 @@
 //! line, asks field by field on stderr and reads the answers from a piped
 //! stdin, or answers with `--answer` / `--decline`.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

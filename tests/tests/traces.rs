@@ -14,11 +14,9 @@
 //! - The quickstart exports when `HAIP_OTLP_ENDPOINT` is set, under the
 //!   `OTEL_SERVICE_NAME` it is given.
 
-#[path = "support/mcp_http.rs"]
-mod mcp_http;
-#[path = "support/mcp.rs"]
-mod mcp_support;
-mod support;
+use crate::mcp_http;
+use crate::mcp_support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};

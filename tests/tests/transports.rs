@@ -3,9 +3,8 @@
 //! streaming; then what only the HTTP transports have (upstream POST
 //! targeting and bodies, `X-HAIP-Message`, `data: [DONE]`, SSE keep-alives).
 
-#[path = "support/transports.rs"]
-mod conn;
-mod support;
+use crate::conn;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! against the outbound rules (seven fields, UUID v4 ids, `seq` +1 from `"1"`
 //! with no gaps, one session id).
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -76,7 +76,7 @@
 //! listed, the WebSocket upgrade is refused like any other origin's, and the
 //! page uses SSE.
 //!
-//! `cargo test -p haip-tests --test inspector` drives the page in headless
+//! `cargo test -p haip-tests --test suite inspector::` drives the page in headless
 //! Chromium (installed with `apt-get` on first use, or taken from
 //! `HAIP_CHROMIUM` / `HAIP_CHROMEDRIVER`) and saves a screenshot of each
 //! state under `target/inspector-screenshots/`.

@@ -14,7 +14,7 @@
 #![allow(dead_code)]
 
 #[path = "system.rs"]
-mod system;
+pub(crate) mod system;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

@@ -3,8 +3,7 @@
 //! (connections refused), and brings an empty one back on the same port with
 //! `restart`.
 
-#[path = "support/redis.rs"]
-mod redis_support;
+use crate::redis_support;
 
 use redis_support::RedisServer;
 
