@@ -568,6 +568,67 @@ async fn an_instance_shutting_down_hands_its_sessions_over() {
     assert_eq!(done["result"], json!({"echoed": "on b"}));
 }
 
+/// A POST to the instance relaying a client's stream is answered once the
+/// session, running on the other instance, has handled its envelopes
+/// (HAIP.md §15.4): a client that resumes on that instance at once is told
+/// they were all taken, and sends none of them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_through_a_relaying_instance_is_answered_once_the_session_has_it() {
+    let redis = RedisServer::start();
+    let (a, b) = pair(&redis).await;
+    let mut conn = Conn::connect(Kind::Sse, a.local_addr(), None).await;
+    let session = conn.session.clone();
+    let done = conn
+        .call_done("e1", "echo", json!({"message": "on a"}))
+        .await;
+    assert_eq!(done["status"], "OK");
+    let seen = conn.last_seq();
+    drop(conn);
+    // The stream on b, relayed to the session on a. Each resumption claims
+    // everything read so far, so the first `HAI` of the session after it
+    // is the one confirming it.
+    let confirm = async |conn: &mut Conn, known: u64, id: &str| -> Value {
+        conn.send(&resume_hai(id, &session, &known.to_string()))
+            .await;
+        conn.relax();
+        let (hai, _) = conn
+            .recv_until(|env| env["type"] == "HAI" && env["session"] == session.as_str())
+            .await;
+        hai
+    };
+    let mut relayed = Conn::connect(Kind::Sse, b.local_addr(), None).await;
+    let hai = confirm(&mut relayed, seen, "r1").await;
+    assert!(hai["payload"]["last_rx_seq"].is_string(), "{hai}");
+    relayed.follow(&session, relayed.last_seq());
+    for round in 0..3u64 {
+        let first = 100 + round * 100;
+        let pings: Vec<Value> = (first..first + 40)
+            .map(|seq| {
+                json!({"id": format!("p{seq}"), "session": session, "seq": seq.to_string(),
+                       "channel": "SYSTEM", "type": "PING", "payload": {}})
+            })
+            .collect();
+        let reply = relayed.post(&Value::Array(pings).to_string()).await;
+        assert_ok(&reply);
+        // At once, on a itself: the session is taken from the relayed
+        // connection, and says what it has handled.
+        let known = relayed.last_seq();
+        let mut direct = Conn::connect(Kind::Sse, a.local_addr(), None).await;
+        let hai = confirm(&mut direct, known, "r2").await;
+        assert_eq!(
+            hai["payload"]["last_rx_seq"],
+            (first + 39).to_string(),
+            "every envelope of the answered POST was handled: {hai}"
+        );
+        // Back to a relayed stream for the next round.
+        let known = direct.last_seq();
+        drop(direct);
+        relayed = Conn::connect(Kind::Sse, b.local_addr(), None).await;
+        confirm(&mut relayed, known, "r3").await;
+        relayed.follow(&session, relayed.last_seq());
+    }
+}
+
 /// The calls a shutdown cancels end with envelopes made after it began;
 /// the client sees them only once they are recorded, so the instance it
 /// resumes on has them too (and `last_rx_seq` is never past what it has).

@@ -108,6 +108,10 @@ const RETRY_BEING_RESUMED: Duration = Duration::from_millis(100);
 /// How long the last frames may take once shutdown has cancelled the calls.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a relayed upstream POST waits for the running side to say its
+/// session has handled it, before it is answered anyway.
+const ACK_LIMIT: Duration = Duration::from_secs(10);
+
 /// What an upgraded WebSocket connection does.
 pub(crate) enum Admission {
     /// Run this session, keeping the guard (the connection's count) alive
@@ -811,6 +815,14 @@ pub(crate) async fn relay<S>(
     // The client is not reading (the session's own back-pressure runs on
     // the other instance, which cannot see this writer).
     let too_slow = |writer: &Writer| writer.meter.bytes() > limit;
+    // An upstream POST whose envelopes are all on the link: it is answered
+    // once the running side says the session has handled them (HAIP.md
+    // §15.4), not when they leave here. Its client sends nothing more
+    // meanwhile; an instance that never says so (an older haip) is taken
+    // at its word after `ACK_LIMIT`.
+    let mut posted: Option<oneshot::Sender<()>> = None;
+    let ack_limit = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(ack_limit);
     loop {
         let to_send = tokio::select! {
             biased;
@@ -840,8 +852,20 @@ pub(crate) async fn relay<S>(
                         if let Some(done) = batch.take() {
                             let _ = done.done.send(());
                         }
+                        if let Some(done) = posted.take() {
+                            let _ = done.send(());
+                        }
                         writer.send(Frame::Close { code, reason: close_reason(&reason) });
                         return;
+                    }
+                    // The session has handled the POST (a 404: it has gone,
+                    // and the POST is answered so).
+                    Some(LinkMessage::Done(status)) => {
+                        if let Some(done) = posted.take()
+                            && status == 200
+                        {
+                            let _ = done.send(());
+                        }
                     }
                     Some(_) => {}
                     None => {
@@ -853,17 +877,23 @@ pub(crate) async fn relay<S>(
                 None
             }
             () = &mut closed => Some(LinkMessage::Close { code: 0, reason: String::new() }),
+            () = &mut ack_limit, if posted.is_some() => {
+                if let Some(done) = posted.take() {
+                    let _ = done.send(());
+                }
+                None
+            }
             element = recv_batch(&mut batch), if batch.is_some() => match element {
                 Some(Element::Envelope(text)) => Some(LinkMessage::Text(Bytes::from(text))),
                 Some(Element::TooLarge) => Some(LinkMessage::TooLarge),
                 None => {
-                    if let Some(done) = batch.take() {
-                        let _ = done.done.send(());
-                    }
-                    None
+                    // The body has ended: the running side answers `Done`.
+                    posted = batch.take().map(|done| done.done);
+                    ack_limit.as_mut().reset(Instant::now() + ACK_LIMIT);
+                    Some(LinkMessage::Done(0))
                 }
             },
-            unit = inbound.next(), if batch.is_none() => match unit {
+            unit = inbound.next(), if batch.is_none() && posted.is_none() => match unit {
                 Some(Unit::Text(text)) => Some(LinkMessage::Text(Bytes::from(text))),
                 Some(Unit::Binary(bytes)) => Some(LinkMessage::Binary(bytes)),
                 Some(Unit::TooLarge) => Some(LinkMessage::TooLarge),
@@ -885,5 +915,118 @@ pub(crate) async fn relay<S>(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::SessionConfig;
+    use crate::session::link::channel;
+    use crate::tool::Registry;
+    use crate::transport::queue::frame_queue;
+
+    /// A relay with its link's other end, and the client's side of it.
+    struct Relaying {
+        /// What the relay sends to the running side.
+        to_running: crate::session::link::LinkReceiver,
+        /// What the running side sends to the relay.
+        from_running: crate::session::link::LinkSender,
+        /// The client's inbound units.
+        client: mpsc::Sender<Unit>,
+    }
+
+    async fn with_relay(test: impl AsyncFnOnce(Relaying)) {
+        let shared = Arc::new(Shared::new(
+            SessionConfig::default(),
+            Registry::default(),
+            Default::default(),
+        ));
+        let (out, to_running) = channel();
+        let (from_running, inbound) = channel();
+        let link = Link { out, inbound };
+        let (frames, _frames) = frame_queue();
+        let writer = Writer {
+            frames,
+            meter: WriteMeter::new(Arc::clone(&shared)),
+        };
+        let (client, mut units) = mpsc::channel(4);
+        let units = futures_util::stream::poll_fn(move |cx| units.poll_recv(cx));
+        let relaying = Relaying {
+            to_running,
+            from_running,
+            client,
+        };
+        tokio::select! {
+            () = relay(link, None, units, &writer, &shared) => {}
+            () = test(relaying) => {}
+        }
+    }
+
+    /// A POST of one envelope through the relay; its `done`.
+    async fn post(client: &mpsc::Sender<Unit>, text: &str) -> oneshot::Receiver<()> {
+        let (batch, done) = {
+            let (done_tx, done_rx) = oneshot::channel();
+            let (envelopes, envelopes_rx) = mpsc::channel(4);
+            let batch = Batch {
+                envelopes: envelopes_rx,
+                done: done_tx,
+            };
+            envelopes
+                .send(Element::Envelope(text.to_owned()))
+                .await
+                .unwrap();
+            (batch, done_rx)
+        };
+        client.send(Unit::Batch(batch)).await.unwrap();
+        done
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_relayed_post_is_answered_once_the_running_side_has_handled_it() {
+        with_relay(async |mut r: Relaying| {
+            let mut done = post(&r.client, "{}").await;
+            assert_eq!(
+                r.to_running.recv().await,
+                Some(LinkMessage::Text(Bytes::from("{}")))
+            );
+            assert_eq!(r.to_running.recv().await, Some(LinkMessage::Done(0)));
+            // Not answered while the running side has not said so.
+            tokio::time::sleep(ACK_LIMIT / 2).await;
+            assert!(done.try_recv().is_err());
+            assert!(r.from_running.send(LinkMessage::Done(200)).await);
+            tokio::time::timeout(Duration::from_secs(1), done)
+                .await
+                .expect("answered")
+                .expect("handled");
+            // A session gone there: the POST is not answered as handled.
+            let done = post(&r.client, "{}").await;
+            r.to_running.recv().await;
+            r.to_running.recv().await;
+            assert!(r.from_running.send(LinkMessage::Done(404)).await);
+            assert!(done.await.is_err(), "answered 404");
+        })
+        .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_instance_that_never_answers_a_relayed_post_is_taken_at_its_word() {
+        with_relay(async |mut r: Relaying| {
+            let done = post(&r.client, "{}").await;
+            r.to_running.recv().await;
+            assert_eq!(r.to_running.recv().await, Some(LinkMessage::Done(0)));
+            // An older instance ignores `Done`: the POST is answered after
+            // ACK_LIMIT all the same, and the next one goes through.
+            tokio::time::timeout(ACK_LIMIT * 2, done)
+                .await
+                .expect("answered after the limit")
+                .expect("as handled");
+            let _next = post(&r.client, "[]").await;
+            assert_eq!(
+                r.to_running.recv().await,
+                Some(LinkMessage::Text(Bytes::from("[]")))
+            );
+        })
+        .await;
     }
 }

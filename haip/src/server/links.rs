@@ -98,7 +98,9 @@ async fn connection(hub: Arc<Hub>, link: Link, relayed: Relayed) {
         .insert(session.id(), subject.clone(), inbound_tx.clone());
     // Upstream POSTs for the resumed session that land here reach it too.
     let on_resumed = hub.stream_alias(subject, inbound_tx.clone());
-    let feed = hub.tracker.spawn(feed(hai, inbound, inbound_tx));
+    let feed = hub
+        .tracker
+        .spawn(feed(hai, inbound, inbound_tx, out.clone()));
     let pump = hub.tracker.spawn(pump(frames_rx, meter, out));
     driver::run_stream(session, inbound_rx, writer, &hub.shared, on_resumed).await;
     drop((guard, entry));
@@ -110,8 +112,10 @@ async fn connection(hub: Arc<Hub>, link: Link, relayed: Relayed) {
 
 /// What the client sends, from the link to the session, starting with its
 /// `HAI`; the link's end (the client left, or its instance went silent) is
-/// the connection's.
-async fn feed(hai: String, mut link: LinkReceiver, session: mpsc::Sender<Unit>) {
+/// the connection's. The end of an upstream POST (`Done`) is answered over
+/// `out` once the session has handled everything before it: the relaying
+/// instance answers the POST then.
+async fn feed(hai: String, mut link: LinkReceiver, session: mpsc::Sender<Unit>, out: LinkSender) {
     if session.send(Unit::Text(hai)).await.is_err() {
         return;
     }
@@ -128,7 +132,22 @@ async fn feed(hai: String, mut link: LinkReceiver, session: mpsc::Sender<Unit>) 
             LinkMessage::TooLarge => Unit::TooLarge,
             LinkMessage::Activity => Unit::Activity,
             LinkMessage::Close { .. } => break,
-            LinkMessage::KeepAlive | LinkMessage::Done(_) | LinkMessage::Heartbeat => continue,
+            LinkMessage::Done(_) => {
+                // An empty batch: the session finishes it after the units
+                // before it.
+                let status = match Batch::open(&session).await {
+                    Some((envelopes, handled)) => {
+                        drop(envelopes);
+                        if handled.await.is_ok() { 200 } else { 404 }
+                    }
+                    None => 404,
+                };
+                if !out.send(LinkMessage::Done(status)).await || status != 200 {
+                    return;
+                }
+                continue;
+            }
+            LinkMessage::KeepAlive | LinkMessage::Heartbeat => continue,
         };
         if session.send(unit).await.is_err() {
             return;

@@ -84,7 +84,9 @@ pub(crate) enum LinkMessage {
     /// has gone (`code` 0) or the relaying instance is stopping.
     Close { code: u16, reason: String },
     /// An upstream POST's body has ended (to the running side), or was
-    /// handled with this HTTP status (to the forwarding side).
+    /// handled with this HTTP status (to the forwarding or relaying side):
+    /// on a forwarded POST's link, and on a relayed connection's after each
+    /// POST's envelopes.
     Done(u16),
     /// Nothing to say but that the sender is alive.
     Heartbeat,
