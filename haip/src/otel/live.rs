@@ -236,6 +236,16 @@ fn draw() -> u64 {
     })
 }
 
+/// A child span `name` of `parent`, from `since` to now.
+fn finished_child(tracer: &SdkTracer, parent: &OtelContext, name: &'static str, since: SystemTime) {
+    let mut child = tracer
+        .span_builder(name)
+        .with_kind(SpanKind::Internal)
+        .with_start_time(since)
+        .start_with_context(tracer, parent);
+    child.end();
+}
+
 /// `endpoint` as the URL spans are posted to.
 fn traces_url(endpoint: &str) -> Result<String, String> {
     let endpoint = endpoint.trim();
@@ -295,16 +305,9 @@ impl CallLive {
     }
 
     pub(super) fn child(&self, name: &'static str, since: SystemTime) {
-        if !self.span.is_recording() {
-            return;
+        if self.span.is_recording() {
+            finished_child(&self.tracer, &self.parent(), name, since);
         }
-        let mut child = self
-            .tracer
-            .span_builder(name)
-            .with_kind(SpanKind::Internal)
-            .with_start_time(since)
-            .start_with_context(&self.tracer, &self.parent());
-        child.end();
     }
 
     pub(super) fn since_start(&self, name: &'static str) {
@@ -376,17 +379,10 @@ impl LinkLive {
     }
 
     pub(super) fn child(&self, name: &'static str, since: SystemTime) {
-        if !self.parent.is_sampled() {
-            return;
+        if self.parent.is_sampled() {
+            let parent = OtelContext::new().with_remote_span_context(self.parent.clone());
+            finished_child(&self.tracer, &parent, name, since);
         }
-        let parent = OtelContext::new().with_remote_span_context(self.parent.clone());
-        let mut child = self
-            .tracer
-            .span_builder(name)
-            .with_kind(SpanKind::Internal)
-            .with_start_time(since)
-            .start_with_context(&self.tracer, &parent);
-        child.end();
     }
 
     pub(super) fn question(&self) -> Option<QuestionLive> {
