@@ -807,3 +807,130 @@ async fn losing_redis_keeps_sessions_working_and_it_recovers() {
         "{error}"
     );
 }
+
+/// Makes instance `id`'s lease lapse while it lives, as when Redis is away
+/// or slow for longer than a lease lasts: deleted just after a refresh, so
+/// that the next is a couple of seconds away.
+async fn lapse(redis: &RedisServer, id: &str) {
+    let key = format!("haip:i:{id}");
+    let left = || -> i64 {
+        redis
+            .command(&["PTTL", &key])
+            .expect("Redis answers")
+            .trim_start_matches(':')
+            .parse()
+            .expect("a number")
+    };
+    let before = left();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while left() <= before {
+        assert!(
+            Instant::now() < deadline,
+            "the lease of {id} was never refreshed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(redis.command(&["DEL", &key]).unwrap(), ":1");
+}
+
+/// An instance whose lease lapsed while it lived may see another instance
+/// restore one of its sessions. From then on Redis refuses what its stale
+/// copy records: none of it reaches the client (a call ended `instance
+/// lost` on the restoring instance is not ended again), the stale copy's
+/// connection closes, and the client, resuming there, is relayed to the
+/// instance that runs the session now.
+async fn a_session_restored_while_its_instance_lives_ends_there(kind: Kind) {
+    let redis = RedisServer::start();
+    let (a, b) = pair(&redis).await;
+    let mut on_a = Conn::connect(kind, a.local_addr(), None).await;
+    let session = on_a.session.clone();
+    on_a.call("h1", "hold", json!({})).await;
+    let update = on_a.expect_update("h1").await;
+    assert_eq!(update["status"], "RUNNING", "{update}");
+    let gate_name = format!("restored while alive {kind:?}");
+    on_a.call("g1", "gated", json!({ "name": gate_name })).await;
+    // Its answer comes once everything before it is recorded.
+    on_a.ping_marker().await;
+    let seen = on_a.last_seq();
+
+    lapse(&redis, "a").await;
+    // The same session from another connection, on b: restored there.
+    let mut on_b = Conn::connect(kind, b.local_addr(), None).await;
+    on_b.send(&resume_hai("r", &session, &seen.to_string()))
+        .await;
+    on_b.follow(&session, seen);
+    let hai = on_b.recv().await;
+    assert_eq!(hai["type"], "HAI", "{hai}");
+    let mut lost = Vec::new();
+    while lost.len() < 2 {
+        let env = on_b.recv().await;
+        assert_eq!(env["type"], "TOOL_DONE", "{env}");
+        let done = &env["payload"];
+        assert_eq!(done["status"], "ERROR", "{done}");
+        let message = done["result"]["error"].as_str().unwrap_or_default();
+        assert!(message.contains("instance lost"), "{done}");
+        lost.push(done["call_id"].as_str().unwrap().to_owned());
+    }
+    lost.sort();
+    assert_eq!(lost, ["g1", "h1"]);
+
+    // The copy on a goes on until it records something: g1 ends there now.
+    gate(&gate_name).notify_one();
+    let end = loop {
+        match on_a.next_item().await {
+            conn::Item::Envelope(text) => {
+                panic!("what the stale copy made reached its client: {text}")
+            }
+            conn::Item::Comment(_) | conn::Item::Done => {}
+            end => break end,
+        }
+    };
+    if kind == Kind::Ws {
+        let expected = Some((1011, "session moved to another instance".to_owned()));
+        assert!(
+            matches!(&end, conn::Item::Closed(close) if *close == expected),
+            "{end:?}"
+        );
+    }
+    drop(on_a);
+
+    // The client resumes on a, and is relayed to b.
+    let seen = on_b.last_seq();
+    drop(on_b);
+    let mut again = Conn::connect(kind, a.local_addr(), None).await;
+    again
+        .send(&resume_hai("r2", &session, &seen.to_string()))
+        .await;
+    again.follow(&session, seen);
+    let hai = again.recv().await;
+    assert_eq!(hai["type"], "HAI", "{hai}");
+    let done = again
+        .call_done("e1", "echo", json!({"message": "relayed to b"}))
+        .await;
+    assert_eq!(done["result"], json!({"echoed": "relayed to b"}));
+    // Nothing else is owed, and a runs nothing of the session any more.
+    again.ping_marker().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = http(a.local_addr(), "GET", "/stats", &[], "").await;
+        let stats: Value = serde_json::from_str(&stats.body).unwrap();
+        if stats["toolExecutions"]["active"] == 0 && stats["detachedSessions"] == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a still runs the stale copy: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_restored_while_its_instance_lives_ends_there_ws() {
+    a_session_restored_while_its_instance_lives_ends_there(Kind::Ws).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_restored_while_its_instance_lives_ends_there_sse() {
+    a_session_restored_while_its_instance_lives_ends_there(Kind::Sse).await;
+}

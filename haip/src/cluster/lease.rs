@@ -119,13 +119,18 @@ impl RedisSessionStore {
         mut conn: ConnectionManager,
         shutdown: CancellationToken,
     ) {
+        let mut next = LEASE_REFRESH;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = tokio::time::sleep(LEASE_REFRESH) => {}
+                () = tokio::time::sleep(next) => {}
             }
             let refreshed = tokio::time::timeout(IO_TIMEOUT, self.lease(&mut conn)).await;
             let ok = matches!(refreshed, Ok(Ok(())));
+            // After a failure, again soon: the lease must not lapse for want
+            // of a refresh once Redis is back (another instance would then
+            // restore this one's sessions, and they would end here).
+            next = if ok { LEASE_REFRESH } else { RETRY };
             if self.healthy.swap(ok, Relaxed) != ok {
                 if ok {
                     tracing::info!(url = %self.url, "Redis is reachable again");
@@ -140,6 +145,9 @@ impl RedisSessionStore {
         let _ = tokio::time::timeout(IO_TIMEOUT, conn.del::<_, ()>(key)).await;
     }
 }
+
+/// How soon a refresh of the lease that failed is tried again.
+const RETRY: Duration = Duration::from_millis(250);
 
 /// A URL without its password, for `/stats`.
 fn redact(url: &str) -> String {

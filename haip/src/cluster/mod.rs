@@ -9,11 +9,21 @@
 //! restored by any other, its missed envelopes replayed, and each of its calls
 //! ended with `TOOL_DONE ERROR INTERNAL_ERROR` "instance lost".
 //!
+//! Restoring makes the restoring instance the session's `owner` at once
+//! (`CLAIM`, one script), and from then on Redis refuses records of it from
+//! any other instance (`RECORD` answers which sessions it refused): the
+//! fence. A lease can lapse while its instance lives (Redis away or slow
+//! for longer than [`LEASE_TTL`]); a session restored elsewhere meanwhile
+//! then has a stale copy here, whose next record is refused. Envelopes reach
+//! a client only once recorded, so nothing the stale copy makes reaches
+//! anyone: it is ended here (see `writer.rs`), and its client, resuming, is
+//! relayed to the copy that runs.
+//!
 //! Keys (all expire `replay_window_time` after the session's last change):
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `haip:s:{session}` | hash | `owner` (instance id), `subject`, `next_seq`, `last_rx`, `paused` (channels), `owed` (flow-control credit owed to the client), `lost` (records of it were lost) |
+//! | `haip:s:{session}` | hash | `owner` (the instance running it; records from any other are refused), `subject`, `next_seq`, `last_rx`, `paused` (channels), `owed` (flow-control credit owed to the client), `lost` (records of it were lost) |
 //! | `haip:s:{session}:w` | list | committed envelopes, oldest first (at most 10 × `replay_window_messages`) |
 //! | `haip:s:{session}:c` | set | call ids owed a `TOOL_DONE` |
 //! | `haip:s:{session}:claim` | string | the instance restoring it (10 s) |
@@ -108,6 +118,13 @@ pub(crate) struct RedisSessionStore {
     /// Sessions whose records were lost (dropped while Redis was away, or
     /// the queue was full), to mark in Redis when it answers again.
     lost: std::sync::Mutex<crate::hash::FastSet<Arc<str>>>,
+    /// Sessions here whose records Redis refused (another instance restored
+    /// them), until they have ended here; and how many there are, so that
+    /// asking costs nothing while there are none.
+    fenced: std::sync::Mutex<crate::hash::FastSet<Arc<str>>>,
+    fenced_count: std::sync::atomic::AtomicUsize,
+    /// Sessions being restored here, since when (see `restore.rs`).
+    restoring: std::sync::Mutex<crate::hash::FastMap<String, std::time::Instant>>,
     /// Round trips of the writer, and those that failed (for `/metrics`).
     trips: AtomicU64,
     failed_trips: AtomicU64,
@@ -164,6 +181,9 @@ impl RedisSessionStore {
             window_cap: window_cap.max(1),
             dropped: AtomicU64::new(0),
             lost: std::sync::Mutex::new(Default::default()),
+            fenced: std::sync::Mutex::new(Default::default()),
+            fenced_count: std::sync::atomic::AtomicUsize::new(0),
+            restoring: std::sync::Mutex::new(Default::default()),
             trips: AtomicU64::new(0),
             failed_trips: AtomicU64::new(0),
             healthy: AtomicBool::new(false),
@@ -282,7 +302,11 @@ pub(crate) struct SharedRedisStore(pub(crate) Arc<RedisSessionStore>);
 
 impl SessionStore for SharedRedisStore {
     fn register(&self, id: &str) -> Takeovers {
-        self.0.local.register(id)
+        // Restored here again (the instance that had it is gone since).
+        self.0.unfence(id);
+        let takeovers = self.0.local.register(id);
+        self.0.end_restoring(id);
+        takeovers
     }
 
     fn find(&self, id: &str) -> Option<TakeoverAddress> {
@@ -291,6 +315,7 @@ impl SessionStore for SharedRedisStore {
 
     fn remove(&self, id: &str) {
         self.0.local.remove(id);
+        self.0.unfence(id);
         // Sessions ended by this instance's shutdown stay recorded: their
         // clients resume them on another instance.
         if self.0.shutting_down() {
@@ -304,6 +329,7 @@ impl SessionStore for SharedRedisStore {
 
     fn hand_off(&self, id: &str) {
         self.0.local.remove(id);
+        self.0.unfence(id);
         if self.0.shutting_down() {
             self.0.left_at_shutdown();
         }
@@ -336,6 +362,12 @@ impl SessionStore for SharedRedisStore {
             Record::Opened { subject } => Entry::Opened {
                 id,
                 subject: subject.map(str::to_owned),
+                adopted: false,
+            },
+            Record::Adopted { subject } => Entry::Opened {
+                id,
+                subject: subject.map(str::to_owned),
+                adopted: true,
             },
             Record::Committed {
                 seq,
@@ -367,11 +399,20 @@ impl SessionStore for SharedRedisStore {
         store.enqueue(entry);
     }
 
-    fn restore(&self, id: &str) -> StoreFuture<Result<Snapshot, NotRestored>> {
+    fn restore(
+        &self,
+        id: &str,
+        subject: Option<&str>,
+    ) -> StoreFuture<Result<Snapshot, NotRestored>> {
         Box::pin(RedisSessionStore::restore_from_redis(
             Arc::clone(&self.0),
             id.to_owned(),
+            subject.map(str::to_owned),
         ))
+    }
+
+    fn fenced(&self, id: &str) -> bool {
+        self.0.is_fenced(id)
     }
 
     fn link(&self, owner: &str, open: LinkOpen) -> StoreFuture<Result<Link, &'static str>> {

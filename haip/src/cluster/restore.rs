@@ -5,67 +5,128 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use redis::AsyncCommands;
 
-use super::keys::{calls_key, claim_key, lease_key, session_key, window_key};
+use super::keys::{calls_key, claim_key, session_key, window_key};
 use super::scripts::CLAIM;
 use super::{IO_TIMEOUT, RedisSessionStore};
 use crate::session::{NotRestored, Snapshot};
 
 impl RedisSessionStore {
+    /// Restores session `id` for a client of `subject`: claims it (it is
+    /// this instance's from then on, and records of it from any other
+    /// instance are refused), then reads back what was recorded of it.
     pub(super) async fn restore_from_redis(
         store: Arc<RedisSessionStore>,
         id: String,
+        subject: Option<String>,
     ) -> Result<Snapshot, NotRestored> {
         let Some(mut conn) = store.conn.get().cloned() else {
             return Err(NotRestored::Refused("session store unavailable"));
         };
+        // Once claimed, other instances relay to this one, whose restoring
+        // may not be done: a second restoring of it here waits for the first.
+        if !store.begin_restoring(&id) {
+            return Err(NotRestored::Refused(crate::session::link::BEING_RESUMED));
+        }
         let fetched = tokio::time::timeout(IO_TIMEOUT, async {
-            let meta: BTreeMap<String, String> = conn.hgetall(session_key(&id)).await?;
-            if meta.is_empty() {
+            // Read first, so that a client of another subject claims nothing.
+            let (exists, recorded): (bool, Option<String>) = redis::pipe()
+                .exists(session_key(&id))
+                .hget(session_key(&id), "subject")
+                .query_async(&mut conn)
+                .await?;
+            if !exists {
                 return Ok(Err(NotRestored::Refused("unknown session")));
             }
-            let owner = meta.get("owner").cloned().unwrap_or_default();
-            if owner != *store.instance {
-                let alive: bool = conn.exists(lease_key(&owner)).await?;
-                if alive {
-                    return Ok(Err(NotRestored::Elsewhere(owner)));
-                }
-            }
-            // What was recorded misses what happened while Redis was away:
-            // restoring it would end calls that ended, and send again `seq`s
-            // the client has seen with other contents.
-            if meta.contains_key("lost") {
-                return Ok(Err(NotRestored::Refused(LOST)));
+            if recorded != subject {
+                return Ok(Err(NotRestored::Refused("subject mismatch")));
             }
             // A claim whose instance died with it (restored there, then
             // killed within the claim's life) does not hold the session.
-            let claimed: i64 = redis::cmd("EVAL")
+            let claimed: redis::Value = redis::cmd("EVAL")
                 .arg(CLAIM)
-                .arg(1)
+                .arg(2)
                 .arg(claim_key(&id))
+                .arg(session_key(&id))
                 .arg(&*store.instance)
                 .arg(CLAIM_MS)
                 .query_async(&mut conn)
                 .await?;
-            if claimed == 0 {
-                return Ok(Err(NotRestored::Refused(
-                    crate::session::link::BEING_RESUMED,
-                )));
+            match claimed {
+                redis::Value::Int(1) => {}
+                redis::Value::Int(0) => {
+                    return Ok(Err(NotRestored::Refused(
+                        crate::session::link::BEING_RESUMED,
+                    )));
+                }
+                // What was recorded misses what happened while Redis was
+                // away: restoring it would end calls that ended, and send
+                // again `seq`s the client has seen with other contents.
+                redis::Value::Int(-1) => return Ok(Err(NotRestored::Refused(LOST))),
+                redis::Value::Int(_) => return Ok(Err(NotRestored::Refused("unknown session"))),
+                owner => {
+                    let owner: String = redis::from_redis_value(owner)?;
+                    return Ok(Err(NotRestored::Elsewhere(owner)));
+                }
             }
-            let window: Vec<Vec<u8>> = conn.lrange(window_key(&id), 0, -1).await?;
-            let calls: Vec<String> = conn.smembers(calls_key(&id)).await?;
+            let (meta, window, calls): (BTreeMap<String, String>, Vec<Vec<u8>>, Vec<String>) =
+                redis::pipe()
+                    .hgetall(session_key(&id))
+                    .lrange(window_key(&id), 0, -1)
+                    .smembers(calls_key(&id))
+                    .query_async(&mut conn)
+                    .await?;
             Ok::<_, redis::RedisError>(Ok((meta, window, calls)))
         })
         .await;
         let (meta, window, calls) = match fetched {
             Ok(Ok(Ok(found))) => found,
-            Ok(Ok(Err(reason))) => return Err(reason),
-            Ok(Err(_)) | Err(_) => return Err(NotRestored::Refused("session store unavailable")),
+            Ok(Ok(Err(reason))) => {
+                store.end_restoring(&id);
+                return Err(reason);
+            }
+            Ok(Err(_)) | Err(_) => {
+                store.end_restoring(&id);
+                return Err(NotRestored::Refused("session store unavailable"));
+            }
         };
+        // Restoring ends when the session is registered here (or after
+        // `RESTORING_LIMIT`, when it was refused after all).
         Ok(snapshot(&meta, window, calls))
     }
+
+    /// Notes that session `id` is being restored here; `false` if it
+    /// already is.
+    fn begin_restoring(&self, id: &str) -> bool {
+        let now = std::time::Instant::now();
+        let mut restoring = self.restoring.lock().unwrap_or_else(|e| e.into_inner());
+        if restoring.len() >= RESTORING_SWEEP {
+            restoring.retain(|_, since| now.duration_since(*since) < RESTORING_LIMIT);
+        }
+        match restoring.get(id) {
+            Some(since) if now.duration_since(*since) < RESTORING_LIMIT => false,
+            _ => {
+                restoring.insert(id.to_owned(), now);
+                true
+            }
+        }
+    }
+
+    /// Session `id` is no longer being restored here (registered, or not
+    /// restored).
+    pub(super) fn end_restoring(&self, id: &str) {
+        let mut restoring = self.restoring.lock().unwrap_or_else(|e| e.into_inner());
+        restoring.remove(id);
+    }
 }
+
+/// How long a restoring here holds off another of the same session, at
+/// most: the round trips of a restoring take at most `IO_TIMEOUT`.
+const RESTORING_LIMIT: std::time::Duration = IO_TIMEOUT.saturating_mul(2);
+
+/// How many restorings are remembered before those past their limit (never
+/// registered: refused after the snapshot) are swept.
+const RESTORING_SWEEP: usize = 1024;
 
 /// The snapshot of what was fetched: the window's envelopes by `seq`, only
 /// the run that ends at the newest (a gap, from records lost while Redis was

@@ -15,7 +15,7 @@ use super::keys::open_key;
 use super::scripts::RECORD;
 use super::{IO_TIMEOUT, RedisSessionStore};
 use crate::hash::FastMap;
-use crate::session::SessionStore;
+use crate::session::{SessionStore, Takeover};
 
 /// Records waiting for the writer, at most; more are dropped (and counted).
 pub(super) const QUEUE: usize = 65_536;
@@ -27,6 +27,8 @@ pub(super) enum Entry {
     Opened {
         id: Arc<str>,
         subject: Option<String>,
+        /// Begun on another instance, which handed it to this one.
+        adopted: bool,
     },
     Committed {
         id: Arc<str>,
@@ -98,7 +100,9 @@ enum Op<'a> {
         seq: u64,
         last_rx_seq: u64,
     },
-    Opened(Option<&'a str>),
+    /// The subject, and whether the session was adopted from another
+    /// instance (it is this one's from now on, whatever Redis says).
+    Opened(Option<&'a str>, bool),
     CallOpened(&'a str),
     CallClosed(&'a str),
     Paused(&'a str),
@@ -136,14 +140,14 @@ impl<'a> Group<'a> {
                     .ops
                     .iter_mut()
                     .rev()
-                    .take_while(|op| !matches!(op, Op::Opened(_) | Op::Ended))
+                    .take_while(|op| !matches!(op, Op::Opened(..) | Op::Ended))
                     .find(|op| matches!(op, Op::CallOpened(c) if c == call_id));
                 if let Some(opened) = opened {
                     *opened = Op::Gone;
                     return;
                 }
             }
-            Op::Opened(_) | Op::Ended => self.window = None,
+            Op::Opened(..) | Op::Ended => self.window = None,
             Op::CallOpened(_) | Op::Paused(_) | Op::Owed(_) | Op::Gone => {}
         }
         self.ops.push(op);
@@ -221,7 +225,14 @@ impl RedisSessionStore {
                 let send = self.send(&mut conn, &mut sha, &marks, &batch);
                 let sent = tokio::time::timeout(IO_TIMEOUT, send).await;
                 self.trips.fetch_add(1, Relaxed);
-                let sent = matches!(sent, Ok(Ok(())));
+                let sent = match sent {
+                    Ok(Ok(fenced)) => {
+                        // Before the batch counts as written: the gate asks.
+                        self.fence(fenced);
+                        true
+                    }
+                    _ => false,
+                };
                 if sent {
                     let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
                     for (id, _) in &marks {
@@ -283,7 +294,7 @@ impl RedisSessionStore {
                 return;
             }
             let send = self.send(conn, sha, &marks, &[]);
-            if !matches!(tokio::time::timeout(IO_TIMEOUT, send).await, Ok(Ok(()))) {
+            if !matches!(tokio::time::timeout(IO_TIMEOUT, send).await, Ok(Ok(_))) {
                 return;
             }
             let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
@@ -295,14 +306,15 @@ impl RedisSessionStore {
 
     /// Sends a batch of records: one `EVALSHA` of [`RECORD`], the script
     /// loaded first when Redis does not have it (the first batch, or Redis
-    /// restarted since).
+    /// restarted since). Answers the sessions whose records were refused
+    /// (another instance restored them).
     async fn send(
         &self,
         conn: &mut ConnectionManager,
         sha: &mut Option<String>,
         marks: &[(Arc<str>, bool)],
         batch: &[Entry],
-    ) -> redis::RedisResult<()> {
+    ) -> redis::RedisResult<Vec<String>> {
         if let Some(known) = sha.as_deref() {
             match self
                 .record_call(known, marks, batch)
@@ -355,7 +367,11 @@ impl RedisSessionStore {
                         last_rx_seq: *last_rx_seq,
                     },
                 ),
-                Entry::Opened { id, subject } => (id, Op::Opened(subject.as_deref())),
+                Entry::Opened {
+                    id,
+                    subject,
+                    adopted,
+                } => (id, Op::Opened(subject.as_deref(), *adopted)),
                 Entry::CallOpened { id, call_id } => (id, Op::CallOpened(call_id)),
                 Entry::CallClosed { id, call_id } => (id, Op::CallClosed(call_id)),
                 Entry::Paused { id, channels } => (id, Op::Paused(channels)),
@@ -409,11 +425,14 @@ impl RedisSessionStore {
                             .arg(envelopes.len())
                             .arg(envelopes.as_slice());
                     }
-                    Op::Opened(None) => {
-                        call.arg("O");
-                    }
-                    Op::Opened(Some(subject)) => {
-                        call.arg("U").arg(*subject);
+                    Op::Opened(subject, adopted) => {
+                        if *adopted {
+                            call.arg("T");
+                        }
+                        match subject {
+                            None => call.arg("O"),
+                            Some(subject) => call.arg("U").arg(*subject),
+                        };
                     }
                     Op::CallOpened(call_id) => {
                         call.arg("A").arg(*call_id);
@@ -438,6 +457,76 @@ impl RedisSessionStore {
             call.arg(*kind).arg(key).arg(member);
         }
         call
+    }
+
+    /// Sessions whose records Redis refused: another instance restored
+    /// them (this one's lease had lapsed, Redis being away or slow), and
+    /// runs them now. The copy here is stale: it must not reach its client,
+    /// and it ends, its calls cancelled. A connection on it is closed, and
+    /// its client, resuming, is relayed to the instance that has it.
+    fn fence(self: &Arc<Self>, ids: Vec<String>) {
+        for id in ids {
+            let Some(address) = self.local.find(&id) else {
+                continue;
+            };
+            let id: Arc<str> = Arc::from(id);
+            {
+                let mut fenced = self.fenced.lock().unwrap_or_else(|e| e.into_inner());
+                if fenced.len() < MAX_LOST && fenced.insert(Arc::clone(&id)) {
+                    self.fenced_count.store(fenced.len(), Relaxed);
+                }
+            }
+            tracing::warn!(
+                session = %id,
+                "another instance restored this session (this instance's lease lapsed): it ends here"
+            );
+            let Some(shared) = self.shared.get() else {
+                continue;
+            };
+            let store = Arc::clone(self);
+            shared.runner.tasks().spawn(async move {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                let request = Box::new(Takeover {
+                    subject: None,
+                    caller: None,
+                    last_rx_seq: 0,
+                    reply,
+                    evict: true,
+                });
+                let evicted = tokio::time::timeout(EVICT_LIMIT, async {
+                    address.send(request).await.ok()?;
+                    answer.await.ok()?.ok()
+                })
+                .await;
+                // Dropping the session cancels its calls.
+                drop(evicted);
+                store.local.remove_if(&id, &address);
+                store.unfence(&id);
+                if store.shutting_down() {
+                    store.left_at_shutdown();
+                }
+            });
+        }
+    }
+
+    /// Whether Redis refused records of session `id` (see [`Self::fence`]).
+    pub(super) fn is_fenced(&self, id: &str) -> bool {
+        if self.fenced_count.load(Relaxed) == 0 {
+            return false;
+        }
+        let fenced = self.fenced.lock().unwrap_or_else(|e| e.into_inner());
+        fenced.contains(id)
+    }
+
+    /// Session `id` has ended here, or runs here again.
+    pub(super) fn unfence(&self, id: &str) {
+        if self.fenced_count.load(Relaxed) == 0 {
+            return;
+        }
+        let mut fenced = self.fenced.lock().unwrap_or_else(|e| e.into_inner());
+        if fenced.remove(id) {
+            self.fenced_count.store(fenced.len(), Relaxed);
+        }
     }
 
     pub(super) fn id_arc(&self, id: &str) -> Arc<str> {
@@ -492,6 +581,10 @@ const MAX_LOST: usize = 100_000;
 
 /// Sessions marked lost in one batch, at most.
 const MARKS_PER_BATCH: usize = 1024;
+
+/// How long a fenced session's copy here has to give itself up; past it,
+/// it is forgotten here all the same (and its envelopes stay held back).
+const EVICT_LIMIT: Duration = Duration::from_secs(5);
 
 /// How often the writer tries Redis again while it is away.
 const PROBE: Duration = Duration::from_millis(250);

@@ -54,6 +54,17 @@
 //! call that died with it ends with `TOOL_DONE ERROR INTERNAL_ERROR`
 //! "instance lost", so every call still ends exactly once.
 //!
+//! **An instance is cut off from Redis for longer than its lease** (6 s)
+//! and lives on. Another instance may then restore one of its sessions for
+//! a client that came back there. Restoring makes that instance the
+//! session's owner in Redis, which from then on refuses whatever the first
+//! instance still records of it. Since a client sees an envelope only once
+//! it is recorded, nothing the stale copy makes reaches anyone: it ends
+//! (its calls cancelled, its connection closed with 1011 `session moved to
+//! another instance`), and its client, resuming anywhere, reaches the one
+//! copy that runs. An instance whose lease refresh failed tries again every
+//! 250 ms, so a short Redis outage does not let the lease lapse.
+//!
 //! **Upstream POSTs** (SSE and HTTP streaming) that reach an instance
 //! without the stream they are for are forwarded to the one that has it,
 //! with the same targeting (the named session, else the subject's only open

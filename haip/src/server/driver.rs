@@ -34,7 +34,7 @@ use crate::session::link::{
 };
 use crate::session::{
     Action, Attached, Control, LARGE_PARAMS, NotRestored, Overflow, ResumeRequest, Session,
-    SessionStore, Shared, Takeover, decode_unit, next_event,
+    SessionStore, Shared, Takeover, TakeoverAddress, decode_unit, next_event,
 };
 use crate::stats::Throttle;
 use crate::transport::frame::{Batch, Element, Frame, Unit, WRITER_BUDGET, WriteMeter, Writer};
@@ -426,6 +426,14 @@ where
         // Then what the shared store has recorded.
         if !unwritten.is_empty() {
             let written = shared.store.written();
+            if shared.store.fenced(session.id()) {
+                // Another instance restored the session: what was made here
+                // was refused there, and must not reach the client.
+                shared.store.hand_off(session.id());
+                writer.send(moved());
+                // Dropping the session cancels its calls.
+                return (Ended::HandedOver, None);
+            }
             while unwritten
                 .front()
                 .is_some_and(|(ticket, _)| *ticket <= written)
@@ -540,13 +548,20 @@ where
         }
         if let Some(request) = takeover {
             // Another connection resumes this session: hand it over and close.
+            // Or another instance restored it: it ends here, and the client,
+            // resuming again, is relayed there.
+            let close = if request.evict {
+                moved()
+            } else {
+                Frame::Close {
+                    code: 1000,
+                    reason: "session resumed elsewhere",
+                }
+            };
             match (*request).answer(attached) {
                 Some(kept) => attached = kept,
                 None => {
-                    writer.send(Frame::Close {
-                        code: 1000,
-                        reason: "session resumed elsewhere",
-                    });
+                    writer.send(close);
                     return (Ended::HandedOver, None);
                 }
             }
@@ -597,6 +612,16 @@ async fn handle_large_text(session: &mut Session, text: String, shared: &Shared)
             })
         });
     session.handle_decoded(len, decoded)
+}
+
+/// How a connection ends when another instance has restored its session
+/// (the records of it made here were refused there): the client resumes
+/// again, and is relayed there.
+fn moved() -> Frame {
+    Frame::Close {
+        code: 1011,
+        reason: "session moved to another instance",
+    }
 }
 
 /// Completes once the shared store has written the record of `ticket`.
@@ -696,7 +721,18 @@ async fn restore(
 ) -> Result<Resumed, &'static str> {
     let held_until = Instant::now() + OWNER_WAIT;
     let snapshot = loop {
-        let restored = tokio::time::timeout(TAKEOVER_TIMEOUT, shared.store.restore(id)).await;
+        // Restored here meanwhile (by another connection, or a relayed one
+        // while this one waited for the restoring to be done).
+        if let Some(owner) = shared.store.find(id) {
+            return ask(&owner, last_rx_seq, fresh).await;
+        }
+        let restored = tokio::time::timeout(
+            TAKEOVER_TIMEOUT,
+            shared
+                .store
+                .restore(id, fresh.session.subject().map(|s| &**s)),
+        )
+        .await;
         let (reason, owner) = match restored {
             Ok(Ok(snapshot)) => break snapshot,
             Ok(Err(NotRestored::Refused(reason))) if reason == BEING_RESUMED => (reason, None),
@@ -771,15 +807,26 @@ async fn take_over(
     shared: &Shared,
     writer: &Writer,
 ) -> Result<Resumed, &'static str> {
-    let Some(owner) = shared.store.find(id) else {
-        return restore(id, last_rx_seq, text, fresh, shared, writer).await;
-    };
+    match shared.store.find(id) {
+        Some(owner) => ask(&owner, last_rx_seq, fresh).await,
+        None => restore(id, last_rx_seq, text, fresh, shared, writer).await,
+    }
+}
+
+/// Asks the session at `owner` (a parked task or another connection, on
+/// this instance) to hand itself over to the connection of `fresh`.
+async fn ask(
+    owner: &TakeoverAddress,
+    last_rx_seq: u64,
+    fresh: &Attached,
+) -> Result<Resumed, &'static str> {
     let (reply, answer) = oneshot::channel();
     let request = Box::new(Takeover {
         subject: fresh.session.subject().cloned(),
         caller: fresh.session.caller().cloned(),
         last_rx_seq,
         reply,
+        evict: false,
     });
     let asked = tokio::time::timeout(TAKEOVER_TIMEOUT, async {
         owner.send(request).await.map_err(|_| "unknown session")?;

@@ -369,7 +369,7 @@ impl Session {
                 let subject = session.subject.clone();
                 session.shared.store.record(
                     &session.id,
-                    Record::Opened {
+                    Record::Adopted {
                         subject: subject.as_deref(),
                     },
                 );

@@ -66,13 +66,19 @@ pub(crate) struct Takeover {
     pub(crate) last_rx_seq: u64,
     /// The session, or why it cannot be resumed (`detail.reason`).
     pub(crate) reply: oneshot::Sender<Result<Attached, &'static str>>,
+    /// Not a connection but the store asking: another instance restored the
+    /// session ([`SessionStore::fenced`]), so it is handed over whatever the
+    /// other fields say, to be ended.
+    pub(crate) evict: bool,
 }
 
 impl Takeover {
     /// Answers the request for `attached`: hands it over when every condition
     /// holds, else gives it back with the reason.
     pub(crate) fn answer(self, mut attached: Attached) -> Option<Attached> {
-        let check = if self.subject.as_deref() != attached.session.subject.as_deref() {
+        let check = if self.evict {
+            Ok(())
+        } else if self.subject.as_deref() != attached.session.subject.as_deref() {
             Err("subject mismatch")
         } else {
             attached.session.can_resume_from(self.last_rx_seq)
@@ -199,6 +205,12 @@ impl TakeoverAddress {
     pub(crate) fn is_closed(&self) -> bool {
         self.0.lock().closed
     }
+
+    /// Whether both are the address of one session.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn same(&self, other: &TakeoverAddress) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// The session table behind resumption. In memory by default; a store
@@ -242,12 +254,25 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
     fn wait_written(&self, _ticket: u64) -> StoreFuture<()> {
         Box::pin(std::future::ready(()))
     }
-    /// Session `id`, known to no instance alive, as last recorded; or why
-    /// not, which may be that a live instance runs it.
-    fn restore(&self, _id: &str) -> StoreFuture<Result<Snapshot, NotRestored>> {
+    /// Session `id`, known to no instance alive, as last recorded, for a
+    /// client of `subject`; or why not, which may be that a live instance
+    /// runs it. Restoring claims it: this instance runs it from then on, and
+    /// what any other instance still records of it is refused
+    /// ([`SessionStore::fenced`]).
+    fn restore(
+        &self,
+        _id: &str,
+        _subject: Option<&str>,
+    ) -> StoreFuture<Result<Snapshot, NotRestored>> {
         Box::pin(std::future::ready(Err(NotRestored::Refused(
             "unknown session",
         ))))
+    }
+    /// Whether another instance has restored session `id` since this one
+    /// recorded it: what it made here must not reach its client, and it
+    /// ends here.
+    fn fenced(&self, _id: &str) -> bool {
+        false
     }
     /// Opens a link to the live instance `owner` (a store shared by several
     /// instances); `Err` says why it cannot be reached.
@@ -288,6 +313,9 @@ pub(crate) type StoreFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Outpu
 pub(crate) enum Record<'a> {
     /// The session began, on behalf of `subject` (`None`: authentication off).
     Opened { subject: Option<&'a str> },
+    /// The session, begun on another instance (which greeted its client,
+    /// then relayed the connection here), runs here from now on.
+    Adopted { subject: Option<&'a str> },
     /// Envelope `seq` was committed; `last_rx_seq` is the highest inbound
     /// `seq` seen so far.
     Committed {
@@ -339,6 +367,16 @@ impl InMemorySessionStore {
         self.lock().is_empty()
     }
 
+    /// Forgets session `id` if `address` is still where it is found (not a
+    /// session registered under its id since).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn remove_if(&self, id: &str, address: &TakeoverAddress) {
+        let mut sessions = self.lock();
+        if sessions.get(id).is_some_and(|found| found.same(address)) {
+            sessions.remove(id);
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, TakeoverAddress>> {
         // Entries are whole values: a panic elsewhere cannot leave one half-written.
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
@@ -378,6 +416,7 @@ mod tests {
             caller: None,
             last_rx_seq: 0,
             reply,
+            evict: false,
         });
         (request, answer)
     }
