@@ -934,3 +934,55 @@ async fn a_session_restored_while_its_instance_lives_ends_there_ws() {
 async fn a_session_restored_while_its_instance_lives_ends_there_sse() {
     a_session_restored_while_its_instance_lives_ends_there(Kind::Sse).await;
 }
+
+/// A call a session took is recorded with the inbound `seq` that brought
+/// it. Restored elsewhere before the session sent anything after taking it,
+/// the confirming `HAI` says the call was taken, and its one `TOOL_DONE` is
+/// `instance lost`: a client told otherwise would send it again, and it
+/// would end twice.
+async fn a_restored_session_knows_the_calls_it_took_before_it_answered(kind: Kind) {
+    let redis = RedisServer::start();
+    let (a, b) = pair(&redis).await;
+    let mut on_a = Conn::connect(kind, a.local_addr(), None).await;
+    let session = on_a.session.clone();
+    let gate_name = format!("taken, not answered {kind:?}");
+    on_a.send(&json!({
+        "id": "c1", "seq": "1", "session": session, "channel": "USER", "type": "TOOL_CALL",
+        "payload": {"call_id": "g1", "tool": "gated", "params": {"name": gate_name}},
+    }))
+    .await;
+    // Nothing goes out for the call until it ends: wait for its record.
+    let calls = format!("haip:s:{session}:c");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.command(&["SISMEMBER", &calls, "g1"]).unwrap() != ":1" {
+        assert!(Instant::now() < deadline, "the call was never recorded");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seen = on_a.last_seq();
+
+    lapse(&redis, "a").await;
+    let mut on_b = Conn::connect(kind, b.local_addr(), None).await;
+    on_b.send(&resume_hai("r", &session, &seen.to_string()))
+        .await;
+    on_b.follow(&session, seen);
+    let hai = on_b.recv().await;
+    assert_eq!(hai["type"], "HAI", "{hai}");
+    assert_eq!(
+        hai["payload"]["last_rx_seq"], "1",
+        "the call was taken: {hai}"
+    );
+    let done = on_b.expect_done("g1").await;
+    assert_eq!(done["status"], "ERROR", "{done}");
+    on_b.ping_marker().await;
+    gate(&gate_name).notify_one();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_session_knows_the_calls_it_took_before_it_answered_ws() {
+    a_restored_session_knows_the_calls_it_took_before_it_answered(Kind::Ws).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_session_knows_the_calls_it_took_before_it_answered_sse() {
+    a_restored_session_knows_the_calls_it_took_before_it_answered(Kind::Sse).await;
+}

@@ -379,9 +379,13 @@ impl SessionStore for SharedRedisStore {
                 envelope: envelope.clone(),
                 last_rx_seq,
             },
-            Record::CallOpened { call_id } => Entry::CallOpened {
+            Record::CallOpened {
+                call_id,
+                last_rx_seq,
+            } => Entry::CallOpened {
                 id,
                 call_id: call_id.to_owned(),
+                last_rx_seq,
             },
             Record::CallClosed { call_id } => Entry::CallClosed {
                 id,

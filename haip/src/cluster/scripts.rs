@@ -34,12 +34,13 @@ return 1
 /// its fields: `S` session (the records that follow are its), `W` next `seq`,
 /// inbound `seq`, count, envelopes (appended to the window, trimmed), `O`
 /// opened without subject, `U` subject (opened), `T` taken over (adopted
-/// from the instance that greeted its client: this one owns it now), `A` /
-/// `D` call id (owed a `TOOL_DONE`, or no longer), `P` paused channels, `C`
-/// the credit owed to the client, `L` and `1` or `0`: records of the session
-/// were lost (and it runs on this instance), `E` ended (its keys deleted),
-/// `+` / `-` key member (a stream session opened, closed). A session's keys
-/// get their expiry once, after its records, as they would after each.
+/// from the instance that greeted its client: this one owns it now), `A`
+/// call id and inbound `seq` (owed a `TOOL_DONE`, taken at that `seq`), `D`
+/// call id (no longer owed), `P` paused channels, `C` the credit owed to the
+/// client, `L` and `1` or `0`: records of the session were lost (and it runs
+/// on this instance), `E` ended (its keys deleted), `+` / `-` key member (a
+/// stream session opened, closed). A session's keys get their expiry once,
+/// after its records, as they would after each.
 ///
 /// Fencing: the records of a session whose `owner` is another instance
 /// (which restored it: see [`CLAIM`]) are refused, and the script answers
@@ -84,9 +85,14 @@ while i <= n do
   elseif kind == 'A' then
     if run then
       redis.call('SADD', c, ARGV[i + 1])
+      local rx = tonumber(redis.call('HGET', s, 'last_rx') or '0')
+      if tonumber(ARGV[i + 2]) > rx then
+        redis.call('HSET', s, 'last_rx', ARGV[i + 2])
+        es = true
+      end
       ec = true
     end
-    i = i + 2
+    i = i + 3
   elseif kind == 'D' then
     if run then redis.call('SREM', c, ARGV[i + 1]) end
     i = i + 2

@@ -39,6 +39,7 @@ pub(super) enum Entry {
     CallOpened {
         id: Arc<str>,
         call_id: String,
+        last_rx_seq: u64,
     },
     CallClosed {
         id: Arc<str>,
@@ -103,7 +104,8 @@ enum Op<'a> {
     /// The subject, and whether the session was adopted from another
     /// instance (it is this one's from now on, whatever Redis says).
     Opened(Option<&'a str>, bool),
-    CallOpened(&'a str),
+    /// A call owed a `TOOL_DONE`, and the inbound `seq` then.
+    CallOpened(&'a str, u64),
     CallClosed(&'a str),
     Paused(&'a str),
     /// The flow-control credit owed to the client.
@@ -141,14 +143,14 @@ impl<'a> Group<'a> {
                     .iter_mut()
                     .rev()
                     .take_while(|op| !matches!(op, Op::Opened(..) | Op::Ended))
-                    .find(|op| matches!(op, Op::CallOpened(c) if c == call_id));
+                    .find(|op| matches!(op, Op::CallOpened(c, _) if c == call_id));
                 if let Some(opened) = opened {
                     *opened = Op::Gone;
                     return;
                 }
             }
             Op::Opened(..) | Op::Ended => self.window = None,
-            Op::CallOpened(_) | Op::Paused(_) | Op::Owed(_) | Op::Gone => {}
+            Op::CallOpened(..) | Op::Paused(_) | Op::Owed(_) | Op::Gone => {}
         }
         self.ops.push(op);
     }
@@ -372,7 +374,11 @@ impl RedisSessionStore {
                     subject,
                     adopted,
                 } => (id, Op::Opened(subject.as_deref(), *adopted)),
-                Entry::CallOpened { id, call_id } => (id, Op::CallOpened(call_id)),
+                Entry::CallOpened {
+                    id,
+                    call_id,
+                    last_rx_seq,
+                } => (id, Op::CallOpened(call_id, *last_rx_seq)),
                 Entry::CallClosed { id, call_id } => (id, Op::CallClosed(call_id)),
                 Entry::Paused { id, channels } => (id, Op::Paused(channels)),
                 Entry::Owed { id, owed } => (id, Op::Owed(owed)),
@@ -434,8 +440,8 @@ impl RedisSessionStore {
                             Some(subject) => call.arg("U").arg(*subject),
                         };
                     }
-                    Op::CallOpened(call_id) => {
-                        call.arg("A").arg(*call_id);
+                    Op::CallOpened(call_id, last_rx_seq) => {
+                        call.arg("A").arg(*call_id).arg(*last_rx_seq);
                     }
                     Op::CallClosed(call_id) => {
                         call.arg("D").arg(*call_id);

@@ -214,9 +214,13 @@ impl Session {
         self.next_key += 1;
         self.active_ids.insert(call_id.clone(), key);
         if self.shared.store.records() {
-            self.shared
-                .store
-                .record(&self.id, Record::CallOpened { call_id: &call_id });
+            self.shared.store.record(
+                &self.id,
+                Record::CallOpened {
+                    call_id: &call_id,
+                    last_rx_seq: self.last_rx_seq,
+                },
+            );
         }
         let cancel = CancellationToken::new();
         let mut call = Call {

@@ -323,8 +323,11 @@ pub(crate) enum Record<'a> {
         envelope: &'a bytes::Bytes,
         last_rx_seq: u64,
     },
-    /// A call was accepted: it is owed a `TOOL_DONE`.
-    CallOpened { call_id: &'a str },
+    /// A call was accepted: it is owed a `TOOL_DONE`. `last_rx_seq` is the
+    /// highest inbound `seq` seen then (its `TOOL_CALL`'s, if it had one): a
+    /// session restored elsewhere owes the call, and must not ask for it
+    /// again.
+    CallOpened { call_id: &'a str, last_rx_seq: u64 },
     /// Its `TOOL_DONE` was issued.
     CallClosed { call_id: &'a str },
     /// The channels paused now (`PAUSE_CHANNEL`), comma-separated: pause
