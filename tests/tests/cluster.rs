@@ -986,3 +986,72 @@ async fn a_restored_session_knows_the_calls_it_took_before_it_answered_ws() {
 async fn a_restored_session_knows_the_calls_it_took_before_it_answered_sse() {
     a_restored_session_knows_the_calls_it_took_before_it_answered(Kind::Sse).await;
 }
+
+/// An instance that begins to shut down while it holds a resumption (the
+/// session's instance was killed, its lease not yet expired) does not
+/// refuse it: its client would give its session up. The connection ends as
+/// the others do, and the client resumes on another instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumption_held_by_an_instance_that_stops_is_not_refused() {
+    let redis = RedisServer::start();
+    let mut a = Instance::spawn(&redis.url(), "a").await;
+    let builder = |id: &str| demo_builder().redis(redis.url()).instance_id(id);
+    let (b, _) = start(builder("b")).await;
+    let conn = Conn::connect(Kind::Sse, a.addr, None).await;
+    let session = conn.session.clone();
+    a.kill();
+    drop(conn);
+
+    let mut conn = Conn::connect(Kind::Sse, b.local_addr(), None).await;
+    // Its POST is answered once the resumption is: sent on the side.
+    let resume = resume_hai("resume", &session, "1").to_string();
+    let fresh = conn.session.clone();
+    let addr = b.local_addr();
+    let posted = tokio::spawn(async move {
+        post(
+            addr,
+            "/haip/message",
+            None,
+            &[("x-haip-session", &fresh)],
+            &resume,
+        )
+        .await
+    });
+    // Held, and kept alive, while a's lease runs out.
+    loop {
+        match conn.next_item().await {
+            conn::Item::Comment(_) if !posted.is_finished() => break,
+            conn::Item::Comment(_) => {}
+            other => panic!("expected the resumption to be held: {other:?}"),
+        }
+    }
+    let stopping = tokio::spawn(async move { b.shutdown().await });
+    let (envelopes, _, _) = conn.read_to_end().await;
+    assert!(
+        envelopes.is_empty(),
+        "the held resumption was answered: {envelopes:?}"
+    );
+    let posted = tokio::time::timeout(Duration::from_secs(30), posted)
+        .await
+        .expect("the POST is answered")
+        .unwrap();
+    // Answered, the session it was sent to having ended with the server.
+    assert!(matches!(posted.status, 200 | 404), "{}", posted.body);
+    tokio::time::timeout(Duration::from_secs(30), stopping)
+        .await
+        .expect("b stops")
+        .expect("b's shutdown does not panic");
+
+    // The session is whole: restored on another instance once a's lease
+    // has run out.
+    let (c, _) = start(builder("c")).await;
+    let mut conn = Conn::connect(Kind::Sse, c.local_addr(), None).await;
+    conn.send(&resume_hai("again", &session, "1")).await;
+    conn.follow(&session, 1);
+    let hai = conn.recv().await;
+    assert_eq!(hai["type"], "HAI", "{hai}");
+    let done = conn
+        .call_done("e1", "echo", json!({"message": "on c"}))
+        .await;
+    assert_eq!(done["result"], json!({"echoed": "on c"}));
+}

@@ -691,6 +691,10 @@ async fn resume_into(
             }
             Ok(resumed)
         }
+        // Not refused: this instance stops before it could say. The
+        // connection closes with the others (1001), and its client resumes
+        // on another instance.
+        Err(reason) if reason == SHUTTING_DOWN => Ok(fresh),
         Err(reason) => {
             let mut fresh = fresh;
             fresh
@@ -700,6 +704,9 @@ async fn resume_into(
         }
     }
 }
+
+/// Why a held resumption ends unanswered: the server shuts down.
+const SHUTTING_DOWN: &str = "server shutdown";
 
 /// Rebuilds a session no instance alive holds from what the shared store
 /// recorded of it (the in-memory store knows none: `unknown session`). Its
@@ -779,7 +786,7 @@ async fn restore(
         writer.send(Frame::KeepAlive);
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
-            () = shared.shutdown.cancelled() => return Err(reason),
+            () = shared.shutdown.cancelled() => return Err(SHUTTING_DOWN),
         }
     };
     if snapshot.subject.as_deref() != fresh.session.subject().map(|s| &**s) {
