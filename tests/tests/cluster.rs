@@ -1051,3 +1051,40 @@ async fn a_resumption_held_by_an_instance_that_stops_is_not_refused() {
         .await;
     assert_eq!(done["result"], json!({"echoed": "on c"}));
 }
+
+/// A restoring refused once the records are read (a `last_rx_seq` past
+/// what the session sent) holds nothing back: a good resumption right after
+/// it is restored at once, not held as if a restoring were under way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_restoring_holds_nothing_back() {
+    let redis = RedisServer::start();
+    let (a, b) = pair(&redis).await;
+    let on_a = Conn::connect(Kind::Sse, a.local_addr(), None).await;
+    let session = on_a.session.clone();
+    let seen = on_a.last_seq();
+    lapse(&redis, "a").await;
+
+    let mut refused = Conn::connect(Kind::Sse, b.local_addr(), None).await;
+    refused.send(&resume_hai("r1", &session, "999")).await;
+    let error = refused.recv().await;
+    assert_eq!(error["payload"]["code"], "RESUME_FAILED", "{error}");
+    assert_eq!(
+        error["payload"]["detail"]["reason"], "invalid last_rx_seq",
+        "{error}"
+    );
+
+    let mut good = Conn::connect(Kind::Sse, b.local_addr(), None).await;
+    good.send(&resume_hai("r2", &session, &seen.to_string()))
+        .await;
+    good.follow(&session, seen);
+    // A held resumption is kept alive with comments; this one is not held.
+    match good.next_item().await {
+        conn::Item::Envelope(text) => {
+            let hai: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(hai["type"], "HAI", "{hai}");
+            assert_eq!(hai["session"], session.as_str(), "{hai}");
+        }
+        other => panic!("the resumption was held: {other:?}"),
+    }
+    drop(on_a);
+}

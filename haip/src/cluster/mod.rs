@@ -330,6 +330,8 @@ impl SessionStore for SharedRedisStore {
     fn hand_off(&self, id: &str) {
         self.0.local.remove(id);
         self.0.unfence(id);
+        // Or a restoring here refused after all.
+        self.0.end_restoring(id);
         if self.0.shutting_down() {
             self.0.left_at_shutdown();
         }

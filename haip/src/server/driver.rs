@@ -789,8 +789,14 @@ async fn restore(
             () = shared.shutdown.cancelled() => return Err(SHUTTING_DOWN),
         }
     };
+    // Refused after all: the session runs nowhere here, and is no longer
+    // being restored here (another resumption need not wait for this one).
+    let refuse = |reason| {
+        shared.store.hand_off(id);
+        Err(reason)
+    };
     if snapshot.subject.as_deref() != fresh.session.subject().map(|s| &**s) {
-        return Err("subject mismatch");
+        return refuse("subject mismatch");
     }
     let (mut session, lost) = Session::restore(
         Arc::clone(fresh.session.shared()),
@@ -798,7 +804,9 @@ async fn restore(
         id,
         snapshot,
     );
-    session.can_resume_from(last_rx_seq)?;
+    if let Err(reason) = session.can_resume_from(last_rx_seq) {
+        return refuse(reason);
+    }
     session.set_caller(fresh.session.caller().cloned());
     session.end_lost_calls(lost);
     tracing::info!(session = id, "session restored from the shared store");

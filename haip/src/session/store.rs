@@ -227,7 +227,8 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
     /// Forgets a session (it ended or expired).
     fn remove(&self, id: &str);
     /// Forgets session `id` here, because another instance runs it from now
-    /// on: what a shared store recorded of it is that instance's to change.
+    /// on (or, restored here, it was refused after all): what a shared store
+    /// recorded of it is left as it is.
     fn hand_off(&self, id: &str) {
         self.remove(id);
     }
