@@ -316,10 +316,13 @@ cat >"$OUT/meta.json" <<EOF
 }
 EOF
 
-# The section bench/chaos.sh writes is kept.
+# The sections bench/chaos.sh and bench/security.sh write are kept.
 CHAOS_SECTION=$(sed -n '/<!-- chaos:begin -->/,/<!-- chaos:end -->/p' RELIABILITY.md 2>/dev/null || true)
+SECURITY_SECTION=$(sed -n '/<!-- security:begin -->/,/<!-- security:end -->/p' RELIABILITY.md 2>/dev/null || true)
 python3 -B bench/reliability.py "$OUT" >RELIABILITY.md
-if [[ -n $CHAOS_SECTION ]]; then
-    printf '\n%s\n' "$CHAOS_SECTION" >>RELIABILITY.md
-fi
+for section in "$CHAOS_SECTION" "$SECURITY_SECTION"; do
+    if [[ -n $section ]]; then
+        printf '\n%s\n' "$section" >>RELIABILITY.md
+    fi
+done
 echo "== wrote RELIABILITY.md (raw results in ${OUT#"$ROOT"/})"

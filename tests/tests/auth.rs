@@ -23,7 +23,7 @@ per_transport!(
     subject_reaches_tools,
 );
 
-const SECRET: &str = "test-secret";
+const SECRET: &str = "test-secret-of-at-least-32-bytes-long";
 const AUDIENCE: &str = "haip-tests";
 
 fn now() -> i64 {

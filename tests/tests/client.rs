@@ -165,7 +165,7 @@ async fn connection_problems_are_errors() {
         .unwrap_err();
     assert!(matches!(err, ClientError::Connect { .. }), "{err}");
     // Authentication: refused without a token, accepted with one.
-    let (_handle, url) = start(builder().jwt_hs256("secret")).await;
+    let (_handle, url) = start(builder().jwt_hs256("secret-of-at-least-32-bytes-for-hs256")).await;
     let err = within("connect", Client::connect(&url)).await.unwrap_err();
     assert!(
         matches!(&err, ClientError::Server { code, .. } if code == "MISSING_TOKEN"),

@@ -180,7 +180,7 @@ async fn raw_post(addr: SocketAddr, length: &str, first: &[u8]) -> TcpStream {
         .await
         .unwrap();
     let head = format!(
-        "POST /haip/message HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+        "POST /haip/message HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
     );
     socket.write_all(head.as_bytes()).await.unwrap();
     socket.write_all(first).await.unwrap();

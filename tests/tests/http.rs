@@ -197,6 +197,8 @@ async fn websocket_upgrades_elsewhere_are_404_and_open_no_session() {
         ("Connection", "Upgrade"),
         ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
         ("Sec-WebSocket-Version", "13"),
+        // A POST without it is refused before routing (a "simple" POST).
+        ("Content-Type", "application/json"),
     ];
     for (method, path) in [
         ("GET", "/haip/sse"),

@@ -610,7 +610,7 @@ async fn titles_hints_and_icons_show_and_a_destructive_tool_asks_first() {
     .await;
 }
 
-const SECRET: &str = "inspector-test-secret";
+const SECRET: &str = "inspector-test-secret-of-32-bytes-or-more";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_auth_on_the_page_asks_for_a_token_and_uses_it() {
@@ -658,15 +658,11 @@ async fn with_auth_on_the_page_asks_for_a_token_and_uses_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_websocket_the_page_falls_back_to_sse() {
-    // An origin list without the page's own origin: the WebSocket upgrade is
-    // refused (403), SSE is same-origin and goes through.
-    let (server, _) = start(
-        demo_builder()
-            .cors_allowed_origins(["https://app.example"])
-            .inspector(true),
-    )
-    .await;
-    let addr = server.local_addr();
+    // Behind a proxy that does not pass WebSocket upgrades (a 502 for
+    // them), the page falls back to SSE through the same proxy.
+    let (server, _) = start(demo_builder().inspector(true)).await;
+    let proxy = NoUpgradeProxy::start(server.local_addr()).await;
+    let addr = proxy.addr;
     Browser::run("sse_fallback", WIDE, |b| async move {
         open(&b, addr, "").await;
         b.wait_text("#transport", "SSE (WebSocket failed").await;
@@ -780,4 +776,55 @@ async fn the_quickstart_prints_where_its_inspector_is() {
     let page = http_get(addr, "/inspector").await;
     assert_eq!(page.status, 200, "{page:?}");
     assert!(page.body.contains("haip inspector"));
+}
+
+/// A loopback proxy in front of `backend` that answers `502` to WebSocket
+/// upgrades and passes every other connection through byte for byte.
+struct NoUpgradeProxy {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl NoUpgradeProxy {
+    async fn start(backend: SocketAddr) -> NoUpgradeProxy {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    // The request head decides: an upgrade is refused, the
+                    // rest is spliced (browsers open a socket of its own for
+                    // a WebSocket, never a kept-alive one).
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65_536 {
+                        match client.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                    if text.contains("\r\nupgrade: websocket") {
+                        let refusal = "HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+                        let _ = client.write_all(refusal.as_bytes()).await;
+                        return;
+                    }
+                    let Ok(mut upstream) = tokio::net::TcpStream::connect(backend).await else {
+                        return;
+                    };
+                    if upstream.write_all(&head).await.is_ok() {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    }
+                });
+            }
+        });
+        NoUpgradeProxy { addr, task }
+    }
+}
+
+impl Drop for NoUpgradeProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

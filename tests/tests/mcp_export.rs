@@ -555,7 +555,7 @@ async fn cancellation_reaches_the_tool_context(builder: haip::ServerBuilder) {
     mcp.close().await;
 }
 
-const SECRET: &str = "mcp-export-secret";
+const SECRET: &str = "mcp-export-secret-of-32-bytes-or-more";
 const AUDIENCE: &str = "haip-tests";
 
 /// A valid token of `sub` for [`SECRET`] and [`AUDIENCE`].
@@ -651,10 +651,10 @@ async fn http_mcp_endpoint_can_be_turned_off() {
     assert_eq!(response.json()["code"], "NOT_FOUND", "{response:?}");
     let response = http_request_with(off.local_addr(), "GET", "/mcp", &[], b"").await;
     assert_eq!(response.status, 404, "GET /mcp: {response:?}");
-    // The same request reaches the MCP endpoint when it is on, which refuses
-    // the raw client's non-loopback `Host: x` (no authentication: DNS
-    // rebinding protection) instead of answering 404.
-    let response = post_initialize(on.local_addr(), &[]).await;
+    // The same request reaches the server when `/mcp` is on, which refuses
+    // a non-loopback `Host: x` (DNS rebinding protection: a server bound to
+    // loopback answers to loopback names) instead of answering 404.
+    let response = post_initialize(on.local_addr(), &[("Host", "x")]).await;
     assert_eq!(response.status, 403, "{response:?}");
     assert!(response.body.contains("Host"), "{response:?}");
     // The SDK client initializes with the endpoint on, not with it off.

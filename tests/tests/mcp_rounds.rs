@@ -190,7 +190,7 @@ async fn book_table_asks_and_books_over_rounds_on_either_instance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tampered_expired_and_misapplied_states_are_refused() {
-    let secret = "a token secret";
+    let secret = "a token secret of at least 32 bytes";
     let builder = demo_builder()
         .request_state_key(KEY)
         .jwt_hs256(secret)

@@ -565,8 +565,9 @@ async fn opaque_tokens_are_introspected_once_and_remembered_within_a_bound() {
     let no_audience = body["access_token"].as_str().unwrap();
     assert_eq!(mcp(addr, Some(no_audience), &list()).await.0, 401);
 
-    // Made-up opaque tokens: each asked about once, remembered as refused,
-    // and no more remembered than the bound.
+    // Made-up opaque tokens: each asked about at most once (past the
+    // peer's budget of unknown tokens, refused without asking), remembered
+    // as refused, and no more remembered than the bound.
     for i in 0..200 {
         let (status, _, _) = mcp(addr, Some(&format!("made-up-{i}")), &list()).await;
         assert_eq!(status, 401);
@@ -576,6 +577,10 @@ async fn opaque_tokens_are_introspected_once_and_remembered_within_a_bound() {
     let stats = get_json(addr, &format!("/stats?token={opaque}")).await;
     assert!(
         stats["oauth"]["cachedTokens"].as_u64().unwrap() <= 50,
+        "{stats}"
+    );
+    assert!(
+        stats["oauth"]["refusedTokens"].as_u64().unwrap() <= 50,
         "{stats}"
     );
 }

@@ -196,7 +196,7 @@ async fn resume_unknown_session() {
     handle.shutdown().await;
 }
 
-const SECRET: &str = "reliability-secret";
+const SECRET: &str = "reliability-secret-of-32-bytes-at-least";
 
 fn token(sub: &str) -> String {
     support::hs256_token(SECRET, sub, None)

@@ -497,7 +497,10 @@ async fn x_haip_message_post_reaches_stream_sessions() {
     assert_eq!(get.header("content-type"), Some("application/x-ndjson"));
     assert_eq!(get.hai["payload"]["capabilities"]["binary_frames"], false);
     // The POST stream is NDJSON whatever `Accept` says (§15.3).
-    let accept_sse = [("accept", "text/event-stream")];
+    let accept_sse = [
+        ("accept", "text/event-stream"),
+        ("content-type", "application/x-ndjson"),
+    ];
     let mut duplex = Conn::open_http(addr, "POST", "/haip/stream", &accept_sse, true)
         .await
         .expect("POST /haip/stream opens");

@@ -16,6 +16,9 @@ const LEEWAY_SECS: f64 = 60.0;
 
 type Claims = Map<String, Value>;
 
+/// The shortest HS256 secret accepted, in bytes.
+const MIN_HS256_SECRET: usize = 32;
+
 /// JWT verification as HAIP.md §17 says.
 ///
 /// One verification key, one algorithm: an HS256 secret
@@ -39,11 +42,12 @@ type Claims = Map<String, Value>;
 /// ```
 /// use haip::auth::Jwt;
 ///
-/// let jwt = Jwt::hs256(b"a-long-random-secret")?.audience("haip");
+/// let jwt = Jwt::hs256(b"a-random-secret-of-at-least-32-bytes")?.audience("haip");
 /// let err = jwt.verify("not-a-jwt").unwrap_err();
 /// assert_eq!(err.message(), "Invalid token");
 ///
 /// assert!(Jwt::hs256("").is_err()); // an empty secret is a configuration error
+/// assert!(Jwt::hs256("short").is_err()); // and so is one under 32 bytes
 /// # Ok::<(), haip::Error>(())
 /// ```
 #[derive(Clone)]
@@ -58,7 +62,10 @@ pub struct Jwt {
 impl Jwt {
     /// Verifies HS256 tokens with a shared secret (`HAIP_JWT_SECRET`).
     ///
-    /// An empty secret is [`Error::InvalidConfig`] for `jwt_secret`.
+    /// The secret must be at least 32 bytes (256 bits, HS256's own strength,
+    /// RFC 7518 §3.2): a shorter one can be guessed offline from any token
+    /// it signed. An empty or shorter secret is [`Error::InvalidConfig`] for
+    /// `jwt_secret`, saying how long it was; `openssl rand -hex 32` makes one.
     pub fn hs256(secret: impl AsRef<[u8]>) -> Result<Jwt, Error> {
         let secret = secret.as_ref();
         let invalid = |reason: &str| Error::InvalidConfig {
@@ -67,8 +74,14 @@ impl Jwt {
         };
         if secret.is_empty() {
             return Err(invalid(
-                "the HS256 secret is empty; configure a non-empty secret or leave authentication off",
+                "the HS256 secret is empty; configure a secret of at least 32 bytes or leave authentication off",
             ));
+        }
+        if secret.len() < MIN_HS256_SECRET {
+            return Err(invalid(&format!(
+                "the HS256 secret is {} bytes; it must be at least {MIN_HS256_SECRET} (`openssl rand -hex 32` makes one)",
+                secret.len()
+            )));
         }
         crypto_provider();
         let key = DecodingKey::from_secret(secret)
@@ -874,7 +887,7 @@ mod tests {
     }
 
     #[test]
-    fn empty_secret_is_refused_at_construction() {
+    fn empty_and_short_secrets_are_refused_at_construction() {
         match Jwt::hs256("") {
             Err(Error::InvalidConfig { setting, reason }) => {
                 assert_eq!(setting, "jwt_secret");
@@ -882,12 +895,23 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(Jwt::hs256(b"x").is_ok());
+        // Guessable offline from any token it signed: refused, saying why.
+        match Jwt::hs256("x".repeat(31)) {
+            Err(Error::InvalidConfig { setting, reason }) => {
+                assert_eq!(setting, "jwt_secret");
+                assert!(
+                    reason.contains("31 bytes") && reason.contains("at least 32"),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Jwt::hs256("x".repeat(32)).is_ok());
     }
 
     #[test]
     fn debug_does_not_print_the_secret() {
-        let jwt = Jwt::hs256("super-secret-value")
+        let jwt = Jwt::hs256("super-secret-value-of-32-bytes-at-least")
             .unwrap()
             .issuer("iss")
             .audience("aud");

@@ -9,7 +9,7 @@
 //! ```
 //! use haip::auth::Jwt;
 //!
-//! let jwt = Jwt::hs256("a-long-random-secret")?
+//! let jwt = Jwt::hs256("a-long-random-secret-of-32-bytes-or-more")?
 //!     .issuer("https://auth.example.com")
 //!     .audience("haip");
 //! assert_eq!(jwt.algorithm_name(), "HS256");

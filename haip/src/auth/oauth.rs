@@ -5,10 +5,19 @@
 //! cached and refetched when a token names a key the cache lacks, at most
 //! once per refresh interval. Opaque tokens are checked by token
 //! introspection (RFC 7662) when it is configured, each answer cached until
-//! the token expires.
+//! the token expires (a refusal: briefly).
+//!
+//! Introspecting a token nobody has shown before costs a request to the
+//! issuer, so what unknown tokens may cost is bounded (`Gate`): each peer
+//! may have only a few introspected at once and a minute's budget of them;
+//! the requests to the issuer run a few at a time behind a bounded FIFO
+//! queue; what finds no room is refused at once, never queued. A token
+//! already known never meets any of it.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -22,6 +31,7 @@ use sha2::{Digest, Sha256};
 use super::jwt::check_times;
 use super::{AuthError, AuthFuture, Authenticator, Caller, IdentifyFuture};
 use crate::Error;
+use crate::context::share::CallerKey;
 
 /// The longest token looked at; a longer one is refused unread.
 const MAX_TOKEN_BYTES: usize = 16 * 1024;
@@ -31,8 +41,12 @@ const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;
 const NEGATIVE_TTL: Duration = Duration::from_secs(30);
 /// How long an active introspection answer without `exp` is remembered.
 const UNDATED_TTL: Duration = Duration::from_secs(300);
-/// Introspection requests to the issuer at once.
-const INTROSPECTIONS_AT_ONCE: usize = 8;
+/// The window of a peer's introspection budget
+/// ([`OAuth::introspections_per_peer`]'s `per_minute`).
+const BUDGET_WINDOW: Duration = Duration::from_secs(60);
+/// How many peers' introspection budgets are kept before idle ones are
+/// forgotten (each then starts afresh).
+const MAX_BUDGETED_PEERS: usize = 10_000;
 
 /// An OAuth 2.1 resource server: tokens issued for this server by an
 /// authorization server (RFC 9728, RFC 8707), checked against the issuer's
@@ -63,7 +77,19 @@ const INTROSPECTIONS_AT_ONCE: usize = 8;
 ///   its subject from `sub` (else `client_id`);
 /// - with [introspection](OAuth::introspection), checks tokens that are not
 ///   JWTs at the issuer (RFC 7662), remembering each answer until the token
-///   expires (at most [`max_cached_tokens`](OAuth::max_cached_tokens)).
+///   expires, a refusal for 30 s (at most
+///   [`max_cached_tokens`](OAuth::max_cached_tokens) of each); a token
+///   already known is answered from memory, at once;
+/// - bounds what tokens it does not know yet may cost: one peer (its
+///   address; an IPv6 peer, its /64) may have at most a few introspected at
+///   once and a budget of them per minute
+///   ([`introspections_per_peer`](OAuth::introspections_per_peer)); the
+///   requests to the issuer run a few at a time behind a short FIFO queue
+///   ([`introspection_queue`](OAuth::introspection_queue)). A token that
+///   finds no room is refused at once (`401 invalid_token`) without the
+///   issuer being asked, so a flood of made-up tokens neither reaches the
+///   issuer nor delays anyone else's; the same token shown by several
+///   requests at once is introspected once.
 ///
 /// The issuer and everything its metadata points to are fetched over
 /// `https`, or `http` on a loopback address only (tests, development).
@@ -96,8 +122,15 @@ struct Inner {
     keys: Mutex<Keys>,
     /// One fetch of the issuer's documents at a time.
     fetching: tokio::sync::Mutex<()>,
-    introspecting: tokio::sync::Semaphore,
+    /// Who may have a token introspected now.
+    gate: Gate,
+    /// Active tokens the issuer vouched for.
     tokens: Mutex<TokenCache>,
+    /// Tokens refused, remembered briefly.
+    refused: Mutex<TokenCache>,
+    /// Introspections under way, by token digest: a request for a token
+    /// already being introspected waits for that answer.
+    flights: Mutex<HashMap<[u8; 32], Flight>>,
     jwks_fetches: AtomicU64,
     introspections: AtomicU64,
 }
@@ -111,6 +144,7 @@ impl Inner {
         introspection: Option<(String, String)>,
         refresh_interval: Duration,
         max_cached_tokens: usize,
+        limits: Limits,
     ) -> Inner {
         Inner {
             issuer,
@@ -124,8 +158,10 @@ impl Inner {
             client: OnceLock::new(),
             keys: Mutex::new(Keys::default()),
             fetching: tokio::sync::Mutex::new(()),
-            introspecting: tokio::sync::Semaphore::new(INTROSPECTIONS_AT_ONCE),
+            gate: Gate::new(limits),
             tokens: Mutex::new(TokenCache::default()),
+            refused: Mutex::new(TokenCache::default()),
+            flights: Mutex::new(HashMap::new()),
             jwks_fetches: AtomicU64::new(0),
             introspections: AtomicU64::new(0),
         }
@@ -168,6 +204,7 @@ impl OAuth {
                 None,
                 Duration::from_secs(30),
                 10_000,
+                Limits::default(),
             )),
         }
     }
@@ -186,6 +223,7 @@ impl OAuth {
                     old.introspection.clone(),
                     old.refresh_interval,
                     old.max_cached_tokens,
+                    old.gate.limits,
                 );
                 f(&mut copy);
                 self.inner = Arc::new(copy);
@@ -232,9 +270,48 @@ impl OAuth {
     }
 
     /// How many introspection answers are remembered at most (default
-    /// 10 000).
+    /// 10 000): that many active tokens, and that many refusals besides (a
+    /// refusal is remembered 30 s; refusals never push out active tokens).
     pub fn max_cached_tokens(self, max: usize) -> OAuth {
         self.edit(|inner| inner.max_cached_tokens = max.max(1))
+    }
+
+    /// What tokens this server does not know yet may cost one peer (its
+    /// address; an IPv6 peer is its /64): at most `at_once` of them being
+    /// introspected (or waiting to be) at once (default 4), and at most
+    /// `per_minute` introspections started in any minute, as a budget that
+    /// refills evenly (default 60). Beyond either, a request with a token
+    /// not known yet is refused at once with `401 invalid_token`, and the
+    /// issuer is not asked. Tokens already known (answered from memory) and
+    /// JWTs are never counted; a token several requests show at once counts
+    /// once. Each is at least 1.
+    ///
+    /// Loopback peers are counted too: behind a reverse proxy on the same
+    /// host every client is one peer, whose budget must then be that of all
+    /// of them together.
+    pub fn introspections_per_peer(self, at_once: usize, per_minute: u32) -> OAuth {
+        self.edit(|inner| {
+            let mut limits = inner.gate.limits;
+            limits.per_peer_at_once = at_once.max(1);
+            limits.per_peer_per_minute = per_minute.max(1);
+            inner.gate = Gate::new(limits);
+        })
+    }
+
+    /// How many introspection requests go to the issuer at once, all peers
+    /// together (default 8), and how many more may wait their turn, in the
+    /// order they came (default 32). A token that finds the queue full is
+    /// refused at once with `401 invalid_token`, and the issuer is not
+    /// asked. As no peer holds more than its
+    /// [`at_once`](OAuth::introspections_per_peer) of them, one peer alone
+    /// cannot fill the queue. `at_once` is at least 1.
+    pub fn introspection_queue(self, at_once: usize, waiting: usize) -> OAuth {
+        self.edit(|inner| {
+            let mut limits = inner.gate.limits;
+            limits.at_once = at_once.max(1);
+            limits.waiting = waiting;
+            inner.gate = Gate::new(limits);
+        })
     }
 
     /// The issuer tokens must come from.
@@ -262,22 +339,30 @@ impl OAuth {
     }
 
     /// What `/stats` shows of it: the issuer, the keys it holds, how often
-    /// they were fetched, tokens introspected and answers remembered.
+    /// they were fetched, tokens introspected (and being introspected, and
+    /// waiting to be), tokens refused without the issuer being asked (over
+    /// a peer's budget, or the queue full), and answers remembered (active
+    /// tokens, refusals).
     pub(crate) fn stats(&self) -> Value {
-        let cached = self
-            .inner
-            .tokens
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entries
-            .len();
+        let cached = lock(&self.inner.tokens).entries.len();
+        let refused = lock(&self.inner.refused).entries.len();
+        let gate = &self.inner.gate;
+        let (running, waiting) = gate.load();
+        let shed_peer = gate.shed_peer.load(Relaxed);
+        let shed_queue = gate.shed_queue.load(Relaxed);
         serde_json::json!({
             "issuer": self.inner.issuer,
             "resource": self.resource_url(),
             "keys": self.key_count(),
             "jwksFetches": self.jwks_fetches(),
             "introspections": self.introspections(),
+            "introspecting": running,
+            "introspectionsWaiting": waiting,
+            "introspectionsShed": shed_peer + shed_queue,
+            "introspectionsShedPerPeer": shed_peer,
+            "introspectionsShedQueueFull": shed_queue,
             "cachedTokens": cached,
+            "refusedTokens": refused,
         })
     }
 
@@ -289,6 +374,15 @@ impl OAuth {
     /// How many tokens were sent to the issuer's introspection endpoint.
     pub fn introspections(&self) -> u64 {
         self.inner.introspections.load(Relaxed)
+    }
+
+    /// How many requests with a token not known yet were refused without
+    /// the issuer being asked: their peer over its
+    /// [budget](OAuth::introspections_per_peer), or the
+    /// [queue](OAuth::introspection_queue) full.
+    pub fn introspections_shed(&self) -> u64 {
+        let gate = &self.inner.gate;
+        gate.shed_peer.load(Relaxed) + gate.shed_queue.load(Relaxed)
     }
 
     /// Checks the settings (the URLs' schemes), builds the HTTP client, and
@@ -382,8 +476,26 @@ impl OAuth {
 
     /// Verifies `token` (see the type's docs): what a server does with each
     /// request's token, for use outside one (the [resource](OAuth::resource)
-    /// must then be configured).
+    /// must then be configured). No peer is known here: an unknown token
+    /// meets only the [queue](OAuth::introspection_queue), no peer's budget.
     pub async fn verify(&self, token: &str) -> Result<Caller, AuthError> {
+        self.verify_from(token, None).await
+    }
+
+    /// [`Authenticator::identify`] for a request from `peer` (the server's
+    /// path: an unknown token is counted against its peer's budget).
+    pub(crate) async fn identify_from(
+        &self,
+        token: Option<&str>,
+        peer: Option<IpAddr>,
+    ) -> Result<Caller, AuthError> {
+        match token {
+            Some(token) if !token.is_empty() => self.verify_from(token, peer).await,
+            _ => Err(AuthError::missing_token()),
+        }
+    }
+
+    async fn verify_from(&self, token: &str, peer: Option<IpAddr>) -> Result<Caller, AuthError> {
         if token.len() > MAX_TOKEN_BYTES {
             return Err(AuthError::invalid_token(format!(
                 "the token is over {MAX_TOKEN_BYTES} bytes"
@@ -391,7 +503,12 @@ impl OAuth {
         }
         match jsonwebtoken::decode_header(token) {
             Ok(header) => self.verify_jwt(token, header).await,
-            Err(_) if self.inner.introspection.is_some() => self.introspect(token).await,
+            Err(_) if self.inner.introspection.is_some() => {
+                // Loopback peers are counted too: the cost lands on the
+                // issuer, whoever the peer speaks for.
+                let peer = CallerKey::of(None, peer, true);
+                self.introspect(token, &peer).await
+            }
             Err(_) => Err(AuthError::invalid_token(
                 "not a JWT, and token introspection is not configured",
             )),
@@ -682,38 +799,98 @@ impl OAuth {
         json_of(url, response).await
     }
 
-    /// RFC 7662: the issuer's word on an opaque token, remembered.
-    async fn introspect(&self, token: &str) -> Result<Caller, AuthError> {
+    /// RFC 7662: the issuer's word on an opaque token, remembered; asked
+    /// only within `peer`'s budget and the queue's room (else refused at
+    /// once), and once for requests that show the same token together.
+    async fn introspect(&self, token: &str, peer: &CallerKey) -> Result<Caller, AuthError> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(known) = self.cached(&digest) {
-            return known;
+        loop {
+            if let Some(known) = self.cached(&digest) {
+                return known;
+            }
+            let mut flight = match lock(&self.inner.flights).entry(digest) {
+                Entry::Occupied(under_way) => Err(under_way.get().0.clone()),
+                Entry::Vacant(free) => {
+                    let (tx, rx) = tokio::sync::watch::channel(None);
+                    free.insert(Flight(rx));
+                    Ok(Leading {
+                        oauth: self,
+                        digest,
+                        tx,
+                    })
+                }
+            };
+            match &mut flight {
+                Err(answer) => match answer.wait_for(Option::is_some).await {
+                    Ok(answer) => {
+                        if let Some(answer) = answer.as_ref() {
+                            return answer.clone();
+                        }
+                    }
+                    // The request asking for it went away, or was refused
+                    // its turn: try again (perhaps asking for it here).
+                    Err(_) => continue,
+                },
+                Ok(leading) => {
+                    // A refusal of this request's turn is its own: those
+                    // waiting for the answer try again for themselves.
+                    let answer = self.lead(token, &digest, peer).await?;
+                    leading.tx.send_replace(Some(answer.clone()));
+                    return answer;
+                }
+            }
         }
-        let _permit = self
-            .inner
-            .introspecting
-            .acquire()
-            .await
-            .map_err(|_| AuthError::invalid_token("shutting down"))?;
+    }
+
+    /// The introspection of a token not known yet, through the gate: the
+    /// answer, or (the outer error) why `peer` may not have it asked now.
+    async fn lead(
+        &self,
+        token: &str,
+        digest: &[u8; 32],
+        peer: &CallerKey,
+    ) -> Result<Result<Caller, AuthError>, AuthError> {
+        let gate = &self.inner.gate;
+        let mut pass = match gate.enter(peer).await {
+            Ok(pass) => pass,
+            Err(shed) => {
+                let counter = match shed {
+                    Shed::AtOnce(_) | Shed::PerMinute(_) => &gate.shed_peer,
+                    Shed::QueueFull { .. } => &gate.shed_queue,
+                };
+                counter.fetch_add(1, Relaxed);
+                let why = shed.reason(peer);
+                tracing::debug!(%why, "oauth: a token not known yet is refused unasked");
+                return Err(AuthError::invalid_token(why));
+            }
+        };
         // Another request may have asked while this one waited.
-        if let Some(known) = self.cached(&digest) {
-            return known;
+        if let Some(known) = self.cached(digest) {
+            return Ok(known);
         }
+        pass.asked = true;
         let (result, until) = self.ask_issuer(token).await;
-        let mut cache = self
-            .inner
-            .tokens
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        cache.insert(digest, result.clone(), until, self.inner.max_cached_tokens);
-        result
+        self.remember(*digest, &result, until);
+        Ok(result)
+    }
+
+    /// Keeps the issuer's answer: an active token until `until`, a refusal
+    /// until then or for `NEGATIVE_TTL`, whichever ends first.
+    fn remember(&self, digest: [u8; 32], result: &Result<Caller, AuthError>, until: Instant) {
+        let max = self.inner.max_cached_tokens;
+        match result {
+            Ok(_) => lock(&self.inner.tokens).insert(digest, result.clone(), until, max),
+            Err(_) => {
+                let until = until.min(Instant::now() + NEGATIVE_TTL);
+                lock(&self.inner.refused).insert(digest, result.clone(), until, max);
+            }
+        }
     }
 
     fn cached(&self, digest: &[u8; 32]) -> Option<Result<Caller, AuthError>> {
-        self.inner
-            .tokens
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.inner.tokens)
             .get(digest)
+            .or_else(|| lock(&self.inner.refused).get(digest))
     }
 
     /// What the issuer says of `token`, and until when to believe it.
@@ -976,6 +1153,292 @@ impl TokenCache {
     }
 }
 
+/// Locks `mutex`; what the locks here guard stays whole if a holder panics.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// An introspection's answer, as the requests waiting for it get it.
+type Answer = Option<Result<Caller, AuthError>>;
+
+/// An introspection under way: the answer, once there (closed without one
+/// when the request asking went away or was refused its turn).
+struct Flight(tokio::sync::watch::Receiver<Answer>);
+
+/// The request that asks the issuer about a token, for every request
+/// showing it meanwhile; its flight ends when it is dropped.
+struct Leading<'a> {
+    oauth: &'a OAuth,
+    digest: [u8; 32],
+    tx: tokio::sync::watch::Sender<Answer>,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        let mut flights = lock(&self.oauth.inner.flights);
+        if flights
+            .get(&self.digest)
+            .is_some_and(|flight| flight.0.same_channel(&self.tx.subscribe()))
+        {
+            flights.remove(&self.digest);
+        }
+    }
+}
+
+/// What introspecting tokens not known yet may cost
+/// ([`OAuth::introspections_per_peer`], [`OAuth::introspection_queue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Limits {
+    /// Introspections one peer may have waiting or running at once.
+    per_peer_at_once: usize,
+    /// Introspections one peer may start in any minute.
+    per_peer_per_minute: u32,
+    /// Requests to the issuer at once, all peers together.
+    at_once: usize,
+    /// Introspections that may wait for one of those, all peers together.
+    waiting: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            per_peer_at_once: 4,
+            per_peer_per_minute: 60,
+            at_once: 8,
+            waiting: 32,
+        }
+    }
+}
+
+/// Why a token not known yet is refused without the issuer being asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shed {
+    /// Its peer already has this many being introspected.
+    AtOnce(usize),
+    /// Its peer has started this many within the last minute.
+    PerMinute(u32),
+    /// This many requests to the issuer run, and this many more wait.
+    QueueFull { running: usize, waiting: usize },
+}
+
+impl Shed {
+    /// The reason, for the logs.
+    fn reason(self, peer: &CallerKey) -> String {
+        let peer = match peer {
+            CallerKey::Peer(_) => peer.describe(),
+            _ => "the peer".to_owned(),
+        };
+        match self {
+            Shed::AtOnce(n) => format!(
+                "not introspected: {peer} already has {n} tokens not known yet being checked \
+                 (OAuth::introspections_per_peer)"
+            ),
+            Shed::PerMinute(n) => format!(
+                "not introspected: {peer} has had {n} tokens not known yet checked in the last \
+                 minute (OAuth::introspections_per_peer)"
+            ),
+            Shed::QueueFull { running, waiting } => format!(
+                "not introspected: {running} introspections run and {waiting} more wait \
+                 (OAuth::introspection_queue)"
+            ),
+        }
+    }
+}
+
+/// The way to the issuer's introspection endpoint: each peer's budget, then
+/// `at_once` requests at a time behind a FIFO queue of at most `waiting`.
+/// Nothing waits for room in a budget or in the queue: what finds none is
+/// shed.
+struct Gate {
+    limits: Limits,
+    /// The requests to the issuer (tokio's semaphore serves waiters in
+    /// order: the queue is FIFO).
+    permits: tokio::sync::Semaphore,
+    state: Mutex<GateState>,
+    shed_peer: AtomicU64,
+    shed_queue: AtomicU64,
+}
+
+struct GateState {
+    peers: PeerBudgets,
+    /// Introspections waiting for a permit.
+    waiting: usize,
+}
+
+impl Gate {
+    fn new(limits: Limits) -> Gate {
+        Gate {
+            limits,
+            permits: tokio::sync::Semaphore::new(limits.at_once),
+            state: Mutex::new(GateState {
+                peers: PeerBudgets::new(
+                    limits.per_peer_at_once,
+                    limits.per_peer_per_minute,
+                    MAX_BUDGETED_PEERS,
+                ),
+                waiting: 0,
+            }),
+            shed_peer: AtomicU64::new(0),
+            shed_queue: AtomicU64::new(0),
+        }
+    }
+
+    /// Requests to the issuer running, and introspections waiting.
+    fn load(&self) -> (usize, usize) {
+        let running = self.limits.at_once - self.permits.available_permits();
+        (running, lock(&self.state).waiting)
+    }
+
+    /// A turn to ask the issuer, for `peer`: within its budget, at once or
+    /// after those queued before it; else the reason it is shed (at once).
+    async fn enter(&self, peer: &CallerKey) -> Result<Pass<'_>, Shed> {
+        lock(&self.state).peers.take(peer, Instant::now())?;
+        let mut pass = Pass {
+            gate: self,
+            peer: peer.clone(),
+            _permit: None,
+            asked: false,
+        };
+        let permit = match self.permits.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) => {
+                {
+                    let mut state = lock(&self.state);
+                    if state.waiting >= self.limits.waiting {
+                        let running = self.limits.at_once - self.permits.available_permits();
+                        return Err(Shed::QueueFull {
+                            running,
+                            waiting: state.waiting,
+                        });
+                    }
+                    state.waiting += 1;
+                }
+                let queued = Queued(self);
+                let permit = self.permits.acquire().await;
+                drop(queued);
+                // The semaphore is never closed.
+                permit.map_err(|_| Shed::QueueFull {
+                    running: self.limits.at_once,
+                    waiting: self.limits.waiting,
+                })?
+            }
+        };
+        pass._permit = Some(permit);
+        Ok(pass)
+    }
+}
+
+/// One introspection waiting for a permit; counted until dropped.
+struct Queued<'a>(&'a Gate);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let mut state = lock(&self.0.state);
+        state.waiting = state.waiting.saturating_sub(1);
+    }
+}
+
+/// A turn at the issuer: gives its peer's share back when dropped (and the
+/// minute's budget too, when the issuer was not asked after all).
+struct Pass<'a> {
+    gate: &'a Gate,
+    peer: CallerKey,
+    _permit: Option<tokio::sync::SemaphorePermit<'a>>,
+    asked: bool,
+}
+
+impl Drop for Pass<'_> {
+    fn drop(&mut self) {
+        lock(&self.gate.state)
+            .peers
+            .give_back(&self.peer, !self.asked, Instant::now());
+    }
+}
+
+/// Each peer's introspections: how many it has under way (at most
+/// `at_once`), and its minute's budget of them, a bucket of `per_minute`
+/// refilled evenly (kept as the time it is full again, `full_at`: each
+/// introspection moves it on by `interval`, and it may not get more than a
+/// minute ahead). A peer with nothing under way and a full bucket has no
+/// entry.
+struct PeerBudgets {
+    at_once: usize,
+    per_minute: u32,
+    /// A minute divided by `per_minute`.
+    interval: Duration,
+    /// Entries kept before idle ones are forgotten.
+    max_peers: usize,
+    entries: HashMap<CallerKey, PeerBudget>,
+}
+
+struct PeerBudget {
+    under_way: usize,
+    full_at: Instant,
+}
+
+impl PeerBudgets {
+    fn new(at_once: usize, per_minute: u32, max_peers: usize) -> PeerBudgets {
+        let per_minute = per_minute.max(1);
+        PeerBudgets {
+            at_once: at_once.max(1),
+            per_minute,
+            interval: BUDGET_WINDOW / per_minute,
+            max_peers,
+            entries: HashMap::new(),
+        }
+    }
+
+    /// Counts one introspection for `peer`, if it has room. An unknown peer
+    /// ([`CallerKey::Unlimited`]) always has.
+    fn take(&mut self, peer: &CallerKey, now: Instant) -> Result<(), Shed> {
+        if !matches!(peer, CallerKey::Peer(_)) {
+            return Ok(());
+        }
+        if !self.entries.contains_key(peer) && self.entries.len() >= self.max_peers {
+            self.entries
+                .retain(|_, budget| budget.under_way > 0 || budget.full_at > now);
+            if self.entries.len() >= self.max_peers {
+                // Still too many (a flood from very many addresses): forget
+                // the budgets of those with nothing under way, which start
+                // afresh. Those under way are few: each holds a turn.
+                self.entries.retain(|_, budget| budget.under_way > 0);
+            }
+        }
+        let budget = self.entries.entry(peer.clone()).or_insert(PeerBudget {
+            under_way: 0,
+            full_at: now,
+        });
+        if budget.under_way >= self.at_once {
+            return Err(Shed::AtOnce(budget.under_way));
+        }
+        let full_at = budget.full_at.max(now) + self.interval;
+        if full_at > now + BUDGET_WINDOW {
+            return Err(Shed::PerMinute(self.per_minute));
+        }
+        budget.under_way += 1;
+        budget.full_at = full_at;
+        Ok(())
+    }
+
+    /// Gives back what [`take`](Self::take) counted for `peer`; `refund`:
+    /// the minute's budget too (the issuer was not asked).
+    fn give_back(&mut self, peer: &CallerKey, refund: bool, now: Instant) {
+        let Some(budget) = self.entries.get_mut(peer) else {
+            return;
+        };
+        budget.under_way = budget.under_way.saturating_sub(1);
+        if refund {
+            // Anything at or before `now` is a full bucket.
+            budget.full_at = budget.full_at.checked_sub(self.interval).unwrap_or(now);
+        }
+        if budget.under_way == 0 && budget.full_at <= now {
+            self.entries.remove(peer);
+        }
+    }
+}
+
 impl Authenticator for OAuth {
     fn authenticate<'a>(&'a self, token: Option<&'a str>) -> AuthFuture<'a> {
         Box::pin(async move {
@@ -986,12 +1449,7 @@ impl Authenticator for OAuth {
     }
 
     fn identify<'a>(&'a self, token: Option<&'a str>) -> IdentifyFuture<'a> {
-        Box::pin(async move {
-            match token {
-                Some(token) if !token.is_empty() => self.verify(token).await,
-                _ => Err(AuthError::missing_token()),
-            }
-        })
+        Box::pin(self.identify_from(token, None))
     }
 }
 
@@ -1006,6 +1464,8 @@ impl fmt::Debug for OAuth {
                 &self.inner.introspection.as_ref().map(|(id, _)| id),
             )
             .field("jwks_refresh_interval", &self.inner.refresh_interval)
+            .field("max_cached_tokens", &self.inner.max_cached_tokens)
+            .field("introspection_limits", &self.inner.gate.limits)
             .finish_non_exhaustive()
     }
 }
@@ -1088,6 +1548,214 @@ mod tests {
         assert!(key_of(&encryption).is_none());
         assert!(key_of(&json!({"kty": "oct", "k": "c2VjcmV0"})).is_none());
         assert!(key_of(&json!({"kty": "nope"})).is_none());
+    }
+
+    /// The key of a request from `ip`, as the server counts it.
+    fn peer(ip: &str) -> CallerKey {
+        CallerKey::of(None, Some(ip.parse().unwrap()), true)
+    }
+
+    /// `fut` polled once: its output, if it is ready.
+    fn poll_once<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> Option<F::Output> {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match fut.poll(&mut cx) {
+            std::task::Poll::Ready(out) => Some(out),
+            std::task::Poll::Pending => None,
+        }
+    }
+
+    #[test]
+    fn each_peer_has_a_few_under_way_at_once_and_its_ipv6_64_is_one_peer() {
+        let now = Instant::now();
+        let mut budgets = PeerBudgets::new(2, 1000, 100);
+        let a = peer("203.0.113.1");
+        budgets.take(&a, now).unwrap();
+        budgets.take(&a, now).unwrap();
+        assert_eq!(budgets.take(&a, now), Err(Shed::AtOnce(2)));
+        budgets
+            .take(&peer("203.0.113.2"), now)
+            .expect("another peer has its own");
+        budgets.give_back(&a, false, now);
+        budgets.take(&a, now).expect("room again");
+        let v6 = peer("2001:db8:1:2::1");
+        budgets.take(&v6, now).unwrap();
+        budgets.take(&peer("2001:db8:1:2:ffff::9"), now).unwrap();
+        assert_eq!(
+            budgets.take(&peer("2001:db8:1:2:abcd::5"), now),
+            Err(Shed::AtOnce(2)),
+            "one /64 is one peer"
+        );
+        budgets
+            .take(&peer("2001:db8:1:3::1"), now)
+            .expect("another /64");
+        // Loopback is counted too; no peer known: never counted.
+        budgets.take(&peer("127.0.0.1"), now).unwrap();
+        budgets.take(&peer("127.0.0.1"), now).unwrap();
+        assert!(budgets.take(&peer("127.0.0.1"), now).is_err());
+        for _ in 0..10 {
+            budgets.take(&CallerKey::Unlimited, now).unwrap();
+        }
+    }
+
+    #[test]
+    fn each_peer_has_a_minutes_budget_refilled_evenly_and_refunded_when_unasked() {
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        // 3 a minute: one every 20 s.
+        let mut budgets = PeerBudgets::new(10, 3, 100);
+        let a = peer("198.51.100.7");
+        for _ in 0..3 {
+            budgets.take(&a, at(0)).unwrap();
+            budgets.give_back(&a, false, at(0));
+        }
+        assert_eq!(budgets.take(&a, at(0)), Err(Shed::PerMinute(3)));
+        assert_eq!(budgets.take(&a, at(19)), Err(Shed::PerMinute(3)));
+        budgets.take(&a, at(20)).expect("one more 20 s later");
+        // Not asked after all (its queue was full, say): given back whole.
+        budgets.give_back(&a, true, at(20));
+        budgets.take(&a, at(20)).expect("the refund is there");
+        budgets.give_back(&a, false, at(20));
+        assert_eq!(budgets.take(&a, at(20)), Err(Shed::PerMinute(3)));
+        // A minute after, full again, and forgotten once nothing is under way.
+        budgets.take(&a, at(80)).unwrap();
+        budgets.give_back(&a, true, at(80));
+        assert!(budgets.entries.is_empty());
+    }
+
+    #[test]
+    fn the_table_of_peers_is_bounded() {
+        let now = Instant::now();
+        let mut budgets = PeerBudgets::new(1, 60, 8);
+        let busy = peer("192.0.2.200");
+        budgets.take(&busy, now).unwrap();
+        for i in 0..100 {
+            let p = peer(&format!("192.0.2.{i}"));
+            budgets.take(&p, now).unwrap();
+            budgets.give_back(&p, false, now);
+            assert!(budgets.entries.len() <= 8);
+        }
+        // Forgetting idle peers keeps those with something under way.
+        assert_eq!(budgets.take(&busy, now), Err(Shed::AtOnce(1)));
+    }
+
+    #[test]
+    fn the_queue_is_bounded_and_fifo_and_one_peer_cannot_fill_it() {
+        let gate = Gate::new(Limits {
+            per_peer_at_once: 2,
+            per_peer_per_minute: 1000,
+            at_once: 1,
+            waiting: 2,
+        });
+        let (a, b, c) = (
+            peer("203.0.113.1"),
+            peer("203.0.113.2"),
+            peer("203.0.113.3"),
+        );
+        let first = poll_once(std::pin::pin!(gate.enter(&a))).unwrap().unwrap();
+        let mut second = std::pin::pin!(gate.enter(&a));
+        assert!(poll_once(second.as_mut()).is_none(), "waits its turn");
+        // `a` holds two: a third is shed, leaving the queue to others.
+        assert_eq!(
+            poll_once(std::pin::pin!(gate.enter(&a))).unwrap().err(),
+            Some(Shed::AtOnce(2))
+        );
+        let mut third = std::pin::pin!(gate.enter(&b));
+        assert!(poll_once(third.as_mut()).is_none());
+        assert_eq!(gate.load(), (1, 2));
+        // The queue is full: shed at once.
+        assert_eq!(
+            poll_once(std::pin::pin!(gate.enter(&c))).unwrap().err(),
+            Some(Shed::QueueFull {
+                running: 1,
+                waiting: 2
+            })
+        );
+        // In the order they came.
+        drop(first);
+        let second = poll_once(second.as_mut()).unwrap().unwrap();
+        assert!(poll_once(third.as_mut()).is_none());
+        assert_eq!(gate.load(), (1, 1));
+        drop(second);
+        let third = poll_once(third.as_mut()).unwrap().unwrap();
+        assert_eq!(gate.load(), (1, 0));
+        drop(third);
+        assert_eq!(gate.load(), (0, 0));
+        // Every turn was given back to its peer, unasked: nothing is left.
+        assert!(lock(&gate.state).peers.entries.is_empty());
+    }
+
+    #[test]
+    fn a_request_that_goes_away_while_queued_leaves_the_queue() {
+        let gate = Gate::new(Limits {
+            per_peer_at_once: 1,
+            per_peer_per_minute: 1000,
+            at_once: 1,
+            waiting: 1,
+        });
+        let (a, b) = (peer("203.0.113.1"), peer("203.0.113.2"));
+        let first = poll_once(std::pin::pin!(gate.enter(&a))).unwrap().unwrap();
+        {
+            let mut queued = std::pin::pin!(gate.enter(&b));
+            assert!(poll_once(queued.as_mut()).is_none());
+            assert_eq!(gate.load(), (1, 1));
+        }
+        assert_eq!(gate.load(), (1, 0));
+        let mut again = std::pin::pin!(gate.enter(&b));
+        assert!(
+            poll_once(again.as_mut()).is_none(),
+            "b's share was given back"
+        );
+        drop(first);
+        assert!(poll_once(again.as_mut()).unwrap().is_ok());
+    }
+
+    #[test]
+    fn refusals_are_remembered_briefly_apart_and_never_push_out_active_tokens() {
+        let oauth = OAuth::issuer("https://i.example").max_cached_tokens(10);
+        let digest = |i: u32| {
+            let mut d = [0; 32];
+            d[..4].copy_from_slice(&i.to_be_bytes());
+            d
+        };
+        let far = Instant::now() + Duration::from_secs(3600);
+        oauth.remember(digest(0), &Ok(Caller::new("alice")), far);
+        for i in 1..200 {
+            oauth.remember(digest(i), &Err(AuthError::invalid_token("no")), far);
+        }
+        assert_eq!(
+            oauth.cached(&digest(0)).unwrap().unwrap().subject(),
+            "alice"
+        );
+        assert!(lock(&oauth.inner.refused).entries.len() <= 10);
+        assert!(matches!(oauth.cached(&digest(199)), Some(Err(_))));
+        // A refusal is kept NEGATIVE_TTL at most, whatever `until` said.
+        let (_, until) = lock(&oauth.inner.refused).entries[&digest(199)].clone();
+        assert!(until <= Instant::now() + NEGATIVE_TTL);
+        let stats = oauth.stats();
+        assert_eq!(stats["cachedTokens"], 1);
+        assert_eq!(stats["introspectionsShed"], 0);
+    }
+
+    #[test]
+    fn the_limits_are_settings_with_their_defaults() {
+        let oauth = OAuth::issuer("https://i.example");
+        assert_eq!(oauth.inner.gate.limits, Limits::default());
+        let set = oauth
+            .introspections_per_peer(0, 0)
+            .introspection_queue(3, 5);
+        assert_eq!(
+            set.inner.gate.limits,
+            Limits {
+                per_peer_at_once: 1,
+                per_peer_per_minute: 1,
+                at_once: 3,
+                waiting: 5,
+            }
+        );
+        assert_eq!(set.inner.gate.permits.available_permits(), 3);
+        let reason = Shed::AtOnce(4).reason(&peer("203.0.113.9"));
+        assert!(reason.contains("peer 203.0.113.9"), "{reason}");
+        assert!(reason.contains("introspections_per_peer"), "{reason}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::tool::{State, StateMap};
 
 mod caller;
 mod question;
+pub(crate) mod share;
 mod talk;
 
 pub use caller::Caller;

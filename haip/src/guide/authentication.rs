@@ -14,8 +14,9 @@
 //! ## JWT
 //!
 //! [`ServerBuilder::jwt_hs256`]`(secret)` (or `HAIP_JWT_SECRET` with
-//! [`ServerBuilder::from_env`]; the quickstart honours it; an empty secret
-//! is a start-up error), [`ServerBuilder::jwt_public_key`]`(pem)` for RS256
+//! [`ServerBuilder::from_env`]; the quickstart honours it; a secret under
+//! 32 bytes is a start-up error: a shorter one can be guessed offline from
+//! any token it signed), [`ServerBuilder::jwt_public_key`]`(pem)` for RS256
 //! (an RSA key) or ES256 (a P-256 key), optionally with
 //! [`jwt_issuer`](crate::ServerBuilder::jwt_issuer) and
 //! [`jwt_audience`](crate::ServerBuilder::jwt_audience):
@@ -128,7 +129,17 @@
 //!   8707: its `/mcp` URL, `http://<addr>/mcp` by default on loopback), and
 //!   `exp`/`nbf` hold. Scopes come from `scope` or `scp`.
 //! - Opaque tokens are introspected ([`OAuth::introspection`], RFC 7662)
-//!   and remembered until they expire.
+//!   and remembered until they expire; refusals are remembered for 30 s.
+//!   A token already known never waits. What unknown tokens may cost is
+//!   bounded per peer (an IPv6 peer by its /64): at most 4 introspections
+//!   at once and 60 a minute
+//!   ([`introspections_per_peer`](crate::auth::OAuth::introspections_per_peer)),
+//!   8 at the issuer at once with at most 32 waiting
+//!   ([`introspection_queue`](crate::auth::OAuth::introspection_queue));
+//!   beyond, the token is refused (`401 invalid_token`) without asking the
+//!   issuer, so a flood of made-up tokens neither reaches it nor delays a
+//!   real user's. Behind a reverse proxy on the same host every client is
+//!   one peer: raise the per-peer budget.
 //! - `/stats` shows the issuer, the keys, and how often they were fetched.
 //!
 //! ### Try OAuth locally
@@ -156,15 +167,33 @@
 //! `tests/oauth/mcp_oauth.py` has the official Python MCP SDK sign a person
 //! in (authorization code with PKCE) starting from the `401`.
 //!
-//! ## Binding and browsers
+//! ## What the defaults protect against
 //!
-//! Binding a non-loopback address without authentication refuses to start,
-//! unless allowed with [`allow_unauthenticated`]`(true)`
-//! or `HAIP_ALLOW_UNAUTHENTICATED=1`. Browser clients on other origins need
-//! [`cors_allowed_origins`](crate::ServerBuilder::cors_allowed_origins)
-//! (default: none); WebSocket upgrades check `Origin` against that list when
-//! one is set, and `/mcp` refuses a browser `Origin` that is neither listed
-//! nor a loopback origin on a loopback `Host`.
+//! Every route holds to the same rules, on by default, whatever the
+//! authentication (`RELIABILITY.md`, "Security", has each attack with what
+//! is refused and what it cost the other callers):
+//!
+//! | against | the default | widened by |
+//! |---|---|---|
+//! | a server reachable from the network with no one checking tokens | a non-loopback address without authentication refuses to start | [`allow_unauthenticated`]`(true)`, `HAIP_ALLOW_UNAUTHENTICATED=1` |
+//! | any web page the developer visits calling local tools (a cross-origin WebSocket, `fetch`) | a browser `Origin` must be the server's own (its `Host`), a loopback page on a loopback `Host`, or listed; else `403 ORIGIN_NOT_ALLOWED`, before authentication or anything runs | [`cors_allowed_origins`](crate::ServerBuilder::cors_allowed_origins), `HAIP_CORS_ALLOWED_ORIGINS` |
+//! | DNS rebinding (the attacker's name pointed at 127.0.0.1) | a server bound to loopback answers to loopback names only (`localhost`, `*.localhost`, 127.0.0.0/8, `[::1]`); else `403 HOST_NOT_ALLOWED` (`/health` always answers) | [`allowed_hosts`](crate::ServerBuilder::allowed_hosts), `HAIP_ALLOWED_HOSTS`; a server bound elsewhere answers to any name unless given some |
+//! | "simple" cross-origin POSTs, which a page sends with no preflight | a POST to a HAIP route needs a `Content-Type` a page cannot send unasked (`application/json`, `application/x-ndjson`, `application/octet-stream`); `text/plain`, forms and none get `415`; `/mcp` takes `application/json` only | — |
+//! | one caller taking every session | each caller (its subject; an unauthenticated one by its peer address, an IPv6 peer by its /64) holds at most [`max_sessions_per_caller`](crate::ServerBuilder::max_sessions_per_caller) (1000) of the HAIP sessions, of the MCP sessions, of the MCP requests in flight and of the listen streams; beyond it `503 TOO_MANY_SESSIONS` (WebSocket: close 1013) naming the setting | the setting; unauthenticated loopback peers are one caller and not limited unless [`limit_loopback_peers`](crate::ServerBuilder::limit_loopback_peers) |
+//! | one caller filling the task store | each caller's MCP task records, running and ended until they expire, hold at most [`max_task_bytes_per_client`](crate::ServerBuilder::max_task_bytes_per_client) (8 MiB) | the setting |
+//! | another subject using a leaked `Mcp-Session-Id` or HAIP session id | a session belongs to the subject that opened it; any other gets `404` | — |
+//! | a flood of made-up opaque tokens starving introspection | known tokens never wait; unknown ones are bounded per peer (4 at once, 60 a minute) and shed before they queue ahead of the rest | [`introspections_per_peer`](crate::auth::OAuth::introspections_per_peer), [`introspection_queue`](crate::auth::OAuth::introspection_queue) |
+//! | a cached result served to a less privileged token | [`Cache`](crate::layer::Cache) keys on the caller's whole authorization: subject, scopes and every claim but those that change with each token (`exp`, `iat`, `jti`…) | [`Cache::key_claims`](crate::layer::Cache::key_claims) names the claims that matter instead |
+//! | many callers locking everyone out of [`RateLimit`](crate::layer::RateLimit) | buckets that are full again are forgotten as new callers need their place; a table truly full of partly used buckets refuses only new callers, with the time to retry | [`RateLimit::max_subjects`](crate::layer::RateLimit::max_subjects) |
+//! | `/metrics` naming tools a token may not see | on the main port, only a token shown every tool reads it (`403` otherwise) | [`metrics_addr`](crate::ServerBuilder::metrics_addr): a port of its own, for the scraper |
+//! | a guessable HS256 secret | under 32 bytes is a start-up error | — |
+//!
+//! Clients that are not browsers send no `Origin` and are not affected by
+//! the browser rules; a browser app on another origin is listed in
+//! [`cors_allowed_origins`](crate::ServerBuilder::cors_allowed_origins),
+//! and a server behind a name of its own on a loopback port (a local reverse
+//! proxy) lists that name in
+//! [`allowed_hosts`](crate::ServerBuilder::allowed_hosts).
 //!
 //! [`ServerBuilder::jwt_hs256`]: crate::ServerBuilder::jwt_hs256
 //! [`hide_forbidden_tools`]: crate::ServerBuilder::hide_forbidden_tools

@@ -30,6 +30,7 @@
 //! | `max_message_bytes` | 1 MiB | largest message (WebSocket message, NDJSON line, envelope of a POST) |
 //! | `max_body_bytes` | 10 MiB | largest upstream POST body; larger ones get `413` |
 //! | `max_sessions` | 10 000 | connected sessions (parked ones not counted); beyond, `503` or close 1013 |
+//! | `max_sessions_per_caller` | 1000 | what one caller (its subject; unauthenticated, its peer address) may hold of the HAIP sessions, the MCP sessions, the MCP requests in flight and the listen streams ([Authentication](super::authentication#what-the-defaults-protect-against)) |
 //! | `max_inflight_calls` / `max_queued_calls` | 64 / 256 per session | calls running / waiting (`QUEUED`); beyond, `RATE_LIMITED` |
 //! | `tool_timeout` | none | for tools that set none themselves |
 //! | `cancel_grace` | 5 s | how long a cancelled or timed-out tool may take to stop before it is aborted |
@@ -49,9 +50,9 @@
 //! | `strict_output_validation` | off | results violating the output schema become errors (else logged and counted) |
 //! | `debug_errors` | off | panic texts in `INTERNAL_ERROR` messages; for development |
 //! | `allow_unauthenticated` | off | serve a non-loopback address without authentication |
-//! | `cors_allowed_origins` | none | [Authentication](super::authentication#binding-and-browsers) |
+//! | `cors_allowed_origins` / `allowed_hosts` | none / loopback names when bound to loopback, any when bound elsewhere | browser origins and `Host` names ([Authentication](super::authentication#what-the-defaults-protect-against)) |
 //! | `request_state_key` / `request_state_ttl` | random per process / 10 min | `/mcp` questions without sessions ([MCP](super::mcp_both_ways#questions-without-sessions)) |
-//! | `task_ttl` / `max_tasks_per_client` / `max_task_bytes` | 30 min / 100 / 64 MiB | [MCP tasks](super::mcp_both_ways#tasks) |
+//! | `task_ttl` / `max_tasks_per_client` / `max_task_bytes` / `max_task_bytes_per_client` | 30 min / 100 / 64 MiB / 8 MiB | [MCP tasks](super::mcp_both_ways#tasks) |
 //! | `mcp_endpoint` / `mcp_sessions` | on / off | `/mcp`, and whether it holds MCP sessions |
 //! | `inspector` | off | the page at `/inspector` |
 //!
@@ -113,9 +114,11 @@
 //! `isError` result saying `RESULT_TOO_LARGE`.
 //!
 //! A browser `Origin` is refused with `403` (MCP's rule against DNS
-//! rebinding) unless it is in `cors_allowed_origins`, or is a loopback
-//! origin on a loopback `Host` (local tools, the MCP inspector); clients
-//! that are not browsers send none and are not affected.
+//! rebinding, held on every route) unless it is the server's own, is in
+//! `cors_allowed_origins`, or is a loopback origin on a loopback `Host`
+//! (local tools, the MCP inspector); clients that are not browsers send
+//! none and are not affected. A `Host` the server does not answer to gets
+//! `403` too ([Authentication](super::authentication#what-the-defaults-protect-against)).
 //!
 //! ## From the environment
 //!
@@ -124,7 +127,8 @@
 //! | variable | sets |
 //! |---|---|
 //! | `HAIP_ADDR` | `addr` |
-//! | `HAIP_JWT_SECRET` | HS256 authentication with that secret (empty: a start-up error) |
+//! | `HAIP_CORS_ALLOWED_ORIGINS`, `HAIP_ALLOWED_HOSTS` | `cors_allowed_origins`, `allowed_hosts` (comma-separated) |
+//! | `HAIP_JWT_SECRET` | HS256 authentication with that secret (empty or under 32 bytes: a start-up error) |
 //! | `HAIP_ALLOW_UNAUTHENTICATED=1` | `allow_unauthenticated` |
 //! | `HAIP_TOOL_SCHEMA_LEGACY=1` | `tool_schema_legacy_field` |
 //! | `HAIP_SCHEMA_PROFILE` | `schema_profile` (an unknown name: a start-up error) |

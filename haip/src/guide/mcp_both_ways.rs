@@ -195,9 +195,12 @@
 //!   A `required` tool refuses clients without the extension (`-32021`).
 //! - Tasks are their caller's own (another subject is told the task does
 //!   not exist), bounded per caller ([`ServerBuilder::max_tasks_per_client`],
-//!   100 running per instance) and in bytes
-//!   ([`ServerBuilder::max_task_bytes`], 64 MiB per instance), and kept
-//!   [`ServerBuilder::task_ttl`] (30 min) after they end.
+//!   100 running per instance), in bytes
+//!   ([`ServerBuilder::max_task_bytes`], 64 MiB per instance), and in each
+//!   caller's share of those bytes, its running and ended tasks until they
+//!   expire ([`ServerBuilder::max_task_bytes_per_client`], 8 MiB; across
+//!   all instances with Redis), so one caller cannot fill the store; and
+//!   kept [`ServerBuilder::task_ttl`] (30 min) after they end.
 //! - An authenticated caller's `subscriptions/listen` stream also hears its
 //!   tasks' changes of status (`notifications/tasks`, on the instance
 //!   running the task; `tasks/get` stays the truth).
@@ -227,6 +230,7 @@
 //! [`ServerBuilder::request_state_key`]: crate::ServerBuilder::request_state_key
 //! [`ServerBuilder::request_state_ttl`]: crate::ServerBuilder::request_state_ttl
 //! [`ServerBuilder::max_tasks_per_client`]: crate::ServerBuilder::max_tasks_per_client
+//! [`ServerBuilder::max_task_bytes_per_client`]: crate::ServerBuilder::max_task_bytes_per_client
 //! [`ServerBuilder::max_task_bytes`]: crate::ServerBuilder::max_task_bytes
 //! [`ServerBuilder::task_ttl`]: crate::ServerBuilder::task_ttl
 //! [`ToolBuilder::task_support`]: crate::ToolBuilder::task_support

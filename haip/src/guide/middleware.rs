@@ -12,9 +12,9 @@
 //!
 //! | layer | what it does | refuses with |
 //! |---|---|---|
-//! | [`RateLimit::per_subject`] | a token bucket per authenticated subject (`governor`); anonymous calls share one | `RATE_LIMITED`, `details.retry_after_ms` |
-//! | [`ConcurrencyLimit::per_tool`] | at most N calls of each tool at once, the others wait (cancellable) | `RATE_LIMITED` beyond [`max_waiting`](ConcurrencyLimit::max_waiting) |
-//! | [`Cache`] | results of tools marked `idempotent`, per subject, keyed by canonical params, bounded in bytes, least recently used dropped | — |
+//! | [`RateLimit::per_subject`] | a token bucket per authenticated subject (GCRA); anonymous calls share one; at most [`max_subjects`](crate::layer::RateLimit::max_subjects) partly used buckets held, a new caller refused only while all of them are | `RATE_LIMITED`, `details.retry_after_ms` (and `details.reason` `"too_many_callers"` for a new caller refused) |
+//! | [`ConcurrencyLimit::per_tool`] | at most N calls of each tool at once, the others wait (cancellable) | `RATE_LIMITED` beyond [`max_waiting`](crate::layer::ConcurrencyLimit::max_waiting) |
+//! | [`Cache`] | results of tools marked `idempotent`, per authorization (subject, scopes, claims: [below](#what-the-cache-keys-on)), keyed by canonical params, bounded in bytes, least recently used dropped | — |
 //! | [`MaskErrors`] | `TOOL_EXECUTION_ERROR` and `INTERNAL_ERROR` text replaced by a reference id; the original logged (target `haip::masked`) under it | — |
 //!
 //! ## Order
@@ -41,6 +41,34 @@
 //!     .layer(ConcurrencyLimit::per_tool(8))
 //!     .layer(Cache::new(32 << 20));
 //! # drop(builder);
+//! ```
+//!
+//! ## What the cache keys on
+//!
+//! A cached result must not reach a caller it was not computed for: a tool
+//! may read anything of its [`Caller`](crate::auth::Caller) (the subject,
+//! the scopes, a claim naming a tenant), so by default [`Cache`] keys on all
+//! of it: the subject, the sorted scopes, and every claim of the token but
+//! those that change with each token issued to the same caller
+//! ([`Cache::PER_TOKEN_CLAIMS`]: `exp`, `iat`, `nbf`, `jti`, `auth_time`,
+//! `nonce`, `at_hash`, `c_hash`, `s_hash`). A caller with fewer scopes, or
+//! another tenant, gets its own result; the same caller with a renewed token
+//! gets the one already computed. Each part of the key is length-prefixed,
+//! so no two authorizations can share one.
+//!
+//! When an identity provider adds claims of its own that change per token
+//! (a session id, a vendor's token id), every renewed token would miss;
+//! [`key_claims`](crate::layer::Cache::key_claims) names the claims the
+//! tools read instead (the subject and the scopes stay in the key), and
+//! [`shared`](crate::layer::Cache::shared) keys on nothing of the caller,
+//! for tools whose results do not depend on who asks:
+//!
+//! ```
+//! use haip::layer::Cache;
+//!
+//! let per_tenant = Cache::new(32 << 20).key_claims(["tenant"]);
+//! let for_everyone = Cache::new(8 << 20).shared();
+//! # drop((per_tenant, for_everyone));
 //! ```
 //!
 //! ## What a layer sees, and when
@@ -114,6 +142,7 @@
 //! [`ConcurrencyLimit::per_tool`]: crate::layer::ConcurrencyLimit::per_tool
 //! [`ConcurrencyLimit`]: crate::layer::ConcurrencyLimit
 //! [`Cache`]: crate::layer::Cache
+//! [`Cache::PER_TOKEN_CLAIMS`]: crate::layer::Cache::PER_TOKEN_CLAIMS
 //! [`MaskErrors`]: crate::layer::MaskErrors
 //! [`from_fn`]: crate::layer::from_fn
 //! [`Call`]: crate::layer::Call

@@ -169,7 +169,7 @@
 //! | `memoryUsage.rss` | resident set size in bytes, where the system tells it |
 //! | `instance` | this instance's id |
 //! | `cluster` | with Redis: `reachable`, the live `instances`, `totals` across them, `relayedConnections` |
-//! | `oauth` | with OAuth: the issuer, the resource, the keys, `jwksFetches`, `introspections`, `cachedTokens` |
+//! | `oauth` | with OAuth: the issuer, the resource, the keys, `jwksFetches`, `introspections`, `cachedTokens` (active opaque tokens remembered), `refusedTokens` (refusals remembered, for 30 s at most), `introspecting` and `introspectionsWaiting` (now), `introspectionsShed` (unknown tokens refused without asking the issuer), of which `introspectionsShedPerPeer` (a peer over its budget) and `introspectionsShedQueueFull` |
 //!
 //! In `/health`, `errors` counts `ERROR` envelopes sent and `warnings` the
 //! results that failed their tool's output schema.

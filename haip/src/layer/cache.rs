@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::{Call, Layer, Next};
+use crate::context::Caller;
 use crate::hash::FastMap;
 use crate::tool::ToolError;
 
@@ -20,8 +21,9 @@ const ENTRY_OVERHEAD: usize = 96;
 ///
 /// - **The same call** is the same tool with the same params (compared as
 ///   canonical JSON: keys sorted, so `{"a":1,"b":2}` and `{"b":2,"a":1}`
-///   are one), from the same subject: a caller never gets a result computed
-///   for another, unless the cache is [`shared`](Self::shared).
+///   are one), by the same authorization: a caller never gets a result
+///   computed for another authorization, unless the cache is
+///   [`shared`](Self::shared). See [The key](#the-key).
 /// - **Bounded:** entries cost their key's and their result's JSON bytes;
 ///   beyond `max_bytes` the least recently used go. A result larger than a
 ///   quarter of `max_bytes` is not kept.
@@ -46,6 +48,43 @@ const ENTRY_OVERHEAD: usize = 96;
 ///
 /// A tool that asks its user questions, or whose result depends on the time,
 /// should not be marked idempotent.
+///
+/// # The key
+///
+/// A tool reads its caller from [`Context::caller`](crate::Context::caller):
+/// the subject, the scopes, the token's claims. Whatever of these the key
+/// leaves out, two callers differing only there would share a result, so by
+/// default the key holds all of it:
+///
+/// - the **subject**;
+/// - the **scopes**, sorted (the same set in any order is one key);
+/// - **every claim** of the token, compared as canonical JSON, but for those
+///   in [`PER_TOKEN_CLAIMS`](Self::PER_TOKEN_CLAIMS): `exp`, `iat`, `nbf`,
+///   `jti` (RFC 7519: when the token ends, was issued, starts; its own id),
+///   `auth_time`, `nonce`, `at_hash`, `c_hash`, `s_hash` (OpenID Connect:
+///   when the user signed in, the value of the request that asked for the
+///   token, hashes of other tokens). These change with every token issued to
+///   the same caller and say nothing of what it may do: kept, they would make
+///   every new token miss. A tool whose result depends on one of them should
+///   not be cached.
+///
+/// Every part is length-prefixed, so no two authorizations (or a subject
+/// posing as part of a tool name) can share a key. The cost: each entry's key
+/// holds the caller's claims (counted in `max_bytes`), and a claim that
+/// changes per token beyond those above (a vendor's token id, a session id)
+/// makes every new token miss. [`key_claims`](Self::key_claims) names the
+/// claims that matter instead:
+///
+/// ```
+/// use haip::layer::Cache;
+///
+/// // Results depend on the subject, its scopes and its `tenant`, nothing else.
+/// let cache = Cache::new(16 << 20).key_claims(["tenant"]);
+/// let builder = haip::Server::builder().layer(cache);
+/// # drop(builder);
+/// ```
+///
+/// [`shared`](Self::shared) keys on nothing of the caller at all.
 #[derive(Clone)]
 pub struct Cache {
     inner: Arc<Inner>,
@@ -55,6 +94,9 @@ struct Inner {
     max_bytes: usize,
     ttl: Duration,
     shared: bool,
+    /// The claims in the key (sorted, no duplicates); `None`: every claim
+    /// but [`Cache::PER_TOKEN_CLAIMS`].
+    key_claims: Option<Arc<[String]>>,
     entries: Mutex<Entries>,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -77,6 +119,21 @@ struct Entry {
 }
 
 impl Cache {
+    /// The claims a key leaves out unless [`key_claims`](Self::key_claims)
+    /// names them: they change with every token issued to the same caller,
+    /// not with what it may do. See [The key](Self#the-key).
+    pub const PER_TOKEN_CLAIMS: &'static [&'static str] = &[
+        "exp",
+        "iat",
+        "nbf",
+        "jti",
+        "auth_time",
+        "nonce",
+        "at_hash",
+        "c_hash",
+        "s_hash",
+    ];
+
     /// A cache of at most `max_bytes` (keys and results as JSON).
     pub fn new(max_bytes: usize) -> Cache {
         Cache {
@@ -84,6 +141,7 @@ impl Cache {
                 max_bytes,
                 ttl: Duration::from_secs(300),
                 shared: false,
+                key_claims: None,
                 entries: Mutex::new(Entries::default()),
                 hits: AtomicU64::new(0),
                 misses: AtomicU64::new(0),
@@ -97,9 +155,28 @@ impl Cache {
     }
 
     /// One entry per call for every caller: for tools whose results do not
-    /// depend on who asks.
+    /// depend on who asks. Nothing of the caller is in the key, whatever
+    /// [`key_claims`](Self::key_claims) says.
     pub fn shared(self) -> Cache {
         self.rebuilt(|inner| inner.shared = true)
+    }
+
+    /// Keys results on the caller's subject, its scopes and only these claims
+    /// of its token (absent and `null` told apart), instead of every claim
+    /// but [`PER_TOKEN_CLAIMS`](Self::PER_TOKEN_CLAIMS): for servers whose
+    /// tools read a known few (a tenant, an organisation), when other claims
+    /// change from one token to the next. No claims at all (`[]`): the
+    /// subject and the scopes. A claim left out here must not change what a
+    /// cached tool returns: callers differing only there share results.
+    pub fn key_claims<I, S>(self, claims: I) -> Cache
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut claims: Vec<String> = claims.into_iter().map(Into::into).collect();
+        claims.sort_unstable();
+        claims.dedup();
+        self.rebuilt(|inner| inner.key_claims = Some(claims.into()))
     }
 
     fn rebuilt(self, change: impl FnOnce(&mut Inner)) -> Cache {
@@ -107,6 +184,7 @@ impl Cache {
             max_bytes: self.inner.max_bytes,
             ttl: self.inner.ttl,
             shared: self.inner.shared,
+            key_claims: self.inner.key_claims.clone(),
             entries: Mutex::new(Entries::default()),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -149,6 +227,7 @@ impl std::fmt::Debug for Cache {
             .field("max_bytes", &self.inner.max_bytes)
             .field("ttl", &self.inner.ttl)
             .field("shared", &self.inner.shared)
+            .field("key_claims", &self.inner.key_claims)
             .finish_non_exhaustive()
     }
 }
@@ -221,8 +300,13 @@ impl Layer for Cache {
             return next.run(call).await;
         }
         let inner = &self.inner;
-        let subject = if inner.shared { None } else { call.subject() };
-        let key = key_of(call.name(), subject, call.params());
+        let caller = if inner.shared { None } else { call.caller() };
+        let key = key_of(
+            call.name(),
+            caller,
+            inner.key_claims.as_deref(),
+            call.params(),
+        );
         if let Some(value) = inner.get(&key, Instant::now()) {
             inner.hits.fetch_add(1, Relaxed);
             return Ok(value);
@@ -235,23 +319,73 @@ impl Layer for Cache {
     }
 }
 
-/// The key of a call: the tool, the subject (if any) and the params as
-/// canonical JSON, each part length-prefixed so that no two calls share one.
-pub(super) fn key_of(tool: &str, subject: Option<&str>, params: &Value) -> String {
+/// The key of a call: the tool, the caller's authorization (see
+/// [The key](Cache#the-key); `None`: a shared cache, or no authentication)
+/// and the params as canonical JSON. `claims`: the claims to key on (`None`:
+/// every one but [`Cache::PER_TOKEN_CLAIMS`]).
+///
+/// Every part but the last is length-prefixed (`#len\nbytes\n`), and every
+/// list is preceded by its count (`#n\n`), so the key decodes back into its
+/// parts: no two calls share one.
+pub(super) fn key_of(
+    tool: &str,
+    caller: Option<&Caller>,
+    claims: Option<&[String]>,
+    params: &Value,
+) -> String {
     let mut key = String::with_capacity(64);
-    for part in [Some(tool), subject] {
-        match part {
-            Some(part) => {
-                key.push_str(itoa::Buffer::new().format(part.len()));
-                key.push(':');
-                key.push_str(part);
+    part(&mut key, tool);
+    match caller {
+        None => key.push_str("-\n"),
+        Some(caller) => {
+            key.push_str("+\n");
+            part(&mut key, caller.subject());
+            count(&mut key, caller.scopes().len());
+            for scope in caller.scopes() {
+                part(&mut key, scope);
             }
-            None => key.push('-'),
+            let all = caller.claims();
+            let mut names: Vec<&str> = match claims {
+                Some(named) => named
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|name| all.contains_key(*name))
+                    .collect(),
+                None => all
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|name| !Cache::PER_TOKEN_CLAIMS.contains(name))
+                    .collect(),
+            };
+            // The claims' map keeps its keys in order only without serde_json's
+            // `preserve_order`, which another crate may turn on.
+            names.sort_unstable();
+            count(&mut key, names.len());
+            let mut value = String::new();
+            for name in names {
+                part(&mut key, name);
+                value.clear();
+                canonical(&all[name], &mut value);
+                part(&mut key, &value);
+            }
         }
-        key.push('\n');
     }
     canonical(params, &mut key);
     key
+}
+
+/// `text` as `#len\ntext\n`.
+fn part(key: &mut String, text: &str) {
+    count(key, text.len());
+    key.push_str(text);
+    key.push('\n');
+}
+
+/// `n` as `#n\n`.
+fn count(key: &mut String, n: usize) {
+    key.push('#');
+    key.push_str(itoa::Buffer::new().format(n));
+    key.push('\n');
 }
 
 /// `value` as JSON with every object's keys in order.

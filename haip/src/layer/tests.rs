@@ -53,13 +53,17 @@ fn failing(code: &'static str) -> Tool {
 }
 
 fn context(subject: Option<&str>, cancel: CancellationToken) -> Context {
+    context_of(subject.map(Caller::new), cancel)
+}
+
+fn context_of(caller: Option<Caller>, cancel: CancellationToken) -> Context {
     Context::new(
         "call-1".to_owned(),
         Arc::from("session-1"),
         cancel,
         None,
         None,
-        subject.map(|s| Arc::new(Caller::new(s))),
+        caller.map(Arc::new),
         None,
     )
 }
@@ -70,7 +74,16 @@ async fn run(
     params: Value,
     subject: Option<&str>,
 ) -> Result<Value, ToolError> {
-    let ctx = context(subject, CancellationToken::new());
+    run_as(stack, tool, params, subject.map(Caller::new)).await
+}
+
+async fn run_as(
+    stack: &Arc<Stack>,
+    tool: &Tool,
+    params: Value,
+    caller: Option<Caller>,
+) -> Result<Value, ToolError> {
+    let ctx = context_of(caller, CancellationToken::new());
     let unchecked = Some(Unchecked {
         max_violations: 10,
         large: false,
@@ -98,19 +111,138 @@ fn canonical_json_sorts_keys_at_every_depth() {
     assert_eq!(a, r#"{"a":null,"b":[1,{"x":"q\"","y":2}]}"#);
 }
 
+/// A caller of `subject`, granted `scopes`, with `claims` (and its scopes
+/// as a `scope` claim, as a token has them).
+fn caller(subject: &str, scopes: &str, claims: Value) -> Caller {
+    let mut claims = claims.as_object().cloned().unwrap_or_default();
+    claims.insert("sub".to_owned(), json!(subject));
+    claims.insert("scope".to_owned(), json!(scopes));
+    Caller::from_claims(subject, claims)
+}
+
+fn key(caller: &Caller, claims: Option<&[String]>) -> String {
+    key_of("t", Some(caller), claims, &json!({"n": 1}))
+}
+
 #[test]
 fn keys_differ_by_tool_subject_and_params() {
     let params = json!({"n": 1});
-    let base = key_of("t", Some("alice"), &params);
-    assert_eq!(base, key_of("t", Some("alice"), &json!({"n": 1})));
-    assert_ne!(base, key_of("t", Some("bob"), &params));
-    assert_ne!(base, key_of("t", None, &params));
-    assert_ne!(base, key_of("u", Some("alice"), &params));
-    assert_ne!(base, key_of("t", Some("alice"), &json!({"n": 2})));
+    let alice = Caller::new("alice");
+    let base = key_of("t", Some(&alice), None, &params);
+    assert_eq!(base, key_of("t", Some(&alice), None, &json!({"n": 1})));
+    assert_ne!(base, key_of("t", Some(&Caller::new("bob")), None, &params));
+    assert_ne!(base, key_of("t", None, None, &params));
+    assert_ne!(base, key_of("u", Some(&alice), None, &params));
+    assert_ne!(base, key_of("t", Some(&alice), None, &json!({"n": 2})));
     // A subject cannot pose as a tool name and a shorter subject.
     assert_ne!(
-        key_of("t\n5:alice", None, &params),
-        key_of("t", Some("alice"), &params)
+        key_of("t\n#5\nalice", None, None, &params),
+        key_of("t", Some(&alice), None, &params)
+    );
+}
+
+#[test]
+fn keys_hold_the_scopes_and_the_claims_but_those_of_one_token() {
+    let acme = json!({"tenant": "acme", "exp": 100, "iat": 40, "jti": "t-1"});
+    let base = key(&caller("alice", "a b", acme.clone()), None);
+    // The same authorization in another token: one key.
+    let renewed = json!({
+        "tenant": "acme", "exp": 200, "iat": 140, "nbf": 140, "jti": "t-2",
+        "auth_time": 130, "nonce": "n", "at_hash": "h", "c_hash": "c", "s_hash": "s"
+    });
+    assert_eq!(base, key(&caller("alice", "a b", renewed), None));
+    // Fewer scopes, another tenant, another claim: keys of their own.
+    assert_ne!(base, key(&caller("alice", "a", acme.clone()), None));
+    assert_ne!(
+        base,
+        key(&caller("alice", "a b", json!({"tenant": "globex"})), None)
+    );
+    let extra = json!({"tenant": "acme", "role": "admin"});
+    assert_ne!(base, key(&caller("alice", "a b", extra), None));
+    assert_ne!(base, key(&caller("alice", "a b", json!({})), None));
+    assert_ne!(
+        key(&caller("alice", "a b", json!({"tenant": null})), None),
+        key(&caller("alice", "a b", json!({})), None),
+        "null and absent are told apart"
+    );
+    // Scopes without a `scope` claim (a custom authenticator's caller).
+    let bare = Caller::new("alice").with_scopes(["a", "b"]);
+    assert_ne!(
+        key(&bare, None),
+        key(&Caller::new("alice").with_scopes(["a"]), None)
+    );
+    assert_eq!(
+        key(&bare, None),
+        key(&Caller::new("alice").with_scopes(["b", "a", "a"]), None)
+    );
+    // Claims' values compare as canonical JSON.
+    let nested = |v: Value| key(&caller("alice", "a", json!({"org": v})), None);
+    assert_eq!(
+        nested(json!({"x": 1, "y": 2})),
+        nested(json!({"y": 2, "x": 1}))
+    );
+    assert_ne!(nested(json!({"x": 1})), nested(json!({"x": "1"})));
+}
+
+#[test]
+fn keys_cannot_be_forged_by_moving_text_between_parts() {
+    // Scopes, claim names and claim values whose concatenations agree.
+    let pairs = [
+        (
+            Caller::new("alice").with_scopes(["ab"]),
+            Caller::new("alice").with_scopes(["a", "b"]),
+        ),
+        (
+            Caller::new("alice").with_scopes(["a\n#1\nb"]),
+            Caller::new("alice").with_scopes(["a", "b"]),
+        ),
+        (
+            Caller::new("alice\n#0").with_scopes(Vec::<String>::new()),
+            Caller::new("alice"),
+        ),
+        (
+            caller("alice", "", json!({"ab": "c"})),
+            caller("alice", "", json!({"a": "bc"})),
+        ),
+        (
+            caller("alice", "", json!({"a": "b", "c": "d"})),
+            caller("alice", "", json!({"a": "b\n#1\nc\n#3\n\"d\""})),
+        ),
+    ];
+    for (one, other) in pairs {
+        assert_ne!(key(&one, None), key(&other, None), "{one:?} / {other:?}");
+    }
+}
+
+#[test]
+fn named_key_claims_leave_the_others_out() {
+    let tenant = ["tenant".to_owned()];
+    let named = |claims: Value| key(&caller("alice", "a", claims), Some(&tenant));
+    let base = named(json!({"tenant": "acme", "session": "s-1"}));
+    assert_eq!(base, named(json!({"tenant": "acme", "session": "s-2"})));
+    assert_ne!(base, named(json!({"tenant": "globex", "session": "s-1"})));
+    assert_ne!(base, named(json!({"session": "s-1"})));
+    // Scopes stay in the key.
+    assert_ne!(
+        base,
+        key(
+            &caller("alice", "a b", json!({"tenant": "acme"})),
+            Some(&tenant)
+        )
+    );
+    // Named per-token claims are in it.
+    let exp = ["exp".to_owned()];
+    assert_ne!(
+        key(&caller("alice", "a", json!({"exp": 1})), Some(&exp)),
+        key(&caller("alice", "a", json!({"exp": 2})), Some(&exp))
+    );
+    // No claims at all: the subject and the scopes.
+    assert_eq!(
+        key(&caller("alice", "a", json!({"tenant": "acme"})), Some(&[])),
+        key(
+            &caller("alice", "a", json!({"tenant": "globex"})),
+            Some(&[])
+        )
     );
 }
 
@@ -251,22 +383,69 @@ async fn rate_limit_burst_and_refill() {
 }
 
 #[tokio::test]
-async fn rate_limit_remembers_a_bounded_number_of_subjects() {
+async fn rate_limit_full_of_callers_refuses_new_ones_saying_when_to_retry() {
     let runs = Arc::new(AtomicUsize::new(0));
     let tool = greet(&runs, false);
-    let limit = RateLimit::per_subject(1, Duration::from_secs(3600)).max_subjects(100);
+    let limit = RateLimit::per_subject(2, Duration::from_secs(3600)).max_subjects(100);
     let stack = stack(vec![Arc::new(limit)]);
-    let mut full = 0;
+    for i in 0..100 {
+        let subject = format!("s{i}");
+        run(&stack, &tool, json!({"name": "a"}), Some(&subject))
+            .await
+            .unwrap();
+    }
+    let refused = run(&stack, &tool, json!({"name": "a"}), Some("new"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code().as_str(), "RATE_LIMITED");
+    let details = refused.details().unwrap();
+    assert_eq!(details["reason"], "too_many_callers", "{refused:?}");
+    assert_eq!(details["max_subjects"], 100, "{refused:?}");
+    // The first bucket is full again 30 minutes after its call.
+    let wait = retry_after(&refused);
+    assert!((1_790_000..=1_800_000).contains(&wait), "{wait}");
+    assert!(
+        refused.message().contains("100 callers")
+            && refused.message().contains(&format!("{wait} ms")),
+        "{}",
+        refused.message()
+    );
+    // The callers held are still served from their own buckets.
+    run(&stack, &tool, json!({"name": "a"}), Some("s7"))
+        .await
+        .unwrap();
+    let own = run(&stack, &tool, json!({"name": "a"}), Some("s7"))
+        .await
+        .unwrap_err();
+    assert!(own.message().contains("2 calls"), "{own:?}");
+    assert_eq!(runs.load(SeqCst), 101);
+}
+
+#[tokio::test]
+async fn rate_limit_forgets_refilled_buckets_for_new_callers() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let tool = greet(&runs, false);
+    // One call every 2 ms: a bucket is full again 2 ms after its call.
+    let limit = RateLimit::per_subject(1, Duration::from_millis(2)).max_subjects(100);
+    let stack = stack(vec![Arc::new(limit)]);
     for i in 0..2100 {
         let subject = format!("s{i}");
-        if let Err(e) = run(&stack, &tool, json!({"name": "a"}), Some(&subject)).await {
-            assert_eq!(e.code().as_str(), "RATE_LIMITED");
-            assert!(e.message().contains("too many callers"), "{e:?}");
-            full += 1;
+        let out = run(&stack, &tool, json!({"name": "a"}), Some(&subject)).await;
+        if let Err(e) = out {
+            assert_eq!(e.details().unwrap()["reason"], "too_many_callers", "{e:?}");
+            assert!(retry_after(&e) <= 2, "{e:?}");
         }
     }
-    // Refused from the first sweep (after 1 024 calls) on.
-    assert_eq!(full, 2100 - 1023);
+    let refilled = Instant::now() + Duration::from_millis(3);
+    while Instant::now() < refilled {
+        tokio::task::yield_now().await;
+    }
+    for i in 0..100 {
+        let subject = format!("fresh{i}");
+        run(&stack, &tool, json!({"name": "a"}), Some(&subject))
+            .await
+            .expect("a new caller passes once the old buckets are full again");
+    }
 }
 
 #[tokio::test]
@@ -356,6 +535,47 @@ async fn cache_answers_idempotent_tools_again_per_subject() {
         .unwrap();
     assert_eq!(runs.load(SeqCst), 5);
     assert_eq!(cache.len(), 3);
+}
+
+#[tokio::test]
+async fn cache_answers_again_only_the_same_authorization() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let cache = Cache::new(1 << 20);
+    let stack = stack(vec![Arc::new(cache.clone())]);
+    let tool = greet(&runs, true);
+    let ada = json!({"name": "ada"});
+    let acme = || caller("alice", "a b", json!({"tenant": "acme", "jti": "1"}));
+    run_as(&stack, &tool, ada.clone(), Some(acme()))
+        .await
+        .unwrap();
+    let fewer = caller("alice", "a", json!({"tenant": "acme"}));
+    run_as(&stack, &tool, ada.clone(), Some(fewer))
+        .await
+        .unwrap();
+    let globex = caller("alice", "a b", json!({"tenant": "globex"}));
+    run_as(&stack, &tool, ada.clone(), Some(globex))
+        .await
+        .unwrap();
+    assert_eq!(runs.load(SeqCst), 3);
+    let renewed = caller("alice", "a b", json!({"tenant": "acme", "jti": "2"}));
+    run_as(&stack, &tool, ada.clone(), Some(renewed))
+        .await
+        .unwrap();
+    assert_eq!((runs.load(SeqCst), cache.hits()), (3, 1));
+
+    // Keyed on the tenant only: other claims share results; shared: all do.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let tool = greet(&runs, true);
+    let tenant = Cache::new(1 << 20).key_claims(["tenant"]);
+    let shared = Cache::new(1 << 20).key_claims(["tenant"]).shared();
+    for cache in [tenant, shared] {
+        let stack = super::tests::stack(vec![Arc::new(cache)]);
+        let one = caller("alice", "a", json!({"tenant": "acme", "session": "1"}));
+        let two = caller("alice", "a", json!({"tenant": "acme", "session": "2"}));
+        run_as(&stack, &tool, ada.clone(), Some(one)).await.unwrap();
+        run_as(&stack, &tool, ada.clone(), Some(two)).await.unwrap();
+    }
+    assert_eq!(runs.load(SeqCst), 2);
 }
 
 #[tokio::test]

@@ -26,10 +26,15 @@
 //! **Bounded.** A listen stream costs one future (no task of its own) and
 //! one place among [`Listens`]: over HTTP, at most half of `max_sessions`
 //! (at least one) are open at once server-wide, so that listeners never take
-//! every request slot from calls; the `/mcp` front door takes the place when
-//! the request arrives ([`Listens::open`], which also starts watching the
-//! registry, so that no change after the acknowledgment is missed) and
-//! refuses one more with `503` and a JSON-RPC error saying so. Over stdio a
+//! every request slot from calls, and one caller holds at most its share of
+//! them (`max_sessions_per_caller`; a caller is its subject, or its peer
+//! address when unauthenticated: `context/share.rs`), so that one caller
+//! cannot take every place from the others. The `/mcp` front door takes the
+//! place when the request arrives ([`Listens::open`], which also starts
+//! watching the registry, so that no change after the acknowledgment is
+//! missed) and refuses one more with `503` and a JSON-RPC error naming the
+//! limit that is reached. (A listen stream is also one of the stateless
+//! requests being served while it is open: `export/http.rs`.) Over stdio a
 //! listen stream counts as one of the session's calls in flight
 //! (`max_inflight_calls`). An idle stream is kept alive by the transport's
 //! SSE comments (`/mcp`: every 15 s), which is also how a client that went
@@ -47,6 +52,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::tasks::TaskEvent;
+use crate::context::share::{CallerKey, ShareGuard, Shares};
 use crate::tool::Registry;
 
 /// JSON-RPC's implementation-defined server error: the server is busy.
@@ -59,25 +65,38 @@ pub(crate) fn accepted() -> SubscriptionFilter {
     SubscriptionFilter::builder().tools_list_changed().build()
 }
 
-/// The places for listen streams, server-wide.
+/// The places for listen streams, server-wide, and each caller's share of
+/// them.
 pub(crate) struct Listens {
     open: Arc<Semaphore>,
     max: usize,
+    shares: Arc<Shares>,
 }
 
 impl Listens {
-    /// Half of `max_sessions` (at least one) listen streams at once.
-    pub(crate) fn new(max_sessions: usize) -> Listens {
+    /// Half of `max_sessions` (at least one) listen streams at once, at most
+    /// `per_caller` of them by one caller.
+    pub(crate) fn new(max_sessions: usize, per_caller: usize) -> Listens {
         let max = (max_sessions / 2).max(1);
         Listens {
             open: Arc::new(Semaphore::new(max)),
             max,
+            shares: Shares::new(per_caller),
         }
     }
 
-    /// A place for one listen stream, watching the registry from now on; or
-    /// why not, for the client.
-    pub(crate) fn open(&self, registry: &Registry) -> Result<Listening, String> {
+    /// A place for one listen stream of the caller `key`, watching the
+    /// registry from now on; or why not, for the client.
+    pub(crate) fn open(&self, registry: &Registry, key: &CallerKey) -> Result<Listening, String> {
+        let share = self.shares.take(key).map_err(|over| {
+            format!(
+                "{} already holds {} subscriptions/listen streams \
+                 (max_sessions_per_caller = {}); close one or retry later",
+                key.describe(),
+                over.share,
+                over.share
+            )
+        })?;
         let Ok(place) = Arc::clone(&self.open).try_acquire_owned() else {
             return Err(format!(
                 "Too many subscriptions/listen streams open (at most {}, half of max_sessions); retry later",
@@ -86,14 +105,17 @@ impl Listens {
         };
         Ok(Listening {
             _place: place,
+            _share: share,
             changes: registry.subscribe(),
         })
     }
 }
 
-/// One listen stream's place, and the registry's changes since it was taken.
+/// One listen stream's place (and its caller's share of them), and the
+/// registry's changes since it was taken.
 pub(crate) struct Listening {
     _place: OwnedSemaphorePermit,
+    _share: ShareGuard,
     changes: watch::Receiver<u64>,
 }
 
@@ -139,6 +161,7 @@ pub(crate) fn listening(
     };
     Ok(Listening {
         _place: place,
+        _share: ShareGuard::none(),
         changes: registry.subscribe(),
     })
 }
@@ -161,6 +184,7 @@ pub(crate) async fn run(
     }
     let Listening {
         _place,
+        _share,
         mut changes,
     } = listening;
     let sink = subscription.sink();
@@ -228,26 +252,51 @@ mod tests {
     #[test]
     fn half_of_max_sessions_and_at_least_one_may_listen() {
         let registry = Registry::default();
-        let listens = Listens::new(4);
-        let a = listens.open(&registry).unwrap();
-        let _b = listens.open(&registry).unwrap();
-        let refused = listens.open(&registry).err().unwrap();
+        let anyone = CallerKey::Unlimited;
+        let listens = Listens::new(4, 1000);
+        let a = listens.open(&registry, &anyone).unwrap();
+        let _b = listens.open(&registry, &anyone).unwrap();
+        let refused = listens.open(&registry, &anyone).err().unwrap();
         assert!(refused.contains("at most 2"), "{refused}");
         drop(a);
         assert!(
-            listens.open(&registry).is_ok(),
+            listens.open(&registry, &anyone).is_ok(),
             "a closed stream's place is free"
         );
-        let one = Listens::new(1);
-        let _only = one.open(&registry).unwrap();
-        assert!(one.open(&registry).is_err());
+        let one = Listens::new(1, 1000);
+        let _only = one.open(&registry, &anyone).unwrap();
+        assert!(one.open(&registry, &anyone).is_err());
+    }
+
+    #[test]
+    fn one_caller_holds_at_most_its_share_of_the_streams() {
+        let registry = Registry::default();
+        let alice = CallerKey::Subject(Arc::from("alice"));
+        let bob = CallerKey::Subject(Arc::from("bob"));
+        let listens = Listens::new(100, 2);
+        let a1 = listens.open(&registry, &alice).unwrap();
+        let _a2 = listens.open(&registry, &alice).unwrap();
+        let refused = listens.open(&registry, &alice).err().unwrap();
+        assert!(
+            refused.contains(r#"subject "alice" already holds 2"#)
+                && refused.contains("max_sessions_per_caller = 2"),
+            "{refused}"
+        );
+        let _b = listens
+            .open(&registry, &bob)
+            .expect("bob has his own share");
+        drop(a1);
+        assert!(
+            listens.open(&registry, &alice).is_ok(),
+            "a closed stream gives its share back"
+        );
     }
 
     #[test]
     fn a_listen_watches_the_registry_from_when_it_was_opened() {
         let registry = Registry::default();
-        let listens = Listens::new(10);
-        let mut listening = listens.open(&registry).unwrap();
+        let listens = Listens::new(10, 10);
+        let mut listening = listens.open(&registry, &CallerKey::Unlimited).unwrap();
         assert!(!listening.changes.has_changed().unwrap());
         registry.unregister("nothing"); // no such tool: no change
         assert!(!listening.changes.has_changed().unwrap());

@@ -12,6 +12,24 @@
 //! first, then tells the running instance, which hands the answers to the
 //! waiting `ctx.ask` (or cancels the call).
 //!
+//! Bounds, each per caller so that one caller exhausts only its own share
+//! ([`share_of`]: the [`CallerKey`] the `/mcp` front door put in the
+//! request, else the authenticated subject, else one share for all
+//! unauthenticated callers; an unauthenticated loopback caller, and the one
+//! client of stdio, is [`CallerKey::Unlimited`], counted only in the
+//! server's totals):
+//!
+//! - tasks running on this instance: `max_tasks_per_client` per caller
+//!   (concurrency: ended tasks do not count), and all callers' at most
+//!   `max_running`; a call beyond them answers with a tool error naming the
+//!   limit;
+//! - task records, running and ended until they expire (`task_ttl` after
+//!   the end): `max_task_bytes_per_client` bytes per caller, and a share of
+//!   the records as large, in the store (`session::tasks`, which says how
+//!   they are counted). A task that would start beyond them answers with a
+//!   tool error naming the setting; a result that would go beyond them is
+//!   not kept: the task fails, saying why.
+//!
 //! [`TaskSupport`]: crate::TaskSupport
 
 // Sampling and roots are deprecated upstream (SEP-2577), and still what
@@ -32,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::mrtr::{Can, RoundPeer};
 use super::peer::{answer_of, elicitation_params, roots_of, sampled_of};
+use crate::context::share::CallerKey;
 use crate::context::{
     Answer, AskError, Peer, PeerFuture, Root, RootsError, SampleError, SampleRequest, Sampled,
 };
@@ -77,7 +96,8 @@ pub(crate) struct TaskSettings {
     pub(crate) ttl: Duration,
     /// The polling interval clients are advised (`pollIntervalMs`).
     pub(crate) poll_interval: Duration,
-    /// Tasks one caller may have running on this instance.
+    /// Tasks one caller may have running on this instance (ended ones do
+    /// not count: their records are bounded by the store's shares).
     pub(crate) max_per_client: usize,
     /// Tasks running on this instance, at most.
     pub(crate) max_running: usize,
@@ -91,6 +111,20 @@ impl Default for TaskSettings {
             max_per_client: 100,
             max_running: 1024,
         }
+    }
+}
+
+/// Who a task counts against, as the task store names it: the `/mcp`
+/// front door's `key` for the request when it gave one (the one client of
+/// stdio is [`CallerKey::Unlimited`]), else the authenticated `subject`,
+/// else the one share of all unauthenticated callers; `None` (no caller's
+/// share: the server's totals only) for [`CallerKey::Unlimited`].
+pub(crate) fn share_of(key: Option<&CallerKey>, subject: Option<&str>) -> Option<String> {
+    match (key, subject) {
+        (Some(CallerKey::Unlimited), _) => None,
+        (Some(key), _) => Some(key.describe()),
+        (None, Some(subject)) => Some(CallerKey::Subject(Arc::from(subject)).describe()),
+        (None, None) => Some("unauthenticated callers".to_owned()),
     }
 }
 
@@ -183,7 +217,8 @@ pub(crate) struct Tasks {
     shared: Arc<Shared>,
     board: Arc<Board>,
     running: Mutex<HashMap<String, Arc<TaskPeer>>>,
-    per_client: Mutex<HashMap<Option<Arc<str>>, usize>>,
+    /// Tasks running here, by caller ([`share_of`]).
+    per_client: Mutex<HashMap<String, usize>>,
     slots: Arc<Semaphore>,
 }
 
@@ -199,17 +234,28 @@ impl std::fmt::Debug for Tasks {
 /// when the task's call has stopped.
 pub(crate) struct Admission {
     tasks: Arc<Tasks>,
-    subject: Option<Arc<str>>,
+    /// Who it counts against ([`share_of`]).
+    caller: Option<String>,
     _slot: OwnedSemaphorePermit,
+}
+
+impl Admission {
+    /// Who the task counts against ([`share_of`]).
+    pub(crate) fn caller(&self) -> Option<&str> {
+        self.caller.as_deref()
+    }
 }
 
 impl Drop for Admission {
     fn drop(&mut self) {
+        let Some(caller) = &self.caller else {
+            return;
+        };
         let mut counts = self.tasks.lock_counts();
-        if let Some(n) = counts.get_mut(&self.subject) {
+        if let Some(n) = counts.get_mut(caller) {
             *n -= 1;
             if *n == 0 {
-                counts.remove(&self.subject);
+                counts.remove(caller);
             }
         }
     }
@@ -262,16 +308,17 @@ impl Tasks {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_counts(&self) -> std::sync::MutexGuard<'_, HashMap<Option<Arc<str>>, usize>> {
+    fn lock_counts(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
         self.per_client.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Room for one more task of `subject`, or why not.
-    pub(crate) fn admit(self: &Arc<Self>, subject: Option<Arc<str>>) -> Result<Admission, String> {
+    /// Room for one more task of `caller` ([`share_of`]), or why not.
+    pub(crate) fn admit(self: &Arc<Self>, caller: Option<String>) -> Result<Admission, String> {
         let max = self.board.settings.max_per_client;
         let mut counts = self.lock_counts();
-        let n = counts.entry(subject.clone()).or_insert(0);
-        if *n >= max {
+        if let Some(caller) = &caller
+            && counts.get(caller).is_some_and(|n| *n >= max)
+        {
             return Err(format!(
                 "Too many tasks running for this client (max_tasks_per_client = {max})"
             ));
@@ -282,10 +329,12 @@ impl Tasks {
                 self.board.settings.max_running
             ));
         };
-        *n += 1;
+        if let Some(caller) = &caller {
+            *counts.entry(caller.clone()).or_insert(0) += 1;
+        }
         Ok(Admission {
             tasks: Arc::clone(self),
-            subject,
+            caller,
             _slot: slot,
         })
     }
@@ -317,13 +366,15 @@ impl Tasks {
         true
     }
 
-    /// Records the task of `peer` (its call handed over, or ended as `end`),
-    /// and keeps it among this instance's running tasks unless it ended.
-    /// Answers once any instance can read it.
+    /// Records the task of `peer` (its call handed over, or ended as `end`)
+    /// for `subject`, counted against `caller` ([`share_of`]), and keeps it
+    /// among this instance's running tasks unless it ended. Answers once
+    /// any instance can read it.
     pub(crate) async fn create(
         &self,
         peer: &Arc<TaskPeer>,
         subject: Option<&str>,
+        caller: Option<&str>,
         end: Option<TaskEnd>,
     ) -> Result<CreateTaskResult, TaskStoreError> {
         let now = self.shared.clock.unix_millis();
@@ -341,6 +392,7 @@ impl Tasks {
             id: peer.id.clone(),
             owner: self.store().instance().to_owned(),
             subject: subject.map(str::to_owned),
+            caller: caller.map(str::to_owned),
             status: TaskStatus::Working,
             message: None,
             created_ms: now,
@@ -379,15 +431,10 @@ impl Tasks {
         match self.store().finish(&peer.id, end).await {
             Ok(_) => {}
             Err(TaskStoreError::Full(why)) => {
-                // The result does not fit: the task still ends, saying why.
-                let end = TaskEnd {
-                    status: TaskStatus::Failed,
-                    message: None,
-                    result: None,
-                    error: Some(
-                        json!({"code": -32603, "message": format!("the task's result was not kept: {why}")}),
-                    ),
-                };
+                // The result does not fit (the server's bytes, or its
+                // caller's share): the task still ends, saying why (an end
+                // this small always fits: `session::tasks::END_RESERVE`).
+                let end = TaskEnd::not_kept(&why);
                 if let Err(e) = self.store().finish(&peer.id, end).await {
                     tracing::warn!(task = %peer.id, error = %e, "a task's end was not recorded");
                 }

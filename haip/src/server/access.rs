@@ -10,6 +10,7 @@ use hyper::{Request, Response, StatusCode};
 use super::hub::Hub;
 use super::reply::{Body, error_response};
 use crate::auth::{AuthError, AuthErrorKind, Caller, token_from_parts};
+use crate::context::share::CallerKey;
 
 /// The verified caller (`None` when authentication is off).
 pub(super) async fn authenticate(
@@ -20,13 +21,36 @@ pub(super) async fn authenticate(
         return Ok(None);
     };
     let token = token_from_parts(req.headers(), req.uri());
-    match auth.identify(token.as_deref()).await {
+    // OAuth counts what a token it does not know yet costs against the
+    // request's peer, which the `Authenticator` trait does not carry.
+    #[cfg(feature = "oauth")]
+    let identified = match &hub.oauth {
+        Some(oauth) => {
+            let peer = req.extensions().get::<PeerAddr>().map(|p| p.0);
+            oauth.identify_from(token.as_deref(), peer).await
+        }
+        None => auth.identify(token.as_deref()).await,
+    };
+    #[cfg(not(feature = "oauth"))]
+    let identified = auth.identify(token.as_deref()).await;
+    match identified {
         Ok(caller) => Ok(Some(Arc::new(caller))),
         Err(e) => {
             tracing::debug!(reason = e.reason(), code = %e.code(), "authentication failed");
             Err(e)
         }
     }
+}
+
+/// The address of the peer a request came from (set by the accept loop).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerAddr(pub(crate) std::net::IpAddr);
+
+/// Who the server's shared pools count `req` against: `caller`'s subject
+/// when authenticated, else the request's peer address (`context/share.rs`).
+pub(crate) fn caller_key<B>(hub: &Hub, req: &Request<B>, caller: Option<&Caller>) -> CallerKey {
+    let peer = req.extensions().get::<PeerAddr>().map(|p| p.0);
+    CallerKey::of(caller, peer, hub.config.limit_loopback_peers)
 }
 
 /// The subject of a verified caller.

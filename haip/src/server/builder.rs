@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::compose::{Given, Mount};
-use super::hub::Cors;
+use super::guard::Cors;
 use super::{Config, Server};
 use crate::Error;
 use crate::auth::{Authenticator, Jwt};
@@ -146,6 +146,9 @@ impl ServerBuilder {
     /// `anthropic-strict` or `full`; another name is a start-up error), and
     /// `HAIP_REQUEST_STATE_KEY` the
     /// [`request_state_key`](Self::request_state_key).
+    /// `HAIP_CORS_ALLOWED_ORIGINS` and `HAIP_ALLOWED_HOSTS` (comma-separated)
+    /// set [`cors_allowed_origins`](Self::cors_allowed_origins) and
+    /// [`allowed_hosts`](Self::allowed_hosts).
     pub fn from_env(mut self) -> Self {
         if let Ok(addr) = std::env::var("HAIP_ADDR")
             && !addr.trim().is_empty()
@@ -177,6 +180,20 @@ impl ServerBuilder {
         }
         if let Some(id) = set("HAIP_INSTANCE_ID") {
             self.instance_id = Some(id);
+        }
+        let list = |name| {
+            set(name).map(|v: String| {
+                v.split(',')
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+            })
+        };
+        if let Some(origins) = list("HAIP_CORS_ALLOWED_ORIGINS") {
+            self.cors_origins = origins;
+        }
+        if let Some(hosts) = list("HAIP_ALLOWED_HOSTS") {
+            self.config.allowed_hosts = hosts;
         }
         if let Some(key) = set("HAIP_REQUEST_STATE_KEY") {
             self.config.request_state_key = Some(key.into_bytes());
@@ -270,9 +287,10 @@ impl ServerBuilder {
         self
     }
 
-    /// MCP tasks one caller (an authenticated subject; all unauthenticated
-    /// clients count as one) may have running on one instance (default
-    /// 100); a call that would start one more answers with a tool error.
+    /// MCP tasks one caller (an authenticated subject, else its peer
+    /// address; unauthenticated loopback peers are not counted) may have
+    /// running on one instance (default 100); a call that would start one
+    /// more answers with a tool error.
     pub fn max_tasks_per_client(mut self, max: usize) -> Self {
         self.config.max_tasks_per_client = max;
         self
@@ -415,12 +433,77 @@ impl ServerBuilder {
     /// Browser origins allowed to call the server cross-origin (CORS, including
     /// pre-flight) and to open WebSockets from a page; `"*"` allows any.
     /// Default: none.
+    ///
+    /// Every route checks a browser's `Origin` (HAIP's WebSocket, SSE and
+    /// HTTP streaming, upstream POSTs, `/mcp`, `/stats`, `/metrics`, the
+    /// inspector's socket): a request that carries one is served only when
+    /// it is the server's own (the same scheme, host and port as the
+    /// request's `Host`), a loopback page calling a server on a loopback
+    /// `Host`, or listed here; any other gets `403 ORIGIN_NOT_ALLOWED`.
+    /// Clients that are not browsers send no `Origin` and are not affected.
+    /// `HAIP_CORS_ALLOWED_ORIGINS` (comma-separated) sets it too.
     pub fn cors_allowed_origins<I, S>(mut self, origins: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
         self.cors_origins = origins.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// `Host` names the server answers to (`name` or `name:port`; a leading
+    /// `*.` allows every subdomain), against DNS rebinding: a page on
+    /// `evil.example` whose name an attacker points at 127.0.0.1 reaches the
+    /// server with `Host: evil.example`, and is refused with `403
+    /// HOST_NOT_ALLOWED`. Loopback names (`localhost`, `*.localhost`,
+    /// `127.0.0.1` and the rest of 127.0.0.0/8, `[::1]`) are always allowed.
+    ///
+    /// Default: none beyond loopback when the server is bound to a loopback
+    /// address (as `haip::serve()` is unless `HAIP_ADDR` says otherwise);
+    /// any host when it is bound to another address, unless names are given
+    /// here. `HAIP_ALLOWED_HOSTS` (comma-separated) sets it too.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), haip::Error> {
+    /// let server = haip::Server::builder()
+    ///     .allowed_hosts(["tools.example.com", "*.internal.example"])
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn allowed_hosts<I, S>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.config.allowed_hosts = hosts.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Of each pool the server shares among its callers, what one caller may
+    /// hold at once (default 1000): connected HAIP sessions (of
+    /// [`max_sessions`](Self::max_sessions)), MCP sessions, MCP requests
+    /// being served, and `subscriptions/listen` streams. A caller is its
+    /// subject when authenticated, else its peer address (an IPv6 peer is its
+    /// /64); unauthenticated loopback peers are not counted unless
+    /// [`limit_loopback_peers`](Self::limit_loopback_peers) is on. Beyond its
+    /// share a caller gets `503 TOO_MANY_SESSIONS` (WebSocket: close 1013)
+    /// naming this setting, while other callers are served.
+    pub fn max_sessions_per_caller(mut self, max: usize) -> Self {
+        self.config.max_sessions_per_caller = max;
+        self
+    }
+
+    /// The bytes of MCP task records (running and ended ones, until they
+    /// expire after [`task_ttl`](Self::task_ttl)) one caller may hold
+    /// (default 8 MiB, of [`max_task_bytes`](Self::max_task_bytes); with
+    /// Redis, across all instances). A caller is its subject, else its peer
+    /// address; unauthenticated loopback peers are not counted. A call that
+    /// would start a task beyond it answers with a tool error naming this
+    /// setting, and a task whose result would not fit fails saying so;
+    /// other callers' tasks are not affected. The number of records a caller
+    /// keeps is bounded in the same proportion of the store's.
+    pub fn max_task_bytes_per_client(mut self, max: usize) -> Self {
+        self.config.max_task_bytes_per_client = max;
         self
     }
 
@@ -884,9 +967,11 @@ impl ServerBuilder {
         /// Time a client may take to send its request headers, and to complete a
         /// WebSocket upgrade (default 10 s).
         handshake_timeout: Duration,
-        /// Apply [`max_connections_per_peer`](Self::max_connections_per_peer) to
-        /// loopback peers too (default off: a local reverse proxy speaks for many
-        /// clients).
+        /// Apply [`max_connections_per_peer`](Self::max_connections_per_peer),
+        /// and the per-caller shares of unauthenticated callers
+        /// ([`max_sessions_per_caller`](Self::max_sessions_per_caller)), to
+        /// loopback peers too (default off: a local reverse proxy speaks for
+        /// many clients).
         limit_loopback_peers: bool,
         /// Largest upstream POST body, in bytes (default 10 MiB); larger ones get `413`.
         max_body_bytes: usize,

@@ -31,6 +31,15 @@ pub(crate) struct Config {
     pub(crate) max_task_bytes: usize,
     /// MCP tasks one caller may have running on one instance.
     pub(crate) max_tasks_per_client: usize,
+    /// The bytes of MCP task records (running and ended, until they expire)
+    /// one caller may hold on one instance.
+    pub(crate) max_task_bytes_per_client: usize,
+    /// Of each pool shared by all callers (HAIP sessions, MCP sessions, MCP
+    /// requests in flight, listen streams), what one caller may hold.
+    pub(crate) max_sessions_per_caller: usize,
+    /// `Host` names the server answers to, beside loopback names when it
+    /// is bound to loopback; empty: any host when bound elsewhere.
+    pub(crate) allowed_hosts: Vec<String>,
     pub(crate) handshake_timeout: Duration,
     pub(crate) max_connections_per_peer: Option<usize>,
     pub(crate) limit_loopback_peers: bool,
@@ -60,6 +69,9 @@ impl Default for Config {
             task_ttl: Duration::from_secs(30 * 60),
             max_task_bytes: 64 * 1024 * 1024,
             max_tasks_per_client: 100,
+            max_task_bytes_per_client: 8 * 1024 * 1024,
+            max_sessions_per_caller: 1000,
+            allowed_hosts: Vec::new(),
             handshake_timeout: Duration::from_secs(10),
             max_connections_per_peer: Some(1024),
             limit_loopback_peers: false,
@@ -89,12 +101,20 @@ impl Config {
         }
     }
 
-    /// The records of MCP tasks' limits.
+    /// The records of MCP tasks' limits: the server's, and each caller's
+    /// share of them (its bytes, and as large a share of the records).
     pub(crate) fn task_limits(&self) -> crate::session::tasks::TaskLimits {
-        crate::session::tasks::TaskLimits {
+        use crate::session::tasks::{MAX_TASKS, TaskLimits};
+        TaskLimits {
             ttl: self.task_ttl,
-            max_tasks: crate::session::tasks::MAX_TASKS,
+            max_tasks: MAX_TASKS,
             max_bytes: self.max_task_bytes,
+            max_tasks_per_caller: TaskLimits::tasks_per_caller(
+                self.max_task_bytes,
+                self.max_task_bytes_per_client,
+                self.max_tasks_per_client,
+            ),
+            max_bytes_per_caller: self.max_task_bytes_per_client,
         }
     }
 
@@ -102,7 +122,15 @@ impl Config {
     /// the sessions' first, then the server's own.
     pub(crate) fn validate(&self) -> Result<(), Error> {
         self.session.validate()?;
-        let positive: [(&'static str, u64); 10] = [
+        let positive: [(&'static str, u64); 12] = [
+            (
+                "max_task_bytes_per_client",
+                self.max_task_bytes_per_client as u64,
+            ),
+            (
+                "max_sessions_per_caller",
+                self.max_sessions_per_caller as u64,
+            ),
             ("task_ttl", self.task_ttl.as_millis() as u64),
             ("max_task_bytes", self.max_task_bytes as u64),
             ("max_tasks_per_client", self.max_tasks_per_client as u64),

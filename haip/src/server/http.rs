@@ -13,9 +13,10 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::access::{authenticate, subject_of, unauthorized};
+use super::access::{authenticate, caller_key, subject_of, unauthorized};
 use super::driver;
-use super::hub::{Hub, PeerGuard};
+use super::guard;
+use super::hub::{Crowded, Hub, PeerGuard};
 use super::reply::{Body, error_response, full, is_true_header, json_response, not_found};
 use crate::auth::{AuthError, redact_uri};
 use crate::protocol::{Channel, EventType, Outgoing, now_millis};
@@ -41,6 +42,18 @@ pub(crate) async fn route(
         .map(str::to_owned);
     let path = req.uri().path().to_owned();
     tracing::debug!(method = %req.method(), uri = %redact_uri(req.uri()), "request");
+    // Browsers' rules first, on every route (`guard.rs`).
+    if let Err(refusal) = guard::check(
+        req.method(),
+        &path,
+        req.uri(),
+        req.headers(),
+        &hub.hosts,
+        &hub.cors,
+    ) {
+        tracing::debug!(code = refusal.code(), reason = %refusal.message(), "request refused at the front door");
+        return Ok(with_cors(refused(&refusal, &path), &hub, origin.as_deref()));
+    }
     let response = match (req.method().clone(), path.as_str()) {
         (Method::GET, "/health") => {
             let mut health = hub.shared.stats.health();
@@ -50,7 +63,7 @@ pub(crate) async fn route(
         (Method::GET, "/" | "/haip" | "/haip/websocket")
             if over_peer_limit && is_websocket_upgrade(&req) =>
         {
-            upgrade(req, &hub, origin.as_deref(), true).await
+            upgrade(req, &hub, true).await
         }
         _ if over_peer_limit => {
             let mut response = error_response(
@@ -105,6 +118,13 @@ pub(crate) async fn route(
         #[cfg(feature = "metrics")]
         (Method::GET, "/metrics") if hub.config.metrics_addr.is_none() => {
             match authenticate(&hub, &req).await {
+                // The series name every tool: only a caller shown them all
+                // may read them here (`metrics_addr` serves them apart).
+                Ok(caller) if hides_tools_from(&hub, caller.as_deref()) => error_response(
+                    StatusCode::FORBIDDEN,
+                    "/metrics names every tool, and this token is not allowed to see them all: use a token with every tool's scopes, or serve /metrics on its own port (metrics_addr / HAIP_METRICS_ADDR)",
+                    "FORBIDDEN",
+                ),
                 Ok(_) => {
                     let mut response = Response::new(full(hub.metrics.render()));
                     response.headers_mut().insert(
@@ -117,7 +137,7 @@ pub(crate) async fn route(
             }
         }
         (Method::GET, "/" | "/haip" | "/haip/websocket") if is_websocket_upgrade(&req) => {
-            upgrade(req, &hub, origin.as_deref(), false).await
+            upgrade(req, &hub, false).await
         }
         // Only the paths above speak WebSocket (HAIP.md §15.5): an upgrade
         // anywhere else must not open an SSE or HTTP-streaming session.
@@ -148,6 +168,33 @@ pub(crate) async fn route(
         _ => not_found(),
     };
     Ok(with_cors(response, &hub, origin.as_deref()))
+}
+
+/// Whether some tool is hidden from `caller` in lists (its scopes).
+#[cfg(feature = "metrics")]
+fn hides_tools_from(hub: &Hub, caller: Option<&crate::auth::Caller>) -> bool {
+    caller.is_some()
+        && hub
+            .shared
+            .registry
+            .snapshot()
+            .tools()
+            .iter()
+            .any(|tool| !hub.shared.config.shows(caller, tool))
+}
+
+/// What a request the front door refused gets: `{"error", "code"}`, or on
+/// `/mcp` a JSON-RPC error (`-32600`), as MCP clients expect.
+fn refused(refusal: &guard::Refusal, path: &str) -> Response<Body> {
+    if path == "/mcp" {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32600, "message": refusal.message()},
+        });
+        return json_response(refusal.status(), &body);
+    }
+    error_response(refusal.status(), &refusal.message(), refusal.code())
 }
 
 /// The inspector's page (feature `inspector`).
@@ -288,19 +335,7 @@ fn select_subprotocol(req: &Request<Incoming>) -> Option<String> {
 
 /// Completes a WebSocket upgrade and runs the session on it; with `refuse`
 /// (the peer is over its connection limit) the socket closes with 1013 at once.
-async fn upgrade(
-    mut req: Request<Incoming>,
-    hub: &Arc<Hub>,
-    origin: Option<&str>,
-    refuse: bool,
-) -> Response<Body> {
-    if !hub.cors.websocket_allowed(origin) {
-        return error_response(
-            StatusCode::FORBIDDEN,
-            "Origin not allowed",
-            "ORIGIN_NOT_ALLOWED",
-        );
-    }
+async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>, refuse: bool) -> Response<Body> {
     let version_ok = req
         .headers()
         .get(header::SEC_WEBSOCKET_VERSION)
@@ -322,19 +357,23 @@ async fn upgrade(
     // Authentication failures still complete the upgrade, then send one ERROR
     // and close 1008 (HAIP.md §17); no session is created or counted.
     let admission = match authenticate(hub, &req).await {
-        _ if refuse => None,
-        Err(e) => Some(driver::Admission::Refuse {
+        _ if refuse => Err(Crowded::Server),
+        Err(e) => Ok(driver::Admission::Refuse {
             envelope: auth_error_envelope(&e, hub.resource_metadata.as_deref()),
             code: 1008,
             reason: e.message(),
         }),
         // Registered before the response goes out, so `activeConnections`
         // already counts it when the client sees `open` (HAIP.md §15.1).
-        Ok(caller) => hub.admit().map(|guard| {
-            let guard = guard.on(Transport::WebSocket);
-            let session = Session::new(Arc::clone(&hub.shared), TransportKind::WebSocket, caller);
-            driver::Admission::Session(Box::new(session), guard)
-        }),
+        Ok(caller) => {
+            let key = caller_key(hub, &req, caller.as_deref());
+            hub.admit(&key).map(|guard| {
+                let guard = guard.on(Transport::WebSocket);
+                let session =
+                    Session::new(Arc::clone(&hub.shared), TransportKind::WebSocket, caller);
+                driver::Admission::Session(Box::new(session), guard)
+            })
+        }
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     // The connection stays counted against its peer while the socket lives.
@@ -350,14 +389,15 @@ async fn upgrade(
         };
         match upgraded {
             Ok(upgraded) => match admission {
-                Some(admission) => driver::serve_ws(upgraded, shared, admission).await,
-                None => {
+                Ok(admission) => driver::serve_ws(upgraded, shared, admission).await,
+                Err(crowded) => {
+                    tracing::debug!(reason = %crowded.message(), "websocket session refused");
                     ws::refuse(
                         upgraded,
                         shared.config.max_message_bytes,
                         None,
                         1013,
-                        "too many sessions",
+                        crowded.close_reason(),
                     )
                     .await
                 }
@@ -434,12 +474,21 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
         Err(e) => return unauthorized(hub, &e),
     };
     let subject = subject_of(caller.as_ref());
-    let Some(guard) = hub.admit() else {
-        return error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Too many sessions",
-            "TOO_MANY_SESSIONS",
-        );
+    let key = caller_key(hub, &req, caller.as_deref());
+    let guard = match hub.admit(&key) {
+        Ok(guard) => guard,
+        Err(crowded) => {
+            let mut response = error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &crowded.message(),
+                "TOO_MANY_SESSIONS",
+            );
+            // Sessions end as their clients go: a hint, not a promise.
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            return response;
+        }
     };
     let guard = guard.on(match framing {
         Framing::Sse { done_marker: false } => Transport::Sse,

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::Authenticator;
+use crate::context::share::{CallerKey, ShareGuard, Shares};
 use crate::session::Shared;
 use crate::transport::frame::Unit;
 
@@ -30,13 +31,17 @@ pub(crate) struct Hub {
     pub(crate) parsers: Arc<tokio::sync::Semaphore>,
     /// Open connections per peer address (`max_connections_per_peer`).
     pub(crate) peers: Peers,
+    /// Connected sessions per caller (`max_sessions_per_caller`).
+    pub(crate) session_shares: Arc<Shares>,
     pub(crate) auth: Option<Arc<dyn Authenticator>>,
     /// The protected resource metadata's URL, in OAuth mode (HAIP.md §17.1).
     pub(crate) resource_metadata: Option<String>,
     /// The OAuth resource server, when on.
     #[cfg(feature = "oauth")]
     pub(crate) oauth: Option<crate::auth::OAuth>,
-    pub(crate) cors: Cors,
+    pub(crate) cors: super::guard::Cors,
+    /// The `Host` names the server answers to (`guard.rs`).
+    pub(crate) hosts: super::guard::Hosts,
     pub(crate) tracker: TaskTracker,
     /// This instance's name.
     pub(crate) instance: Arc<str>,
@@ -52,18 +57,62 @@ pub(crate) struct Hub {
 }
 
 impl Hub {
-    /// Counts a new connection if `max_sessions` allows it; the guard uncounts it.
-    pub(crate) fn admit(&self) -> Option<ConnectionGuard> {
+    /// Counts a new connection of the caller `key` if `max_sessions` allows
+    /// it and the caller's share (`max_sessions_per_caller`) has room; the
+    /// guard uncounts it.
+    pub(crate) fn admit(&self, key: &CallerKey) -> Result<ConnectionGuard, Crowded> {
+        let share = self
+            .session_shares
+            .take(key)
+            .map_err(|over| Crowded::Caller {
+                who: key.describe(),
+                share: over.share,
+            })?;
         let stats = &self.shared.stats;
         if stats.active_connections.fetch_add(1, Relaxed) < self.shared.config.max_sessions as u64 {
             stats.total_connections.fetch_add(1, Relaxed);
-            Some(ConnectionGuard {
+            Ok(ConnectionGuard {
                 shared: Arc::clone(&self.shared),
                 transport: None,
+                _share: share,
             })
         } else {
             stats.active_connections.fetch_sub(1, Relaxed);
-            None
+            Err(Crowded::Server)
+        }
+    }
+}
+
+/// Why a connection was not admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Crowded {
+    /// `max_sessions` connections are open.
+    Server,
+    /// The caller holds its whole share of them.
+    Caller {
+        /// The caller, as [`CallerKey::describe`] names it.
+        who: String,
+        /// `max_sessions_per_caller`.
+        share: usize,
+    },
+}
+
+impl Crowded {
+    /// What the client is told (HTTP).
+    pub(crate) fn message(&self) -> String {
+        match self {
+            Crowded::Server => "Too many sessions".to_owned(),
+            Crowded::Caller { who, share } => format!(
+                "Too many sessions: {who} already holds {share} (max_sessions_per_caller = {share})"
+            ),
+        }
+    }
+
+    /// The reason of a WebSocket close (at most 123 bytes).
+    pub(crate) fn close_reason(&self) -> &'static str {
+        match self {
+            Crowded::Server => "too many sessions",
+            Crowded::Caller { .. } => "too many sessions for this caller (max_sessions_per_caller)",
         }
     }
 }
@@ -73,6 +122,8 @@ pub(crate) struct ConnectionGuard {
     shared: Arc<Shared>,
     /// Its transport, once told ([`ConnectionGuard::on`]).
     transport: Option<Transport>,
+    /// Its place in its caller's share.
+    _share: ShareGuard,
 }
 
 impl ConnectionGuard {
@@ -263,62 +314,9 @@ impl Drop for PeerGuard {
     }
 }
 
-/// Which browser origins may call the server cross-origin (default: none).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Cors {
-    /// Allowed `Origin` values; `"*"` allows any.
-    pub(crate) origins: Vec<String>,
-}
-
-impl Cors {
-    /// The `Access-Control-Allow-Origin` value for a request's `Origin`, if allowed.
-    pub(crate) fn allow(&self, origin: Option<&str>) -> Option<String> {
-        if self.origins.iter().any(|o| o == "*") {
-            return Some(origin.map_or_else(|| "*".to_owned(), str::to_owned));
-        }
-        let origin = origin?;
-        self.origins
-            .iter()
-            .any(|o| o == origin)
-            .then(|| origin.to_owned())
-    }
-
-    /// Whether a WebSocket upgrade from `origin` may proceed: always when no
-    /// list is configured (non-browser clients send no `Origin`), else only
-    /// listed origins.
-    pub(crate) fn websocket_allowed(&self, origin: Option<&str>) -> bool {
-        self.origins.is_empty() || origin.is_none() || self.allow(origin).is_some()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cors_allows_listed_origins_only() {
-        let none = Cors::default();
-        assert_eq!(none.allow(Some("https://app.example")), None);
-        assert!(none.websocket_allowed(Some("https://evil.example")));
-        let some = Cors {
-            origins: vec!["https://app.example".into()],
-        };
-        assert_eq!(
-            some.allow(Some("https://app.example")).as_deref(),
-            Some("https://app.example")
-        );
-        assert_eq!(some.allow(Some("https://evil.example")), None);
-        assert!(!some.websocket_allowed(Some("https://evil.example")));
-        assert!(some.websocket_allowed(None));
-        let any = Cors {
-            origins: vec!["*".into()],
-        };
-        assert_eq!(any.allow(None).as_deref(), Some("*"));
-        assert_eq!(
-            any.allow(Some("https://x.example")).as_deref(),
-            Some("https://x.example")
-        );
-    }
 
     #[test]
     fn peers_are_limited_per_address_and_loopback_is_exempt_by_default() {

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::driver;
 use super::hub::Hub;
+use crate::context::share::CallerKey;
 use crate::session::link::{
     IncomingLink, Link, LinkMessage, LinkPurpose, LinkReceiver, LinkSender,
 };
@@ -75,14 +76,20 @@ async fn connection(hub: Arc<Hub>, link: Link, relayed: Relayed) {
     } = relayed;
     let subject = caller.as_ref().map(|c| c.subject().to_owned());
     let Link { out, inbound } = link;
-    let Some(guard) = hub.admit() else {
-        let _ = out
-            .send(LinkMessage::Close {
-                code: 1013,
-                reason: "too many sessions".into(),
-            })
-            .await;
-        return;
+    // The relaying instance counted the client's peer; here it is its
+    // subject's session like any other.
+    let key = CallerKey::of(caller.as_deref(), None, false);
+    let guard = match hub.admit(&key) {
+        Ok(guard) => guard,
+        Err(crowded) => {
+            let _ = out
+                .send(LinkMessage::Close {
+                    code: 1013,
+                    reason: crowded.close_reason().into(),
+                })
+                .await;
+            return;
+        }
     };
     let _relayed = RelayedCount::new(&hub.shared.stats);
     let session = Session::relayed(Arc::clone(&hub.shared), transport, caller, greeted);

@@ -1,10 +1,10 @@
 //! `/mcp` (feature `mcp`): the door most MCP hosts take, held to the same
 //! budgets as HAIP's (HAIP.md §18.1) before a request reaches the MCP server:
 //!
-//! - **Origin**: a browser `Origin` that is not allowed gets `403` (the MCP
-//!   rule against DNS rebinding). Allowed: no `Origin` (non-browser clients),
-//!   one listed in `cors_allowed_origins`, and a loopback origin on a
-//!   loopback `Host` (local tools, the server's own pages).
+//! - **Origin and `Host`**: checked before any route, `/mcp` included, by
+//!   the server's front door (`guard.rs`): a browser `Origin` that is not
+//!   allowed, or a `Host` the server does not answer to, gets `403` with a
+//!   JSON-RPC error (the MCP rule against DNS rebinding).
 //! - **Bodies**: one JSON-RPC message, at most `max_message_bytes`; a longer
 //!   `Content-Length` gets `413` before anything is read. The body is read
 //!   under `body_read_timeout` and its minimum rate (`408`), and counted in
@@ -20,6 +20,15 @@
 //!   scalars, and values that travel in `Mcp-Param-*` headers too). Any
 //!   other large message is parsed by the MCP server under the permit, held
 //!   until it has done so: few at once, whatever arrives.
+//! - **Pools**: a request's place among the MCP sessions or the stateless
+//!   requests being served, each bounded by `max_sessions`, and its
+//!   caller's share of it (`max_sessions_per_caller`; the caller is its
+//!   subject, or its peer address when unauthenticated: `access.rs`), is
+//!   taken once its method is known, as is a `subscriptions/listen`
+//!   stream's place; beyond one, `503` + `Retry-After` and a JSON-RPC error
+//!   naming the limit (`mcp/export/http.rs`, `mcp/listen.rs`). A request
+//!   naming an MCP session that its caller did not open is answered as one
+//!   naming no session (`404`).
 //! - **Answers**: counted until the client takes them (`answer.rs`). Only
 //!   bytes held and not taken count against the write deadline: a
 //!   `subscriptions/listen` stream may be silent for hours (rmcp sends an SSE
@@ -33,9 +42,10 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
+use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::access::{authenticate, unauthorized};
+use super::access::{authenticate, caller_key, unauthorized};
 use super::answer::{AnswerBody, Outflow};
 use super::body::{Reader, Refused, Stopped};
 use super::hub::Hub;
@@ -55,30 +65,12 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
     let Some(mcp) = &hub.mcp else {
         return not_found();
     };
-    if let Some(origin) = refused_origin(&req, hub) {
-        tracing::debug!(origin = %inbound::quote(&origin), "/mcp: origin not allowed");
-        return rpc_error(
-            StatusCode::FORBIDDEN,
-            &Refusal::new(
-                403,
-                INVALID_REQUEST,
-                format!(
-                    "Origin {} is not allowed (a browser origin must be listed in cors_allowed_origins)",
-                    inbound::quote(&origin)
-                ),
-            ),
-        );
-    }
     let caller = match authenticate(hub, &req).await {
         Ok(caller) => caller,
         Err(e) => return unauthorized(hub, &e),
     };
-    if mcp.is_full_for(&req) {
-        return busy(&format!(
-            "Too many MCP requests in flight (max_sessions = {})",
-            hub.shared.config.max_sessions
-        ));
-    }
+    // Whom the pools count the request against, and the most one may hold.
+    let key = caller_key(hub, &req, caller.as_deref());
     // `?schema_profile=`: the profile `tools/list` answers in (HAIP.md §6.14).
     let mut req = req;
     if let Some(name) = query_param(req.uri().query(), "schema_profile") {
@@ -101,8 +93,13 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
     }
     let outflow = req.extensions().get::<Arc<Outflow>>().cloned();
     if req.method() != Method::POST {
-        // `GET` (a session's stream) and `DELETE`: no body to read.
-        let response = mcp.handle(req, caller, None).await;
+        // `GET` (a session's stream) and `DELETE`: no body to read, and no
+        // service of their own.
+        let admission = match mcp.admit(&req, key) {
+            Ok(admission) => admission,
+            Err(why) => return busy_answering(why, None),
+        };
+        let response = mcp.handle(req, caller, admission, None).await;
         return answered(response, hub, outflow, None);
     }
     if let Some(refused) = unacceptable(&req) {
@@ -227,15 +224,11 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
         // before the MCP server acknowledges it: one over the limit is
         // refused before anything is sent (`mcp/listen.rs`).
         Some("subscriptions/listen") if checked.id.is_some() => {
-            match mcp.listens().open(&hub.shared.registry) {
+            match mcp.listen(&hub.shared.registry, &key) {
                 Ok(listening) => {
                     parts.extensions.insert(ListenTicket::new(listening));
                 }
-                Err(why) => {
-                    let mut refusal = Refusal::new(503, SERVER_BUSY, why);
-                    refusal.id = checked.id.clone().unwrap_or_default();
-                    return with_retry_after(rpc_error(StatusCode::SERVICE_UNAVAILABLE, &refusal));
-                }
+                Err(why) => return busy_answering(why, checked.id.clone()),
             }
         }
         _ => {}
@@ -251,7 +244,16 @@ pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response
         None => bytes,
     };
     let req = Request::from_parts(parts, Full::new(bytes));
-    let response = mcp.handle(req, caller, permit).await;
+    // Its place among the sessions or the requests being served, and its
+    // caller's share of them.
+    let admission = match mcp.admit(&req, key) {
+        Ok(admission) => admission,
+        Err(why) => {
+            let id = checked.method.as_ref().and(checked.id.clone());
+            return busy_answering(why, id);
+        }
+    };
+    let response = mcp.handle(req, caller, admission, permit).await;
     answered(response, hub, outflow, Some(reservation))
 }
 
@@ -274,48 +276,6 @@ fn answered(
     let budget = Arc::clone(&hub.answers);
     let shared = Arc::clone(&hub.shared);
     response.map(|body| AnswerBody::new(body, outflow, budget, shared, request).boxed_unsync())
-}
-
-/// The request's `Origin`, when it is present and not allowed.
-fn refused_origin(req: &Request<Incoming>, hub: &Hub) -> Option<String> {
-    let origin = req.headers().get(header::ORIGIN)?;
-    let Ok(origin) = origin.to_str() else {
-        return Some(String::from_utf8_lossy(origin.as_bytes()).into_owned());
-    };
-    if hub.cors.allow(Some(origin)).is_some() {
-        return None;
-    }
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| req.uri().authority().map(|a| a.as_str()));
-    let local = host.is_some_and(|h| is_loopback_host(authority_host(h)))
-        && origin_host(origin).is_some_and(is_loopback_host);
-    (!local).then(|| origin.to_owned())
-}
-
-/// The host of an `Origin` (`scheme://host[:port]`), for `http` and `https`.
-fn origin_host(origin: &str) -> Option<&str> {
-    let rest = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"))?;
-    Some(authority_host(rest))
-}
-
-/// The host of `host[:port]` (an IPv6 literal keeps its brackets off).
-fn authority_host(authority: &str) -> &str {
-    if let Some(v6) = authority.strip_prefix('[') {
-        return v6.split(']').next().unwrap_or_default();
-    }
-    authority.split(':').next().unwrap_or_default()
-}
-
-fn is_loopback_host(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `415` or `406` as a JSON-RPC error, for a POST that is not JSON or whose
@@ -462,6 +422,13 @@ fn busy(why: &str) -> Response<Body> {
     ))
 }
 
+/// `503` with `Retry-After`, answering the request `id` (if it has one).
+fn busy_answering(why: String, id: Option<Value>) -> Response<Body> {
+    let mut refusal = Refusal::new(503, SERVER_BUSY, why);
+    refusal.id = id.unwrap_or_default();
+    with_retry_after(rpc_error(StatusCode::SERVICE_UNAVAILABLE, &refusal))
+}
+
 /// `Retry-After: 1`.
 fn with_retry_after(mut response: Response<Body>) -> Response<Body> {
     response
@@ -502,22 +469,4 @@ fn stopped_response(stopped: Stopped, hub: &Hub, max: usize) -> Response<Body> {
         status,
         &Refusal::new(status.as_u16(), INVALID_REQUEST, message),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_origins_and_hosts_are_recognised() {
-        assert_eq!(origin_host("http://localhost:6274"), Some("localhost"));
-        assert_eq!(origin_host("https://[::1]:8443"), Some("::1"));
-        assert_eq!(origin_host("null"), None);
-        assert_eq!(origin_host("file://x"), None);
-        assert!(is_loopback_host(authority_host("127.0.0.1:8080")));
-        assert!(is_loopback_host(authority_host("[::1]:8080")));
-        assert!(is_loopback_host(authority_host("LOCALHOST")));
-        assert!(!is_loopback_host(authority_host("evil.example:8080")));
-        assert!(!is_loopback_host(authority_host("127.0.0.1.evil.example")));
-    }
 }

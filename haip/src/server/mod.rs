@@ -7,6 +7,7 @@ mod builder;
 mod compose;
 mod config;
 pub(crate) mod driver;
+mod guard;
 mod http;
 mod hub;
 #[cfg(feature = "inspector")]
@@ -40,7 +41,8 @@ use crate::auth::Authenticator;
 use crate::session::Shared;
 use crate::tool::Tool;
 use builder::check_state;
-use hub::{Cors, Hub, Peers, Sessions};
+use guard::Cors;
+use hub::{Hub, Peers, Sessions};
 
 /// Serves every `#[haip_tool]` function linked into the binary on `HAIP_ADDR`
 /// (default `127.0.0.1:8080`) until Ctrl-C or SIGTERM, then shuts down gracefully.
@@ -219,7 +221,6 @@ impl Server {
         let tracker = self.shared.runner.tasks().clone();
         #[cfg(feature = "mcp")]
         let mcp = self.mcp.endpoint.then(|| {
-            let open_host = self.auth.is_some() || self.config.allow_unauthenticated;
             let key = self.config.request_state_key.clone().unwrap_or_else(|| {
                 // Random: no other instance can read this one's states.
                 let mut key = uuid::Uuid::new_v4().as_bytes().to_vec();
@@ -231,9 +232,9 @@ impl Server {
                 .expect("request_state_key was checked when the server was built");
             crate::mcp::export::McpHttp::new(
                 &self.shared,
-                open_host,
                 self.config.max_body_bytes,
                 self.mcp.sessions,
+                self.config.max_sessions_per_caller,
                 Arc::new(rounds),
                 crate::mcp::tasks::Tasks::new(&self.shared, self.config.task_settings()),
             )
@@ -266,11 +267,13 @@ impl Server {
                 (std::thread::available_parallelism().map_or(1, usize::from) / 2).max(1),
             )),
             peers: Peers::default(),
+            session_shares: crate::context::share::Shares::new(self.config.max_sessions_per_caller),
             auth: self.auth,
             resource_metadata,
             #[cfg(feature = "oauth")]
             oauth: self.oauth,
             cors: self.cors,
+            hosts: guard::Hosts::new(&self.config.allowed_hosts, local_addr.ip().is_loopback()),
             tracker: tracker.clone(),
             instance: self.instance,
             #[cfg(feature = "redis")]
@@ -489,6 +492,7 @@ async fn accept_loop(listener: TcpListener, hub: Arc<Hub>) {
                     req.extensions_mut().insert(Arc::clone(counted));
                 }
                 req.extensions_mut().insert(Arc::clone(&outflow));
+                req.extensions_mut().insert(access::PeerAddr(peer.ip()));
                 http::route(req, Arc::clone(&hub_for_conn), over_peer_limit)
             });
             // A client that never finishes its request headers is dropped

@@ -11,8 +11,32 @@
 //! instance ([`TaskStore::signal`]), so that a `tasks/get` right after
 //! sees the change wherever it lands. An ended task stays ended: a later
 //! end is refused, whoever writes it.
+//!
+//! # Limits
+//!
+//! What the store keeps is bounded ([`TaskLimits`]), for the server and for
+//! each caller, since the records are a pool all callers share:
+//!
+//! - at most `max_tasks` records (`MAX_TASKS`) and `max_bytes` bytes
+//!   (`max_task_bytes`) in all;
+//! - of those, at most `max_tasks_per_caller` records and
+//!   `max_bytes_per_caller` bytes (`max_task_bytes_per_client`) for one
+//!   caller: the [`TaskRecord::caller`] a record counts against, the caller's
+//!   subject when authenticated, else its peer address (`context/share.rs`).
+//!   Running and ended tasks count alike until their records expire (`ttl`
+//!   after the end), so a caller that makes many short tasks with large
+//!   results fills only its own share, and has room again as they expire.
+//!
+//! A record is counted at its [`charge`](TaskRecord::charge): its bytes,
+//! plus, while the task runs, [`END_RESERVE`] for the end the server may
+//! have to write itself (a failure or a cancellation): only growth is
+//! refused, so such an end always fits and every task ends. A new task that
+//! does not fit is refused (`create`, [`TaskStoreError::Full`] naming the
+//! setting: the call that would start it answers with a tool error); so is
+//! an end whose result does not fit (`finish`: the task then fails, saying
+//! why), a question or a status message.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -71,6 +95,10 @@ pub(crate) struct TaskRecord {
     pub(crate) owner: String,
     /// The authenticated caller that started it (only that caller sees it).
     pub(crate) subject: Option<String>,
+    /// Whose share of the store it counts against (a `CallerKey` as it
+    /// describes itself: `subject "ada"`, `peer 203.0.113.7`); `None`: no
+    /// caller's (an unauthenticated loopback caller's, say).
+    pub(crate) caller: Option<String>,
     /// `Working` or terminal as written; read back as `InputRequired` while
     /// a question is open.
     pub(crate) status: TaskStatus,
@@ -102,6 +130,7 @@ impl TaskRecord {
         256 + self.id.len()
             + self.owner.len()
             + self.subject.as_ref().map_or(0, String::len)
+            + self.caller.as_ref().map_or(0, String::len)
             + self.message.as_ref().map_or(0, String::len)
             + self
                 .questions
@@ -111,7 +140,23 @@ impl TaskRecord {
             + self.result.as_ref().map_or(0, json)
             + self.error.as_ref().map_or(0, json)
     }
+
+    /// The bytes it is counted for: its weight, and while the task runs
+    /// room for the end the server may write itself ([`END_RESERVE`]).
+    pub(crate) fn charge(&self) -> usize {
+        self.weight()
+            + if self.status.is_terminal() {
+                0
+            } else {
+                END_RESERVE
+            }
+    }
 }
+
+/// Bytes a running task's record is counted for beyond its own: an end of
+/// at most this much more (the failure or cancellation the server writes
+/// when a result does not fit, or a task is cancelled or lost) always fits.
+pub(crate) const END_RESERVE: usize = 1024;
 
 /// How a task ends.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,6 +166,22 @@ pub(crate) struct TaskEnd {
     pub(crate) message: Option<String>,
     pub(crate) result: Option<Value>,
     pub(crate) error: Option<Value>,
+}
+
+impl TaskEnd {
+    /// The end of a task whose own end was refused as `why` (its result does
+    /// not fit): a failure saying so, which always fits ([`END_RESERVE`]).
+    pub(crate) fn not_kept(why: &str) -> TaskEnd {
+        TaskEnd {
+            status: TaskStatus::Failed,
+            message: None,
+            result: None,
+            error: Some(serde_json::json!({
+                "code": -32603,
+                "message": format!("the task's result was not kept: {why}"),
+            })),
+        }
+    }
 }
 
 /// What the instance serving a client's request tells the instance running
@@ -197,7 +258,7 @@ pub(crate) trait TaskStore: Send + Sync + 'static {
 /// that misses its cancellation still ends at its timeout).
 pub(crate) const SIGNAL_QUEUE: usize = 1024;
 
-/// Limits of an in-memory task store.
+/// Limits of a task store (see [the module](self)).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TaskLimits {
     /// How long a record is kept after the task ended.
@@ -206,6 +267,11 @@ pub(crate) struct TaskLimits {
     pub(crate) max_tasks: usize,
     /// Bytes kept at most (records' JSON, roughly).
     pub(crate) max_bytes: usize,
+    /// Records one caller may hold at most, running and ended.
+    pub(crate) max_tasks_per_caller: usize,
+    /// Bytes one caller's records may hold at most, running and ended
+    /// (`max_task_bytes_per_client`).
+    pub(crate) max_bytes_per_caller: usize,
 }
 
 /// Records one instance keeps at most (its bytes bound it first, normally).
@@ -217,8 +283,55 @@ impl Default for TaskLimits {
             ttl: Duration::from_secs(30 * 60),
             max_tasks: MAX_TASKS,
             max_bytes: 64 * 1024 * 1024,
+            max_tasks_per_caller: MAX_TASKS / 8,
+            max_bytes_per_caller: 8 * 1024 * 1024,
         }
     }
+}
+
+impl TaskLimits {
+    /// The records one caller may hold: the same share of `MAX_TASKS` as
+    /// its bytes are of the server's, so that many tiny tasks fill only
+    /// their caller's share of the records too; never fewer than the tasks
+    /// it may run at once (`running`), nor more than `MAX_TASKS`.
+    pub(crate) fn tasks_per_caller(max_bytes: usize, per_caller: usize, running: usize) -> usize {
+        let share = (MAX_TASKS as u128 * per_caller as u128 / max_bytes.max(1) as u128) as usize;
+        share.clamp(running.clamp(1, MAX_TASKS), MAX_TASKS)
+    }
+}
+
+/// The store holds `max_tasks` records.
+pub(crate) fn too_many_tasks(limits: &TaskLimits) -> TaskStoreError {
+    TaskStoreError::Full(format!(
+        "the server keeps at most {} tasks (max_tasks)",
+        limits.max_tasks
+    ))
+}
+
+/// The store holds `max_bytes`.
+pub(crate) fn too_many_bytes(limits: &TaskLimits) -> TaskStoreError {
+    TaskStoreError::Full(format!(
+        "the server keeps at most {} bytes of tasks (max_task_bytes)",
+        limits.max_bytes
+    ))
+}
+
+/// The caller holds its share of the records.
+pub(crate) fn too_many_tasks_of_caller(limits: &TaskLimits) -> TaskStoreError {
+    TaskStoreError::Full(format!(
+        "one caller keeps at most {} tasks, running and ended ones until they expire \
+         (its share of the server's {}, as max_task_bytes_per_client is of max_task_bytes)",
+        limits.max_tasks_per_caller, limits.max_tasks
+    ))
+}
+
+/// The caller holds its share of the bytes.
+pub(crate) fn too_many_bytes_of_caller(limits: &TaskLimits) -> TaskStoreError {
+    TaskStoreError::Full(format!(
+        "one caller's tasks, running and ended ones until they expire, hold at most {} bytes \
+         (max_task_bytes_per_client)",
+        limits.max_bytes_per_caller
+    ))
 }
 
 /// The store of a single instance: records in memory, on the session's
@@ -232,39 +345,125 @@ pub(crate) struct InMemoryTaskStore {
     signals_rx: Mutex<Option<mpsc::Receiver<Signal>>>,
 }
 
-#[derive(Default)]
-struct Records {
-    by_id: HashMap<String, (TaskRecord, usize)>,
+/// One record, with what it is counted for.
+struct Entry {
+    record: TaskRecord,
+    /// Its [`TaskRecord::charge`].
+    charge: usize,
+    /// When it expires (ms since the epoch; set when the task ends).
+    expires: Option<u64>,
+}
+
+/// What one caller holds.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    tasks: usize,
     bytes: usize,
 }
 
+#[derive(Default)]
+struct Records {
+    by_id: HashMap<String, Entry>,
+    bytes: usize,
+    /// By caller, while it holds a record.
+    held: HashMap<String, Held>,
+    /// The ended tasks, by when their records expire (oldest first).
+    expiring: VecDeque<(u64, String)>,
+}
+
 impl Records {
-    fn put(&mut self, record: TaskRecord) {
-        let weight = record.weight();
-        self.bytes += weight;
-        if let Some((_, old)) = self.by_id.insert(record.id.clone(), (record, weight)) {
-            self.bytes -= old;
+    /// What `caller` holds (nothing: no caller's share).
+    fn held_by(&self, caller: Option<&String>) -> Held {
+        caller
+            .and_then(|c| self.held.get(c))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Keeps `record`, replacing the one of its id; an ended one expires
+    /// `ttl` ms after it ended (`now`).
+    fn put(&mut self, record: TaskRecord, now: u64, ttl: u64) {
+        let old_expiry = self.by_id.get(&record.id).and_then(|e| e.expires);
+        self.remove(&record.id);
+        let expires = match old_expiry {
+            Some(at) => Some(at),
+            None if record.status.is_terminal() => {
+                let at = now.saturating_add(ttl);
+                self.expiring.push_back((at, record.id.clone()));
+                Some(at)
+            }
+            None => None,
+        };
+        let charge = record.charge();
+        self.bytes += charge;
+        if let Some(caller) = &record.caller {
+            let held = self.held.entry(caller.clone()).or_default();
+            held.tasks += 1;
+            held.bytes += charge;
         }
+        self.by_id.insert(
+            record.id.clone(),
+            Entry {
+                record,
+                charge,
+                expires,
+            },
+        );
     }
 
     fn remove(&mut self, id: &str) {
-        if let Some((_, weight)) = self.by_id.remove(id) {
-            self.bytes -= weight;
+        let Some(entry) = self.by_id.remove(id) else {
+            return;
+        };
+        self.bytes -= entry.charge;
+        if let Some(caller) = &entry.record.caller
+            && let Some(held) = self.held.get_mut(caller)
+        {
+            held.tasks -= 1;
+            held.bytes -= entry.charge;
+            if held.tasks == 0 {
+                self.held.remove(caller);
+            }
         }
     }
 
-    /// Drops the records of tasks that ended before `before` (a running
-    /// task's record is kept while it runs: this instance runs it).
-    fn expire(&mut self, before: u64) {
-        let old: Vec<String> = self
-            .by_id
-            .values()
-            .filter(|(r, _)| r.status.is_terminal() && r.updated_ms < before)
-            .map(|(r, _)| r.id.clone())
-            .collect();
-        for id in old {
-            self.remove(&id);
+    /// Drops the records of tasks that ended `ttl` or longer before `now` (a
+    /// running task's record is kept while it runs: this instance runs it).
+    fn expire(&mut self, now: u64) {
+        while let Some((at, _)) = self.expiring.front() {
+            if *at > now {
+                break;
+            }
+            let Some((at, id)) = self.expiring.pop_front() else {
+                break;
+            };
+            if self.by_id.get(&id).is_some_and(|e| e.expires == Some(at)) {
+                self.remove(&id);
+            }
         }
+    }
+
+    /// Why `record` may not replace what its id holds now (`old`: the
+    /// charge it holds; 0 for a new one): only growth is refused, its
+    /// caller's share first.
+    fn refuse(
+        &self,
+        record: &TaskRecord,
+        old: usize,
+        limits: &TaskLimits,
+    ) -> Option<TaskStoreError> {
+        let charge = record.charge();
+        if charge <= old {
+            return None;
+        }
+        let held = self.held_by(record.caller.as_ref());
+        if record.caller.is_some() && held.bytes - old + charge > limits.max_bytes_per_caller {
+            return Some(too_many_bytes_of_caller(limits));
+        }
+        if self.bytes - old + charge > limits.max_bytes {
+            return Some(too_many_bytes(limits));
+        }
+        None
     }
 }
 
@@ -293,17 +492,22 @@ impl InMemoryTaskStore {
         self.clock.unix_millis()
     }
 
+    fn ttl_ms(&self) -> u64 {
+        self.limits.ttl.as_millis() as u64
+    }
+
     /// The records, expired ones dropped first.
     fn records(&self) -> std::sync::MutexGuard<'_, Records> {
-        let ttl = self.limits.ttl.as_millis() as u64;
         let now = self.now();
         let mut records = self.lock();
-        records.expire(now.saturating_sub(ttl));
+        records.expire(now);
         records
     }
 
-    /// Changes the record `id` with `change`, which says whether it changed
-    /// it; refuses one that would take the store over its bytes.
+    /// Changes the record `id` of a task that has not ended with `change`
+    /// (a task that has ended is not changed: `change` runs on a copy);
+    /// refuses a change that would take its caller or the store over
+    /// their bytes.
     fn change<T>(
         &self,
         id: &str,
@@ -311,20 +515,20 @@ impl InMemoryTaskStore {
     ) -> Result<T, TaskStoreError> {
         let now = self.now();
         let mut records = self.records();
-        let Some((record, _)) = records.by_id.get(id) else {
+        let Some(entry) = records.by_id.get(id) else {
             return Err(TaskStoreError::Unknown);
         };
-        let mut record = record.clone();
+        let mut record = entry.record.clone();
+        let old = entry.charge;
         let out = change(&mut record);
-        record.updated_ms = now;
-        let old = records.by_id.get(id).map_or(0, |(_, w)| *w);
-        if records.bytes - old + record.weight() > self.limits.max_bytes {
-            return Err(TaskStoreError::Full(format!(
-                "the server keeps at most {} bytes of tasks (max_task_bytes)",
-                self.limits.max_bytes
-            )));
+        if entry.record.status.is_terminal() {
+            return Ok(out);
         }
-        records.put(record);
+        record.updated_ms = now;
+        if let Some(refused) = records.refuse(&record, old, &self.limits) {
+            return Err(refused);
+        }
+        records.put(record, now, self.ttl_ms());
         Ok(out)
     }
 }
@@ -335,19 +539,18 @@ impl TaskStore for InMemoryTaskStore {
     }
 
     fn create(&self, record: TaskRecord) -> StoreFuture<Result<(), TaskStoreError>> {
+        let now = self.now();
         let mut records = self.records();
-        let out = if records.by_id.len() >= self.limits.max_tasks {
-            Err(TaskStoreError::Full(format!(
-                "the server keeps at most {} tasks (max_tasks)",
-                self.limits.max_tasks
-            )))
-        } else if records.bytes + record.weight() > self.limits.max_bytes {
-            Err(TaskStoreError::Full(format!(
-                "the server keeps at most {} bytes of tasks (max_task_bytes)",
-                self.limits.max_bytes
-            )))
+        let limits = &self.limits;
+        let held = records.held_by(record.caller.as_ref());
+        let out = if record.caller.is_some() && held.tasks >= limits.max_tasks_per_caller {
+            Err(too_many_tasks_of_caller(limits))
+        } else if records.by_id.len() >= limits.max_tasks {
+            Err(too_many_tasks(limits))
+        } else if let Some(refused) = records.refuse(&record, 0, limits) {
+            Err(refused)
         } else {
-            records.put(record);
+            records.put(record, now, self.ttl_ms());
             Ok(())
         };
         Box::pin(std::future::ready(out))
@@ -359,7 +562,7 @@ impl TaskStore for InMemoryTaskStore {
         _lost: Value,
     ) -> StoreFuture<Result<Option<TaskRecord>, TaskStoreError>> {
         // A single instance is never lost while it answers.
-        let found = self.records().by_id.get(id).map(|(r, _)| r.clone());
+        let found = self.records().by_id.get(id).map(|e| e.record.clone());
         Box::pin(std::future::ready(Ok(found)))
     }
 
@@ -444,6 +647,8 @@ mod tests {
             ttl: Duration::from_secs(60),
             max_tasks,
             max_bytes,
+            max_tasks_per_caller: max_tasks,
+            max_bytes_per_caller: max_bytes,
         };
         InMemoryTaskStore::new("i1", limits, clock)
     }
@@ -453,6 +658,7 @@ mod tests {
             id: id.into(),
             owner: "i1".into(),
             subject: None,
+            caller: None,
             status: TaskStatus::Working,
             message: None,
             created_ms: now,
@@ -579,6 +785,175 @@ mod tests {
             store.note("nope", String::new()).await,
             Err(TaskStoreError::Unknown)
         );
+    }
+
+    fn shared_store(clock: Arc<FakeClock>, per_caller_tasks: usize) -> InMemoryTaskStore {
+        let limits = TaskLimits {
+            ttl: Duration::from_secs(60),
+            max_tasks: 1000,
+            max_bytes: 1 << 20,
+            max_tasks_per_caller: per_caller_tasks,
+            max_bytes_per_caller: 8192,
+        };
+        InMemoryTaskStore::new("i1", limits, clock)
+    }
+
+    fn of(caller: &str, id: &str, now: u64) -> TaskRecord {
+        TaskRecord {
+            caller: Some(caller.into()),
+            ..record(id, now)
+        }
+    }
+
+    fn completed(bytes: usize) -> TaskEnd {
+        TaskEnd {
+            result: Some(json!("x".repeat(bytes))),
+            ..end(TaskStatus::Completed)
+        }
+    }
+
+    fn held(store: &InMemoryTaskStore, caller: &str) -> Held {
+        store
+            .records()
+            .held
+            .get(caller)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn names(refused: &Result<impl std::fmt::Debug, TaskStoreError>, setting: &str) -> bool {
+        matches!(refused, Err(TaskStoreError::Full(m)) if m.contains(setting))
+    }
+
+    #[tokio::test]
+    async fn a_caller_holds_its_share_of_bytes_running_and_ended_until_they_expire() {
+        let clock = Arc::new(FakeClock::new());
+        let store = shared_store(Arc::clone(&clock), 100);
+        let now = || clock.unix_millis();
+        // A running task is counted with room for its end.
+        store.create(of("ada", "a1", now())).await.unwrap();
+        let running = of("ada", "a1", now()).charge();
+        assert_eq!(running, of("ada", "a1", 0).weight() + END_RESERVE);
+        assert_eq!(
+            held(&store, "ada"),
+            Held {
+                tasks: 1,
+                bytes: running
+            }
+        );
+        // Its result counts once it ended, and goes on counting.
+        assert!(store.finish("a1", completed(5000)).await.unwrap());
+        let a1 = get(&store, "a1").await.unwrap().charge();
+        assert!(a1 > 5000 && held(&store, "ada").bytes == a1);
+        // A result over the share is refused, naming the setting, and the
+        // task still ends: its failure fits in what it was counted for.
+        store.create(of("ada", "a2", now())).await.unwrap();
+        let refused = store.finish("a2", completed(5000)).await;
+        assert!(names(&refused, "max_task_bytes_per_client"), "{refused:?}");
+        assert_eq!(get(&store, "a2").await.unwrap().status, TaskStatus::Working);
+        let failed = TaskEnd {
+            status: TaskStatus::Failed,
+            message: None,
+            result: None,
+            error: Some(json!({"code": -32603, "message": "the task's result was not kept"})),
+        };
+        assert!(store.finish("a2", failed).await.unwrap());
+        // New tasks until the share is full, then refused, naming it.
+        let mut n = 0;
+        let refused = loop {
+            n += 1;
+            match store.create(of("ada", &format!("more{n}"), now())).await {
+                Ok(()) => assert!(n < 10, "the share never filled"),
+                Err(e) => break Err::<(), _>(e),
+            }
+        };
+        assert!(names(&refused, "max_task_bytes_per_client"), "{refused:?}");
+        assert!(held(&store, "ada").bytes <= 8192);
+        // Every running task can still end, even at the share.
+        for i in 1..n {
+            let cancelled = end(TaskStatus::Cancelled);
+            let cancelled = TaskEnd {
+                result: None,
+                ..cancelled
+            };
+            assert!(store.finish(&format!("more{i}"), cancelled).await.unwrap());
+        }
+        // Others have shares of their own; a record of no caller counts
+        // for the store only.
+        store.create(of("bob", "b1", now())).await.unwrap();
+        assert!(store.finish("b1", completed(5000)).await.unwrap());
+        store.create(record("local", now())).await.unwrap();
+        store.finish("local", completed(20_000)).await.unwrap();
+        assert_eq!(held(&store, "bob").tasks, 1);
+        // Ada's ended tasks expire: room again, and nothing left of hers.
+        clock.advance(Duration::from_secs(61));
+        assert_eq!(held(&store, "ada"), Held::default());
+        store.create(of("ada", "again", now())).await.unwrap();
+        assert!(store.finish("again", completed(5000)).await.unwrap());
+        assert_eq!(held(&store, "ada").tasks, 1);
+        assert!(
+            !store.lock().held.contains_key("bob"),
+            "{:?}",
+            store.lock().held
+        );
+        let records = store.lock();
+        let total: usize = records.by_id.values().map(|e| e.charge).sum();
+        assert_eq!(records.bytes, total);
+    }
+
+    #[tokio::test]
+    async fn a_caller_holds_its_share_of_records_ended_ones_too() {
+        let clock = Arc::new(FakeClock::new());
+        let store = shared_store(Arc::clone(&clock), 3);
+        let now = clock.unix_millis();
+        for id in ["a1", "a2", "a3"] {
+            store.create(of("ada", id, now)).await.unwrap();
+            store.finish(id, end(TaskStatus::Completed)).await.unwrap();
+        }
+        let refused = store.create(of("ada", "a4", now)).await;
+        assert!(names(&refused, "max_task_bytes_per_client"), "{refused:?}");
+        assert!(
+            matches!(&refused, Err(TaskStoreError::Full(m)) if m.contains("at most 3 tasks")),
+            "{refused:?}"
+        );
+        store.create(of("bob", "b1", now)).await.unwrap();
+        store.create(record("local", now)).await.unwrap();
+        clock.advance(Duration::from_secs(60));
+        store
+            .create(of("ada", "a4", clock.unix_millis()))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_ended_task_is_not_changed_nor_kept_longer() {
+        let clock = Arc::new(FakeClock::new());
+        let store = store(Arc::clone(&clock), 10, 1 << 20);
+        store
+            .create(record("t", clock.unix_millis()))
+            .await
+            .unwrap();
+        store.finish("t", end(TaskStatus::Completed)).await.unwrap();
+        let ended = get(&store, "t").await.unwrap();
+        clock.advance(Duration::from_secs(50));
+        store.note("t", "late".into()).await.unwrap();
+        assert!(!store.finish("t", end(TaskStatus::Failed)).await.unwrap());
+        assert_eq!(get(&store, "t").await.unwrap(), ended);
+        clock.advance(Duration::from_secs(10));
+        assert!(
+            get(&store, "t").await.is_none(),
+            "expired 60 s after its end"
+        );
+    }
+
+    #[test]
+    fn a_callers_share_of_records_follows_its_share_of_bytes() {
+        let mib = 1024 * 1024;
+        assert_eq!(TaskLimits::tasks_per_caller(64 * mib, 8 * mib, 100), 12_500);
+        assert_eq!(TaskLimits::default().max_tasks_per_caller, 12_500);
+        assert_eq!(TaskLimits::tasks_per_caller(64 * mib, 1024, 100), 100);
+        assert_eq!(TaskLimits::tasks_per_caller(mib, 2 * mib, 100), MAX_TASKS);
+        assert_eq!(TaskLimits::tasks_per_caller(mib, 1, 0), 1);
     }
 
     #[tokio::test]

@@ -575,7 +575,13 @@ pub(crate) async fn http_request_with(
 ) -> HttpResponse {
     within(&format!("{method} {path}"), async {
         let mut stream = TcpStream::connect(addr).await.expect("connect for HTTP");
-        let mut request = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+        // The server's own address, as a client that dialled it would say,
+        // unless the test names another `Host`.
+        let mut request = format!("{method} {path} HTTP/1.1\r\n");
+        if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+            request.push_str(&format!("Host: {addr}\r\n"));
+        }
+        request.push_str("Connection: close\r\n");
         for (name, value) in headers {
             request.push_str(&format!("{name}: {value}\r\n"));
         }
@@ -635,15 +641,24 @@ pub(crate) async fn get_json(addr: SocketAddr, path: &str) -> Value {
 /// Polls `GET /stats` until `pred` holds (the stats are updated asynchronously
 /// after a socket closes); fails after [`WAIT`].
 pub(crate) async fn stats_until(addr: SocketAddr, what: &str, pred: impl Fn(&Value) -> bool) {
+    poll_until(addr, "/stats", what, pred).await;
+}
+
+/// [`stats_until`] for `/health`, which needs no token.
+pub(crate) async fn health_until(addr: SocketAddr, what: &str, pred: impl Fn(&Value) -> bool) {
+    poll_until(addr, "/health", what, pred).await;
+}
+
+async fn poll_until(addr: SocketAddr, path: &str, what: &str, pred: impl Fn(&Value) -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let stats = get_json(addr, "/stats").await;
+        let stats = get_json(addr, path).await;
         if pred(&stats) {
             return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out waiting for /stats to show {what}: {stats}"
+            "timed out waiting for {path} to show {what}: {stats}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -801,4 +816,45 @@ pub(crate) fn whoami() -> Tool {
         })
         .build()
         .expect("whoami is a valid tool")
+}
+
+/// One row of RELIABILITY.md's "Security" table: an attack a security test
+/// played (`item`: its number in the review that found it), what the server refused, and what it cost another caller served
+/// meanwhile (`before`: that caller's latency with no attack; `during`: under
+/// it). Written as a JSON line to `$HAIP_SECURITY_REPORT` when that is set
+/// (`bench/security.sh`), else nothing: the tests assert, the report measures.
+pub(crate) fn security_row(
+    item: u8,
+    attack: &str,
+    refused: &str,
+    other: &str,
+    before: Option<Duration>,
+    during: Option<Duration>,
+) {
+    let Ok(path) = std::env::var("HAIP_SECURITY_REPORT") else {
+        return;
+    };
+    let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
+    let line = json!({
+        "item": item,
+        "attack": attack,
+        "refused": refused,
+        "other": other,
+        "before_ms": ms(before),
+        "during_ms": ms(during),
+    });
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("opening {path}: {e}"));
+    writeln!(file, "{line}").expect("writing the security report");
+}
+
+/// How long `fut` took, and its output.
+pub(crate) async fn timed<F: Future>(fut: F) -> (Duration, F::Output) {
+    let start = std::time::Instant::now();
+    let out = fut.await;
+    (start.elapsed(), out)
 }

@@ -316,7 +316,12 @@ impl Conn {
                 Conn::open_ws(addr, request).await?
             }
             Kind::Sse => Conn::open_http(addr, "GET", "/haip/sse", &auth, false).await?,
-            Kind::Stream => Conn::open_http(addr, "POST", "/haip/stream", &auth, true).await?,
+            Kind::Stream => {
+                // What a page cannot send without a preflight (`guard.rs`).
+                let mut headers = auth.clone();
+                headers.push(("content-type", "application/x-ndjson"));
+                Conn::open_http(addr, "POST", "/haip/stream", &headers, true).await?
+            }
         };
         conn.kind = kind;
         conn.token = token.map(str::to_owned);

@@ -5,31 +5,21 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value, json};
 
-use super::{SIGNAL, questions_key, task_key};
+use super::SIGNAL;
 use crate::cluster::messages::frame;
 use crate::session::tasks::{Signal, TaskRecord, TaskSignal, TaskStatus};
 
-/// The `MULTI` that writes a new record (an ended one without questions),
-/// expiring in `expires_ms`.
-pub(super) fn create_pipeline(record: &TaskRecord, expires_ms: u64) -> redis::Pipeline {
-    let key = task_key(&record.id);
-    let questions = questions_key(&record.id);
-    let expires = expires_ms as i64;
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    pipe.del(&[&key, &questions]).ignore();
-    pipe.hset_multiple(&key, &fields_of(record)).ignore();
-    pipe.pexpire(&key, expires).ignore();
-    if !record.status.is_terminal() && !record.questions.is_empty() {
-        let asked: Vec<(&str, String)> = record
-            .questions
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.to_string()))
-            .collect();
-        pipe.hset_multiple(&questions, &asked).ignore();
-        pipe.pexpire(&questions, expires).ignore();
+/// The open questions of a new record as its `:q` hash holds them (none
+/// for one that has ended).
+pub(super) fn questions_of(record: &TaskRecord) -> Vec<(&str, String)> {
+    if record.status.is_terminal() {
+        return Vec::new();
     }
-    pipe
+    record
+        .questions
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.to_string()))
+        .collect()
 }
 
 /// A record's fields as its hash holds them (its questions aside).
@@ -42,6 +32,9 @@ pub(super) fn fields_of(record: &TaskRecord) -> Vec<(&'static str, String)> {
     ];
     if let Some(subject) = &record.subject {
         fields.push(("subject", subject.clone()));
+    }
+    if let Some(caller) = &record.caller {
+        fields.push(("caller", caller.clone()));
     }
     if let Some(message) = &record.message {
         fields.push(("message", message.clone()));
@@ -70,6 +63,7 @@ fn record_of(
         id: id.to_owned(),
         owner: fields.remove("owner")?,
         subject: fields.remove("subject"),
+        caller: fields.remove("caller"),
         status,
         message: fields.remove("message"),
         created_ms: number(fields.get("created")),

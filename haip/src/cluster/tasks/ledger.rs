@@ -1,13 +1,17 @@
 //! The ledger of the task records this instance wrote as their owner, with
 //! their bytes, until they expire: what bounds its share of Redis
 //! (`max_tasks`, `max_bytes`), and what the refresher retries or stops.
+//! (Each caller's share is counted in Redis, by the scripts: a caller's
+//! tasks may be owned by several instances.)
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::session::tasks::{TaskEnd, TaskLimits, TaskRecord, TaskStoreError};
+use crate::session::tasks::{
+    END_RESERVE, TaskEnd, TaskLimits, TaskRecord, TaskStoreError, too_many_bytes, too_many_tasks,
+};
 
 pub(super) fn lock(ledger: &Mutex<Ledger>) -> std::sync::MutexGuard<'_, Ledger> {
     ledger.lock().unwrap_or_else(|e| e.into_inner())
@@ -36,7 +40,7 @@ impl Drop for Creating {
 }
 
 /// The bytes of a record, in the parts its writes change (as
-/// [`TaskRecord::weight`] counts them).
+/// [`TaskRecord::charge`] counts them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Parts {
     /// The id, owner, subject and the rest.
@@ -45,6 +49,8 @@ pub(super) struct Parts {
     pub(super) questions: usize,
     /// Result and error.
     pub(super) end: usize,
+    /// Room for its end while it runs ([`END_RESERVE`]; 0 once ended).
+    pub(super) reserve: usize,
 }
 
 impl Parts {
@@ -62,11 +68,25 @@ impl Parts {
             message,
             questions,
             end,
+            reserve: if record.status.is_terminal() {
+                0
+            } else {
+                END_RESERVE
+            },
         }
     }
 
     fn total(&self) -> usize {
-        self.fixed + self.message + self.questions + self.end
+        self.fixed + self.message + self.questions + self.end + self.reserve
+    }
+
+    /// The parts of the record once it ended as `end`.
+    pub(super) fn ended(&mut self, end: &TaskEnd) {
+        let json = |v: &Option<Value>| v.as_ref().map_or(0, crate::protocol::json_len);
+        self.message = end.message.as_ref().map_or(0, String::len);
+        self.questions = 0;
+        self.end = json(&end.result) + json(&end.error);
+        self.reserve = 0;
     }
 }
 
@@ -99,20 +119,6 @@ pub(super) struct Ledger {
     bytes: usize,
     /// The ended ones, by when their records expire (oldest first).
     expiring: VecDeque<(u64, String)>,
-}
-
-fn too_many_tasks(limits: &TaskLimits) -> TaskStoreError {
-    TaskStoreError::Full(format!(
-        "the server keeps at most {} tasks (max_tasks)",
-        limits.max_tasks
-    ))
-}
-
-fn too_many_bytes(limits: &TaskLimits) -> TaskStoreError {
-    TaskStoreError::Full(format!(
-        "the server keeps at most {} bytes of tasks (max_task_bytes)",
-        limits.max_bytes
-    ))
 }
 
 impl Ledger {
@@ -169,27 +175,38 @@ impl Ledger {
     }
 
     /// Changes the bytes of record `id`, if it is this instance's and the
-    /// change fits.
+    /// change fits (only growth is refused); gives its parts before (`None`:
+    /// not this instance's).
     pub(super) fn resize(
         &mut self,
         id: &str,
         now: u64,
         limits: &TaskLimits,
         change: impl FnOnce(&mut Parts),
-    ) -> Result<(), TaskStoreError> {
+    ) -> Result<Option<Parts>, TaskStoreError> {
         self.expire(now);
         let Some(entry) = self.by_id.get_mut(id) else {
-            return Ok(());
+            return Ok(None);
         };
-        let mut parts = entry.parts;
+        let before = entry.parts;
+        let mut parts = before;
         change(&mut parts);
-        let (old, new) = (entry.parts.total(), parts.total());
+        let (old, new) = (before.total(), parts.total());
         if new > old && self.bytes - old + new > limits.max_bytes {
             return Err(too_many_bytes(limits));
         }
         entry.parts = parts;
         self.bytes = self.bytes - old + new;
-        Ok(())
+        Ok(Some(before))
+    }
+
+    /// Puts back the parts of record `id` as they were before a change
+    /// Redis refused.
+    pub(super) fn restore(&mut self, id: &str, before: Option<Parts>) {
+        if let (Some(entry), Some(before)) = (self.by_id.get_mut(id), before) {
+            self.bytes = self.bytes - entry.parts.total() + before.total();
+            entry.parts = before;
+        }
     }
 
     /// The open questions of `id` take `bytes` now (as Redis counted them).
@@ -285,6 +302,8 @@ mod tests {
             ttl: Duration::from_secs(60),
             max_tasks,
             max_bytes,
+            max_tasks_per_caller: max_tasks,
+            max_bytes_per_caller: max_bytes,
         }
     }
 
@@ -308,7 +327,7 @@ mod tests {
         let ledger = lock(&ledger);
         assert!(!ledger.runs("dropped") && ledger.runs("written"));
         assert_eq!(ledger.live().0, ["written"]);
-        assert_eq!(ledger.bytes, record("written").weight());
+        assert_eq!(ledger.bytes, record("written").charge());
     }
 
     #[test]
@@ -316,7 +335,8 @@ mod tests {
         let limits = limits(2, 4096);
         let mut ledger = Ledger::default();
         let parts = Parts::of(&record("a"));
-        assert_eq!(parts.total(), record("a").weight());
+        assert_eq!(parts.total(), record("a").charge());
+        assert_eq!(parts.reserve, END_RESERVE, "room for its end while it runs");
         let running = State::Running { stopped: false };
         ledger
             .admit("a", parts, running.clone(), 0, &limits)

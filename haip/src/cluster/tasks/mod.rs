@@ -7,9 +7,11 @@
 //!
 //! | key | type | holds | expires |
 //! |---|---|---|---|
-//! | `haip:t:{task}` | hash | `owner` (the instance running it), `subject` (absent: none), `status` (`working`, `completed`, `failed` or `cancelled`), `message` (absent: none), `created`, `updated` (ms since the Unix epoch), `result` (JSON `CallToolResult`), `error` (JSON `{code, message}`) | running: [`running_ttl`] after its owner last refreshed it; ended: `ttl` (`TaskLimits::ttl`) after it ended |
+//! | `haip:t:{task}` | hash | `owner` (the instance running it), `subject` (absent: none), `caller` (whose share it counts against, `TaskRecord::caller`; absent: no caller's), `status` (`working`, `completed`, `failed` or `cancelled`), `message` (absent: none), `created`, `updated` (ms since the Unix epoch), `result` (JSON `CallToolResult`), `error` (JSON `{code, message}`) | running: [`running_ttl`] after its owner last refreshed it; ended: `ttl` (`TaskLimits::ttl`) after it ended |
 //! | `haip:t:{task}:q` | hash | the open questions: key → `{method, params}` JSON | with its record; deleted when the task ends |
 //! | `haip:i:{instance}` | string | the owner's lease ([`super`]): a task whose owner's lease is gone is lost | [`LEASE_TTL`](super::LEASE_TTL) |
+//! | `haip:tb:{caller}` | hash | a caller's share: task id → the bytes its record is counted for; `=` → their sum | a minute after the last of its records, extended as they are |
+//! | `haip:te:{caller}` | sorted set | the same tasks, scored by when their records expire (ms since the Unix epoch, as last seen) | with `haip:tb:{caller}` |
 //!
 //! A record's `status` is `working` or an end as written; `tasks/get` shows
 //! `input_required` while its `:q` hash has a question (read in the same
@@ -27,7 +29,7 @@
 //! instance, which does not run it: a previous life of the same instance id)
 //! with the `lost` error, in the same script: several instances reading it
 //! at once write it once, and the owner's late end is refused like any
-//! other. `create` is one `MULTI` that completes once the record is written.
+//! other. [`CREATE`] writes a new record (and completes once it is written).
 //!
 //! Signals (answers and cancellations for the owner) go through the owner's
 //! channel `haip:to:{owner}` as messages of kind [`SIGNAL`] (`S`), link id 0,
@@ -44,21 +46,34 @@
 //! another instance ended (a cancellation whose signal was lost), and retries
 //! an end the owner could not record while Redis was away.
 //!
-//! Bounds: each instance keeps a ledger of the records it wrote as the owner
-//! (created, asked, noted, ended), with their bytes as of its last write,
-//! until they expire: at most `max_tasks` records and `max_bytes` bytes
-//! (`TaskLimits`), as the in-memory store keeps. A task that would take its
-//! owner over them is refused (`Full`, the same messages), and so is an end
-//! whose result does not fit. So Redis holds at most about `max_bytes` of
-//! records per live instance, plus what dead instances left (their ledgers
-//! died with them; their records expire). Not bounded by the ledger: the
-//! small writes of other instances (a cancellation's end, the `lost` error)
-//! and, for a moment, the questions a client answered on another instance
-//! (counted by the owner until its next question). Redis's own `maxmemory`
-//! bounds the rest.
+//! Bounds, as the in-memory store keeps them (`TaskLimits`; records counted
+//! at their charge, a running one with room for its end; the same `Full`
+//! messages):
+//!
+//! - Each instance keeps a ledger of the records it wrote as the owner
+//!   (created, asked, noted, ended), with their bytes as of its last write,
+//!   until they expire: at most `max_tasks` records and `max_bytes` bytes. A
+//!   task that would take its owner over them is refused, and so is an end
+//!   whose result does not fit. So Redis holds at most about `max_bytes` of
+//!   records per live instance, plus what dead instances left (their
+//!   ledgers died with them; their records expire). Not bounded by the
+//!   ledger: the small writes of other instances (a cancellation's end, the
+//!   `lost` error) and, for a moment, the questions a client answered on
+//!   another instance (counted by the owner until its next question).
+//!   Redis's own `maxmemory` bounds the rest.
+//! - Each caller's share (`max_tasks_per_caller` records and
+//!   `max_bytes_per_caller` bytes, running and ended until they expire) is
+//!   counted in Redis, across all the instances, by the scripts that change
+//!   records (`scripts.rs` says how): a new record beyond it is refused by
+//!   [`CREATE`], and a question, a status message or an end that would
+//!   grow a record beyond it by [`ASK`], [`NOTE`] and [`FINISH`]
+//!   (`Full`, naming `max_task_bytes_per_client`). The instance serving the
+//!   write gives the share's size (instances are meant to share their
+//!   settings).
 //!
 //! The lease check names the lease key inside the script (from the record's
-//! owner), which a Redis Cluster would refuse; the session store talks to a
+//! owner), and the share keys are named there too (from the record's
+//! caller), which a Redis Cluster would refuse; the session store talks to a
 //! single Redis server.
 //!
 //! Here: the store and its operations. `scripts.rs` holds the Lua scripts,
@@ -80,13 +95,14 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use self::encoding::{create_pipeline, decode_get, decode_signal, encode_signal, strings};
+use self::encoding::{decode_get, decode_signal, encode_signal, fields_of, questions_of, strings};
 use self::ledger::{Creating, Ledger, Parts, State, lock};
-use self::scripts::{ANSWERED, ASK, FINISH, GET, NOTE, REFRESH};
+use self::scripts::{ANSWERED, ASK, CREATE, FINISH, GET, NOTE, REFRESH};
 use super::keys::{inbox_key, lease_key};
 use super::{IO_TIMEOUT, RedisSessionStore};
 use crate::session::tasks::{
     SIGNAL_QUEUE, Signal, TaskEnd, TaskLimits, TaskRecord, TaskSignal, TaskStore, TaskStoreError,
+    too_many_bytes_of_caller, too_many_tasks_of_caller,
 };
 use crate::session::{Clock, StoreFuture};
 
@@ -113,6 +129,25 @@ fn task_key(id: &str) -> String {
 fn questions_key(id: &str) -> String {
     format!("haip:t:{id}:q")
 }
+
+/// A caller's share: the bytes each of its records is counted for, and
+/// their sum (field `=`).
+#[cfg(test)]
+fn share_bytes_key(caller: &str) -> String {
+    format!("haip:tb:{caller}")
+}
+
+/// A caller's share: its records by when they expire.
+#[cfg(test)]
+fn share_expiry_key(caller: &str) -> String {
+    format!("haip:te:{caller}")
+}
+
+/// What the scripts answer for a change beyond the caller's share of bytes.
+const OVER_SHARE: i64 = -3;
+
+/// What `CREATE` answers for a record beyond the caller's share of records.
+const OVER_SHARE_RECORDS: i64 = -4;
 
 /// The Redis-backed [`TaskStore`]: records in Redis, through the session
 /// store's connection, as its instance.
@@ -173,7 +208,10 @@ impl RedisTaskStore {
     /// The script ending task `id` as `end`.
     fn finish_cmd(&self, id: &str, end: &TaskEnd, now: u64) -> redis::Cmd {
         let mut cmd = eval(FINISH, &[task_key(id), questions_key(id)]);
-        cmd.arg(now).arg(self.ttl_ms()).arg(end.status.as_str());
+        cmd.arg(now)
+            .arg(self.ttl_ms())
+            .arg(end.status.as_str())
+            .arg(self.limits.max_bytes_per_caller);
         if let Some(message) = &end.message {
             cmd.arg("message").arg(message);
         }
@@ -226,6 +264,12 @@ impl RedisTaskStore {
         for (id, end) in ending {
             match query(Some(conn.clone()), self.finish_cmd(&id, &end, now)).await {
                 Ok(redis::Value::Int(-1)) => self.ledger().remove(&id),
+                // Its result does not fit its caller's share (any more): it
+                // fails, saying so, at the next refresh.
+                Ok(redis::Value::Int(OVER_SHARE)) => {
+                    let why = too_many_bytes_of_caller(&self.limits).to_string();
+                    self.ledger().ending(&id, TaskEnd::not_kept(&why));
+                }
                 Ok(redis::Value::Int(_)) => {
                     self.ledger().ended(&id, now, self.ttl_ms());
                     // The end may be a cancellation served here, whose call
@@ -242,7 +286,7 @@ impl RedisTaskStore {
                 .flat_map(|id| [task_key(id), questions_key(id)])
                 .collect();
             let mut cmd = eval(REFRESH, &keys);
-            cmd.arg(self.running_ttl_ms());
+            cmd.arg(self.running_ttl_ms()).arg(now);
             let Ok(redis::Value::Array(found)) = query(Some(conn.clone()), cmd).await else {
                 return;
             };
@@ -322,8 +366,21 @@ impl TaskStore for RedisTaskStore {
         } else {
             self.running_ttl_ms()
         };
-        let pipe = create_pipeline(&record, expires);
+        let mut cmd = eval(CREATE, &[task_key(&record.id), questions_key(&record.id)]);
+        let fields = fields_of(&record);
+        cmd.arg(now)
+            .arg(expires)
+            .arg(self.limits.max_bytes_per_caller)
+            .arg(self.limits.max_tasks_per_caller)
+            .arg(fields.len());
+        for (field, value) in &fields {
+            cmd.arg(*field).arg(value);
+        }
+        for (key, question) in questions_of(&record) {
+            cmd.arg(key).arg(question);
+        }
         let conn = self.conn();
+        let limits = self.limits;
         // Forgotten unless written, even if this future is dropped.
         let pending = admitted.map(|()| Creating {
             ledger: Arc::clone(&self.ledger),
@@ -332,15 +389,14 @@ impl TaskStore for RedisTaskStore {
         });
         Box::pin(async move {
             let pending = pending?;
-            let Some(mut conn) = conn else {
-                return Err(TaskStoreError::Unavailable);
-            };
-            let written = tokio::time::timeout(IO_TIMEOUT, pipe.query_async::<()>(&mut conn)).await;
-            if matches!(written, Ok(Ok(()))) {
-                pending.written();
-                Ok(())
-            } else {
-                Err(TaskStoreError::Unavailable)
+            match query(conn, cmd).await? {
+                redis::Value::Int(1) => {
+                    pending.written();
+                    Ok(())
+                }
+                redis::Value::Int(OVER_SHARE) => Err(too_many_bytes_of_caller(&limits)),
+                redis::Value::Int(OVER_SHARE_RECORDS) => Err(too_many_tasks_of_caller(&limits)),
+                other => Err(odd("create", &other)),
             }
         })
     }
@@ -376,18 +432,24 @@ impl TaskStore for RedisTaskStore {
         cmd.arg(key)
             .arg(request.to_string())
             .arg(now)
-            .arg(self.running_ttl_ms());
+            .arg(self.running_ttl_ms())
+            .arg(self.limits.max_bytes_per_caller);
         let conn = self.conn();
         let ledger = Arc::clone(&self.ledger);
+        let limits = self.limits;
         let id = id.to_owned();
         Box::pin(async move {
-            reserved?;
+            let before = reserved?;
             match query(conn, cmd).await? {
                 redis::Value::Int(-1) => {
                     lock(&ledger).remove(&id);
                     Err(TaskStoreError::Unknown)
                 }
                 redis::Value::Int(-2) => Ok(()),
+                redis::Value::Int(OVER_SHARE) => {
+                    lock(&ledger).restore(&id, before);
+                    Err(too_many_bytes_of_caller(&limits))
+                }
                 redis::Value::Int(n) if n >= 0 => {
                     lock(&ledger).set_questions(&id, n as usize);
                     Ok(())
@@ -419,13 +481,22 @@ impl TaskStore for RedisTaskStore {
         let reserved = self
             .ledger()
             .resize(id, now, &self.limits, |parts| parts.message = size);
-        let mut cmd = eval(NOTE, &[task_key(id)]);
-        cmd.arg(message).arg(now);
+        let mut cmd = eval(NOTE, &[task_key(id), questions_key(id)]);
+        cmd.arg(message)
+            .arg(now)
+            .arg(self.limits.max_bytes_per_caller);
         let conn = self.conn();
+        let ledger = Arc::clone(&self.ledger);
+        let limits = self.limits;
+        let id = id.to_owned();
         Box::pin(async move {
-            reserved?;
+            let before = reserved?;
             match query(conn, cmd).await? {
                 redis::Value::Int(-1) => Err(TaskStoreError::Unknown),
+                redis::Value::Int(OVER_SHARE) => {
+                    lock(&ledger).restore(&id, before);
+                    Err(too_many_bytes_of_caller(&limits))
+                }
                 redis::Value::Int(_) => Ok(()),
                 other => Err(odd("note", &other)),
             }
@@ -434,27 +505,25 @@ impl TaskStore for RedisTaskStore {
 
     fn finish(&self, id: &str, end: TaskEnd) -> StoreFuture<Result<bool, TaskStoreError>> {
         let now = self.clock.unix_millis();
-        let json = |v: &Option<Value>| v.as_ref().map_or(0, crate::protocol::json_len);
-        let (message, ended) = (
-            end.message.as_ref().map_or(0, String::len),
-            json(&end.result) + json(&end.error),
-        );
-        let reserved = self.ledger().resize(id, now, &self.limits, |parts| {
-            parts.message = message;
-            parts.questions = 0;
-            parts.end = ended;
-        });
+        let reserved = self
+            .ledger()
+            .resize(id, now, &self.limits, |parts| parts.ended(&end));
         let cmd = self.finish_cmd(id, &end, now);
         let conn = self.conn();
         let ledger = Arc::clone(&self.ledger);
+        let limits = self.limits;
         let ttl = self.ttl_ms();
         let id = id.to_owned();
         Box::pin(async move {
-            reserved?;
+            let before = reserved?;
             match query(conn, cmd).await {
                 Ok(redis::Value::Int(-1)) => {
                     lock(&ledger).remove(&id);
                     Err(TaskStoreError::Unknown)
+                }
+                Ok(redis::Value::Int(OVER_SHARE)) => {
+                    lock(&ledger).restore(&id, before);
+                    Err(too_many_bytes_of_caller(&limits))
                 }
                 Ok(redis::Value::Int(n)) => {
                     lock(&ledger).ended(&id, now, ttl);

@@ -1,12 +1,161 @@
 //! The Lua scripts that read and change task records, each one atomic round
 //! trip: none changes a task that has ended.
+//!
+//! Each that changes a record also counts it for its caller (the record's
+//! `caller` field; a record without one is no caller's), in the same script:
+//! the caller's share keys (`haip:tb:{caller}`: bytes by task, and `=` their
+//! sum; `haip:te:{caller}`: tasks by when their records expire) hold the
+//! [charge](crate::session::tasks::TaskRecord::charge) of each of its
+//! records, computed here from what Redis holds, until the record is gone.
+//! Redis runs no script when a record expires: the tasks of a share whose
+//! expiry passed are looked at whenever the share is (`purge`), and those
+//! whose records are gone forgotten (those still there, extended, looked at
+//! again when they would expire now). Expiry times are the writing
+//! instance's `now` plus what Redis says is left (`PTTL`), so an instance
+//! whose clock is ahead of Redis's only looks a little late. A share's keys
+//! outlive its records (by a minute), and go with the last. `CREATE`, `ASK`, `NOTE` and `FINISH` refuse to
+//! grow a record beyond its caller's share (growth only: an end within
+//! what a running record is counted for always fits).
+
+/// What the scripts that count records for their callers share: the
+/// statuses that end a task, the reserve of a running record, a record's
+/// charge, and a caller's share keys.
+macro_rules! shares {
+    () => {
+        r"
+local RESERVE = 1024
+local function ended(s)
+  return s == 'completed' or s == 'failed' or s == 'cancelled'
+end
+local function id_of(rec) return string.sub(rec, 8) end
+-- A record's caller's share keys (nil: no caller's).
+local function share_keys(rec)
+  local caller = redis.call('HGET', rec, 'caller')
+  if not caller then return nil end
+  return 'haip:tb:' .. caller, 'haip:te:' .. caller
+end
+-- The bytes of a record but its message, result, error and questions.
+local function base(rec)
+  local n = 256 + #id_of(rec)
+  for _, f in ipairs({'owner', 'subject', 'caller'}) do
+    n = n + redis.call('HSTRLEN', rec, f)
+  end
+  return n
+end
+-- What a record is counted for, as Redis holds it now.
+local function charge(rec, q)
+  local n = base(rec)
+  for _, f in ipairs({'message', 'result', 'error'}) do
+    n = n + redis.call('HSTRLEN', rec, f)
+  end
+  for _, v in ipairs(redis.call('HGETALL', q)) do n = n + #v end
+  if not ended(redis.call('HGET', rec, 'status')) then n = n + RESERVE end
+  return n
+end
+local function forget(b, e, id)
+  local n = tonumber(redis.call('HGET', b, id) or '0')
+  redis.call('HDEL', b, id)
+  redis.call('ZREM', e, id)
+  redis.call('HINCRBY', b, '=', -n)
+end
+-- Forgets the tasks of a share whose records are gone by `now`.
+local function purge(b, e, now)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', e, '-inf', now)) do
+    local left = redis.call('PTTL', 'haip:t:' .. id)
+    if left == -2 then
+      forget(b, e, id)
+    else
+      redis.call('ZADD', e, now + math.max(left, 0), id)
+    end
+  end
+  if redis.call('ZCARD', e) == 0 then redis.call('DEL', b, e) end
+end
+-- The bytes the share of `rec` holds but for `rec` (nil: no caller's).
+local function others(rec, now)
+  local b, e = share_keys(rec)
+  if not b then return nil end
+  purge(b, e, now)
+  local all = tonumber(redis.call('HGET', b, '=') or '0')
+  return all - tonumber(redis.call('HGET', b, id_of(rec)) or '0')
+end
+-- Whether `rec` may be counted for `new` bytes: not more than now unless
+-- its caller's share (`max` bytes) has room.
+local function fits(rec, q, new, now, max)
+  if new <= charge(rec, q) then return true end
+  local held = others(rec, now)
+  return held == nil or held + new <= tonumber(max)
+end
+-- Counts `rec` for its caller as it is now, until it expires.
+local function account(rec, q, now)
+  local b, e = share_keys(rec)
+  if not b then return end
+  local id = id_of(rec)
+  local left = redis.call('PTTL', rec)
+  if left == -2 then
+    forget(b, e, id)
+    return
+  end
+  if left < 0 then left = 0 end
+  local new = charge(rec, q)
+  local old = tonumber(redis.call('HGET', b, id) or '0')
+  redis.call('HSET', b, id, new)
+  redis.call('HINCRBY', b, '=', new - old)
+  redis.call('ZADD', e, now + left, id)
+  local keep = left + 60000
+  for _, k in ipairs({b, e}) do
+    if redis.call('PTTL', k) < keep then redis.call('PEXPIRE', k, keep) end
+  end
+end
+"
+    };
+}
+
+/// Writes a new record (its questions too, unless it has ended), if its
+/// caller's share has room for it.
+///
+/// KEYS: record, questions. ARGV: now (ms), expires in (ms), the caller's
+/// share in bytes, in records, the number of record field-value pairs, then
+/// those pairs, then the questions' key-question pairs. Gives 1 (written),
+/// -3 (over the caller's bytes), -4 (over its records): nothing written.
+pub(crate) const CREATE: &str = concat!(
+    shares!(),
+    r"
+local now = tonumber(ARGV[1])
+redis.call('DEL', KEYS[1], KEYS[2])
+local fields = 5 + 2 * tonumber(ARGV[5])
+for i = 6, fields, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if not ended(redis.call('HGET', KEYS[1], 'status')) and #ARGV > fields then
+  for i = fields + 1, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+local b, e = share_keys(KEYS[1])
+if b then
+  local held = others(KEYS[1], now)
+  local refused
+  if redis.call('ZCARD', e) >= tonumber(ARGV[4]) then
+    refused = -4
+  elseif held + charge(KEYS[1], KEYS[2]) > tonumber(ARGV[3]) then
+    refused = -3
+  end
+  if refused then
+    redis.call('DEL', KEYS[1], KEYS[2])
+    return refused
+  end
+end
+account(KEYS[1], KEYS[2], now)
+return 1
+"
+);
 
 /// Reads a task and its questions; fails it, once, if its owner is gone.
 ///
 /// KEYS: record, questions. ARGV: this instance, `1` if the task runs here,
 /// the lease key prefix, the `lost` error (JSON), now (ms), `ttl` (ms).
 /// Gives `false` (unknown), or `{record fields, question fields}`.
-pub(crate) const GET: &str = r"
+pub(crate) const GET: &str = concat!(
+    shares!(),
+    r"
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if not owner then return false end
 local s = redis.call('HGET', KEYS[1], 'status')
@@ -22,35 +171,50 @@ if s ~= 'completed' and s ~= 'failed' and s ~= 'cancelled' then
     redis.call('HSET', KEYS[1], 'status', 'failed', 'error', ARGV[4], 'updated', ARGV[5])
     redis.call('DEL', KEYS[2])
     redis.call('PEXPIRE', KEYS[1], ARGV[6])
+    account(KEYS[1], KEYS[2], tonumber(ARGV[5]))
   end
 end
 return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
-";
+"
+);
 
 /// Adds an open question to a task that has not ended.
 ///
 /// KEYS: record, questions. ARGV: key, request (JSON), now (ms), the running
-/// ttl (ms). Gives -1 (unknown), -2 (ended: nothing added), or the bytes of
-/// the open questions now.
-pub(crate) const ASK: &str = r"
+/// ttl (ms), the caller's share in bytes. Gives -1 (unknown), -2 (ended:
+/// nothing added), -3 (over the caller's share: nothing added), or the
+/// bytes of the open questions now.
+pub(crate) const ASK: &str = concat!(
+    shares!(),
+    r"
 local s = redis.call('HGET', KEYS[1], 'status')
 if not s then return -1 end
 if s == 'completed' or s == 'failed' or s == 'cancelled' then return -2 end
+local now = tonumber(ARGV[3])
+local new = charge(KEYS[1], KEYS[2]) + #ARGV[1] + #ARGV[2]
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  new = new - #ARGV[1] - redis.call('HSTRLEN', KEYS[2], ARGV[1])
+end
+if not fits(KEYS[1], KEYS[2], new, now, ARGV[5]) then return -3 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[1], 'updated', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
+account(KEYS[1], KEYS[2], now)
 local n = 0
 for _, v in ipairs(redis.call('HGETALL', KEYS[2])) do n = n + #v end
 return n
-";
+"
+);
 
 /// Removes the given keys that are open questions of a task that has not
 /// ended.
 ///
 /// KEYS: record, questions. ARGV: now (ms), then the keys. Gives `false`
 /// (unknown), or the keys it removed.
-pub(crate) const ANSWERED: &str = r"
+pub(crate) const ANSWERED: &str = concat!(
+    shares!(),
+    r"
 local s = redis.call('HGET', KEYS[1], 'status')
 if not s then return false end
 local out = {}
@@ -58,44 +222,70 @@ if s == 'completed' or s == 'failed' or s == 'cancelled' then return out end
 for i = 2, #ARGV do
   if redis.call('HDEL', KEYS[2], ARGV[i]) == 1 then out[#out + 1] = ARGV[i] end
 end
-if #out > 0 then redis.call('HSET', KEYS[1], 'updated', ARGV[1]) end
+if #out > 0 then
+  redis.call('HSET', KEYS[1], 'updated', ARGV[1])
+  account(KEYS[1], KEYS[2], tonumber(ARGV[1]))
+end
 return out
-";
+"
+);
 
 /// Sets the status message of a task that has not ended.
 ///
-/// KEYS: record. ARGV: message, now (ms). Gives -1 (unknown), 0 (ended), 1.
-pub(crate) const NOTE: &str = r"
+/// KEYS: record, questions. ARGV: message, now (ms), the caller's share in
+/// bytes. Gives -1 (unknown), 0 (ended), -3 (over the caller's share:
+/// unchanged), 1.
+pub(crate) const NOTE: &str = concat!(
+    shares!(),
+    r"
 local s = redis.call('HGET', KEYS[1], 'status')
 if not s then return -1 end
 if s == 'completed' or s == 'failed' or s == 'cancelled' then return 0 end
+local now = tonumber(ARGV[2])
+local new = charge(KEYS[1], KEYS[2]) - redis.call('HSTRLEN', KEYS[1], 'message') + #ARGV[1]
+if not fits(KEYS[1], KEYS[2], new, now, ARGV[3]) then return -3 end
 redis.call('HSET', KEYS[1], 'message', ARGV[1], 'updated', ARGV[2])
+account(KEYS[1], KEYS[2], now)
 return 1
-";
+"
+);
 
 /// Ends a task unless it has ended: its status, message, result and error
-/// replaced, its questions removed, kept `ttl` from now.
+/// replaced, its questions removed, kept `ttl` from now; unless that would
+/// grow it beyond its caller's share.
 ///
-/// KEYS: record, questions. ARGV: now (ms), `ttl` (ms), the status, then
-/// field, value pairs (`message`, `result`, `error`, those it has). Gives -1
-/// (unknown), 0 (it had ended), 1 (this ended it).
-pub(crate) const FINISH: &str = r"
+/// KEYS: record, questions. ARGV: now (ms), `ttl` (ms), the status, the
+/// caller's share in bytes, then field, value pairs (`message`, `result`,
+/// `error`, those it has). Gives -1 (unknown), 0 (it had ended), -3 (over
+/// the caller's share: unchanged), 1 (this ended it).
+pub(crate) const FINISH: &str = concat!(
+    shares!(),
+    r"
 local s = redis.call('HGET', KEYS[1], 'status')
 if not s then return -1 end
 if s == 'completed' or s == 'failed' or s == 'cancelled' then return 0 end
+local now = tonumber(ARGV[1])
+local new = base(KEYS[1])
+for i = 5, #ARGV, 2 do new = new + #ARGV[i + 1] end
+if not fits(KEYS[1], KEYS[2], new, now, ARGV[4]) then return -3 end
 redis.call('HDEL', KEYS[1], 'message', 'result', 'error')
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'updated', ARGV[1])
-for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('DEL', KEYS[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+account(KEYS[1], KEYS[2], now)
 return 1
-";
+"
+);
 
-/// Extends the records of running tasks (not those that ended).
+/// Extends the records of running tasks (not those that ended), and their
+/// callers' count of them.
 ///
-/// KEYS: record, questions of each task. ARGV: the running ttl (ms). Gives,
-/// per task, -1 (unknown), 0 (ended), 1 (extended).
-pub(crate) const REFRESH: &str = r"
+/// KEYS: record, questions of each task. ARGV: the running ttl (ms), now
+/// (ms). Gives, per task, -1 (unknown), 0 (ended), 1 (extended).
+pub(crate) const REFRESH: &str = concat!(
+    shares!(),
+    r"
 local out = {}
 for i = 1, #KEYS, 2 do
   local s = redis.call('HGET', KEYS[i], 'status')
@@ -106,8 +296,10 @@ for i = 1, #KEYS, 2 do
   else
     redis.call('PEXPIRE', KEYS[i], ARGV[1])
     redis.call('PEXPIRE', KEYS[i + 1], ARGV[1])
+    account(KEYS[i], KEYS[i + 1], tonumber(ARGV[2]))
     out[#out + 1] = 1
   end
 end
 return out
-";
+"
+);

@@ -6,17 +6,21 @@ use std::time::Duration;
 use serde_json::{Map, json};
 
 use super::encoding::{decode_get, decode_signal, encode_signal, fields_of, pairs};
-use super::scripts::{ANSWERED, ASK, FINISH, GET, NOTE, REFRESH};
-use super::{SIGNAL, TASK_REFRESH, questions_key, running_ttl, task_key};
+use super::scripts::{ANSWERED, ASK, CREATE, FINISH, GET, NOTE, REFRESH};
+use super::{
+    OVER_SHARE, OVER_SHARE_RECORDS, SIGNAL, TASK_REFRESH, questions_key, running_ttl,
+    share_bytes_key, share_expiry_key, task_key,
+};
 use crate::cluster::keys::lease_key;
 use crate::cluster::messages::split_message;
-use crate::session::tasks::{TaskRecord, TaskSignal, TaskStatus};
+use crate::session::tasks::{END_RESERVE, TaskRecord, TaskSignal, TaskStatus};
 
 pub(super) fn record(id: &str) -> TaskRecord {
     TaskRecord {
         id: id.into(),
         owner: "a".into(),
         subject: Some("ada".into()),
+        caller: Some(r#"subject "ada""#.into()),
         status: TaskStatus::Working,
         message: Some("halfway".into()),
         created_ms: 1_700_000_000_000,
@@ -45,6 +49,17 @@ fn keys_are_named_by_the_task() {
     assert_eq!(task_key("t1"), "haip:t:t1");
     assert_eq!(questions_key("t1"), "haip:t:t1:q");
     assert_eq!(lease_key(""), "haip:i:", "the prefix GET names leases with");
+    // The scripts name a record's and its caller's share's keys themselves.
+    for script in [CREATE, GET, ASK, ANSWERED, NOTE, FINISH, REFRESH] {
+        assert!(script.contains(&format!("'{}' .. id", task_key(""))));
+        assert!(script.contains(&format!("'{}' .. caller", share_bytes_key(""))));
+        assert!(script.contains(&format!("'{}' .. caller", share_expiry_key(""))));
+        assert!(script.contains(&format!("string.sub(rec, {})", task_key("").len() + 1)));
+    }
+    assert_eq!(
+        share_bytes_key(r#"subject "ada""#),
+        r#"haip:tb:subject "ada""#
+    );
     assert_eq!(
         running_ttl(Duration::from_secs(1)),
         TASK_REFRESH * 4,
@@ -69,7 +84,7 @@ fn the_scripts_know_the_statuses_that_end_a_task() {
     .filter(|s| s.is_terminal())
     .map(TaskStatus::as_str)
     .collect();
-    for script in [GET, ASK, ANSWERED, NOTE, FINISH, REFRESH] {
+    for script in [CREATE, GET, ASK, ANSWERED, NOTE, FINISH, REFRESH] {
         for status in &ended {
             assert!(
                 script.contains(&format!("'{status}'")),
@@ -79,6 +94,38 @@ fn the_scripts_know_the_statuses_that_end_a_task() {
         assert!(!script.contains("'working'") && !script.contains("'input_required'"));
     }
     assert!(GET.contains("'failed'") && GET.contains("'error', ARGV[4]"));
+}
+
+#[test]
+fn the_scripts_count_records_as_the_stores_do() {
+    // A running record's reserve, and the answers of a change over a share.
+    for script in [CREATE, GET, ASK, ANSWERED, NOTE, FINISH, REFRESH] {
+        assert!(script.contains(&format!("local RESERVE = {END_RESERVE}\n")));
+        assert!(script.contains("account(KEYS["), "every change is counted");
+    }
+    for script in [CREATE, ASK, NOTE, FINISH] {
+        assert!(
+            script.contains(&format!("return {OVER_SHARE}"))
+                || script.contains(&format!("refused = {OVER_SHARE}"))
+        );
+    }
+    assert!(CREATE.contains(&format!("refused = {OVER_SHARE_RECORDS}")));
+    // What a record is counted for: the fields its charge counts.
+    let record = record("t1");
+    let counted: usize = super::encoding::fields_of(&record)
+        .iter()
+        .filter(|(f, _)| ["owner", "subject", "caller", "message", "result", "error"].contains(f))
+        .map(|(_, v)| v.len())
+        .sum::<usize>()
+        + 256
+        + record.id.len()
+        + record
+            .questions
+            .iter()
+            .map(|(k, v)| k.len() + v.to_string().len())
+            .sum::<usize>()
+        + END_RESERVE;
+    assert_eq!(counted, record.charge());
 }
 
 #[test]

@@ -15,8 +15,9 @@ use super::ExportService;
 use super::calls::{Call, Stop, can_of, result_of, stopping};
 use super::render::error_result;
 use crate::context::ProgressSlot;
+use crate::context::share::CallerKey;
 use crate::exec::{CallEvent, Outcome};
-use crate::mcp::tasks::{NOTE_EVERY, TaskPeer, Tasks};
+use crate::mcp::tasks::{NOTE_EVERY, TaskPeer, Tasks, share_of};
 use crate::otel::CallSpan;
 use crate::protocol::json_len;
 use crate::session::Shared;
@@ -39,7 +40,14 @@ impl ExportService {
     /// them: it becomes a task once it waits for anything but answers of the
     /// client's next round (see [`TaskSupport`]).
     pub(super) async fn run_as_task(&self, call: Call<'_>) -> AsTask {
-        let admission = match self.tasks.admit(call.subject.clone()) {
+        // Who the task counts against: the `/mcp` front door's key for the
+        // request; over stdio (no HTTP request) the one client, no share.
+        let key = match call.context.extensions.get::<hyper::http::request::Parts>() {
+            Some(parts) => parts.extensions.get::<CallerKey>(),
+            None => Some(&CallerKey::Unlimited),
+        };
+        let caller = share_of(key, call.subject.as_deref());
+        let admission = match self.tasks.admit(caller) {
             Ok(admission) => admission,
             Err(why) => return AsTask::Refused(error_result(why, None)),
         };
@@ -82,7 +90,8 @@ impl ExportService {
                     {
                         Stop::Outcome(outcome) if required => {
                             let call = Ending::new(request_id, received, subject, call_span);
-                            return self.ended_task(tool, &peer, outcome, call).await;
+                            let caller = admission.caller();
+                            return self.ended_task(tool, &peer, caller, outcome, call).await;
                         }
                         stop => return AsTask::Stopped(stop),
                     }
@@ -97,9 +106,14 @@ impl ExportService {
                 return AsTask::Stopped(Stop::Outcome(outcome));
             }
             let call = Ending::new(request_id, received, subject, call_span);
-            return self.ended_task(tool, &peer, outcome, call).await;
+            let caller = admission.caller();
+            return self.ended_task(tool, &peer, caller, outcome, call).await;
         }
-        let created = match self.tasks.create(&peer, subject.as_deref(), None).await {
+        let created = self
+            .tasks
+            .create(&peer, subject.as_deref(), admission.caller(), None)
+            .await;
+        let created = match created {
             Ok(created) => created,
             Err(e) => {
                 cancel.cancel();
@@ -136,13 +150,18 @@ impl ExportService {
         &self,
         tool: &Tool,
         peer: &Arc<TaskPeer>,
+        caller: Option<&str>,
         outcome: Outcome,
         ending: Ending,
     ) -> AsTask {
         let (ended, end) = task_end(&self.shared, tool, Stop::Outcome(outcome), false);
         let subject = ending.subject.clone();
         ending.count(&self.shared, tool, ended, &end);
-        match self.tasks.create(peer, subject.as_deref(), Some(end)).await {
+        let created = self
+            .tasks
+            .create(peer, subject.as_deref(), caller, Some(end))
+            .await;
+        match created {
             Ok(created) => AsTask::Task(created),
             Err(e) => AsTask::Refused(error_result(
                 format!("The task could not be kept: {e}"),

@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::as_task::AsTask;
 use self::calls::{Call, Stop, result_of};
-use self::http::{LargeRequest, McpCaller, SERVING};
+use self::http::{Held, LargeRequest, McpCaller, SERVING};
 use self::logs::{log_level, per_request};
 use self::render::{error_result, invalid_params_result, mcp_tool};
 use super::mrtr::Rounds;
@@ -62,6 +62,10 @@ pub(crate) struct ExportService {
     inflight: Arc<Semaphore>,
     calls: Arc<AtomicU64>,
     _live: Option<Arc<LiveSession>>,
+    /// What it holds of `/mcp`'s pools beside its place among
+    /// `max_sessions` (its caller's share; for a session, the record of who
+    /// opened it): given back when the last clone is dropped (`http.rs`).
+    held: Option<Arc<Held>>,
     /// Cancelled when the last clone of this session's service is dropped
     /// (the session ended): stops its `list_changed` relay.
     ended: CancellationToken,
@@ -81,8 +85,8 @@ pub(crate) struct ExportService {
     tasks: Arc<Tasks>,
 }
 
-/// Counts live MCP-over-HTTP sessions (in stateless mode, requests being
-/// served), for `max_sessions`.
+/// Counts one of `/mcp`'s services in its pool (live MCP sessions, or
+/// stateless requests being served), for `max_sessions`.
 pub(crate) struct LiveSession(Arc<AtomicUsize>);
 
 impl Drop for LiveSession {
@@ -106,6 +110,7 @@ impl ExportService {
             inflight: Arc::new(Semaphore::new(permits)),
             calls: Arc::new(AtomicU64::new(0)),
             _live: live,
+            held: None,
             _ended_on_drop: Arc::new(ended.clone().drop_guard()),
             ended,
             relaying: Arc::new(AtomicBool::new(false)),
@@ -116,8 +121,9 @@ impl ExportService {
         }
     }
 
-    /// A service for a new HTTP session (in stateless mode, for one request),
-    /// or an error when `max_sessions` are live.
+    /// A service for a new HTTP session or for one stateless request,
+    /// counted in `live` (its pool), or an error when `max_sessions` are
+    /// live there.
     pub(crate) fn for_http(
         shared: &Arc<Shared>,
         live: &Arc<AtomicUsize>,
