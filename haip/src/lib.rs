@@ -97,6 +97,14 @@ pub use tool::{
 
 pub use haip_macros::{data, haip_tool};
 
+/// `serde_json`'s [`json!`](serde_json::json) macro and [`Value`](serde_json::Value),
+/// re-exported: a tool crate needs them for [`ToolError::with_details`],
+/// hand-written tools ([`Tool::builder`]), `Value` parameters and
+/// `haip::testing`'s params, and with them `haip` stays its only
+/// dependency (tokio aside). They are `serde_json`'s own: values mix freely
+/// with a crate that depends on `serde_json` itself.
+pub use serde_json::{Value, json};
+
 // The traits `#[haip_tool]`'s compile errors are about ("the trait `ToolArg`
 // is not implemented for `Plain`"), re-exported at the root only so that rustc
 // names them without the `__private` path. Not public API.
