@@ -202,10 +202,20 @@ impl Server {
         #[cfg(not(feature = "oauth"))]
         let resource_metadata = None;
         let log_url = format!("ws://{local_addr}/haip");
+        #[cfg(feature = "mcp")]
+        let mcp_url = self
+            .mcp
+            .endpoint
+            .then(|| format!("http://{local_addr}/mcp"));
+        #[cfg(not(feature = "mcp"))]
+        let mcp_url: Option<String> = None;
         if tracing::dispatcher::has_been_set() {
-            tracing::info!(url = %log_url, "haip listening");
+            tracing::info!(url = %log_url, mcp = mcp_url.as_deref(), "haip listening");
         } else {
-            eprintln!("haip listening on {log_url}");
+            match &mcp_url {
+                Some(mcp_url) => eprintln!("haip listening on {log_url} (MCP: {mcp_url})"),
+                None => eprintln!("haip listening on {log_url}"),
+            }
         }
         #[cfg(feature = "inspector")]
         if self.config.inspector {
