@@ -47,7 +47,7 @@
 //! The [`guide`] explains the rest, chapter by chapter: writing tools,
 //! schemas, tools that talk to people, the wire, MCP, authentication,
 //! several instances, limits, operating, testing, the CLI and the inspector,
-//! middleware.
+//! middleware, composing tools ([`ToolSet`], mounts, tags, [`ToolEdit`]).
 
 #[doc(hidden)]
 #[path = "private.rs"]

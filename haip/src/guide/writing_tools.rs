@@ -72,7 +72,12 @@
 //! [`#[haip::data]`](crate::data) derives serde's and schemars' traits for
 //! your own types through haip, so `haip` is the only dependency a tool crate
 //! adds (tokio aside, for `main`). serde and schemars attributes work on them
-//! as usual.
+//! as usual. The JSON a tool crate writes itself (an error's details with
+//! [`ToolError::with_details`](crate::ToolError::with_details), a parameter
+//! of any JSON, a hand-written tool's schema, params in tests) is written
+//! with [`haip::json!`](crate::json) and [`haip::Value`](crate::Value):
+//! `serde_json`'s own, re-exported, so no `serde_json` in `Cargo.toml`
+//! either.
 //!
 //! ## Parameters
 //!
@@ -209,8 +214,7 @@
 //! run time:
 //!
 //! ```
-//! use haip::{Context, Tool, ToolError};
-//! use serde_json::{Value, json};
+//! use haip::{Context, Tool, ToolError, Value, json};
 //!
 //! let greet = Tool::builder("greet")
 //!     .description("Say hello")
