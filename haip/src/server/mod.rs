@@ -210,11 +210,13 @@ impl Server {
         #[cfg(not(feature = "mcp"))]
         let mcp_url: Option<String> = None;
         if tracing::dispatcher::has_been_set() {
-            tracing::info!(url = %log_url, mcp = mcp_url.as_deref(), "haip listening");
+            let mcp = mcp_url.as_deref().map(tracing::field::display);
+            tracing::info!(url = %log_url, mcp, "haip listening");
         } else {
-            match &mcp_url {
-                Some(mcp_url) => eprintln!("haip listening on {log_url} (MCP: {mcp_url})"),
-                None => eprintln!("haip listening on {log_url}"),
+            // The MCP URL on a line of its own: scripts read the first.
+            eprintln!("haip listening on {log_url}");
+            if let Some(mcp_url) = &mcp_url {
+                eprintln!("haip MCP endpoint at {mcp_url}");
             }
         }
         #[cfg(feature = "inspector")]
