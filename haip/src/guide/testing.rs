@@ -130,8 +130,8 @@
 //!   asks for); [`TestCall::confirm`]`(true)` or `(false)` answers a
 //!   `ctx.confirm` in one line; [`TestCall::decline`] declines.
 //! - **Failures** are a [`TestError`] whose message says what went wrong
-//!   (for `INVALID_PARAMS`, every violation: `/a: "one" is not of type
-//!   "number"`) and whose [`code`](crate::testing::TestError::code) is the protocol's.
+//!   (for `INVALID_PARAMS`, every violation: `/a: "one" is a string;
+//!   expected a number`) and whose [`code`](crate::testing::TestError::code) is the protocol's.
 //! - **Schemas**: [`TestServer::schemas`] is every tool's advertised
 //!   schemas as stable, pretty JSON; [`TestServer::check_schemas_snapshot`]
 //!   compares it with a committed file and lists the lines that changed.

@@ -27,14 +27,14 @@ use crate::client::{ClientError, Outcome};
 ///     code: "INVALID_PARAMS".into(),
 ///     message: "Invalid params".into(),
 ///     details: Some(serde_json::json!([
-///         {"path": "/a", "message": "\"one\" is not of type \"number\""},
-///         {"path": "", "message": "\"b\" is a required property"},
+///         {"path": "/a", "message": "\"one\" is a string; expected a number"},
+///         {"path": "/b", "message": "\"b\" is a required property"},
 ///     ])),
 /// };
 /// assert_eq!(
 ///     err.to_string(),
 ///     "the call failed with INVALID_PARAMS: Invalid params \
-///      (/a: \"one\" is not of type \"number\"; (params): \"b\" is a required property)"
+///      (/a: \"one\" is a string; expected a number; /b: \"b\" is a required property)"
 /// );
 /// ```
 #[derive(Debug, thiserror::Error)]
