@@ -139,11 +139,16 @@ fn crate_path(krate: Option<&Path>) -> Path {
 /// The `crate = "..."` values serde's and schemars' derives need:
 /// `"<krate>::__private::serde"` and `"<krate>::__private::schemars"`.
 pub(crate) fn derive_crates(krate: &Path) -> (LitStr, LitStr) {
-    let root = quote::quote!(#krate).to_string().replace(' ', "");
+    let root = path_text(krate);
     (
         LitStr::new(&format!("{root}::__private::serde"), Span::call_site()),
         LitStr::new(&format!("{root}::__private::schemars"), Span::call_site()),
     )
+}
+
+/// A path as written in a string attribute: `::haip`, `my_haip`.
+pub(crate) fn path_text(path: &Path) -> String {
+    quote::quote!(#path).to_string().replace(' ', "")
 }
 
 /// Walks `key = value` arguments: a repeated key is an error (unless it is

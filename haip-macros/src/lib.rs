@@ -7,9 +7,10 @@
 // Phases, in order: `attr` (options; MCP's hints, icons and task support
 // among them are parsed in `hints`, tags in `tags`) → `model` (the function) → `check` (rules) → `expand` (or
 // `fallback` when there are errors). Each imports only earlier phases and the
-// shared `errors` and `doc`.
+// shared `errors` and `doc`. `#[haip::data]` is `data`, after `attr`.
 mod attr;
 mod check;
+mod data;
 mod doc;
 mod errors;
 mod expand;
@@ -366,6 +367,14 @@ pub fn haip_tool(args: TokenStream, item: TokenStream) -> TokenStream {
 /// serde and schemars attributes (`#[serde(rename_all = "...")]`,
 /// `#[schemars(range(min = 1))]`, ...) work as usual.
 ///
+/// The types inside its fields are data too: a type of your own in a field,
+/// in a `Vec<T>`, an `Option<T>` or a map, needs `#[haip::data]` as well. One
+/// that lacks it is one compile error, at the field's type ("`Address` is not
+/// a haip data type: add `#[haip::data]` to it"), rather than serde's and
+/// schemars' errors from inside their derives. (Fields with `#[serde(skip)]`,
+/// `#[serde(with = "...")]` or `#[schemars(with = "...")]` are left to those
+/// attributes.)
+///
 /// ```
 /// #[haip::data]
 /// #[serde(rename_all = "lowercase")]
@@ -381,22 +390,5 @@ pub fn haip_tool(args: TokenStream, item: TokenStream) -> TokenStream {
 /// (default `::haip`), as `#[haip_tool(crate = "...")]` does.
 #[proc_macro_attribute]
 pub fn data(args: TokenStream, item: TokenStream) -> TokenStream {
-    let mut errors = errors::Errors::default();
-    let options = attr::DataOptions::parse(args.into(), &mut errors);
-    let item: proc_macro2::TokenStream = item.into();
-    let krate = options.crate_path();
-    let (serde_path, schemars_path) = attr::derive_crates(&krate);
-    let errors = errors.to_compile_errors();
-    quote! {
-        #errors
-        #[derive(
-            #krate::__private::serde::Serialize,
-            #krate::__private::serde::Deserialize,
-            #krate::__private::schemars::JsonSchema
-        )]
-        #[serde(crate = #serde_path)]
-        #[schemars(crate = #schemars_path)]
-        #item
-    }
-    .into()
+    data::expand(args.into(), item.into()).into()
 }

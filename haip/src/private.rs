@@ -471,6 +471,47 @@ pub const fn params_beside_data(roles: &[ArgRole], i: usize) -> bool {
 }
 
 // ---------------------------------------------------------------------------
+// Fields of `#[haip::data]` types.
+//
+// `#[haip::data]` asks `<T as DataField>::CHECKED` of each type `T` inside its
+// fields in one hidden `const`, and names that `const` in one serde bound and
+// one schemars `with` type per field (`FieldsOk<{ CONST }>`). When a type is
+// not data, that `const` is the one error, at the type, and rustc reports
+// nothing from inside the derives or where the data type is used.
+
+/// A type inside a field of a `#[haip::data]` type. Only `JsonSchema` is
+/// asked: schemars bounds no impl of a non-generic type, so the answer never
+/// depends on another data type's check (types that contain each other
+/// compile), and a type without it has no serde derives either, almost always.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a haip data type: add `#[haip::data]` to it",
+    label = "the fields of a `#[haip::data]` type are data too",
+    note = "a type from another crate needs `Serialize`, `Deserialize` and `JsonSchema`; \
+            or give the field `#[serde(with = ...)]` and `#[schemars(with = ...)]`"
+)]
+pub trait DataField {
+    /// Evaluated by the generated `const`: `0`.
+    const CHECKED: u8 = 0;
+}
+
+#[diagnostic::do_not_recommend]
+impl<T: schemars::JsonSchema + ?Sized> DataField for T {}
+
+/// The fields of a `#[haip::data]` type, once their check (`OK`, the value of
+/// the generated `const`) is evaluated.
+pub struct FieldsOk<const OK: u8>;
+
+/// Holds for [`FieldsOk`] of a check that was evaluated (always `0`).
+pub trait FieldsChecked {
+    /// A field's type, `T` itself: the `with` type schemars is given.
+    type Field<T: ?Sized>: ?Sized;
+}
+
+impl FieldsChecked for FieldsOk<0> {
+    type Field<T: ?Sized> = T;
+}
+
+// ---------------------------------------------------------------------------
 // Results: `Result<T, E>` (under any name) or a plain value, decided by type.
 
 /// The return type `R` of a tool function, probed by autoref specialisation:
