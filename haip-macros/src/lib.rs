@@ -68,8 +68,8 @@ use quote::quote;
 ///   paragraphs by a blank line), or `description = "..."`.
 /// - **Input schema**: one property per data parameter (see below), described
 ///   by the parameter's doc comment. `Option<T>` parameters are optional;
-///   `#[haip(default = <expr>)]` makes a parameter optional with that default.
-///   Any `Deserialize + JsonSchema` type works, schemars validation attributes
+///   `#[haip(default = <expr>)]` makes a parameter optional with that default
+///   (see [Defaults](#defaults)). Any `Deserialize + JsonSchema` type works, schemars validation attributes
 ///   included. A single `haip::Params<T>` parameter makes `T` the whole input
 ///   object instead. The schema is closed (`additionalProperties: false`) and
 ///   self-contained (no `$ref`, but for recursive types). It is what params
@@ -108,11 +108,51 @@ use quote::quote;
 /// input schema drops the injected parameters once, in `try_tool()`); nothing
 /// is decided per call.
 ///
+/// # Defaults
+///
+/// `#[haip(default = <expr>)]` on a data parameter makes it optional: when
+/// params leave it out, the parameter is `<expr>`, evaluated for each such
+/// call, and the input schema shows the value as the property's `default`.
+/// `<expr>` is
+///
+/// - a value of the parameter's type: `#[haip(default = 20)] limit: u64`
+///   (a literal takes the parameter's type, as in `let limit: u64 = 20;`);
+/// - or of a type that converts into it (`Into`):
+///   `#[haip(default = "OPS")] team: String`, `#[haip(default = 1)] scale: f64`;
+/// - for an `Option<T>` parameter, also a `T` or a value that converts into
+///   `T`, which is `Some(...)`: `#[haip(default = 3)] page: Option<u32>` is
+///   `Some(3)`, `#[haip(default = "all")] filter: Option<String>` is
+///   `Some("all".to_owned())`.
+///
+/// `#[haip(default)]` is `Default::default()`. Anything else is a compile error
+/// at the expression ("`#[haip(default = ...)]` takes a `u32` here (or a value
+/// that converts into one), not a `&str`").
+///
+/// ```
+/// # use haip::haip_tool;
+/// /// List a team's open tickets.
+/// #[haip_tool]
+/// async fn tickets(
+///     #[haip(default = "OPS")] team: String,
+///     #[haip(default = 3)] page: Option<u32>,
+///     #[haip(default)] closed: bool,
+/// ) -> String {
+///     format!("{team} {page:?} {closed}")
+/// }
+///
+/// let schema = tickets::tool().input_schema().clone();
+/// assert_eq!(schema["properties"]["team"]["default"], "OPS");
+/// assert_eq!(schema["properties"]["page"]["default"], 3);
+/// assert!(schema.get("required").is_none_or(|r| r.as_array().unwrap().is_empty()));
+/// ```
+///
 /// # Options
 ///
 /// `#[haip_tool(name = "...", description = "...", timeout = "30s", crate = "::haip")]`:
-/// the timeout takes `ms`, `s` or `min` (also `h`); `crate` names the `haip`
-/// crate when it is renamed.
+/// the timeout is a string, a whole number and its unit, `ms`, `s` or `min`
+/// (also `h`); `crate` names the `haip` crate when it is renamed. An unknown
+/// option's error names the option it most likely stands for (MCP's
+/// `readOnlyHint` is `read_only`).
 ///
 /// What clients show people about the tool (HAIP.md §6.13, MCP's `title`,
 /// tool annotations and icons; every client sees them, over HAIP and MCP):
@@ -242,7 +282,8 @@ use quote::quote;
 /// - Found by the macro, from the syntax: generic functions, `self`
 ///   receivers, `const`/`unsafe`/`extern` functions, `impl Trait` parameters,
 ///   unknown or repeated options, an invalid name, timeout, icon, scope, tag
-///   or `task` value, `read_only` with `destructive`.
+///   or `task` value, `read_only` with `destructive`, `.await` in a plain `fn`
+///   ("make the tool `async`").
 /// - Found by the compiler, from the types, one error per mistake in haip's
 ///   words: a parameter type that is neither data (`Deserialize + JsonSchema`)
 ///   nor `Context`/`State<T>`/`Params<T>` ("`Plain` cannot be a tool
@@ -260,6 +301,8 @@ use quote::quote;
 ///   parameters, `#[haip(default = ...)]` or serde/schemars attributes on a
 ///   parameter that is not data. None of the rules waits until the tool is
 ///   built or called.
+/// - A default that does not convert into its parameter's type, at the
+///   default (see [Defaults](#defaults)).
 ///
 /// # Equivalent code
 ///

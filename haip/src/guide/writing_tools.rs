@@ -56,7 +56,11 @@
 //! - **Description**: the doc comment, or `description = "..."`.
 //! - **Input schema**: one property per data parameter, described by the
 //!   parameter's doc comment. `Option<T>` is optional;
-//!   `#[haip(default = 20)]` makes a parameter optional with that default;
+//!   `#[haip(default = 20)]` makes a parameter optional with that default, a
+//!   value of the parameter's type or of one that converts into it
+//!   (`#[haip(default = "OPS")] team: String`; for an `Option<T>`, a `T`:
+//!   `#[haip(default = 3)] limit: Option<u32>` is `Some(3)`), and
+//!   `#[haip(default)]` with `Default::default()`;
 //!   schemars attributes add validation (`#[schemars(range(min = 1))]`,
 //!   `#[schemars(length(max = 20))]`, `#[schemars(email)]`,
 //!   `#[schemars(regex(pattern = r"^\w+$"))]`). The schema is closed: unknown
