@@ -32,6 +32,7 @@ mod cluster_tasks;
 mod cors;
 mod discovery;
 mod errors;
+mod errors_messages;
 mod first_hour_confirm;
 mod first_hour_startup;
 mod first_hour_testing;
