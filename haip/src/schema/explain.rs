@@ -23,6 +23,14 @@ use super::{QUOTE_CHARS, Violation, escape_pointer, excerpt, quote};
 /// Most allowed values, forms or properties a message lists.
 pub(super) const LISTED: usize = 24;
 
+/// How many unexpected members of one object are told the properties there
+/// are (or the one they most likely meant); the others are named only.
+const EXPLAINED_MEMBERS: usize = 32;
+
+/// Objects with more properties than this are not searched for the one an
+/// unexpected member meant.
+const SEARCHED_PROPERTIES: usize = 256;
+
 /// How deep `oneOf`/`anyOf` branches are followed.
 const MAX_DEPTH: usize = 8;
 
@@ -71,10 +79,13 @@ impl<'s> Explain<'s> {
             Kind::AdditionalProperties { unexpected }
             | Kind::UnevaluatedProperties { unexpected } => {
                 let known = self.known_properties(keyword);
-                for name in unexpected {
+                for (i, name) in unexpected.iter().enumerate() {
+                    // Past the first few, the bare message: a value with
+                    // thousands of unknown members costs little.
+                    let known = known.as_deref().filter(|_| i < EXPLAINED_MEMBERS);
                     out(Violation {
                         path: format!("{base}/{}", escape_pointer(name)),
-                        message: unexpected_property(name, known.as_deref()),
+                        message: unexpected_property(name, known),
                     });
                 }
             }
@@ -324,10 +335,11 @@ impl<'s> Explain<'s> {
             return;
         };
         let taken = |name: &str| known.as_ref().is_some_and(|k| k.iter().any(|k| k == name));
-        for name in object.keys().filter(|name| !taken(name)) {
+        for (i, name) in object.keys().filter(|name| !taken(name)).enumerate() {
+            let known = known.as_deref().filter(|_| i < EXPLAINED_MEMBERS);
             out(Violation {
                 path: format!("{base}/{}", escape_pointer(name)),
-                message: unexpected_property(name, known.as_deref()),
+                message: unexpected_property(name, known),
             });
         }
     }
@@ -688,7 +700,8 @@ fn unexpected_property(name: &str, known: Option<&[String]>) -> String {
     if known.is_empty() {
         return format!("{head}; this object takes no properties");
     }
-    if let Some(meant) = closest(name, known) {
+    let searched = known.len() <= SEARCHED_PROPERTIES;
+    if let Some(meant) = searched.then(|| closest(name, known)).flatten() {
         return format!("{head}; did you mean {}?", quote(meant));
     }
     let mut listed: Vec<String> = known.iter().take(LISTED).map(|k| quote(k)).collect();
@@ -1119,6 +1132,36 @@ mod tests {
         assert_eq!(
             one(&patterned, json!({"y": 1})),
             at("/y", "unexpected property \"y\"")
+        );
+    }
+
+    #[test]
+    fn many_unexpected_members_cost_little() {
+        let properties: serde_json::Map<String, Value> = (0..300)
+            .map(|i| (format!("known_{i:03}"), json!({})))
+            .collect();
+        let schema =
+            json!({"type": "object", "properties": properties, "additionalProperties": false});
+        let params: serde_json::Map<String, Value> = (0..5000)
+            .map(|i| (format!("known_{i:04}"), json!(1)))
+            .collect();
+        let found = CompiledSchema::compile(&schema)
+            .unwrap()
+            .check(&Value::Object(params), 50);
+        assert_eq!(found.total, 5000);
+        let first = &found.listed[0].message;
+        assert!(
+            first.contains("; known properties: \"known_000\""),
+            "{first}"
+        );
+        assert!(
+            first.ends_with(&format!("and {} more", 300 - LISTED)),
+            "{first}"
+        );
+        // Past the first members of an object, each is only named.
+        assert_eq!(
+            found.listed[49].message,
+            "unexpected property \"known_0049\""
         );
     }
 
