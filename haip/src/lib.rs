@@ -97,7 +97,7 @@ pub use tool::{
 
 pub use haip_macros::{data, haip_tool};
 
-/// `serde_json`'s [`json!`](serde_json::json) macro and [`Value`](serde_json::Value),
+/// `serde_json`'s [`json!`](serde_json::json) macro and [`Value`],
 /// re-exported: a tool crate needs them for [`ToolError::with_details`],
 /// hand-written tools ([`Tool::builder`]), `Value` parameters and
 /// `haip::testing`'s params, and with them `haip` stays its only
