@@ -13,7 +13,7 @@
 //! | layer | what it does | refuses with |
 //! |---|---|---|
 //! | [`RateLimit::per_subject`] | a token bucket per authenticated subject (`governor`); anonymous calls share one | `RATE_LIMITED`, `details.retry_after_ms` |
-//! | [`ConcurrencyLimit::per_tool`] | at most N calls of each tool at once, the others wait (cancellable) | `RATE_LIMITED` beyond [`max_waiting`](ConcurrencyLimit::max_waiting) |
+//! | [`ConcurrencyLimit::per_tool`] | at most N calls of each tool at once, the others wait (cancellable) | `RATE_LIMITED` beyond [`max_waiting`](crate::layer::ConcurrencyLimit::max_waiting) |
 //! | [`Cache`] | results of tools marked `idempotent`, per subject, keyed by canonical params, bounded in bytes, least recently used dropped | — |
 //! | [`MaskErrors`] | `TOOL_EXECUTION_ERROR` and `INTERNAL_ERROR` text replaced by a reference id; the original logged (target `haip::masked`) under it | — |
 //!
