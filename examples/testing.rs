@@ -14,9 +14,9 @@ fn main() {
 #[cfg(test)]
 mod tests {
     use haip::LogLevel;
+    use haip::json;
     use haip::testing::{Caller, TestServer};
     use haip_examples::demo;
-    use serde_json::json;
 
     /// The demo tools, served by nothing: called in memory.
     fn server() -> TestServer {
@@ -83,19 +83,13 @@ mod tests {
         assert_eq!(question.message, "How many people, and when?");
         // A party too large does not fit the question: asked again.
         let err = call
-            .answer(
-                &question.request_id,
-                json!({"party_size": 40, "time": "19:00"}),
-            )
+            .answer(&question, json!({"party_size": 40, "time": "19:00"}))
             .await
             .unwrap_err();
         assert_eq!(err.code(), Some("INVALID_PARAMS"));
-        call.answer(
-            &question.request_id,
-            json!({"party_size": 4, "time": "19:00"}),
-        )
-        .await
-        .unwrap();
+        call.answer(&question, json!({"party_size": 4, "time": "19:00"}))
+            .await
+            .unwrap();
         let done = call.done().await.unwrap();
         done.assert_logged(LogLevel::Info, "checking availability at Luigi");
         assert_eq!(
@@ -109,7 +103,7 @@ mod tests {
             .await
             .unwrap();
         let question = call.question().await.unwrap();
-        call.decline(&question.request_id).await.unwrap();
+        call.decline(&question).await.unwrap();
         assert_eq!(call.result().await.unwrap()["booked"], false);
     }
 
@@ -133,17 +127,11 @@ mod tests {
     /// that changes what clients see fails here until the snapshot is accepted.
     #[tokio::test]
     async fn advertised_schemas_match_the_snapshot() {
-        let schemas = server().schemas().await.unwrap();
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testing.schemas.json");
-        if std::env::var_os("HAIP_UPDATE_SNAPSHOTS").is_some() {
-            std::fs::write(&path, &schemas).unwrap();
-        }
-        let expected = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            schemas == expected,
-            "the advertised schemas changed; if that is intended, accept them with\n  \
-             HAIP_UPDATE_SNAPSHOTS=1 cargo test -p haip-examples --example testing\n\
-             now:\n{schemas}"
-        );
+        // Fails listing the lines that changed; `HAIP_UPDATE_SNAPSHOTS=1`
+        // writes the file instead.
+        server()
+            .check_schemas_snapshot("testing.schemas.json")
+            .await
+            .unwrap();
     }
 }

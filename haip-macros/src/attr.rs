@@ -3,7 +3,7 @@
 
 use proc_macro2::{Span, TokenStream};
 use syn::meta::ParseNestedMeta;
-use syn::{Ident, LitStr, Path};
+use syn::{Expr, ExprCall, ExprLit, Ident, Lit, LitStr, Path};
 
 use crate::errors::Errors;
 use crate::hints::{
@@ -37,8 +37,29 @@ pub(crate) struct Options {
     pub(crate) krate: Option<Path>,
 }
 
-const KNOWN: &str = "`name`, `description`, `title`, `timeout`, `read_only`, `destructive`, \
-                     `idempotent`, `open_world`, `icon`, `task`, `scopes`, `tags`, `crate`";
+const KNOWN: &[&str] = &[
+    "name",
+    "description",
+    "title",
+    "timeout",
+    "read_only",
+    "destructive",
+    "idempotent",
+    "open_world",
+    "icon",
+    "task",
+    "scopes",
+    "tags",
+    "crate",
+];
+
+/// Other names people write for an option.
+const ALIASES: &[(&str, &str)] = &[
+    ("desc", "description"),
+    ("doc", "description"),
+    ("rename", "name"),
+    ("icons", "icon"),
+];
 
 /// Options that may be written more than once.
 const REPEATABLE: &[&str] = &["icon"];
@@ -48,33 +69,45 @@ impl Options {
     pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Options {
         let mut options = Options::default();
         let mut position = 0;
-        parse_keys(args, KNOWN, REPEATABLE, errors, |key, meta, errors| {
-            position += 1;
-            let hint = |errors: &mut Errors| parse_hint(meta, key, position, errors);
-            match key {
-                "name" => options.name = Some(meta.value()?.parse()?),
-                "description" => options.description = Some(meta.value()?.parse()?),
-                "title" => options.title = Some(meta.value()?.parse()?),
-                "read_only" => options.hints.read_only = hint(errors)?,
-                "destructive" => options.hints.destructive = hint(errors)?,
-                "idempotent" => options.hints.idempotent = hint(errors)?,
-                "open_world" => options.hints.open_world = hint(errors)?,
-                "icon" => options.icons.extend(parse_icon(meta, errors)?),
-                "task" => options.task = parse_task(meta, errors)?,
-                "scopes" => options.scopes = parse_scopes(meta, errors)?,
-                "tags" => options.tags = parse_tags(meta, errors)?,
-                "timeout" => {
-                    let lit: LitStr = meta.value()?.parse()?;
-                    match parse_duration(&lit.value()) {
-                        Ok(ms) => options.timeout = Some((ms, lit)),
-                        Err(message) => errors.push(syn::Error::new(lit.span(), message)),
-                    }
+        parse_keys(
+            args,
+            KNOWN,
+            ALIASES,
+            REPEATABLE,
+            errors,
+            |key, meta, errors| {
+                position += 1;
+                let hint = |errors: &mut Errors| parse_hint(meta, key, position, errors);
+                match key {
+                    "name" => options.name = parse_string(meta, key, errors)?,
+                    "description" => options.description = parse_string(meta, key, errors)?,
+                    "title" => options.title = parse_string(meta, key, errors)?,
+                    "read_only" => options.hints.read_only = hint(errors)?,
+                    "destructive" => options.hints.destructive = hint(errors)?,
+                    "idempotent" => options.hints.idempotent = hint(errors)?,
+                    "open_world" => options.hints.open_world = hint(errors)?,
+                    "icon" => options.icons.extend(parse_icon(meta, errors)?),
+                    "task" => options.task = parse_task(meta, errors)?,
+                    "scopes" => options.scopes = parse_scopes(meta, errors)?,
+                    "tags" => options.tags = parse_tags(meta, errors)?,
+                    "timeout" => match meta.value()?.parse::<Expr>()? {
+                        Expr::Lit(ExprLit {
+                            lit: Lit::Str(lit), ..
+                        }) => match parse_duration(&lit.value()) {
+                            Ok(ms) => options.timeout = Some((ms, lit)),
+                            Err(message) => errors.push(syn::Error::new(lit.span(), message)),
+                        },
+                        other => errors.push(syn::Error::new_spanned(
+                            &other,
+                            timeout_not_a_string(&other),
+                        )),
+                    },
+                    "crate" => options.krate = parse_crate(meta, errors)?,
+                    _ => return Ok(false),
                 }
-                "crate" => options.krate = parse_crate(meta, errors)?,
-                _ => return Ok(false),
-            }
-            Ok(true)
-        });
+                Ok(true)
+            },
+        );
         options
     }
 
@@ -116,7 +149,7 @@ impl DataOptions {
     /// Parses the attribute's arguments, recording every mistake in `errors`.
     pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> DataOptions {
         let mut options = DataOptions::default();
-        parse_keys(args, "`crate`", &[], errors, |key, meta, errors| {
+        parse_keys(args, &["crate"], &[], &[], errors, |key, meta, errors| {
             if key != "crate" {
                 return Ok(false);
             }
@@ -139,11 +172,16 @@ fn crate_path(krate: Option<&Path>) -> Path {
 /// The `crate = "..."` values serde's and schemars' derives need:
 /// `"<krate>::__private::serde"` and `"<krate>::__private::schemars"`.
 pub(crate) fn derive_crates(krate: &Path) -> (LitStr, LitStr) {
-    let root = quote::quote!(#krate).to_string().replace(' ', "");
+    let root = path_text(krate);
     (
         LitStr::new(&format!("{root}::__private::serde"), Span::call_site()),
         LitStr::new(&format!("{root}::__private::schemars"), Span::call_site()),
     )
+}
+
+/// A path as written in a string attribute: `::haip`, `my_haip`.
+pub(crate) fn path_text(path: &Path) -> String {
+    quote::quote!(#path).to_string().replace(' ', "")
 }
 
 /// Walks `key = value` arguments: a repeated key is an error (unless it is
@@ -151,7 +189,8 @@ pub(crate) fn derive_crates(krate: &Path) -> (LitStr, LitStr) {
 /// unknown key, reported with `known`).
 fn parse_keys(
     args: TokenStream,
-    known: &str,
+    known: &[&str],
+    aliases: &[(&str, &str)],
     repeatable: &[&str],
     errors: &mut Errors,
     mut handle: impl FnMut(&str, &ParseNestedMeta<'_>, &mut Errors) -> syn::Result<bool>,
@@ -183,7 +222,7 @@ fn parse_keys(
         if !handled {
             found.push(syn::Error::new_spanned(
                 &meta.path,
-                format!("unknown argument `{key}`; expected one of: {known}"),
+                crate::errors::unknown("argument", &key, known, aliases),
             ));
             skip_value(&meta)?;
         }
@@ -195,6 +234,70 @@ fn parse_keys(
     }
     if let Err(e) = result {
         errors.push(e);
+    }
+}
+
+/// `key = "..."`; any other value is recorded in `errors`, at the value
+/// (and the option left out), so the other options are still read.
+fn parse_string(
+    meta: &ParseNestedMeta<'_>,
+    key: &str,
+    errors: &mut Errors,
+) -> syn::Result<Option<LitStr>> {
+    match meta.value()?.parse::<Expr>()? {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Ok(Some(lit)),
+        other => {
+            errors.push(syn::Error::new_spanned(
+                other,
+                format!("`{key}` is a string literal: `{key} = \"...\"`"),
+            ));
+            Ok(None)
+        }
+    }
+}
+
+/// What to write instead of a `timeout` that is not a string: the same
+/// duration as one, when it can be read (`30` is taken as seconds).
+fn timeout_not_a_string(value: &Expr) -> String {
+    let int = |e: &Expr| match e {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(i), ..
+        }) => i.base10_parse::<u64>().ok(),
+        _ => None,
+    };
+    let same = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(_), ..
+        }) => int(value).map(|n| format!("{n}s")),
+        Expr::Lit(ExprLit {
+            lit: Lit::Float(f), ..
+        }) => f
+            .base10_parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e12)
+            .map(|s| format!("{}ms", (s * 1000.0).round() as u64)),
+        Expr::Call(ExprCall { func, args, .. }) if args.len() == 1 => {
+            let unit = match &**func {
+                Expr::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+                _ => None,
+            };
+            let n = args.first().and_then(int);
+            match (unit.as_deref(), n) {
+                (Some("from_secs"), Some(n)) => Some(format!("{n}s")),
+                (Some("from_millis"), Some(n)) => Some(format!("{n}ms")),
+                (Some("from_mins"), Some(n)) => Some(format!("{n}min")),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    match same {
+        Some(text) => format!(
+            "`timeout` is a string with its unit: write `timeout = \"{text}\"` (units: `ms`, `s`, `min`)"
+        ),
+        None => "`timeout` is a string: a whole number followed by `ms`, `s` or `min`, e.g. `timeout = \"30s\"`".to_owned(),
     }
 }
 
@@ -333,6 +436,51 @@ mod tests {
         assert_eq!(errors.messages().len(), 2, "{:?}", errors.messages());
         // The name is kept as written: its rule is `check`'s.
         assert_eq!(o.name.unwrap().value(), "bad name");
+    }
+
+    #[test]
+    fn values_of_the_wrong_kind_say_what_to_write() {
+        let mut errors = Errors::default();
+        let o = Options::parse(
+            quote!(
+                timeout = 30,
+                name = add,
+                title = "Add",
+                description = 3,
+                readOnlyHint
+            ),
+            &mut errors,
+        );
+        assert_eq!(
+            o.title.unwrap().value(),
+            "Add",
+            "the other options are read"
+        );
+        assert!(o.name.is_none() && o.description.is_none() && o.timeout.is_none());
+        assert_eq!(
+            errors.messages(),
+            [
+                "`timeout` is a string with its unit: write `timeout = \"30s\"` (units: `ms`, `s`, `min`)",
+                "`name` is a string literal: `name = \"...\"`",
+                "`description` is a string literal: `description = \"...\"`",
+                "unknown argument `readOnlyHint`: did you mean `read_only`? (haip's name for MCP's `readOnlyHint`)",
+            ]
+        );
+        let timeout = |value: proc_macro2::TokenStream| {
+            let mut errors = Errors::default();
+            Options::parse(quote!(timeout = #value), &mut errors);
+            errors.messages().remove(0)
+        };
+        assert!(timeout(quote!(1.5)).contains("`timeout = \"1500ms\"`"));
+        assert!(timeout(quote!(Duration::from_secs(90))).contains("`timeout = \"90s\"`"));
+        assert!(
+            timeout(quote!(std::time::Duration::from_millis(250)))
+                .contains("`timeout = \"250ms\"`")
+        );
+        assert_eq!(
+            timeout(quote!(LIMIT)),
+            "`timeout` is a string: a whole number followed by `ms`, `s` or `min`, e.g. `timeout = \"30s\"`"
+        );
     }
 
     #[test]

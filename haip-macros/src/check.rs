@@ -77,6 +77,13 @@ pub(crate) fn check(model: &ToolFn, options: &Options, errors: &mut Errors) {
             "#[haip_tool] cannot take `self`: use a free function, and `haip::State<T>` for shared state",
         ));
     }
+    if let Some(&span) = model.awaits.first() {
+        let name = model.name();
+        errors.push(syn::Error::new(
+            span,
+            format!("a plain `fn` cannot `.await`: make the tool `async` (`async fn {name}(...)`)"),
+        ));
+    }
     for param in &model.params {
         if let Type::ImplTrait(t) = &param.ty {
             errors.push(syn::Error::new_spanned(
@@ -446,6 +453,16 @@ mod tests {
         let mut errors = Errors::default();
         let model = ToolFn::parse(f, &mut errors);
         role_checks(&model, &parse_quote!(::haip)).to_string()
+    }
+
+    #[test]
+    fn a_plain_fn_that_awaits_is_told_to_be_async() {
+        let m = messages(parse_quote! { fn find(id: u64) -> u8 { look(id).await; more().await } });
+        assert_eq!(
+            m,
+            ["a plain `fn` cannot `.await`: make the tool `async` (`async fn find(...)`)"]
+        );
+        assert!(messages(parse_quote! { async fn find() { look().await } }).is_empty());
     }
 
     #[test]

@@ -57,8 +57,13 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
         let default = p.default.as_ref().map(|(expr, _)| {
             let f = format_ident!("__haip_default_{}", i);
             let path = LitStr::new(&f.to_string(), proc_macro2::Span::call_site());
+            // A value of the parameter's type, or one that converts into it
+            // (into `X` for an `Option<X>`): see `__private::DefaultProbe`.
             defaults.push(quote! {
-                fn #f() -> #field_ty { #as_arg::into_field(#expr) }
+                fn #f() -> #field_ty {
+                    let __kind = (&&&__haip::DefaultProbe::<#arg, _>::of(|| #expr)).haip_default();
+                    #as_arg::into_field(__kind.make(#expr))
+                }
             });
             quote!(#[serde(default = #path)])
         });
@@ -202,6 +207,8 @@ pub(crate) fn expand(model: &ToolFn, options: &Options) -> TokenStream {
                 use #krate::__private as __haip;
                 #[allow(unused_imports)]
                 use __haip::{ReturnsResult as _, ReturnsValue as _, ViaDisplay as _, ViaToolError as _};
+                #[allow(unused_imports)]
+                use __haip::{DefaultExact as _, DefaultInto as _, DefaultSome as _, DefaultSomeInto as _};
 
                 #(#arg_types)*
                 #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]

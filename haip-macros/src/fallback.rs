@@ -13,7 +13,7 @@ use crate::errors::Errors;
 use crate::model::ToolFn;
 
 pub(crate) fn fallback(model: &ToolFn, options: &Options, errors: &Errors) -> TokenStream {
-    let func = &model.func;
+    let func = &model.emitted();
     let vis = &func.vis;
     let name = model.name();
     let krate = options.crate_path();

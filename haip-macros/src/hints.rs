@@ -48,7 +48,10 @@ pub(crate) enum Theme {
     Dark,
 }
 
-const ICON_KNOWN: &str = "`src`, `mime_type`, `sizes`, `theme`";
+const ICON_KNOWN: &[&str] = &["src", "mime_type", "sizes", "theme"];
+
+/// Other names people write for an icon's options.
+const ICON_ALIASES: &[(&str, &str)] = &[("url", "src"), ("href", "src"), ("mime", "mime_type")];
 
 /// `task` / `task = "..."`: whether a tool's MCP calls may run as tasks (the
 /// runtime's `TaskSupport`, of the same name and variants).
@@ -266,7 +269,7 @@ pub(crate) fn parse_icon(
                 valid = false;
                 errors.push(syn::Error::new_spanned(
                     &inner.path,
-                    format!("unknown icon option `{key}`; expected one of: {ICON_KNOWN}"),
+                    crate::errors::unknown("icon option", &key, ICON_KNOWN, ICON_ALIASES),
                 ));
                 skip_value(&inner)?;
             }
@@ -457,9 +460,7 @@ mod tests {
         assert_eq!(messages.len(), expected.len() + 1, "{messages:#?}");
         assert_eq!(
             messages[expected.len()],
-            "unknown argument `nmae`; expected one of: `name`, `description`, `title`, `timeout`, \
-             `read_only`, `destructive`, `idempotent`, `open_world`, `icon`, `task`, `scopes`, `tags`, \
-             `crate`"
+            "unknown argument `nmae`: did you mean `name`?"
         );
         assert!(valid_size("16X16") && !valid_size("x16") && !valid_size("16x") && !valid_size(""));
     }

@@ -7,9 +7,10 @@
 // Phases, in order: `attr` (options; MCP's hints, icons and task support
 // among them are parsed in `hints`, tags in `tags`) → `model` (the function) → `check` (rules) → `expand` (or
 // `fallback` when there are errors). Each imports only earlier phases and the
-// shared `errors` and `doc`.
+// shared `errors` and `doc`. `#[haip::data]` is `data`, after `attr`.
 mod attr;
 mod check;
+mod data;
 mod doc;
 mod errors;
 mod expand;
@@ -67,8 +68,8 @@ use quote::quote;
 ///   paragraphs by a blank line), or `description = "..."`.
 /// - **Input schema**: one property per data parameter (see below), described
 ///   by the parameter's doc comment. `Option<T>` parameters are optional;
-///   `#[haip(default = <expr>)]` makes a parameter optional with that default.
-///   Any `Deserialize + JsonSchema` type works, schemars validation attributes
+///   `#[haip(default = <expr>)]` makes a parameter optional with that default
+///   (see [Defaults](#defaults)). Any `Deserialize + JsonSchema` type works, schemars validation attributes
 ///   included. A single `haip::Params<T>` parameter makes `T` the whole input
 ///   object instead. The schema is closed (`additionalProperties: false`) and
 ///   self-contained (no `$ref`, but for recursive types). It is what params
@@ -107,11 +108,51 @@ use quote::quote;
 /// input schema drops the injected parameters once, in `try_tool()`); nothing
 /// is decided per call.
 ///
+/// # Defaults
+///
+/// `#[haip(default = <expr>)]` on a data parameter makes it optional: when
+/// params leave it out, the parameter is `<expr>`, evaluated for each such
+/// call, and the input schema shows the value as the property's `default`.
+/// `<expr>` is
+///
+/// - a value of the parameter's type: `#[haip(default = 20)] limit: u64`
+///   (a literal takes the parameter's type, as in `let limit: u64 = 20;`);
+/// - or of a type that converts into it (`Into`):
+///   `#[haip(default = "OPS")] team: String`, `#[haip(default = 1)] scale: f64`;
+/// - for an `Option<T>` parameter, also a `T` or a value that converts into
+///   `T`, which is `Some(...)`: `#[haip(default = 3)] page: Option<u32>` is
+///   `Some(3)`, `#[haip(default = "all")] filter: Option<String>` is
+///   `Some("all".to_owned())`.
+///
+/// `#[haip(default)]` is `Default::default()`. Anything else is a compile error
+/// at the expression ("`#[haip(default = ...)]` takes a `u32` here (or a value
+/// that converts into one), not a `&str`").
+///
+/// ```
+/// # use haip::haip_tool;
+/// /// List a team's open tickets.
+/// #[haip_tool]
+/// async fn tickets(
+///     #[haip(default = "OPS")] team: String,
+///     #[haip(default = 3)] page: Option<u32>,
+///     #[haip(default)] closed: bool,
+/// ) -> String {
+///     format!("{team} {page:?} {closed}")
+/// }
+///
+/// let schema = tickets::tool().input_schema().clone();
+/// assert_eq!(schema["properties"]["team"]["default"], "OPS");
+/// assert_eq!(schema["properties"]["page"]["default"], 3);
+/// assert!(schema.get("required").is_none_or(|r| r.as_array().unwrap().is_empty()));
+/// ```
+///
 /// # Options
 ///
 /// `#[haip_tool(name = "...", description = "...", timeout = "30s", crate = "::haip")]`:
-/// the timeout takes `ms`, `s` or `min` (also `h`); `crate` names the `haip`
-/// crate when it is renamed.
+/// the timeout is a string, a whole number and its unit, `ms`, `s` or `min`
+/// (also `h`); `crate` names the `haip` crate when it is renamed. An unknown
+/// option's error names the option it most likely stands for (MCP's
+/// `readOnlyHint` is `read_only`).
 ///
 /// What clients show people about the tool (HAIP.md §6.13, MCP's `title`,
 /// tool annotations and icons; every client sees them, over HAIP and MCP):
@@ -241,7 +282,8 @@ use quote::quote;
 /// - Found by the macro, from the syntax: generic functions, `self`
 ///   receivers, `const`/`unsafe`/`extern` functions, `impl Trait` parameters,
 ///   unknown or repeated options, an invalid name, timeout, icon, scope, tag
-///   or `task` value, `read_only` with `destructive`.
+///   or `task` value, `read_only` with `destructive`, `.await` in a plain `fn`
+///   ("make the tool `async`").
 /// - Found by the compiler, from the types, one error per mistake in haip's
 ///   words: a parameter type that is neither data (`Deserialize + JsonSchema`)
 ///   nor `Context`/`State<T>`/`Params<T>` ("`Plain` cannot be a tool
@@ -259,6 +301,8 @@ use quote::quote;
 ///   parameters, `#[haip(default = ...)]` or serde/schemars attributes on a
 ///   parameter that is not data. None of the rules waits until the tool is
 ///   built or called.
+/// - A default that does not convert into its parameter's type, at the
+///   default (see [Defaults](#defaults)).
 ///
 /// # Equivalent code
 ///
@@ -366,6 +410,14 @@ pub fn haip_tool(args: TokenStream, item: TokenStream) -> TokenStream {
 /// serde and schemars attributes (`#[serde(rename_all = "...")]`,
 /// `#[schemars(range(min = 1))]`, ...) work as usual.
 ///
+/// The types inside its fields are data too: a type of your own in a field,
+/// in a `Vec<T>`, an `Option<T>` or a map, needs `#[haip::data]` as well. One
+/// that lacks it is one compile error, at the field's type ("`Address` is not
+/// a haip data type: add `#[haip::data]` to it"), rather than serde's and
+/// schemars' errors from inside their derives. (Fields with `#[serde(skip)]`,
+/// `#[serde(with = "...")]` or `#[schemars(with = "...")]` are left to those
+/// attributes.)
+///
 /// ```
 /// #[haip::data]
 /// #[serde(rename_all = "lowercase")]
@@ -381,22 +433,5 @@ pub fn haip_tool(args: TokenStream, item: TokenStream) -> TokenStream {
 /// (default `::haip`), as `#[haip_tool(crate = "...")]` does.
 #[proc_macro_attribute]
 pub fn data(args: TokenStream, item: TokenStream) -> TokenStream {
-    let mut errors = errors::Errors::default();
-    let options = attr::DataOptions::parse(args.into(), &mut errors);
-    let item: proc_macro2::TokenStream = item.into();
-    let krate = options.crate_path();
-    let (serde_path, schemars_path) = attr::derive_crates(&krate);
-    let errors = errors.to_compile_errors();
-    quote! {
-        #errors
-        #[derive(
-            #krate::__private::serde::Serialize,
-            #krate::__private::serde::Deserialize,
-            #krate::__private::schemars::JsonSchema
-        )]
-        #[serde(crate = #serde_path)]
-        #[schemars(crate = #schemars_path)]
-        #item
-    }
-    .into()
+    data::expand(args.into(), item.into()).into()
 }

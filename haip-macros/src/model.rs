@@ -10,6 +10,7 @@
 
 use proc_macro2::Span;
 use syn::spanned::Spanned;
+use syn::visit_mut::VisitMut;
 use syn::{Expr, FnArg, Ident, ItemFn, Pat, ReturnType, Type};
 
 use crate::doc::{self, DocPiece};
@@ -24,6 +25,9 @@ pub(crate) struct ToolFn {
     /// The typed parameters, in order.
     pub(crate) params: Vec<Param>,
     pub(crate) output: Output,
+    /// Each `.await` of a plain `fn`'s body (not in an `async` block or
+    /// closure of its own): the `await` keyword. Rejected by the checks.
+    pub(crate) awaits: Vec<Span>,
 }
 
 pub(crate) struct Param {
@@ -94,13 +98,39 @@ impl ToolFn {
             ReturnType::Type(_, ty) if !is_unit(ty) => Output::Returns((**ty).clone()),
             _ => Output::Unit,
         };
+        let awaits = if func.sig.asyncness.is_none() {
+            let mut finder = Awaits::default();
+            finder.visit_block_mut(&mut (*func.block).clone());
+            finder.found
+        } else {
+            Vec::new()
+        };
         ToolFn {
             func,
             docs,
             receiver,
             params,
             output,
+            awaits,
         }
+    }
+
+    /// The function as emitted when it has errors: a plain `fn` whose body
+    /// `.await`s has each one replaced by `unreachable!()` (its operand still
+    /// evaluated and typed), so the only error about it is the macro's.
+    pub(crate) fn emitted(&self) -> ItemFn {
+        let mut func = self.func.clone();
+        if !self.awaits.is_empty() {
+            let mut replace = Awaits {
+                replace: true,
+                ..Awaits::default()
+            };
+            replace.visit_block_mut(&mut func.block);
+            func.attrs.push(
+                syn::parse_quote!(#[allow(unreachable_code, unused_variables, unused_assignments)]),
+            );
+        }
+        func
     }
 
     pub(crate) fn name(&self) -> &Ident {
@@ -128,6 +158,38 @@ impl Param {
     }
 }
 
+/// Finds (and, with `replace`, neutralises) the `.await`s that belong to the
+/// function itself: not those of `async` blocks and closures inside it, nor
+/// of items defined in it.
+#[derive(Default)]
+struct Awaits {
+    found: Vec<Span>,
+    replace: bool,
+}
+
+impl VisitMut for Awaits {
+    fn visit_expr_mut(&mut self, expr: &mut Expr) {
+        match expr {
+            Expr::Async(_) => {}
+            Expr::Closure(c) if c.asyncness.is_some() => {}
+            Expr::Await(a) => {
+                self.found.push(a.await_token.span());
+                self.visit_expr_mut(&mut a.base);
+                if self.replace {
+                    let base = &a.base;
+                    let span = a.await_token.span();
+                    *expr = syn::parse_quote_spanned! {span=>
+                        { let _ = #base; ::core::unreachable!() }
+                    };
+                }
+            }
+            _ => syn::visit_mut::visit_expr_mut(self, expr),
+        }
+    }
+
+    fn visit_item_mut(&mut self, _: &mut syn::Item) {}
+}
+
 /// `()`, the only return type known without the type system: written out, it
 /// cannot be anything else.
 fn is_unit(ty: &Type) -> bool {
@@ -138,7 +200,8 @@ fn is_unit(ty: &Type) -> bool {
     }
 }
 
-/// `#[haip(default = <expr>)]`; every other key is an error.
+/// `#[haip(default = <expr>)]`, or `#[haip(default)]` for
+/// `Default::default()`; every other key is an error.
 fn parse_param_attrs(
     attrs: &[syn::Attribute],
     errors: &mut Errors,
@@ -147,7 +210,12 @@ fn parse_param_attrs(
     for attr in attrs.iter().filter(|a| a.path().is_ident("haip")) {
         let result = attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("default") {
-                let expr: Expr = meta.value()?.parse()?;
+                let expr: Expr = if meta.input.peek(syn::Token![=]) {
+                    meta.value()?.parse()?
+                } else {
+                    let span = meta.path.span();
+                    syn::parse_quote_spanned!(span=> ::core::default::Default::default())
+                };
                 if default.is_some() {
                     errors.push(syn::Error::new_spanned(
                         &meta.path,
@@ -158,7 +226,14 @@ fn parse_param_attrs(
                 }
                 Ok(())
             } else {
-                Err(meta.error("unknown parameter option; expected `default = <expression>`"))
+                let key = quote::ToTokens::to_token_stream(&meta.path)
+                    .to_string()
+                    .replace(' ', "");
+                errors.push(syn::Error::new_spanned(
+                    &meta.path,
+                    unknown_param_option(&key),
+                ));
+                crate::attr::skip_value(&meta)
             }
         });
         if let Err(e) = result {
@@ -166,6 +241,26 @@ fn parse_param_attrs(
         }
     }
     default
+}
+
+/// What to write instead of `#[haip(key ...)]` on a parameter.
+fn unknown_param_option(key: &str) -> String {
+    let instead = match key {
+        "description" | "desc" | "doc" => {
+            "describe a parameter with a doc comment (`/// ...`) above it".to_owned()
+        }
+        "rename" | "name" => {
+            "give its property another name with `#[serde(rename = \"...\")]`".to_owned()
+        }
+        "optional" | "required" => {
+            "an `Option<T>` parameter, or one with `#[haip(default = ...)]`, is optional".to_owned()
+        }
+        _ if crate::errors::did_you_mean(key, &["default"], &[]).is_some() => {
+            "did you mean `default`?".to_owned()
+        }
+        _ => "a parameter takes `#[haip(default = <expression>)]` or `#[haip(default)]`".to_owned(),
+    };
+    format!("unknown parameter option `{key}`: {instead}")
 }
 
 #[cfg(test)]
@@ -267,10 +362,57 @@ mod tests {
     }
 
     #[test]
+    fn awaits_of_a_plain_fn_are_found_and_neutralised() {
+        let (m, _) = parse(parse_quote! {
+            fn t() -> u8 {
+                let a = f().await;
+                let b = async { g().await };
+                let c = async || h().await;
+                fn inner() { let _ = i(); }
+                a + j(k().await)
+            }
+        });
+        assert_eq!(m.awaits.len(), 2);
+        let emitted = tokens(&m.emitted());
+        assert!(!emitted.contains("f () . await"), "{emitted}");
+        assert!(
+            emitted.contains("{ let _ = f () ; :: core :: unreachable ! () }"),
+            "{emitted}"
+        );
+        assert!(
+            emitted.contains("g () . await"),
+            "async blocks keep theirs: {emitted}"
+        );
+        assert!(emitted.contains("h () . await"), "{emitted}");
+        assert!(
+            emitted.contains("# [allow (unreachable_code , unused_variables"),
+            "{emitted}"
+        );
+        let (m, _) = parse(parse_quote! { async fn t() { f().await } });
+        assert!(m.awaits.is_empty());
+        assert_eq!(tokens(&m.emitted()), tokens(&m.func));
+    }
+
+    #[test]
     fn unknown_param_options_are_errors() {
         let (_, errors) = parse(parse_quote! { fn t(#[haip(defualt = 1)] a: u8) {} });
-        assert_eq!(errors.len(), 1);
-        assert!(errors[0].contains("expected `default"), "{errors:?}");
+        assert_eq!(
+            errors,
+            ["unknown parameter option `defualt`: did you mean `default`?"]
+        );
+        let (m, errors) = parse(parse_quote! {
+            fn t(#[haip(description = "x", rename = "b")] a: u8, #[haip(default)] b: u8) {}
+        });
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].contains("doc comment (`/// ...`)"), "{errors:?}");
+        assert!(
+            errors[1].contains("`#[serde(rename = \"...\")]`"),
+            "{errors:?}"
+        );
+        assert_eq!(
+            tokens(&m.params[1].default.as_ref().unwrap().0),
+            ":: core :: default :: Default :: default ()"
+        );
         let (_, errors) = parse(parse_quote! { fn t(#[haip(default = 1, default = 2)] a: u8) {} });
         assert_eq!(errors, ["`default` set more than once"]);
     }

@@ -47,7 +47,7 @@
 //! The [`guide`] explains the rest, chapter by chapter: writing tools,
 //! schemas, tools that talk to people, the wire, MCP, authentication,
 //! several instances, limits, operating, testing, the CLI and the inspector,
-//! middleware.
+//! middleware, composing tools ([`ToolSet`], mounts, tags, [`ToolEdit`]).
 
 #[doc(hidden)]
 #[path = "private.rs"]
@@ -96,6 +96,14 @@ pub use tool::{
 };
 
 pub use haip_macros::{data, haip_tool};
+
+/// `serde_json`'s [`json!`](serde_json::json) macro and [`Value`],
+/// re-exported: a tool crate needs them for [`ToolError::with_details`],
+/// hand-written tools ([`Tool::builder`]), `Value` parameters and
+/// `haip::testing`'s params, and with them `haip` stays its only
+/// dependency (tokio aside). They are `serde_json`'s own: values mix freely
+/// with a crate that depends on `serde_json` itself.
+pub use serde_json::{Value, json};
 
 // The traits `#[haip_tool]`'s compile errors are about ("the trait `ToolArg`
 // is not implemented for `Plain`"), re-exported at the root only so that rustc

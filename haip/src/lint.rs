@@ -5,8 +5,10 @@
 //! serve it, or that serves it with less than it says (a JSON pointer into
 //! its schema, the reason, the fix); a name that OpenAI and Anthropic refuse
 //! (they take `^[a-zA-Z0-9_-]{1,64}$`, MCP allows more); a description over
-//! 1024 characters. The `haip lint <url>` command runs the same checks on a
-//! running server.
+//! 1024 characters. Those are errors. And, as warnings ([`Severity`]), a
+//! tool or a parameter without a description: it is served, but a model
+//! choosing tools and filling in params has only its name to go on. The
+//! `haip lint <url>` command runs the same checks on a running server.
 //!
 //! One line in a test of your crate checks every `#[haip_tool]` in it:
 //!
@@ -34,7 +36,29 @@ use crate::tool::Tool;
 /// The longest description OpenAI takes.
 pub const MAX_DESCRIPTION_CHARS: usize = 1024;
 
-/// One thing a provider would refuse, or a model could not express.
+/// How much a [`Finding`] matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Severity {
+    /// A provider would refuse the tool, or a profile cannot say what its
+    /// schema means: [`assert_clean`] panics, `haip lint` exits 1.
+    Error,
+    /// The tool works, but models use it worse: a tool or a parameter
+    /// without a description. Listed; it fails neither.
+    Warning,
+}
+
+impl Severity {
+    /// `error` or `warning`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+    }
+}
+
+/// One thing a provider would refuse, a model could not express, or (a
+/// [warning](Severity::Warning)) a model is not told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     /// The tool.
@@ -52,6 +76,8 @@ pub struct Finding {
     /// The profile cannot serve the tool at all (it is left out of listings
     /// in that profile).
     pub refused: bool,
+    /// An error, or only a warning.
+    pub severity: Severity,
 }
 
 impl fmt::Display for Finding {
@@ -63,9 +89,13 @@ impl fmt::Display for Finding {
             format!(" at {}", self.pointer)
         };
         let refused = if self.refused { " (not served)" } else { "" };
+        let warning = match self.severity {
+            Severity::Warning => "warning: ",
+            Severity::Error => "",
+        };
         write!(
             f,
-            "{} [{profile}]{pointer}: {}{refused}; fix: {}",
+            "{} [{profile}]{pointer}: {warning}{}{refused}; fix: {}",
             self.tool, self.reason, self.fix
         )
     }
@@ -93,6 +123,7 @@ pub fn check_schemas(
             fix: "rename the tool: letters, digits, `_` and `-` only (`_` for `.`), at most 64"
                 .into(),
             refused: false,
+            severity: Severity::Error,
         });
     }
     let chars = description.chars().count();
@@ -106,8 +137,23 @@ pub fn check_schemas(
             ),
             fix: "shorten the doc comment; put details in the parameters' own docs".into(),
             refused: false,
+            severity: Severity::Error,
         });
     }
+    if description.trim().is_empty() {
+        findings.push(Finding {
+            tool: name.to_owned(),
+            profile: None,
+            pointer: String::new(),
+            reason: "the tool has no description: a model chooses tools by theirs".into(),
+            fix: "give the function a doc comment (`/// What it does.`), or the tool a \
+                  `.description(..)`"
+                .into(),
+            refused: false,
+            severity: Severity::Warning,
+        });
+    }
+    findings.extend(undescribed_params(name, input));
     let profiles = Profiles::of(input, output);
     for profile in SchemaProfile::ALL {
         for problem in profiles.problems(profile) {
@@ -118,10 +164,64 @@ pub fn check_schemas(
                 reason: problem.reason.clone(),
                 fix: problem.fix.clone(),
                 refused: problem.refused,
+                severity: Severity::Error,
             });
         }
     }
     findings
+}
+
+/// A warning for each parameter (a property of the input schema's root)
+/// whose schema has no description, its own or that of the definition it
+/// refers to.
+fn undescribed_params(tool: &str, input: &Value) -> Vec<Finding> {
+    let Some(properties) = input.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    properties
+        .iter()
+        .filter(|(_, schema)| !described(input, schema))
+        .map(|(param, _)| Finding {
+            tool: tool.to_owned(),
+            profile: None,
+            pointer: format!(
+                "/properties/{}",
+                param.replace('~', "~0").replace('/', "~1")
+            ),
+            reason: format!(
+                "parameter `{param}` has no description: a model fills it in from its name alone"
+            ),
+            fix: "give the parameter a doc comment (`/// What it is.` above it in the \
+                  function's signature), or a `description` in the tool's input schema"
+                .into(),
+            refused: false,
+            severity: Severity::Warning,
+        })
+        .collect()
+}
+
+/// Whether a schema has a description, or refers (`$ref`, alone or in an
+/// `allOf`) to a definition of `root` that has one.
+fn described(root: &Value, schema: &Value) -> bool {
+    let has = |s: &Value| {
+        s.get("description")
+            .and_then(Value::as_str)
+            .is_some_and(|d| !d.trim().is_empty())
+    };
+    if has(schema) {
+        return true;
+    }
+    let refs = std::iter::once(schema).chain(
+        schema
+            .get("allOf")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten(),
+    );
+    refs.filter_map(|s| s.get("$ref").and_then(Value::as_str))
+        .filter_map(|r| r.strip_prefix('#'))
+        .filter_map(|pointer| root.pointer(pointer))
+        .any(has)
 }
 
 /// What the providers would refuse in `tool`.
@@ -148,7 +248,9 @@ pub fn annotated_tools() -> Result<Vec<Tool>, Error> {
         .collect())
 }
 
-/// Panics, listing every finding, unless `tools` are clean. For a test:
+/// Panics, listing every error, unless `tools` have none; warnings (a
+/// tool or parameter without a description) are left to [`check`] and
+/// `haip lint`. For a test:
 ///
 /// ```
 /// let tool = haip::Tool::builder("shout")
@@ -164,7 +266,10 @@ pub fn annotated_tools() -> Result<Vec<Tool>, Error> {
 /// ```
 #[track_caller]
 pub fn assert_clean<'a>(tools: impl IntoIterator<Item = &'a Tool>) {
-    let findings = check(tools);
+    let findings: Vec<Finding> = check(tools)
+        .into_iter()
+        .filter(|f| f.severity == Severity::Error)
+        .collect();
     if !findings.is_empty() {
         let list: Vec<String> = findings.iter().map(|f| format!("  - {f}")).collect();
         panic!(
@@ -192,15 +297,15 @@ mod tests {
 
     #[test]
     fn names_descriptions_and_profiles_are_checked() {
-        let clean =
-            json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]});
-        assert!(check_schemas("add_numbers", "Add.", &clean, None).is_empty());
-        let found = check_schemas("files.read", &"d".repeat(1025), &clean, None);
+        let described = json!({"type": "object", "properties": {"a": {"type": "string", "description": "A."}}, "required": ["a"]});
+        assert!(check_schemas("add_numbers", "Add.", &described, None).is_empty());
+        let found = check_schemas("files.read", &"d".repeat(1025), &described, None);
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(found[0].reason.contains("tool names"));
         assert!(found[1].reason.contains("1025 characters"));
-        let anything = json!({"type": "object", "properties": {"x": {}}});
-        let found = check_schemas("t", "", &anything, None);
+        assert!(found.iter().all(|f| f.severity == Severity::Error));
+        let anything = json!({"type": "object", "properties": {"x": {"description": "X."}}});
+        let found = check_schemas("t", "T.", &anything, None);
         let profiles: Vec<_> = found.iter().map(|f| f.profile).collect();
         assert!(
             profiles.contains(&Some(SchemaProfile::Portable)),
@@ -218,5 +323,54 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("fix: "), "{shown}");
+    }
+
+    #[test]
+    fn a_tool_or_param_without_a_description_is_a_warning() {
+        let input = json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Where."},
+                "mode": {"$ref": "#/$defs/Mode"},
+                "size": {"allOf": [{"$ref": "#/$defs/Size"}]},
+                "a/b": {"type": "integer"},
+                "count": {"type": "integer", "description": "  "}
+            },
+            "$defs": {
+                "Mode": {"description": "How.", "enum": ["r", "w"]},
+                "Size": {"enum": ["s", "l"]}
+            }
+        });
+        let found = check_schemas("files", "", &input, None);
+        let warnings: Vec<(&str, &str)> = found
+            .iter()
+            .filter(|f| f.severity == Severity::Warning)
+            .map(|f| (f.pointer.as_str(), f.reason.as_str()))
+            .collect();
+        assert_eq!(warnings.len(), 4, "{found:#?}");
+        assert!(warnings[0].1.starts_with("the tool has no description"));
+        let pointers: Vec<&str> = warnings[1..].iter().map(|w| w.0).collect();
+        assert_eq!(
+            pointers,
+            ["/properties/a~1b", "/properties/count", "/properties/size"]
+        );
+        assert!(warnings[1].1.contains("parameter `a/b` has no description"));
+        let shown = found
+            .iter()
+            .find(|f| f.pointer == "/properties/count")
+            .unwrap()
+            .to_string();
+        assert!(
+            shown.starts_with("files [every profile] at /properties/count: warning: parameter"),
+            "{shown}"
+        );
+        // Warnings fail no test.
+        let tool = Tool::builder("files")
+            .input_schema(json!({"type": "object", "properties": {"p": {"type": "string"}}}))
+            .handler(|_, _| async { Ok(Value::Null) })
+            .build()
+            .unwrap();
+        assert_eq!(check_tool(&tool).len(), 2);
+        assert_clean([&tool]);
     }
 }

@@ -234,6 +234,153 @@ impl<T: DeserializeOwned + schemars::JsonSchema> ToolArg for Params<T> {
     }
 }
 
+// ---------------------------------------------------------------------------
+// `#[haip(default = <expr>)]`: a value of the parameter's type `T`, or one
+// that converts into it; for an `Option<X>` parameter, an `X` or one that
+// converts into `X`, wrapped in `Some`.
+//
+// Chosen by autoref specialisation on `DefaultProbe<T, V>` (`V` the type of
+// the expression), most specific first: `V` is `T` (a literal takes the
+// parameter's type, as in `let x: T = 20;`), `T` is `Option<V>`, `T` is
+// `Option<X>` and `V: Into<X>`, `V: Into<T>`. The generated code is
+//
+//     let kind = (&&&DefaultProbe::<T, _>::of(|| expr)).haip_default();
+//     kind.make(expr)
+//
+// (the closure only types the expression), so a value that converts into
+// nothing is one error at the user's expression, in haip's words
+// ([`DefaultValue`]).
+
+/// The type `T` of a parameter and `V` of its default, for the probe above.
+pub struct DefaultProbe<T, V>(PhantomData<fn(V) -> T>);
+
+impl<T, V> DefaultProbe<T, V> {
+    /// The probe for the expression the closure returns (never called).
+    pub fn of(_: impl FnOnce() -> V) -> DefaultProbe<T, V> {
+        DefaultProbe(PhantomData)
+    }
+}
+
+impl<T, V> Clone for DefaultProbe<T, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T, V> Copy for DefaultProbe<T, V> {}
+
+/// Chosen when the default is of the parameter's type.
+pub trait DefaultExact {
+    /// [`DefaultIsValue`].
+    fn haip_default(self) -> DefaultIsValue;
+}
+
+impl<T> DefaultExact for &&&DefaultProbe<T, T> {
+    fn haip_default(self) -> DefaultIsValue {
+        DefaultIsValue
+    }
+}
+
+/// Chosen when the parameter is `Option<X>` and the default an `X`.
+pub trait DefaultSome {
+    /// [`DefaultInSome`].
+    fn haip_default(self) -> DefaultInSome;
+}
+
+impl<X> DefaultSome for &&DefaultProbe<Option<X>, X> {
+    fn haip_default(self) -> DefaultInSome {
+        DefaultInSome
+    }
+}
+
+/// Chosen when the parameter is `Option<X>` and the default something else.
+pub trait DefaultSomeInto {
+    /// [`DefaultIntoSome`].
+    fn haip_default(self) -> DefaultIntoSome;
+}
+
+impl<X, V> DefaultSomeInto for &DefaultProbe<Option<X>, V> {
+    fn haip_default(self) -> DefaultIntoSome {
+        DefaultIntoSome
+    }
+}
+
+/// Chosen for any other default.
+pub trait DefaultInto {
+    /// [`DefaultConverted`].
+    fn haip_default(self) -> DefaultConverted;
+}
+
+impl<T, V> DefaultInto for DefaultProbe<T, V> {
+    fn haip_default(self) -> DefaultConverted {
+        DefaultConverted
+    }
+}
+
+/// The default is the value.
+#[derive(Debug, Clone, Copy)]
+pub struct DefaultIsValue;
+
+impl DefaultIsValue {
+    /// The value.
+    pub fn make<T>(self, value: T) -> T {
+        value
+    }
+}
+
+/// The default is `Some(value)`.
+#[derive(Debug, Clone, Copy)]
+pub struct DefaultInSome;
+
+impl DefaultInSome {
+    /// `Some(value)`.
+    pub fn make<X>(self, value: X) -> Option<X> {
+        Some(value)
+    }
+}
+
+/// The default is `Some(value.into())`.
+#[derive(Debug, Clone, Copy)]
+pub struct DefaultIntoSome;
+
+impl DefaultIntoSome {
+    /// `Some(value.into())`.
+    pub fn make<X, V: DefaultValue<X>>(self, value: V) -> Option<X> {
+        Some(value.into_default())
+    }
+}
+
+/// The default is `value.into()`.
+#[derive(Debug, Clone, Copy)]
+pub struct DefaultConverted;
+
+impl DefaultConverted {
+    /// `value.into()`.
+    pub fn make<T, V: DefaultValue<T>>(self, value: V) -> T {
+        value.into_default()
+    }
+}
+
+/// A `#[haip(default = ...)]` value that converts into the parameter's type
+/// `T` (for `Option<X>`, into `X`).
+#[diagnostic::on_unimplemented(
+    message = "`#[haip(default = ...)]` takes a `{T}` here (or a value that converts into one), not a `{Self}`",
+    label = "`{Self}` does not convert into `{T}`",
+    note = "a default is a value of the parameter's type, or of a type with `Into<T>`; \
+            for an `Option<T>` parameter, of `T`"
+)]
+pub trait DefaultValue<T> {
+    /// The conversion (`Into::into`).
+    fn into_default(self) -> T;
+}
+
+#[diagnostic::do_not_recommend]
+impl<T, V: Into<T>> DefaultValue<T> for V {
+    fn into_default(self) -> T {
+        self.into()
+    }
+}
+
 /// What the runtime can inject into a parameter: [`Context`], a [`State<T>`]
 /// whose `T` can be shared between calls, and [`NotInjected`] (the parameters
 /// that come from params).
@@ -468,6 +615,47 @@ pub const fn params_beside_data(roles: &[ArgRole], i: usize) -> bool {
     matches!(roles[i], ArgRole::Params)
         && count(roles, i, ArgRole::Params) == 0
         && count(roles, roles.len(), ArgRole::Data) > 0
+}
+
+// ---------------------------------------------------------------------------
+// Fields of `#[haip::data]` types.
+//
+// `#[haip::data]` asks `<T as DataField>::CHECKED` of each type `T` inside its
+// fields in one hidden `const`, and names that `const` in one serde bound and
+// one schemars `with` type per field (`FieldsOk<{ CONST }>`). When a type is
+// not data, that `const` is the one error, at the type, and rustc reports
+// nothing from inside the derives or where the data type is used.
+
+/// A type inside a field of a `#[haip::data]` type. Only `JsonSchema` is
+/// asked: schemars bounds no impl of a non-generic type, so the answer never
+/// depends on another data type's check (types that contain each other
+/// compile), and a type without it has no serde derives either, almost always.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a haip data type: add `#[haip::data]` to it",
+    label = "the fields of a `#[haip::data]` type are data too",
+    note = "a type from another crate needs `Serialize`, `Deserialize` and `JsonSchema`; \
+            or give the field `#[serde(with = ...)]` and `#[schemars(with = ...)]`"
+)]
+pub trait DataField {
+    /// Evaluated by the generated `const`: `0`.
+    const CHECKED: u8 = 0;
+}
+
+#[diagnostic::do_not_recommend]
+impl<T: schemars::JsonSchema + ?Sized> DataField for T {}
+
+/// The fields of a `#[haip::data]` type, once their check (`OK`, the value of
+/// the generated `const`) is evaluated.
+pub struct FieldsOk<const OK: u8>;
+
+/// Holds for [`FieldsOk`] of a check that was evaluated (always `0`).
+pub trait FieldsChecked {
+    /// A field's type, `T` itself: the `with` type schemars is given.
+    type Field<T: ?Sized>: ?Sized;
+}
+
+impl FieldsChecked for FieldsOk<0> {
+    type Field<T: ?Sized> = T;
 }
 
 // ---------------------------------------------------------------------------
@@ -722,5 +910,45 @@ impl LayerBench {
             ),
             None => tool.call(params, ctx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DefaultExact as _, DefaultInto as _, DefaultSome as _, DefaultSomeInto as _};
+    use super::{DefaultProbe, FieldsChecked, FieldsOk};
+
+    /// What the generated `__haip_default_<i>` does for a parameter of type `T`.
+    macro_rules! default_of {
+        ($t:ty, $e:expr) => {{
+            let kind = (&&&DefaultProbe::<$t, _>::of(|| $e)).haip_default();
+            let value: $t = kind.make($e);
+            value
+        }};
+    }
+
+    #[test]
+    fn defaults_take_the_parameters_type_or_convert_into_it() {
+        assert_eq!(default_of!(u64, 20), 20u64);
+        assert_eq!(default_of!(u8, 1), 1u8);
+        assert_eq!(default_of!(f64, 1), 1.0);
+        assert_eq!(default_of!(f64, 2.5), 2.5);
+        assert_eq!(default_of!(String, "OPS"), "OPS");
+        assert_eq!(default_of!(String, String::from("x")), "x");
+        assert_eq!(default_of!(Option<u32>, 3), Some(3));
+        assert_eq!(default_of!(Option<u32>, Some(4)), Some(4));
+        assert_eq!(default_of!(Option<u32>, None), None);
+        assert_eq!(default_of!(Option<String>, "all"), Some("all".to_owned()));
+        assert_eq!(default_of!(Option<f64>, 1), Some(1.0));
+        assert_eq!(default_of!(Vec<String>, Vec::new()), Vec::<String>::new());
+        assert_eq!(default_of!(Vec<u8>, Default::default()), Vec::<u8>::new());
+        assert_eq!(default_of!(i64, -5), -5);
+        assert_eq!(default_of!(char, 'x'), 'x');
+    }
+
+    #[test]
+    fn checked_fields_are_their_own_type() {
+        let n: <FieldsOk<0> as FieldsChecked>::Field<u32> = 3;
+        assert_eq!(n, 3);
     }
 }

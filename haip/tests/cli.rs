@@ -271,3 +271,210 @@ async fn destructive_tools_are_called_only_with_yes_when_nobody_can_be_asked() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Runs `haip <args>` with `stdin` piped in (not a terminal).
+async fn haip_typing(args: Vec<String>, stdin: &str) -> std::process::Output {
+    let stdin = stdin.to_owned();
+    tokio::task::spawn_blocking(move || {
+        Command::cargo_bin("haip")
+            .unwrap()
+            .args(&args)
+            .write_stdin(stdin)
+            .env("NO_COLOR", "1")
+            .timeout(Duration::from_secs(30))
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// A tool asking `ctx.confirm`, and the result it gives for each answer.
+fn confirming() -> haip::Tool {
+    haip::Tool::builder("wipe_cache")
+        .description("Wipe the cache, once confirmed.")
+        .handler(|_, ctx: haip::Context| async move {
+            Ok(serde_json::json!({"wiped": ctx.confirm("Wipe the cache?").await?}))
+        })
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmation_defaults_to_no() {
+    let handle = server().await;
+    handle.register_tool(confirming()).unwrap();
+    let url = format!("ws://{}/haip", handle.local_addr());
+    let call = args(&["call", &url, "wipe_cache", "--json"]);
+    // Enter: the default, no.
+    let out = haip_typing(call.clone(), "\n").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("? Wipe the cache?\n"), "{stderr}");
+    assert!(
+        stderr.contains("  confirm \"Confirm\" (y/n; default no): "),
+        "{stderr}"
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["result"], serde_json::json!({"wiped": false}));
+    // `y`: yes.
+    let out = haip_typing(call.clone(), "y\n").await;
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["result"], serde_json::json!({"wiped": true}));
+    // The input ended: declined, which is no.
+    let out = haip_typing(call, "").await;
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["result"], serde_json::json!({"wiped": false}));
+    handle.shutdown().await;
+}
+
+/// What `plan_trip` asks: declared out of alphabetical order, with an
+/// optional field between required ones.
+#[haip::data]
+struct Trip {
+    /// Where to.
+    destination: String,
+    /// A note for the driver.
+    note: Option<String>,
+    /// How many nights.
+    nights: u8,
+    /// Arriving when (HH:MM).
+    arrival: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_asks_required_fields_in_declared_order() {
+    let handle = server().await;
+    let trip = haip::Tool::builder("plan_trip")
+        .description("Plan a trip.")
+        .handler(|_, ctx: haip::Context| async move {
+            match ctx.ask::<Trip>("Where, and for how long?").await? {
+                haip::Answer::Accepted(trip) => Ok(serde_json::json!({
+                    "destination": trip.destination,
+                    "nights": trip.nights,
+                    "arrival": trip.arrival,
+                    "note": trip.note,
+                })),
+                _ => Ok(Value::Null),
+            }
+        })
+        .build()
+        .unwrap();
+    handle.register_tool(trip).unwrap();
+    let url = format!("ws://{}/haip", handle.local_addr());
+    let out = haip_typing(
+        args(&["call", &url, "plan_trip", "--json"]),
+        "Lisbon\n3\n18:30\n\n",
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        printed["result"],
+        serde_json::json!({"destination": "Lisbon", "nights": 3, "arrival": "18:30", "note": null})
+    );
+    let at = |prompt: &str| {
+        stderr
+            .find(prompt)
+            .unwrap_or_else(|| panic!("{prompt:?} in:\n{stderr}"))
+    };
+    let order = [
+        at("  destination (text; required): "),
+        at("  nights (integer, 0 to 255; required): "),
+        at("  arrival (text; required): "),
+        at("  note (text; optional): "),
+    ];
+    assert!(order.is_sorted(), "asked out of order:\n{stderr}");
+    handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_are_shown_as_their_type_and_size() {
+    let handle = server().await;
+    let chart = haip::Tool::builder("chart")
+        .description("A chart.")
+        .handler(|_, _| async move {
+            let png = vec![0x89u8; 2048];
+            let content = vec![
+                haip::Content::text("sales"),
+                haip::Content::image(&png, "image/png"),
+            ];
+            Ok(serde_json::json!({"content": content}))
+        })
+        .build()
+        .unwrap();
+    handle.register_tool(chart).unwrap();
+    let url = format!("ws://{}/haip", handle.local_addr());
+    let out = haip(args(&["call", &url, "chart"])).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let printed: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        printed,
+        serde_json::json!({"content": [
+            {"type": "text", "text": "sales"},
+            {"type": "image", "data": "<image/png, 2.0 KiB>", "mimeType": "image/png"}
+        ]})
+    );
+    // `--json` keeps the data, for scripts.
+    let out = haip(args(&["call", &url, "chart", "--json"])).await;
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        printed["result"]["content"][1]["data"]
+            .as_str()
+            .map(str::len),
+        Some(2732)
+    );
+    handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lint_warns_about_missing_descriptions_and_still_exits_zero() {
+    let handle = server().await;
+    let bare = haip::Tool::builder("bare")
+        .input_schema(serde_json::json!({
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+            "additionalProperties": false
+        }))
+        .handler(|_, _| async { Ok(Value::Null) })
+        .build()
+        .unwrap();
+    handle.register_tool(bare).unwrap();
+    let url = format!("ws://{}/haip", handle.local_addr());
+    let out = haip(args(&["lint", &url])).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("bare  every profile  /  (warning)\n    the tool has no description"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "bare  every profile  /properties/path  (warning)\n    parameter `path` has no description"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("warnings above)"), "{stdout}");
+    let out = haip(args(&["lint", &url, "--json"])).await;
+    let findings: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bare: Vec<&Value> = findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["tool"] == "bare")
+        .collect();
+    assert_eq!(bare.len(), 2, "{findings}");
+    assert!(
+        bare.iter().all(|f| f["severity"] == "warning"),
+        "{findings}"
+    );
+    handle.shutdown().await;
+}

@@ -41,6 +41,22 @@ async fn countdown(
     Ok("liftoff".to_owned())
 }
 
+/// Keep a JSON value under a key: any JSON, through `haip::Value`.
+#[haip_tool]
+async fn keep(
+    /// The key, 1 to 64 characters.
+    key: String,
+    /// Any JSON value.
+    value: haip::Value,
+) -> Result<haip::Value, ToolError> {
+    if key.is_empty() || key.len() > 64 {
+        // Details are JSON too: `haip::json!`, no `serde_json` needed.
+        return Err(ToolError::invalid_params("the key is 1 to 64 characters")
+            .with_details(haip::json!({"key": key, "length": key.len()})));
+    }
+    Ok(haip::json!({"kept": key, "value": value}))
+}
+
 #[tokio::main]
 async fn main() -> Result<(), haip::Error> {
     haip::serve().await
@@ -57,5 +73,12 @@ mod tests {
         assert_eq!(countdown(3, ctx).await.unwrap(), "liftoff");
         assert_eq!(add::tool().name(), "add");
         assert!(countdown::tool().input_schema()["properties"]["from"]["maximum"] == 1000);
+        let kept = keep("k".into(), haip::json!([1, 2])).await.unwrap();
+        assert_eq!(kept, haip::json!({"kept": "k", "value": [1, 2]}));
+        let refused = keep(String::new(), haip::Value::Null).await.unwrap_err();
+        assert_eq!(
+            refused.details(),
+            Some(&haip::json!({"key": "", "length": 0}))
+        );
     }
 }

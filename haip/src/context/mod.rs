@@ -304,13 +304,20 @@ impl Context {
     /// answer: a form with the fields of `T` (HAIP: `WAITING_INPUT` /
     /// `TOOL_INPUT`, §6.11; MCP: `elicitation/create` in form mode).
     ///
-    /// `T` is a struct whose fields are strings, numbers, integers,
-    /// booleans, enums of unit variants, or lists of such enums (multiple
-    /// choice); `Option` fields are optional, `#[serde(default = ...)]`
-    /// gives a default, doc comments and `#[schemars(...)]` attributes
-    /// (`range`, `length`, `email`, `title`) describe the fields. Other
-    /// shapes fail with [`AskError::InvalidForm`], which says which field
-    /// is the problem.
+    /// **`T` is always a struct** (usually a `#[haip::data]` one): a
+    /// question's form is an object of named fields, which is what HAIP
+    /// clients and MCP elicitation show people. So `ctx.ask::<String>(..)`,
+    /// `ctx.ask::<u32>(..)` or `ctx.ask::<Vec<_>>(..)` is a compile error:
+    /// to ask for one value, put it in a struct of one field (below, and
+    /// [`Context::confirm`] for yes or no).
+    ///
+    /// Its fields are strings, numbers, integers, booleans, enums of unit
+    /// variants, or lists of such enums (multiple choice); `Option` fields
+    /// are optional, `#[serde(default = ...)]` gives a default, doc
+    /// comments and `#[schemars(...)]` attributes (`range`, `length`,
+    /// `email`, `title`) describe the fields. A struct with another shape
+    /// of field (a nested struct, a list of free values) fails at run time
+    /// with [`AskError::InvalidForm`], which names the field.
     ///
     /// The answer is checked against the form before the tool sees it (a
     /// HAIP client whose answer does not fit is told so and asked again).
@@ -343,6 +350,7 @@ impl Context {
     /// ```
     /// use haip::{Answer, Context, ToolError};
     ///
+    /// /// One value asked for: a struct of one field.
     /// #[haip::data]
     /// struct Size {
     ///     /// How many people.
@@ -357,6 +365,10 @@ impl Context {
     ///     }
     /// }
     /// ```
+    ///
+    /// Clients show the fields in the order the form's schema lists them:
+    /// the `haip call` command asks the required fields first, in the order
+    /// they are declared, then the optional ones.
     pub fn ask<T>(&self, message: impl Into<String>) -> Ask<'_, T>
     where
         T: schemars::JsonSchema + DeserializeOwned + 'static,
@@ -367,6 +379,21 @@ impl Context {
     /// Asks a yes-or-no question; await it: `true` only when the person
     /// accepts and confirms; declining or dismissing it is `false`. Fails
     /// (and, over MCP without sessions, re-runs) as [`Context::ask`] does.
+    ///
+    /// The question is a form of one required boolean field, `confirm`,
+    /// whose default is `false`: **saying nothing is no**. Clients are sent
+    ///
+    /// ```text
+    /// {"type": "object",
+    ///  "properties": {"confirm": {"type": "boolean", "title": "Confirm", "default": false}},
+    ///  "required": ["confirm"]}
+    /// ```
+    ///
+    /// and answer `{"confirm": true}` to go ahead (`{"confirm": false}`, a
+    /// decline or a dismissal is no). `haip call` asks
+    /// `confirm "Confirm" (y/n; default no)`, where Enter says no; the
+    /// inspector shows an unticked box; in a test (feature `testing`),
+    /// `haip::testing::TestCall::confirm(true)` answers it.
     ///
     /// ```
     /// # async fn f(ctx: haip::Context) -> Result<(), haip::ToolError> {

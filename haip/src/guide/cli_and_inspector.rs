@@ -26,13 +26,13 @@
 //! |---|---|
 //! | `tools` | lists the tools |
 //! | `schema TOOL [--profile P]` | a tool's input and output schemas, in a [profile](super::schemas) (default: the server's) |
-//! | `lint` | every tool against the model providers' rules: each profile that cannot serve it and why, names OpenAI and Anthropic refuse, descriptions over 1024 characters |
-//! | `call TOOL [key=value ... \| --params JSON]` | calls a tool: a progress bar, log lines above it (`--log-level`), the tool's questions asked in the terminal one field at a time (empty input declines) or answered by `--answer JSON` (repeated for successive questions) or `--decline`; Ctrl-C cancels. A tool that declares itself destructive is confirmed first (`--yes` skips that; needed without a terminal) |
+//! | `lint` | every tool against the model providers' rules: each profile that cannot serve it and why, names OpenAI and Anthropic refuse, descriptions over 1024 characters (errors); tools and parameters without a description (warnings, which do not change the exit code) |
+//! | `call TOOL [key=value ... \| --params JSON]` | calls a tool: a progress bar once the tool reports progress, log lines above it (`--log-level`), the tool's questions asked in the terminal one field at a time, the required fields first in the order the tool declares them (empty input takes the default, or declines; a `ctx.confirm` defaults to no) or answered by `--answer JSON` (repeated for successive questions) or `--decline`; Ctrl-C cancels. The result is printed as JSON, images, audio and binary resources as their type and size (`--json` keeps their data). A tool that declares itself destructive is confirmed first (`--yes` skips that; needed without a terminal) |
 //! | `health` | the server's `/health` |
 //! | `bench` | loads a server with calls for `--duration` or `--calls`, over `--connections` × `--in-flight`, and reports throughput and latency (with `--server-pid`, the server's CPU time per call and peak RSS). Bounded in count and time, and only against loopback unless given `--allow-remote` |
 //!
 //! Exit codes: 0 success, 1 the tool failed or was cancelled (or `lint`
-//! found something), 2 a usage or connection error. `--json` prints
+//! found an error), 2 a usage or connection error. `--json` prints
 //! machine-readable output; `--token` (or `HAIP_TOKEN`) authenticates.
 //! `key=value` pairs are typed by the tool's input schema (numbers,
 //! booleans, JSON for arrays and objects). `bench` is what produced

@@ -30,6 +30,8 @@
 //!     friends, and the browser page at `/inspector`.
 //! 12. [Middleware](middleware): layers around every call: rate limits,
 //!     concurrency limits, caching, error masking, your own.
+//! 13. [Composing tools](compose): a crate's tools as a `ToolSet`, mounted
+//!     under a prefix, chosen by tag, edited.
 //!
 //! # Cargo features
 //!
@@ -50,7 +52,7 @@
 //!
 //! The examples turn on `mcp`, `redis`, `inspector`, `oauth`, `metrics` and
 //! `otel`;
-//! `cargo doc --open -p haip --features client,cli,mcp,redis,inspector,oauth,metrics,otel`
+//! `cargo doc --open -p haip --features client,cli,mcp,redis,inspector,oauth,metrics,otel,testing`
 //! builds these pages with every link in place.
 
 // The guide names items of every feature. Built without some of them, those
@@ -63,13 +65,15 @@
         feature = "oauth",
         feature = "metrics",
         feature = "otel",
-        feature = "inspector"
+        feature = "inspector",
+        feature = "testing"
     )),
     allow(rustdoc::broken_intra_doc_links)
 )]
 
 pub mod authentication;
 pub mod cli_and_inspector;
+pub mod compose;
 pub mod limits;
 pub mod mcp_both_ways;
 pub mod middleware;

@@ -73,8 +73,11 @@
 //! or serves it with less than it says (tool, profile, JSON pointer, reason,
 //! fix), names OpenAI and Anthropic refuse (they take
 //! `^[a-zA-Z0-9_-]{1,64}$`; MCP allows more), and descriptions over 1024
-//! characters. One line in a test of your crate checks every `#[haip_tool]`
-//! in it, without a server:
+//! characters: errors. It also warns ([`Severity::Warning`](crate::lint::Severity))
+//! about a tool or a parameter without a description (a doc comment on the
+//! function or the parameter): it is served, but a model has only its name
+//! to go on. One line in a test of your crate checks every `#[haip_tool]`
+//! in it for errors, without a server:
 //!
 //! ```
 //! // In a #[test] of your crate:
@@ -102,7 +105,7 @@
 //!
 //! `haip lint ws://127.0.0.1:8080/haip` runs the same checks against a
 //! running server (see [the CLI](super::cli_and_inspector)), and exits 1
-//! when it finds anything.
+//! when it finds an error (warnings are listed, and exit 0).
 //!
 //! The project's own tests check every profile of every example tool, and of
 //! a crate of everyday Rust types (`tests/everyday`), with Gemini's own

@@ -59,12 +59,17 @@
 //!
 //! [`Context::ask::<T>`](crate::Context::ask)`(message)` sends a form built
 //! from `T`'s fields and waits for [`Answer::Accepted(T)`](crate::Answer),
-//! `Declined` or `Cancelled`. `T` is a struct whose fields are strings,
+//! `Declined` or `Cancelled`. `T` is always a struct (a form is an object
+//! of named fields: `ctx.ask::<String>` does not compile; ask for one value
+//! with a struct of one field) whose fields are strings,
 //! numbers, integers, booleans, enums of unit variants or lists of such
 //! enums (multiple choice); `Option` fields are optional, defaults, ranges,
 //! lengths, `email` and doc comments are part of the form. Another shape
 //! fails with [`AskError::InvalidForm`], naming the field.
-//! [`Context::confirm`]`(message)` asks yes or no.
+//! [`Context::confirm`]`(message)` asks yes or no: a form of one required
+//! boolean, `confirm`, whose default is `false`, so a person who only
+//! presses Enter in `haip call`, or leaves the inspector's box unticked,
+//! says no. Declining or dismissing it is no too.
 //!
 //! | client | the question | the answer |
 //! |---|---|---|
@@ -112,8 +117,9 @@
 //!
 //! `haip call ws://127.0.0.1:8080/haip book_table restaurant=Luigi` prints
 //! log lines above its progress bar and asks the questions in the terminal,
-//! one prompt per field with its type, choices and default (empty input
-//! declines); scripts answer with
+//! one prompt per field with its type, choices and default, the required
+//! fields first in the order `T` declares them (empty input takes the
+//! default, or declines); scripts answer with
 //! `--answer '{"party_size":2,"time":"18:00"}'` (repeated for successive
 //! questions) or `--decline`.
 //!

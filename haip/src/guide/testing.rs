@@ -97,8 +97,7 @@
 //! # #[cfg(feature = "testing")]
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use haip::testing::TestServer;
-//! use haip::{haip_tool, Context, ToolError};
-//! use serde_json::json;
+//! use haip::{haip_tool, json, Context, ToolError};
 //!
 //! /// Ask before deleting.
 //! #[haip_tool]
@@ -114,16 +113,43 @@
 //! let server = TestServer::new(haip::Server::builder().tool(remove::tool()))?;
 //! let mut call = server.start("remove", json!({"path": "a.txt"})).await?;
 //! assert_eq!(call.progress().await?, 10.0);
-//! let question = call.question().await?;
-//! call.answer(&question.request_id, json!({"confirm": true})).await?;
+//! let question = call.confirm(true).await?; // answers the ctx.confirm: yes
+//! assert_eq!(question.message, "Delete a.txt?");
 //! let done = call.done().await?;
 //! done.assert_logged(haip::LogLevel::Info, "deleted a.txt");
 //! assert_eq!(done.into_result()?, json!("a.txt"));
-//! // The advertised schemas, as stable text for a snapshot.
-//! let schemas = server.schemas().await?;
+//! // What clients are shown, against a committed file.
+//! server.check_schemas_snapshot("tests/schemas.json").await?;
 //! server.shutdown().await?;
-//! # let _ = schemas; Ok(()) }
+//! # Ok(()) }
 //! ```
+//!
+//! - **Questions**: [`TestCall::question`] waits for the next one;
+//!   [`TestCall::answer`] takes the question and anything that serialises
+//!   to its form (`json!({..})`, or the `#[haip::data]` struct the tool
+//!   asks for); [`TestCall::confirm`]`(true)` or `(false)` answers a
+//!   `ctx.confirm` in one line; [`TestCall::decline`] declines.
+//! - **Failures** are a [`TestError`] whose message says what went wrong
+//!   (for `INVALID_PARAMS`, every violation: `/a: "one" is a string;
+//!   expected a number`) and whose [`code`](crate::testing::TestError::code) is the protocol's.
+//! - **Schemas**: [`TestServer::schemas`] is every tool's advertised
+//!   schemas as stable, pretty JSON; [`TestServer::check_schemas_snapshot`]
+//!   compares it with a committed file and lists the lines that changed.
+//!   Run the test with `HAIP_UPDATE_SNAPSHOTS=1` to write the file the
+//!   first time, and to accept a change.
+//! - **Params and answers** are written with `haip::json!` (serde_json's
+//!   `json!`, re-exported): no `serde_json` dev-dependency needed.
+//!
+//! **What the feature costs to build.** With `haip` in `[dependencies]`
+//! and again, with `features = ["testing"]`, in `[dev-dependencies]`,
+//! `cargo build` builds haip without the feature and `cargo test` with it:
+//! two feature sets, so haip is compiled twice (each build is kept: once
+//! each, not at every switch). The second, with the WebSocket client the
+//! feature adds, took 12 s here (a debug build on 2 shared cores; more in
+//! release or on a slower machine). To build haip
+//! once, turn `testing` on in `[dependencies]` too: it only adds
+//! `haip::testing` and the client, and none of it runs unless a test calls
+//! it.
 //!
 //! `examples/testing.rs` tests the quickstart's tools this way, its schemas
 //! against a committed snapshot; `tests/external/` is a crate outside the
@@ -201,6 +227,13 @@
 //! - [`ServerHandle::register_tool`](crate::ServerHandle::register_tool)
 //!   swaps a tool while the server runs, for tests about registry changes.
 //!
+//! [`TestCall::question`]: crate::testing::TestCall::question
+//! [`TestCall::answer`]: crate::testing::TestCall::answer
+//! [`TestCall::confirm`]: crate::testing::TestCall::confirm
+//! [`TestCall::decline`]: crate::testing::TestCall::decline
+//! [`TestError`]: crate::testing::TestError
+//! [`TestServer::schemas`]: crate::testing::TestServer::schemas
+//! [`TestServer::check_schemas_snapshot`]: crate::testing::TestServer::check_schemas_snapshot
 //! [`Context::detached`]: crate::Context::detached
 //! [`State::new`]: crate::State::new
 //! [`Tool::validate_params`]: crate::Tool::validate_params

@@ -56,7 +56,11 @@
 //! - **Description**: the doc comment, or `description = "..."`.
 //! - **Input schema**: one property per data parameter, described by the
 //!   parameter's doc comment. `Option<T>` is optional;
-//!   `#[haip(default = 20)]` makes a parameter optional with that default;
+//!   `#[haip(default = 20)]` makes a parameter optional with that default, a
+//!   value of the parameter's type or of one that converts into it
+//!   (`#[haip(default = "OPS")] team: String`; for an `Option<T>`, a `T`:
+//!   `#[haip(default = 3)] limit: Option<u32>` is `Some(3)`), and
+//!   `#[haip(default)]` with `Default::default()`;
 //!   schemars attributes add validation (`#[schemars(range(min = 1))]`,
 //!   `#[schemars(length(max = 20))]`, `#[schemars(email)]`,
 //!   `#[schemars(regex(pattern = r"^\w+$"))]`). The schema is closed: unknown
@@ -72,7 +76,12 @@
 //! [`#[haip::data]`](crate::data) derives serde's and schemars' traits for
 //! your own types through haip, so `haip` is the only dependency a tool crate
 //! adds (tokio aside, for `main`). serde and schemars attributes work on them
-//! as usual.
+//! as usual. The JSON a tool crate writes itself (an error's details with
+//! [`ToolError::with_details`](crate::ToolError::with_details), a parameter
+//! of any JSON, a hand-written tool's schema, params in tests) is written
+//! with [`haip::json!`](crate::json) and [`haip::Value`](crate::Value):
+//! `serde_json`'s own, re-exported, so no `serde_json` in `Cargo.toml`
+//! either.
 //!
 //! ## Parameters
 //!
@@ -209,8 +218,7 @@
 //! run time:
 //!
 //! ```
-//! use haip::{Context, Tool, ToolError};
-//! use serde_json::{Value, json};
+//! use haip::{Context, Tool, ToolError, Value, json};
 //!
 //! let greet = Tool::builder("greet")
 //!     .description("Say hello")

@@ -44,13 +44,14 @@ impl Form {
         built
     }
 
-    /// The form of `ctx.confirm`: one required boolean, `confirm`.
+    /// The form of `ctx.confirm`: one required boolean, `confirm`, false
+    /// unless the person says yes.
     pub(crate) fn confirm() -> Arc<Form> {
         static CONFIRM: OnceLock<Arc<Form>> = OnceLock::new();
         Arc::clone(CONFIRM.get_or_init(|| {
             let schema = json!({
                 "type": "object",
-                "properties": {"confirm": {"type": "boolean", "title": "Confirm", "default": true}},
+                "properties": {"confirm": {"type": "boolean", "title": "Confirm", "default": false}},
                 "required": ["confirm"],
             });
             Arc::new(Form::from_schema(schema).expect("the confirm form is a form"))

@@ -1,6 +1,7 @@
 //! The schema pipeline: compiled validators and the violation list of
 //! `INVALID_PARAMS` (HAIP.md §6.4 step 4, §6.6).
 
+mod explain;
 mod form;
 mod generate;
 mod profile;
@@ -34,6 +35,9 @@ impl Violation {
 /// A JSON Schema compiled once (at registration) and used for every call.
 pub(crate) struct CompiledSchema {
     validator: jsonschema::Validator,
+    /// The schema itself, which violation messages read (the allowed values,
+    /// the other bound of a range, the properties of a closed object).
+    schema: Value,
 }
 
 impl std::fmt::Debug for CompiledSchema {
@@ -53,14 +57,18 @@ impl CompiledSchema {
             .should_validate_formats(true)
             .build(schema)
             .map_err(|e| e.to_string())?;
-        Ok(CompiledSchema { validator })
+        Ok(CompiledSchema {
+            validator,
+            schema: schema.clone(),
+        })
     }
 
     /// Every violation of `value`, sorted by path (byte order). Empty when valid.
     ///
     /// A missing required property points at the missing member, and each
-    /// unexpected member of a closed object gets its own entry. Messages quote
-    /// at most [`QUOTE_CHARS`] characters of the offending value.
+    /// unexpected member of a closed object gets its own entry. Each message
+    /// says what to send instead (`schema::explain`), quoting at most
+    /// [`QUOTE_CHARS`] characters of any one value.
     pub(crate) fn violations(&self, value: &Value) -> Vec<Violation> {
         self.check(value, usize::MAX).listed
     }
@@ -90,43 +98,25 @@ impl CompiledSchema {
                 smallest.push(Ranked(violation));
             }
         };
+        let explain = explain::Explain::new(&self.schema, value);
         for error in self.validator.iter_errors(value) {
             if found.total >= COUNT_LIMIT {
                 found.exhaustive = false;
                 break;
             }
-            let base = error.instance_path().as_str();
-            match error.kind() {
-                jsonschema::error::ValidationErrorKind::Required { property } => {
-                    let name = property
-                        .as_str()
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| property.to_string());
-                    found.total += 1;
-                    offer(Violation {
-                        path: format!("{base}/{}", escape_pointer(&name)),
-                        message: format!("{} is a required property", quote(&name)),
-                    });
-                }
-                jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected }
-                | jsonschema::error::ValidationErrorKind::UnevaluatedProperties { unexpected } => {
-                    for name in unexpected {
-                        found.total += 1;
-                        offer(Violation {
-                            path: format!("{base}/{}", escape_pointer(name)),
-                            message: format!("unexpected property {}", quote(name)),
-                        });
-                    }
-                }
-                _ => {
-                    found.total += 1;
-                    let shown = excerpt(error.instance());
-                    offer(Violation {
-                        path: base.to_owned(),
-                        message: error.masked_with(shown).to_string(),
-                    });
-                }
-            }
+            explain.violations(&error, &mut |violation| {
+                found.total += 1;
+                offer(violation);
+            });
+        }
+        if found.total == 0 {
+            // Every error was said by another one; an invalid value still
+            // gets a violation.
+            found.total = 1;
+            offer(Violation {
+                path: String::new(),
+                message: "the value does not match the schema".to_owned(),
+            });
         }
         found.listed = smallest
             .into_sorted_vec()

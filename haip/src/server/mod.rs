@@ -204,10 +204,22 @@ impl Server {
         #[cfg(not(feature = "oauth"))]
         let resource_metadata = None;
         let log_url = format!("ws://{local_addr}/haip");
+        #[cfg(feature = "mcp")]
+        let mcp_url = self
+            .mcp
+            .endpoint
+            .then(|| format!("http://{local_addr}/mcp"));
+        #[cfg(not(feature = "mcp"))]
+        let mcp_url: Option<String> = None;
         if tracing::dispatcher::has_been_set() {
-            tracing::info!(url = %log_url, "haip listening");
+            let mcp = mcp_url.as_deref().map(tracing::field::display);
+            tracing::info!(url = %log_url, mcp, "haip listening");
         } else {
+            // The MCP URL on a line of its own: scripts read the first.
             eprintln!("haip listening on {log_url}");
+            if let Some(mcp_url) = &mcp_url {
+                eprintln!("haip MCP endpoint at {mcp_url}");
+            }
         }
         #[cfg(feature = "inspector")]
         if self.config.inspector {

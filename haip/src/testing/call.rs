@@ -5,7 +5,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde::Serialize;
+use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::TestError;
@@ -162,29 +163,125 @@ impl TestCall {
         .await
     }
 
-    /// Answers a question with `content`, an object matching its schema,
-    /// and waits for the server's verdict: `Ok` once the call goes on;
-    /// [`TestError::code`] `INVALID_PARAMS` when the answer does not fit
-    /// (the question stays open); `REQUEST_NOT_FOUND` when it is not open.
-    pub async fn answer(&mut self, request_id: &str, content: Value) -> Result<(), TestError> {
-        self.respond(request_id, Response::Accept(content)).await
+    /// Answers a question with `content`, and waits for the server's
+    /// verdict: `Ok` once the call goes on; [`TestError::code`]
+    /// `INVALID_PARAMS` when the answer does not fit (the question stays
+    /// open); `REQUEST_NOT_FOUND` when it is not open.
+    ///
+    /// The question is the [`Question`] [`question`](TestCall::question)
+    /// gave, or its `request_id`. The content is anything that serialises
+    /// to an object matching its form: `json!({...})`, or a value of the
+    /// struct the tool asks for with [`Context::ask`](crate::Context::ask).
+    ///
+    /// ```
+    /// use haip::testing::TestServer;
+    /// use haip::{Answer, Context, ToolError, haip_tool, json};
+    ///
+    /// /// What `book` asks.
+    /// #[haip::data]
+    /// struct Size {
+    ///     /// How many people.
+    ///     party_size: u8,
+    /// }
+    ///
+    /// /// Book a table.
+    /// #[haip_tool]
+    /// async fn book(ctx: Context) -> Result<String, ToolError> {
+    ///     match ctx.ask::<Size>("How many people?").await? {
+    ///         Answer::Accepted(size) => Ok(format!("a table for {}", size.party_size)),
+    ///         Answer::Declined | Answer::Cancelled => Ok("no table".to_owned()),
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = TestServer::new(haip::Server::builder().tool(book::tool()))?;
+    /// let mut call = server.start("book", json!({})).await?;
+    /// let question = call.question().await?;
+    /// call.answer(&question, Size { party_size: 4 }).await?; // or json!({"party_size": 4})
+    /// assert_eq!(call.result().await?, json!("a table for 4"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn answer(
+        &mut self,
+        question: impl QuestionId,
+        content: impl Serialize,
+    ) -> Result<(), TestError> {
+        let content = serde_json::to_value(content).map_err(|e| {
+            TestError::Client(ClientError::Protocol(format!(
+                "the answer does not serialise: {e}"
+            )))
+        })?;
+        self.respond(question, Response::Accept(content)).await
+    }
+
+    /// Answers the call's next question, which must be a
+    /// [`Context::confirm`](crate::Context::confirm), with yes (`true`) or
+    /// no (`false`), and gives the question (to check its message). A
+    /// question that is not a confirmation is a [`TestError::Unexpected`],
+    /// left unanswered: [`question`](TestCall::question) gives it next.
+    ///
+    /// ```
+    /// use haip::testing::TestServer;
+    /// use haip::{Context, ToolError, haip_tool, json};
+    ///
+    /// /// Delete a file, once the person says yes.
+    /// #[haip_tool]
+    /// async fn delete(path: String, ctx: Context) -> Result<String, ToolError> {
+    ///     if !ctx.confirm(format!("Delete {path}?")).await? {
+    ///         return Ok(format!("kept {path}"));
+    ///     }
+    ///     Ok(format!("deleted {path}"))
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = TestServer::new(haip::Server::builder().tool(delete::tool()))?;
+    ///
+    /// let mut call = server.start("delete", json!({"path": "a.txt"})).await?;
+    /// assert_eq!(call.confirm(true).await?.message, "Delete a.txt?");
+    /// assert_eq!(call.result().await?, json!("deleted a.txt"));
+    ///
+    /// let mut call = server.start("delete", json!({"path": "b.txt"})).await?;
+    /// call.confirm(false).await?;
+    /// assert_eq!(call.result().await?, json!("kept b.txt"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn confirm(&mut self, yes: bool) -> Result<Question, TestError> {
+        let question = self.question().await?;
+        let field = &question.schema["properties"]["confirm"];
+        if field["type"] != "boolean" {
+            let err = TestError::Unexpected(format!(
+                "the question {:?} of call {} is not a ctx.confirm (its form: {})",
+                question.message, self.call_id, question.schema
+            ));
+            // Still the next question, for `question` to give.
+            self.unread.push_front(CallEvent::Question(question));
+            return Err(err);
+        }
+        self.answer(&question, json!({ "confirm": yes })).await?;
+        Ok(question)
     }
 
     /// Declines a question (the person chose not to answer).
-    pub async fn decline(&mut self, request_id: &str) -> Result<(), TestError> {
-        self.respond(request_id, Response::Decline).await
+    pub async fn decline(&mut self, question: impl QuestionId) -> Result<(), TestError> {
+        self.respond(question, Response::Decline).await
     }
 
     /// Dismisses a question (closed without choosing); the call goes on.
-    pub async fn cancel_question(&mut self, request_id: &str) -> Result<(), TestError> {
-        self.respond(request_id, Response::Cancel).await
+    pub async fn cancel_question(&mut self, question: impl QuestionId) -> Result<(), TestError> {
+        self.respond(question, Response::Cancel).await
     }
 
     /// Replies to a question, as [`answer`](TestCall::answer) does.
-    pub async fn respond(&mut self, request_id: &str, response: Response) -> Result<(), TestError> {
+    pub async fn respond(
+        &mut self,
+        question: impl QuestionId,
+        response: Response,
+    ) -> Result<(), TestError> {
         match self
             .client
-            .respond(&self.call_id, request_id, response)
+            .respond(&self.call_id, question.request_id(), response)
             .await
         {
             Ok(()) => {
@@ -317,6 +414,39 @@ impl TestCall {
             after: self.limit,
             waiting,
         }
+    }
+}
+
+/// What names a question to [`TestCall::answer`], [`decline`](TestCall::decline),
+/// [`cancel_question`](TestCall::cancel_question) and
+/// [`respond`](TestCall::respond): the [`Question`] itself, or its
+/// `request_id` (`&str`, `&String`).
+pub trait QuestionId {
+    /// The question's `request_id`.
+    fn request_id(&self) -> &str;
+}
+
+impl QuestionId for Question {
+    fn request_id(&self) -> &str {
+        &self.request_id
+    }
+}
+
+impl QuestionId for str {
+    fn request_id(&self) -> &str {
+        self
+    }
+}
+
+impl QuestionId for String {
+    fn request_id(&self) -> &str {
+        self
+    }
+}
+
+impl<T: QuestionId + ?Sized> QuestionId for &T {
+    fn request_id(&self) -> &str {
+        (**self).request_id()
     }
 }
 

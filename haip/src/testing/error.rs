@@ -1,5 +1,6 @@
 //! Why a test's call or wait did not give what it waited for.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -20,13 +21,28 @@ use crate::client::{ClientError, Outcome};
 /// };
 /// assert_eq!(err.code(), Some("INVALID_PARAMS"));
 /// assert_eq!(err.to_string(), "the call failed with INVALID_PARAMS: Invalid params");
+///
+/// // Its violations are part of the message, so a failed `?` shows them.
+/// let err = TestError::Failed {
+///     code: "INVALID_PARAMS".into(),
+///     message: "Invalid params".into(),
+///     details: Some(serde_json::json!([
+///         {"path": "/a", "message": "\"one\" is a string; expected a number"},
+///         {"path": "/b", "message": "\"b\" is a required property"},
+///     ])),
+/// };
+/// assert_eq!(
+///     err.to_string(),
+///     "the call failed with INVALID_PARAMS: Invalid params \
+///      (/a: \"one\" is a string; expected a number; /b: \"b\" is a required property)"
+/// );
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TestError {
     /// The call ended with `TOOL_DONE` `ERROR`: the tool returned an error,
     /// its params were invalid, it panicked or timed out.
-    #[error("the call failed with {code}: {message}")]
+    #[error("the call failed with {code}: {message}{}", details_text(.details.as_ref()))]
     Failed {
         /// The error code (`INVALID_PARAMS`, `TOOL_EXECUTION_ERROR`,
         /// `TIMEOUT`, a tool's own code, ...).
@@ -69,6 +85,22 @@ pub enum TestError {
     /// `TOOL_DONE` at shutdown. Each broken rule is one line.
     #[error("the server broke the protocol: {}", .0.join("; "))]
     Protocol(Vec<String>),
+    /// The call did something other than what the test said it would:
+    /// [`TestCall::confirm`](super::TestCall::confirm) on a question that
+    /// is not a confirmation.
+    #[error("{0}")]
+    Unexpected(String),
+    /// The schemas the server advertises are not those of the snapshot
+    /// file ([`TestServer::check_schemas_snapshot`](super::TestServer::check_schemas_snapshot)),
+    /// or there is no snapshot yet. The message says how to accept them.
+    #[error("{}", snapshot_text(.path, .diff.as_deref()))]
+    Snapshot {
+        /// The snapshot file.
+        path: PathBuf,
+        /// What changed, as lines removed (`-`) and added (`+`); `None`
+        /// when there is no snapshot file.
+        diff: Option<String>,
+    },
     /// The client's own error: the server refused a request with an
     /// `ERROR` ([`ClientError::Server`], such as `TOOL_NOT_FOUND`), an
     /// answer did not fit its question ([`ClientError::InvalidAnswer`]), a
@@ -126,5 +158,61 @@ impl TestError {
             }),
             Outcome::Cancelled(reason) => Err(TestError::Cancelled { reason }),
         }
+    }
+}
+
+/// The longest details a [`TestError::Failed`] shows when they are not a
+/// list of violations.
+const MAX_DETAILS_SHOWN: usize = 300;
+
+/// ` (/a: ...; /b: ...)` for `INVALID_PARAMS` violations, ` (details: ...)`
+/// for other details, nothing without.
+fn details_text(details: Option<&Value>) -> String {
+    let Some(details) = details else {
+        return String::new();
+    };
+    let violations: Option<Vec<String>> = details.as_array().map(|items| {
+        items
+            .iter()
+            .map_while(|item| {
+                let path = item.get("path")?.as_str()?;
+                let message = item.get("message")?.as_str()?;
+                let path = if path.is_empty() { "(params)" } else { path };
+                Some(format!("{path}: {message}"))
+            })
+            .collect()
+    });
+    match violations {
+        Some(list) if !list.is_empty() && list.len() == details.as_array().map_or(0, Vec::len) => {
+            format!(" ({})", list.join("; "))
+        }
+        _ => {
+            let mut text = details.to_string();
+            if text.len() > MAX_DETAILS_SHOWN {
+                let mut end = MAX_DETAILS_SHOWN;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                text.push_str("...");
+            }
+            format!(" (details: {text})")
+        }
+    }
+}
+
+/// What a [`TestError::Snapshot`] says.
+fn snapshot_text(path: &Path, diff: Option<&str>) -> String {
+    let accept = "if that is intended, accept them by running the test again with \
+                  HAIP_UPDATE_SNAPSHOTS=1";
+    match diff {
+        None => format!(
+            "no schema snapshot at {}: run the test with HAIP_UPDATE_SNAPSHOTS=1 to write it",
+            path.display()
+        ),
+        Some(diff) => format!(
+            "the advertised schemas differ from the snapshot {} ({accept}):\n{diff}",
+            path.display()
+        ),
     }
 }

@@ -53,9 +53,8 @@
 //! // A call that reports and asks: the test answers.
 //! let mut call = server.start("delete", json!({"path": "a.txt"})).await?;
 //! assert_eq!(call.progress().await?, 10.0);
-//! let question = call.question().await?;
+//! let question = call.confirm(true).await?; // answers the ctx.confirm: yes
 //! assert_eq!(question.message, "Delete a.txt?");
-//! call.answer(&question.request_id, json!({"confirm": true})).await?;
 //! let done = call.done().await?;
 //! done.assert_logged(haip::LogLevel::Info, "deleted a.txt");
 //! assert_eq!(done.into_result()?, json!("a.txt"));
@@ -69,9 +68,11 @@
 mod call;
 mod error;
 mod memory;
+mod snapshot;
 #[cfg(test)]
 mod tests;
 
+use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -79,7 +80,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-pub use call::{Finished, TestCall};
+pub use call::{Finished, QuestionId, TestCall};
 pub use error::TestError;
 
 /// Who calls: an authenticated caller, as its token named it.
@@ -240,9 +241,32 @@ impl TestServer {
     }
 
     /// Every listed tool's advertised schemas, as pretty JSON with sorted
-    /// keys: stable text for a snapshot test. See [`TestClient::schemas`].
+    /// keys: stable text for a snapshot test (`assert_eq!` with
+    /// `include_str!`, or [`check_schemas_snapshot`](TestServer::check_schemas_snapshot)).
+    /// See [`TestClient::schemas`].
     pub async fn schemas(&self) -> Result<String, TestError> {
         self.default_client().await?.schemas().await
+    }
+
+    /// Compares [`schemas`](TestServer::schemas) with the snapshot file at
+    /// `path` (relative paths start at the crate's root, where `cargo test`
+    /// runs a crate's tests): a change to a tool's signature, doc comments
+    /// or attributes that changes what clients are shown fails the test
+    /// with a [`TestError::Snapshot`] listing the lines that changed, until
+    /// it is accepted. Run the test with `HAIP_UPDATE_SNAPSHOTS=1` to write
+    /// the file (the first time, and to accept a change), then commit it.
+    ///
+    /// ```no_run
+    /// # async fn demo(server: haip::testing::TestServer) -> Result<(), haip::testing::TestError> {
+    /// // In a #[tokio::test]:
+    /// server.check_schemas_snapshot("tests/schemas.json").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_schemas_snapshot(&self, path: impl AsRef<Path>) -> Result<(), TestError> {
+        self.default_client()
+            .await?
+            .check_schemas_snapshot(path)
+            .await
     }
 
     /// Shuts the server down as [`ServerHandle::shutdown`](crate::ServerHandle::shutdown)
@@ -393,6 +417,13 @@ impl TestClient {
     /// [`TestClient::schemas`] in `profile`.
     pub async fn schemas_in(&self, profile: &str) -> Result<String, TestError> {
         self.schemas_of(Some(profile)).await
+    }
+
+    /// Compares [`schemas`](TestClient::schemas) with a snapshot file: see
+    /// [`TestServer::check_schemas_snapshot`].
+    pub async fn check_schemas_snapshot(&self, path: impl AsRef<Path>) -> Result<(), TestError> {
+        let now = self.schemas().await?;
+        snapshot::check(path.as_ref(), &now, snapshot::update_asked())
     }
 
     async fn schemas_of(&self, profile: Option<&str>) -> Result<String, TestError> {

@@ -53,8 +53,9 @@ const QUESTIONS_HELP: &str = "\
 Tools that talk:
   The tool's log lines are printed on stderr, above the progress bar, as
   `[level] message`. When the tool asks a question, its message is printed
-  and each field is asked in turn on stderr, with its type, its choices
-  (numbered: type the number, the value or its title) and its default.
+  and each field is asked in turn on stderr (the required ones first, in
+  the tool's order), with its type, its choices (numbered: type the
+  number, the value or its title) and its default.
   Answers are read from stdin, a terminal or not, one line per field.
   Empty input takes the field's default; on a required field without a
   default it declines the question, and an answer with no value at all
@@ -251,7 +252,7 @@ pub(crate) async fn run(args: CallArgs) -> Result<(), Failure> {
                     eprintln!();
                     screen.resume();
                 }
-                screen.set_message("cancelling");
+                screen.status("cancelling");
                 call.cancel(Some("cancelled from the command line")).await?;
             }
         }
@@ -364,29 +365,41 @@ async fn next_line(input: &mut Option<mpsc::Receiver<String>>) -> Option<String>
     }
 }
 
-/// The progress bar, and the lines printed above it, on stderr.
+/// The progress bar, and the lines printed above it, on stderr. The bar
+/// is drawn once the tool reports progress: a tool that reports none gets
+/// no bar stuck at 0 %.
 struct Screen {
     bar: Option<ProgressBar>,
     json: bool,
     position: u64,
     message: String,
+    /// Whether the tool has reported progress (and so has a bar).
+    progressed: bool,
+    /// Whether a question is being asked (the bar is off the screen).
+    paused: bool,
 }
 
 impl Screen {
     fn new(json: bool) -> Screen {
-        let mut screen = Screen {
+        Screen {
             bar: None,
             json,
             position: 0,
             message: String::new(),
-        };
-        screen.resume();
-        screen
+            progressed: false,
+            paused: false,
+        }
     }
 
     fn update(&mut self, update: &Update) {
         if let Some(progress) = update.progress {
             self.position = progress.clamp(0.0, 100.0).round() as u64;
+            if !self.progressed {
+                self.progressed = true;
+                if !self.paused {
+                    self.show();
+                }
+            }
         }
         self.set_message(&update.status);
     }
@@ -396,6 +409,17 @@ impl Screen {
         if let Some(bar) = &self.bar {
             bar.set_position(self.position);
             bar.set_message(self.message.clone());
+        }
+    }
+
+    /// A status of haip's own (`cancelling`): beside the bar, or on a line
+    /// of its own without one.
+    fn status(&mut self, message: &str) {
+        if self.bar.as_ref().is_some_and(|bar| !bar.is_hidden()) {
+            self.set_message(message);
+        } else {
+            self.message = message.to_owned();
+            eprintln!("{message}");
         }
     }
 
@@ -419,13 +443,19 @@ impl Screen {
 
     /// Takes the bar off the screen while a question is asked.
     fn pause(&mut self) {
-        if let Some(bar) = self.bar.take() {
-            bar.finish_and_clear();
+        self.paused = true;
+        self.hide();
+    }
+
+    /// Puts the bar back, where it was (when the tool has reported progress).
+    fn resume(&mut self) {
+        self.paused = false;
+        if self.progressed {
+            self.show();
         }
     }
 
-    /// Puts the bar back, where it was.
-    fn resume(&mut self) {
+    fn show(&mut self) {
         if self.bar.is_none() {
             let bar = progress_bar(self.json);
             bar.set_position(self.position);
@@ -434,8 +464,14 @@ impl Screen {
         }
     }
 
+    fn hide(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+
     fn finish(&mut self) {
-        self.pause();
+        self.hide();
     }
 }
 
@@ -457,7 +493,7 @@ fn report(outcome: &Outcome, json: bool) -> Result<(), Failure> {
             if json {
                 println!("{}", serde_json::json!({"status": "OK", "result": result}));
             } else if !result.is_null() {
-                print_json(&result, false);
+                print_json(&shown(result), false);
             }
             Ok(())
         }
@@ -503,6 +539,53 @@ fn report(outcome: &Outcome, json: bool) -> Result<(), Failure> {
                 None => "cancelled".to_owned(),
             }))
         }
+    }
+}
+
+/// A result as a person reads it: the base64 data of its content blocks
+/// (images, audio, binary resources) shown as their type and size, the rest
+/// as it came. `--json` prints the result untouched.
+fn shown(mut result: Value) -> Value {
+    let Some(blocks) = result.get_mut("content").and_then(Value::as_array_mut) else {
+        return result;
+    };
+    for block in blocks {
+        let kind = block["type"].as_str().unwrap_or_default().to_owned();
+        let (holder, key) = match kind.as_str() {
+            "image" | "audio" => (block, "data"),
+            "resource" => (&mut block["resource"], "blob"),
+            _ => continue,
+        };
+        let Some(data) = holder.get(key).and_then(Value::as_str) else {
+            continue;
+        };
+        let mime = holder["mimeType"].as_str().unwrap_or(match kind.as_str() {
+            "resource" => "binary",
+            other => other,
+        });
+        let text = format!("<{mime}, {}>", size_text(decoded_len(data)));
+        holder[key] = Value::String(text);
+    }
+    result
+}
+
+/// How many bytes base64 text decodes to.
+fn decoded_len(base64: &str) -> usize {
+    let text = base64.trim_end();
+    let padding = text.bytes().rev().take_while(|b| *b == b'=').count().min(2);
+    (text.len() / 4 * 3 + (text.len() % 4).saturating_sub(1)).saturating_sub(padding)
+}
+
+/// `512 bytes`, `12.3 KiB`, `4.0 MiB`.
+fn size_text(bytes: usize) -> String {
+    const KIB: f64 = 1024.0;
+    let b = bytes as f64;
+    if bytes < 1024 {
+        format!("{bytes} bytes")
+    } else if b < KIB * KIB {
+        format!("{:.1} KiB", b / KIB)
+    } else {
+        format!("{:.1} MiB", b / (KIB * KIB))
     }
 }
 
@@ -564,6 +647,73 @@ fn coerce(raw: &str, property: &Value) -> Result<Value, String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn images_and_binary_data_are_shown_as_type_and_size() {
+        let png = vec![0u8; 3000];
+        let result = json!({
+            "content": [
+                {"type": "text", "text": "a chart"},
+                {"type": "image", "data": base64(&png), "mimeType": "image/png"},
+                {"type": "audio", "data": base64(b"abcd"), "mimeType": "audio/wav"},
+                {"type": "resource", "resource": {"uri": "file:///a.bin", "blob": base64(b"ab")}},
+                {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "hello"}}
+            ],
+            "structured": {"points": 3}
+        });
+        assert_eq!(
+            shown(result),
+            json!({
+                "content": [
+                    {"type": "text", "text": "a chart"},
+                    {"type": "image", "data": "<image/png, 2.9 KiB>", "mimeType": "image/png"},
+                    {"type": "audio", "data": "<audio/wav, 4 bytes>", "mimeType": "audio/wav"},
+                    {"type": "resource", "resource": {"uri": "file:///a.bin", "blob": "<binary, 2 bytes>"}},
+                    {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "hello"}}
+                ],
+                "structured": {"points": 3}
+            })
+        );
+        // Results without content blocks are shown as they are.
+        assert_eq!(shown(json!({"data": "x"})), json!({"data": "x"}));
+        for n in 0..10 {
+            assert_eq!(decoded_len(&base64(&vec![7; n])), n);
+        }
+        assert_eq!(size_text(5 << 20), "5.0 MiB");
+    }
+
+    fn base64(bytes: &[u8]) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    #[test]
+    fn no_bar_until_the_tool_reports_progress() {
+        let running = |progress| Update {
+            status: "RUNNING".into(),
+            progress,
+            partial: None,
+        };
+        let mut screen = Screen::new(true);
+        assert!(screen.bar.is_none(), "no bar at the start");
+        screen.update(&running(None));
+        assert!(screen.bar.is_none(), "a status without progress draws none");
+        screen.pause();
+        screen.resume();
+        assert!(
+            screen.bar.is_none(),
+            "nor does a question asked and answered"
+        );
+        screen.pause();
+        screen.update(&running(Some(40.0)));
+        assert!(screen.bar.is_none(), "not while a question is asked");
+        screen.resume();
+        assert_eq!(screen.bar.as_ref().map(ProgressBar::position), Some(40));
+        screen.update(&running(None));
+        assert_eq!(screen.bar.as_ref().map(ProgressBar::position), Some(40));
+        screen.finish();
+        assert!(screen.bar.is_none());
+    }
 
     #[test]
     fn pairs_are_typed_by_the_schema() {

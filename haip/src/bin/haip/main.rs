@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Exit codes: 0 success, 1 the tool failed (or was cancelled, or `lint`
-//! found something), 2 usage or connection error. `--json` prints machine-readable output; `--token` (or
+//! found an error), 2 usage or connection error. `--json` prints machine-readable output; `--token` (or
 //! `HAIP_TOKEN`) authenticates.
 
 mod bench;
@@ -30,6 +30,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::{Args, Parser, Subcommand};
 use haip::client::{Client, ClientError, ClientOptions};
+use haip::lint::Severity;
 use serde_json::{Value, json};
 
 #[derive(Parser)]
@@ -76,8 +77,9 @@ enum Command {
     },
     /// Check every tool against the model providers' rules: each schema
     /// profile that cannot serve it and why, names OpenAI and Anthropic
-    /// refuse, descriptions over 1024 characters. Exit code 1 when anything
-    /// is found.
+    /// refuse, descriptions over 1024 characters (errors: exit code 1); and
+    /// tools or parameters without a description (warnings: listed, exit
+    /// code 0).
     Lint {
         #[command(flatten)]
         common: Common,
@@ -217,12 +219,18 @@ async fn lint(common: &Common) -> Result<(), Failure> {
             schema.output_schema.as_ref(),
         ));
     }
+    let errors = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    let warnings = findings.len() - errors;
     if common.json {
         let list: Vec<Value> = findings
             .iter()
             .map(|f| {
                 json!({
                     "tool": f.tool,
+                    "severity": f.severity.name(),
                     "profile": f.profile.map(|p| p.name()),
                     "pointer": f.pointer,
                     "reason": f.reason,
@@ -232,11 +240,6 @@ async fn lint(common: &Common) -> Result<(), Failure> {
             })
             .collect();
         println!("{}", Value::Array(list));
-    } else if findings.is_empty() {
-        println!(
-            "{} tools: every schema profile serves each of them, and every provider takes their names",
-            tools.len()
-        );
     } else {
         for f in &findings {
             let profile = f.profile.map_or("every profile", |p| p.name());
@@ -245,18 +248,32 @@ async fn lint(common: &Common) -> Result<(), Failure> {
             } else {
                 &f.pointer
             };
-            let served = if f.refused { "not served" } else { "served" };
-            println!("{}  {profile}  {pointer}  ({served})", f.tool);
+            let what = match (f.severity, f.refused) {
+                (Severity::Warning, _) => "warning",
+                (Severity::Error, true) => "not served",
+                (Severity::Error, false) => "served",
+            };
+            println!("{}  {profile}  {pointer}  ({what})", f.tool);
             println!("    {}", f.reason);
             println!("    fix: {}", f.fix);
         }
+        if errors == 0 {
+            let also = match warnings {
+                0 => String::new(),
+                1 => " (1 warning above)".to_owned(),
+                n => format!(" ({n} warnings above)"),
+            };
+            println!(
+                "{} tools: every schema profile serves each of them, and every provider takes their names{also}",
+                tools.len()
+            );
+        }
     }
-    if findings.is_empty() {
+    if errors == 0 {
         Ok(())
     } else {
         Err(Failure::tool(format!(
-            "{} finding(s) in {} tools",
-            findings.len(),
+            "{errors} error(s) and {warnings} warning(s) in {} tools",
             tools.len()
         )))
     }

@@ -4,6 +4,8 @@
 //! so `haip call` can keep reading the call's events (and Ctrl-C) between
 //! two lines. The rules, also in `haip call --help`:
 //!
+//! * the required fields are asked first, in the order the tool's struct
+//!   declares them (the schema's `required`), then the optional ones;
 //! * each prompt shows the field's name, type, choices (numbered: type the
 //!   number, the value or its title) and default;
 //! * empty input takes the default, when there is one; on a required field
@@ -48,7 +50,7 @@ impl Form {
         Ok(Form {
             request_id: question.request_id.clone(),
             message: question.message.clone(),
-            fields: question.fields()?,
+            fields: in_declared_order(question.fields()?, &question.schema),
             at: 0,
             content: Map::new(),
         })
@@ -158,6 +160,26 @@ impl Form {
         self.at = 0;
         self.content.clear();
     }
+}
+
+/// The fields in the order to ask them: the required ones as the schema's
+/// `required` lists them (a `#[haip::data]` struct's declaration order),
+/// then the optional ones as its `properties` do. A JSON object's keys come
+/// sorted by name, so `required` is the only order the wire keeps.
+fn in_declared_order(mut fields: Vec<Field>, schema: &Value) -> Vec<Field> {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    // A stable sort: optional fields keep their order, after the others.
+    fields.sort_by_key(|field| {
+        required
+            .iter()
+            .position(|name| *name == field.name)
+            .unwrap_or(usize::MAX)
+    });
+    fields
 }
 
 /// The type part of a prompt: `integer, 1 to 12`, `choose one: 1) a, 2) b`.
@@ -318,6 +340,46 @@ mod tests {
             "  note (text, at most 5 characters; optional): "
         );
         assert_eq!(form.feed(Some("")), Step::Done(Response::Decline));
+    }
+
+    #[test]
+    fn required_fields_are_asked_in_declared_order_then_optional_ones() {
+        // `properties` come sorted by name; `required` keeps the struct's order.
+        let form = Form::new(&Question {
+            request_id: "q".into(),
+            message: "m".into(),
+            schema: json!({"properties": {
+                "arrival": {"type": "string"},
+                "destination": {"type": "string"},
+                "nights": {"type": "integer"},
+                "note": {"type": "string"},
+                "budget": {"type": "number"}
+            }, "required": ["destination", "nights", "arrival"]}),
+        })
+        .unwrap();
+        let names: Vec<&str> = form.fields.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["destination", "nights", "arrival", "budget", "note"]
+        );
+    }
+
+    #[test]
+    fn the_confirm_form_defaults_to_no() {
+        // What `ctx.confirm` sends.
+        let mut form = Form::new(&Question {
+            request_id: "q".into(),
+            message: "Delete a.txt?".into(),
+            schema: json!({"type": "object",
+                "properties": {"confirm": {"type": "boolean", "title": "Confirm", "default": false}},
+                "required": ["confirm"]}),
+        })
+        .unwrap();
+        assert_eq!(form.prompt(), "  confirm \"Confirm\" (y/n; default no): ");
+        assert_eq!(
+            form.feed(Some("")),
+            Step::Done(Response::Accept(json!({"confirm": false})))
+        );
     }
 
     #[test]

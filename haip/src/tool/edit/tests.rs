@@ -130,7 +130,7 @@ async fn fixed_parameters_are_hidden_and_always_passed() {
     assert_eq!(schema["required"], json!(["file"]));
     assert_eq!(
         tool.validate_params(&json!({"file": "a", "encoding": "utf8"}))[0].message,
-        "unexpected property \"encoding\"",
+        "unexpected property \"encoding\"; known properties: \"file\", \"limit\"",
         "a closed schema refuses the hidden parameter"
     );
     assert_eq!(

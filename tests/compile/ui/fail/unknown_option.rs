@@ -1,4 +1,4 @@
-#[haip::haip_tool(nmae = "x")]
+#[haip::haip_tool(cache = true)]
 async fn f() {}
 
 fn main() {}
