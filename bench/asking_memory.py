@@ -5,8 +5,9 @@ answer, over MCP: without sessions (MCP 2026-07-28 rounds: the call answers
 waits in the server for the client's answer to `elicitation/create`).
 
 Starts the release quickstart (built by `bash bench/asking_memory.sh`) twice
-on a free 127.0.0.1 port: stateless (the default) and with MCP sessions
-(`HAIP_MCP_SESSIONS=1`). For each, warms it up, reads its VmRSS, puts N
+on a free 127.0.0.1 port: stateless (`HAIP_MCP_SESSIONS=0`; 2026-07-28
+requests are served so with sessions on too) and with MCP sessions (the
+default, `HAIP_MCP_SESSIONS=1`). For each, warms it up, reads its VmRSS, puts N
 `book_table` calls in the state between question and answer, reads VmRSS
 again, and prints the difference per call. Only 127.0.0.1 is contacted;
 everything is bounded in count and time.
@@ -145,8 +146,7 @@ async def waiting_session_call(port, i):
 async def measure(binary, n, sessions):
     port = free_port()
     env = dict(os.environ, HAIP_ADDR=f"127.0.0.1:{port}", HAIP_LOG="error")
-    if sessions:
-        env["HAIP_MCP_SESSIONS"] = "1"
+    env["HAIP_MCP_SESSIONS"] = "1" if sessions else "0"
     server = subprocess.Popen([binary], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(200):
@@ -196,8 +196,8 @@ async def main():
     print(f"| `/mcp` | {n} calls between question and answer | RSS before | RSS after | per call |")
     print("|---|---|---|---|---|")
     for sessions, before, after, per_call in rows:
-        mode = "sessions (`HAIP_MCP_SESSIONS=1`), the calls wait in the server" if sessions \
-            else "stateless (default), each call answered `input_required`"
+        mode = "sessions (default, 2025-11-25 clients), the calls wait in the server" if sessions \
+            else "stateless (2026-07-28 rounds), each call answered `input_required`"
         print(f"| {mode} | {n} | {before / 1024:.1f} MiB | {after / 1024:.1f} MiB | {per_call / 1024:.1f} KiB |")
 
 

@@ -811,6 +811,8 @@ def mcp_sections(w, directory, selected):
     w("The same server answers MCP Streamable HTTP at `/mcp` (feature `mcp`), on the HAIP port. Here")
     w("the server is the quickstart itself (`target/release/examples/quickstart`: built-in and annotated")
     w("tools, no `blob`) at **default settings** and with its default logging (`info`, `HAIP_LOG` unset),")
+    w("except that `/mcp` serves every request on its own (`HAIP_MCP_SESSIONS=0`: each attack and canary")
+    w("call is a plain POST, no `initialize`; the front door they meet is the same with sessions),")
     w("a fresh process per attack, pinned as above; the attacks are `examples/hostile/` `mcp-*` modes, raw")
     w("HTTP/1.1 clients on loopback. The MCP canary is a separate client on its own keep-alive connection,")
     w("connected before the attack starts, calling `echo` on `/mcp` every 100 ms, one call at a time; its")

@@ -135,7 +135,9 @@ start_server() {
     local log=$OUT/$1-server.log deadline
     PORT=$(free_port)
     if [[ ${2:-} == quickstart ]]; then
-        env -u HAIP_LOG HAIP_ADDR=127.0.0.1:$PORT "${PIN_SERVER[@]}" "$BIN/examples/quickstart" \
+        # `/mcp` stateless: each attack is a plain POST (no `initialize`),
+        # as any instance behind a load balancer would take it.
+        env -u HAIP_LOG HAIP_ADDR=127.0.0.1:$PORT HAIP_MCP_SESSIONS=0 "${PIN_SERVER[@]}" "$BIN/examples/quickstart" \
             >"$OUT/$1-server.out" 2>"$log" &
         URL=http://127.0.0.1:$PORT/mcp
     else

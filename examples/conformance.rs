@@ -832,7 +832,8 @@ async fn main() -> Result<(), haip::Error> {
     let running = Running::default();
     let server = haip::Server::builder()
         .from_env()
-        // MCP sessions at `/mcp`: the 2025-11-25 elicitation and sampling
+        // MCP sessions at `/mcp` (the default, said here because the
+        // suite depends on it): the 2025-11-25 elicitation and sampling
         // scenarios need the client to answer the server's requests, which
         // a client without a session cannot (its answer would be a new POST
         // nothing waits for), and the SSE scenarios open the session's `GET`

@@ -27,8 +27,10 @@
 //! | `canary` | nothing but the canary, for `--duration` seconds (the script's check that a server still answers after an attack) |
 //!
 //! And the `/mcp` door (MCP Streamable HTTP on the same port), against
-//! `http://127.0.0.1:PORT/mcp`, with an MCP canary calling `echo` on `/mcp`
-//! every 100 ms (see `mcp/`):
+//! `http://127.0.0.1:PORT/mcp` of a server serving it statelessly
+//! (`HAIP_MCP_SESSIONS=0`: the attacks and the canary send plain POSTs, no
+//! `initialize`), with an MCP canary calling `echo` on `/mcp` every 100 ms
+//! (see `mcp/`):
 //!
 //! | Attack | What it does |
 //! |---|---|

@@ -43,13 +43,14 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     let krate = options.crate_path();
     let (serde_path, schemars_path) = attr::derive_crates(&krate);
     let errors = errors.to_compile_errors();
-    let (check, item) = match syn::parse2::<DeriveInput>(item.clone()) {
+    let (check, form, item) = match syn::parse2::<DeriveInput>(item.clone()) {
         Ok(mut input) => {
             let check = check_fields(&mut input, &krate);
-            (check, input.into_token_stream())
+            let form = question_form(&input, &krate);
+            (check, form, input.into_token_stream())
         }
         // Not a struct or an enum: the derives say so.
-        Err(_) => (TokenStream::new(), item),
+        Err(_) => (TokenStream::new(), TokenStream::new(), item),
     };
     quote! {
         #errors
@@ -62,6 +63,24 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         #[serde(crate = #serde_path)]
         #[schemars(crate = #schemars_path)]
         #item
+        #form
+    }
+}
+
+/// `impl QuestionForm` for a struct with named fields: what a question may
+/// ask for (`ctx.ask::<T>`); nothing for enums, tuple and unit structs.
+fn question_form(input: &DeriveInput, krate: &Path) -> TokenStream {
+    let Data::Struct(data) = &input.data else {
+        return TokenStream::new();
+    };
+    if !matches!(data.fields, Fields::Named(_)) {
+        return TokenStream::new();
+    }
+    let ident = &input.ident;
+    let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
+    quote! {
+        #[automatically_derived]
+        impl #impl_generics #krate::__private::QuestionForm for #ident #type_generics #where_clause {}
     }
 }
 

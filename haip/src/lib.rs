@@ -83,8 +83,8 @@ mod transport;
 
 pub use content::{Content, EmbeddedResource, Rich};
 pub use context::{
-    Answer, Ask, AskError, CancellationHandle, Confirm, Context, ListRoots, LogLevel, Role, Root,
-    RootsError, SampleError, SampleRequest, Sampled,
+    Answer, Ask, AskError, CancellationHandle, Confirm, Context, ListRoots, LogLevel, QuestionForm,
+    Role, Root, RootsError, SampleError, SampleRequest, Sampled,
 };
 pub use error::Error;
 pub use protocol::{Icon, IconTheme, ToolAnnotations};

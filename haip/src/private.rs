@@ -20,8 +20,8 @@ use crate::protocol::ErrorCode;
 pub use crate::schema::{input_schema_for, output_schema_for};
 pub use crate::tool::Definition;
 pub use crate::{
-    Context, Error, Icon, IconTheme, Params, State, TaskSupport, Tool, ToolAnnotations,
-    ToolBuilder, ToolError,
+    Context, Error, Icon, IconTheme, Params, QuestionForm, State, TaskSupport, Tool,
+    ToolAnnotations, ToolBuilder, ToolError,
 };
 
 /// One `#[haip_tool]` function, collected at link time for [`crate::serve`].

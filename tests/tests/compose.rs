@@ -93,8 +93,10 @@ fn composed() -> ServerBuilder {
         .tool(status::tool())
 }
 
+/// Starts `builder` with `/mcp` stateless: the MCP requests here are single
+/// POSTs, no `initialize`.
 async fn start(builder: ServerBuilder) -> (ServerHandle, SocketAddr, String) {
-    let (handle, url) = support::start(builder).await;
+    let (handle, url) = support::start(builder.mcp_sessions(false)).await;
     let addr = handle.local_addr();
     (handle, addr, url)
 }
@@ -115,7 +117,7 @@ async fn haip_list(client: &mut Client) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The tools of an MCP `tools/list` on `/mcp` (stateless: no `initialize`).
+/// The tools of an MCP `tools/list` on a stateless `/mcp` (no `initialize`).
 async fn mcp_list(addr: SocketAddr) -> Vec<Value> {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
     let reply = mcp_request(addr, "POST", Some(&body), &[]).await;
@@ -228,9 +230,10 @@ async fn mounted_tools_are_listed_and_called_by_their_prefixed_names_over_mcp() 
         json!({"text": "contents of c.txt"}),
         "{response}"
     );
+    // The bare name is not served; the error names the mounted one.
     let response = mcp_call(addr, "write", json!({"path": "a", "text": "b"})).await;
     assert_eq!(
-        response["error"]["message"], "Tool write not found",
+        response["error"]["message"], "Tool write not found; did you mean \"files_write\"?",
         "{response}"
     );
     handle.shutdown().await;

@@ -89,7 +89,8 @@ async fn haip_details_say_what_to_send() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_tool_errors_say_the_same() {
-    let (handle, _) = start(builder().tool(report::tool())).await;
+    // Stateless `/mcp`: the call is one POST, no `initialize`.
+    let (handle, _) = start(builder().tool(report::tool()).mcp_sessions(false)).await;
     let (params, expected) = mistakes();
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "tools/call",

@@ -7,6 +7,9 @@
 //! server's budgets hold (`/stats`), and that an ordinary `echo` call over
 //! `/mcp` is still served. Budgets are set small so the tests run in seconds;
 //! RELIABILITY.md measures the same attacks on the quickstart at defaults.
+//! The servers here serve `/mcp` statelessly (`mcp_sessions(false)`): each
+//! attack is a plain POST, which any instance would take; the front door it
+//! meets is the same with sessions.
 
 use crate::support;
 
@@ -15,9 +18,19 @@ use std::time::{Duration, Instant};
 
 use haip::{Context, Tool, ToolError};
 use serde_json::{Value, json};
-use support::{builder, demo_builder, gated_tool, get_json, stats_until, within};
+use support::{gated_tool, get_json, stats_until, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
+
+/// [`support::builder`] with `/mcp` stateless: the attacks are single POSTs.
+fn builder() -> haip::ServerBuilder {
+    support::builder().mcp_sessions(false)
+}
+
+/// [`support::demo_builder`] with `/mcp` stateless.
+fn demo_builder() -> haip::ServerBuilder {
+    support::demo_builder().mcp_sessions(false)
+}
 
 /// At most 300 characters of `text`, for assertion messages.
 fn short(text: &str) -> &str {

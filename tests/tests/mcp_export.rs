@@ -1,7 +1,8 @@
 //! The MCP export side end to end, with the Rust MCP SDK (`rmcp`) as the
 //! client: the quickstart's tools served over MCP stdio (the `mcp_export`
-//! example) and over Streamable HTTP at `/mcp` of a running server, stateless
-//! (the default) and with `mcp_sessions(true)`, run the same scenarios —
+//! example) and over Streamable HTTP at `/mcp` of a running server, with MCP
+//! sessions (the default) and stateless (`mcp_sessions(false)`), run the
+//! same scenarios —
 //! `tools/list` with haip's schemas, a structured result, invalid params as a
 //! readable tool error, progress notifications, cancellation, an unknown tool
 //! as a JSON-RPC error. HTTP only: the `/mcp` endpoint behind JWT
@@ -39,8 +40,8 @@ use tokio::sync::mpsc;
 use support::QUICKSTART_TOOLS as QUICKSTART;
 
 /// Runs each scenario over MCP stdio (`mod stdio`), over a stateless `/mcp`
-/// (`mod http`, the default) and over `/mcp` with MCP sessions
-/// (`mod http_sessions`).
+/// (`mod http`, `mcp_sessions(false)`) and over `/mcp` with MCP sessions
+/// (`mod http_sessions`, the default).
 macro_rules! both_transports {
     ($($name:ident),* $(,)?) => {
         mod stdio {
@@ -57,7 +58,8 @@ macro_rules! both_transports {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    let (handle, _) = super::start(super::demo_builder()).await;
+                    let builder = super::demo_builder().mcp_sessions(false);
+                    let (handle, _) = super::start(builder).await;
                     let mut mcp = super::Mcp::http(handle.local_addr(), None).await;
                     super::$name(&mut mcp).await;
                     mcp.close().await;
@@ -68,8 +70,7 @@ macro_rules! both_transports {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    let builder = super::demo_builder().mcp_sessions(true);
-                    let (handle, _) = super::start(builder).await;
+                    let (handle, _) = super::start(super::demo_builder()).await;
                     let mut mcp = super::Mcp::http(handle.local_addr(), None).await;
                     super::$name(&mut mcp).await;
                     mcp.close().await;
@@ -519,7 +520,7 @@ fn cancel_probe() -> (Tool, mpsc::UnboundedReceiver<&'static str>) {
 /// its own): the client closing the call's response stream cancels it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_cancellation_reaches_the_tool_context() {
-    cancellation_reaches_the_tool_context(demo_builder()).await;
+    cancellation_reaches_the_tool_context(demo_builder().mcp_sessions(false)).await;
 }
 
 /// With sessions, `notifications/cancelled` reaches the call's session.

@@ -1,5 +1,8 @@
-//! `/mcp` is stateless by default: no `Mcp-Session-Id`, every POST served on
-//! its own, so any instance answers any request.
+//! `/mcp` without sessions: with `mcp_sessions(false)` (`HAIP_MCP_SESSIONS=0`)
+//! no client gets an `Mcp-Session-Id`, every POST is served on its own, so
+//! any instance answers any request; MCP 2026-07-28 requests are served so
+//! whatever the setting (by default, sessions on, a client that sends
+//! `initialize` gets a session: `mcp_first_hour.rs`).
 //!
 //! - The official Python MCP SDK's client (`tests/mcp/stateless.py`) works
 //!   through a round-robin proxy whose every POST goes to the other of two
@@ -8,9 +11,9 @@
 //!   log and by each instance's `/stats`).
 //! - A `tools/call` to an instance that never saw `initialize` succeeds
 //!   (plain JSON, no session); with `mcp_sessions(true)` it is refused.
-//! - Stateless, `ctx.ask` and `ctx.sample` fail at once with `Unsupported`
-//!   even for a client that declares elicitation and sampling; with sessions
-//!   the same client is asked.
+//! - Stateless, `ctx.ask` and `ctx.sample` fail at once, naming
+//!   `mcp_sessions`, even for a client that declares elicitation and
+//!   sampling; with sessions the same client is asked.
 //! - Progress and log lines come on the call's own SSE stream; a log level in
 //!   the request's `_meta` is honoured, `logging/setLevel` lasts for its own
 //!   request only.
@@ -148,8 +151,9 @@ async fn start_instance(builder: ServerBuilder) -> (ServerHandle, SocketAddr) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_client_alternates_between_two_stateless_instances() {
-    let (a, a_addr) = start_instance(demo_builder().tool(instance_tool("A"))).await;
-    let (b, b_addr) = start_instance(demo_builder().tool(instance_tool("B"))).await;
+    let stateless = || demo_builder().mcp_sessions(false);
+    let (a, a_addr) = start_instance(stateless().tool(instance_tool("A"))).await;
+    let (b, b_addr) = start_instance(stateless().tool(instance_tool("B"))).await;
     let proxy = Proxy::start([a_addr, b_addr]).await;
     let url = format!("http://{}/mcp", proxy.addr);
     let summary = run_script("stateless.py", &[&url]).await;
@@ -226,8 +230,8 @@ async fn python_sdk_client_alternates_between_two_stateless_instances() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_without_initialize_is_served_statelessly_and_refused_with_sessions() {
-    let (_a, a_addr) = start_instance(demo_builder()).await;
-    let (_b, b_addr) = start_instance(demo_builder()).await;
+    let (_a, a_addr) = start_instance(demo_builder().mcp_sessions(false)).await;
+    let (_b, b_addr) = start_instance(demo_builder().mcp_sessions(false)).await;
     // A client initializes on A ...
     let init = post(a_addr, &initialize(1)).await;
     assert_eq!(init.status, 200, "{init:?}");
@@ -272,9 +276,10 @@ async fn a_call_without_initialize_is_served_statelessly_and_refused_with_sessio
         assert_eq!(reply.status, 405, "{method}: {reply:?}");
     }
 
-    // With sessions, the same call without a session is refused, and one
-    // with a session this instance does not hold is not found.
-    let (_s, s_addr) = start_instance(demo_builder().mcp_sessions(true)).await;
+    // With sessions (the default), the same call without a session is
+    // refused, and one with a session this instance does not hold is not
+    // found.
+    let (_s, s_addr) = start_instance(demo_builder()).await;
     let reply = post(s_addr, &call(2, "add", json!({"a": 2, "b": 3}))).await;
     assert!(
         (400..500).contains(&reply.status),
@@ -299,16 +304,21 @@ async fn a_call_without_initialize_is_served_statelessly_and_refused_with_sessio
     );
 }
 
-/// `HAIP_MCP_SESSIONS=1` turns sessions on for a server built with
-/// `from_env` (the quickstart example, run as a process with and without it).
+/// `HAIP_MCP_SESSIONS=0` turns sessions off for a server built with
+/// `from_env`, `1` keeps them on, and without it they are on (the
+/// quickstart example, run as a process with each).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn haip_mcp_sessions_in_the_environment_turns_sessions_on() {
+async fn haip_mcp_sessions_in_the_environment_turns_sessions_off_or_on() {
     let binary = mcp_support::example_binary("quickstart");
-    for (sessions, value) in [(true, "1"), (false, "0")] {
+    for (sessions, value) in [(true, Some("1")), (false, Some("0")), (true, None)] {
         let port = mcp_support::free_port();
-        let _server = tokio::process::Command::new(&binary)
+        let mut command = tokio::process::Command::new(&binary);
+        match value {
+            Some(value) => command.env("HAIP_MCP_SESSIONS", value),
+            None => command.env_remove("HAIP_MCP_SESSIONS"),
+        };
+        let _server = command
             .env("HAIP_ADDR", format!("127.0.0.1:{port}"))
-            .env("HAIP_MCP_SESSIONS", value)
             .env("HAIP_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -327,7 +337,7 @@ async fn haip_mcp_sessions_in_the_environment_turns_sessions_on() {
         assert_eq!(
             init.headers.get("mcp-session-id").is_some(),
             sessions,
-            "HAIP_MCP_SESSIONS={value}: {init:?}"
+            "HAIP_MCP_SESSIONS={value:?}: {init:?}"
         );
     }
 }
@@ -379,12 +389,21 @@ async fn outcome_of(addr: SocketAddr, tool: &str) -> (Value, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ask_and_sample_fail_at_once_statelessly_and_reach_the_client_with_sessions() {
     let tools = || builder().tool(ask_tool()).tool(sample_tool());
-    let (_stateless, addr) = start_instance(tools()).await;
+    let (_stateless, addr) = start_instance(tools().mcp_sessions(false)).await;
+    // The client declared both: the error names the setting, not the client.
+    let no_session = |outcome: &Value| {
+        outcome["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("Failed"))
+            && outcome["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no session") && m.contains("mcp_sessions"))
+    };
     let (asked, ms) = outcome_of(addr, "ask").await;
-    assert_eq!(asked["error"], "Unsupported", "{asked}");
+    assert!(no_session(&asked), "{asked}");
     assert!(ms < 1000, "ask took {ms} ms to fail");
     let (sampled, ms) = outcome_of(addr, "sample").await;
-    assert_eq!(sampled["error"], "Unsupported", "{sampled}");
+    assert!(no_session(&sampled), "{sampled}");
     assert!(ms < 1000, "sample took {ms} ms to fail");
 
     // With sessions the same client gets the question (rmcp declines it) and
@@ -403,7 +422,7 @@ async fn ask_and_sample_fail_at_once_statelessly_and_reach_the_client_with_sessi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_and_logs_come_on_the_calls_own_stream() {
-    let (_s, addr) = start_instance(builder().tool(chatty_tool())).await;
+    let (_s, addr) = start_instance(builder().tool(chatty_tool()).mcp_sessions(false)).await;
     let chatty = |id, meta: Value| {
         let mut body = call(id, "chatty", json!({}));
         body["params"]["_meta"] = meta;
@@ -476,7 +495,8 @@ async fn progress_and_logs_come_on_the_calls_own_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_sessions_bounds_requests_in_flight() {
     let (gated, mut gate) = support::gated_tool("gated");
-    let (_s, addr) = start_instance(builder().tool(gated).max_sessions(1)).await;
+    let (_s, addr) =
+        start_instance(builder().tool(gated).max_sessions(1).mcp_sessions(false)).await;
     let running = tokio::spawn(async move { post(addr, &call(1, "gated", json!({}))).await });
     gate.started().await;
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
@@ -644,7 +664,8 @@ async fn a_listen_stream_hears_every_registry_change_until_the_server_stops() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listen_stream_gets_only_what_it_asked_for() {
-    let (handle, addr) = start_instance(builder().tool(chatty_tool())).await;
+    // Without sessions: the MCP 2025 request at the end has none.
+    let (handle, addr) = start_instance(builder().tool(chatty_tool()).mcp_sessions(false)).await;
     // Prompts only: haip has none, so nothing is accepted and the stream,
     // which would never carry anything, ends at once.
     let mut stream = listen(addr, 3, json!({"promptsListChanged": true})).await;

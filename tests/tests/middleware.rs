@@ -9,6 +9,8 @@
 //!   reference instead of their text; a tool limited to one call at once
 //!   refuses a second; an idempotent tool's result is answered again from
 //!   the cache, per subject.
+//! - A tool both idempotent and destructive (`delete_bucket`) is never
+//!   answered from the cache: it runs every time.
 
 use crate::mcp_http;
 use crate::support;
@@ -122,6 +124,8 @@ async fn serve(rate: RateLimit) -> Served {
     let started = Arc::new(Notify::new());
     let cache = Cache::new(1 << 20);
     let builder = builder()
+        // Stateless `/mcp`: each MCP call here is one POST, no `initialize`.
+        .mcp_sessions(false)
         .authenticator(Users)
         .tool(greet(&runs))
         .tool(fails())
@@ -369,4 +373,66 @@ async fn layers_rewrite_params_mask_errors_limit_and_cache_over_haip_and_mcp() {
     assert_eq!(served.cache.hits(), 3);
     ada.close().await;
     served.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destructive_idempotent_tool_runs_every_time_under_the_cache() {
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let greets = Arc::new(AtomicUsize::new(0));
+    let delete_bucket = {
+        let deletes = Arc::clone(&deletes);
+        Tool::builder("delete_bucket")
+            .description("Deletes a bucket.")
+            .annotations(ToolAnnotations::new().idempotent(true).destructive(true))
+            .handler(move |params: Value, _: Context| {
+                let deletes = Arc::clone(&deletes);
+                async move {
+                    let n = deletes.fetch_add(1, SeqCst) + 1;
+                    Ok(json!({"deleted": params["bucket"], "run": n}))
+                }
+            })
+            .build()
+            .expect("delete_bucket builds")
+    };
+    let cache = Cache::new(1 << 20);
+    let builder = builder()
+        .authenticator(Users)
+        .tool(delete_bucket)
+        .tool(greet(&greets))
+        .layer(cache.clone());
+    let (handle, _) = support::start(builder).await;
+    let mut ada = haip_client(handle.local_addr(), "ada").await;
+
+    // The same call twice: it runs twice, each answer its own.
+    for run in 1..=2 {
+        let done = ada
+            .call_done(
+                &format!("d{run}"),
+                "delete_bucket",
+                json!({"bucket": "logs"}),
+            )
+            .await;
+        assert_eq!(done["status"], "OK", "{done}");
+        assert_eq!(
+            done["result"],
+            json!({"deleted": "logs", "run": run}),
+            "{done}"
+        );
+    }
+    assert_eq!(deletes.load(SeqCst), 2, "delete_bucket ran twice");
+    assert_eq!(cache.hits(), 0);
+    assert_eq!(cache.bytes(), 0, "nothing of it kept");
+
+    // The cache is on: an idempotent tool that is not destructive is
+    // answered again from it.
+    for i in 0..2 {
+        let done = ada
+            .call_done(&format!("g{i}"), "greet", json!({"name": "kay"}))
+            .await;
+        assert_eq!(done["result"], json!({"greeting": "hello kay"}), "{done}");
+    }
+    assert_eq!(greets.load(SeqCst), 1);
+    assert_eq!(cache.hits(), 1);
+    ada.close().await;
+    handle.shutdown().await;
 }

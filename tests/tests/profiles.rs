@@ -26,13 +26,17 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 
 use haip::client::{Client, Outcome};
-use haip::{SchemaProfile, ServerBuilder};
+use haip::{Context, SchemaProfile, ServerBuilder, Tool, ToolError};
 use serde_json::{Map, Value, json};
 use support::{QUICKSTART_TOOLS, demo_builder, http_request_with, start, within};
 
-/// The quickstart's tools and the everyday-types crate's.
+/// The quickstart's tools, the everyday-types crate's, and [`invite`];
+/// `/mcp` stateless (the MCP calls here are single POSTs, no `initialize`).
 fn builder_with_everything() -> ServerBuilder {
-    demo_builder().tools(haip_everyday::tools())
+    demo_builder()
+        .tools(haip_everyday::tools())
+        .tool(invite())
+        .mcp_sessions(false)
 }
 
 fn all_names() -> Vec<String> {
@@ -40,7 +44,28 @@ fn all_names() -> Vec<String> {
         .iter()
         .map(|n| (*n).to_owned())
         .chain(haip_everyday::tools().iter().map(|t| t.name().to_owned()))
+        .chain(["invite".to_owned()])
         .collect()
+}
+
+/// A hand-written schema with string formats: `email` and `uuid` (which
+/// Gemini's `parameters` refuse), `date-time` (which it takes).
+fn invite() -> Tool {
+    Tool::builder("invite")
+        .description("Invite someone")
+        .input_schema(json!({
+            "type": "object",
+            "properties": {
+                "email": {"type": "string", "format": "email", "description": "Their address."},
+                "team": {"type": "string", "format": "uuid"},
+                "until": {"type": "string", "format": "date-time"},
+                "cc": {"type": "array", "items": {"type": "string", "format": "email"}}
+            },
+            "required": ["email"]
+        }))
+        .handler(|params, _: Context| async move { Ok::<_, ToolError>(params) })
+        .build()
+        .expect("invite builds")
 }
 
 /// Every tool's input schema under `profile`, through `TOOL_SCHEMA`.
@@ -360,6 +385,14 @@ async fn every_tool_is_accepted_by_every_provider_in_its_profile() {
             .map(|f| f.as_str().unwrap().to_owned()),
     );
     assert!(failures.is_empty(), "refused:\n{}", failures.join("\n"));
+    // Formats Gemini refuses are said in the description; `date-time` stays.
+    let invite = client.schema_in("invite", Some("portable")).await.unwrap();
+    let props = &invite.input_schema["properties"];
+    assert_eq!(
+        props["email"],
+        json!({"type": "string", "description": "Their address. Format: email."})
+    );
+    assert_eq!(props["until"]["format"], "date-time");
     // The checkers are not empty promises: today's derived schema (`full`)
     // breaks them, as it did before profiles.
     let full = client.schema_in("create_task", Some("full")).await.unwrap();
@@ -369,7 +402,8 @@ async fn every_tool_is_accepted_by_every_provider_in_its_profile() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_checkers_refuse_what_the_providers_refuse() {
-    // Gemini: type lists, additionalProperties, const; Ajv-style unknown formats.
+    // Gemini: type lists, additionalProperties, const, string formats other
+    // than date-time; Ajv-style unknown formats.
     let mut by_profile = Map::new();
     by_profile.insert(
         "portable".into(),
@@ -377,7 +411,9 @@ async fn the_checkers_refuse_what_the_providers_refuse() {
             {"tool": "types", "schema": {"type": "object", "properties": {"a": {"type": ["string", "null"]}}}},
             {"tool": "closed", "schema": {"type": "object", "properties": {}, "additionalProperties": false}},
             {"tool": "const", "schema": {"type": "object", "properties": {"k": {"const": "x"}}}},
-            {"tool": "bad", "schema": {"type": "object", "properties": {"n": {"type": 5}}}}
+            {"tool": "bad", "schema": {"type": "object", "properties": {"n": {"type": 5}}}},
+            {"tool": "email", "schema": {"type": "object", "properties": {"to": {"type": "string", "format": "email"}}}},
+            {"tool": "dated", "schema": {"type": "object", "properties": {"at": {"type": "string", "format": "date-time"}}}}
         ]),
     );
     let checked = python_check(&by_profile);
@@ -387,12 +423,16 @@ async fn the_checkers_refuse_what_the_providers_refuse() {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    for tool in ["types", "closed", "const", "bad"] {
+    for tool in ["types", "closed", "const", "bad", "email"] {
         assert!(
             failures.iter().any(|f| f.starts_with(tool)),
             "{tool} passed: {failures:?}"
         );
     }
+    assert!(
+        !failures.iter().any(|f| f.starts_with("dated")),
+        "date-time refused: {failures:?}"
+    );
     assert!(
         !openai_strict_violations(
             &json!({"type": "object", "properties": {"a": {"type": "string"}}})
@@ -640,7 +680,13 @@ async fn a_tool_a_profile_cannot_serve_is_left_out_of_it_and_said_why() {
         .handler(|_, _| async { Ok(Value::Null) })
         .build()
         .unwrap();
-    let (handle, url) = start(demo_builder().tool(wide).allow_unauthenticated(true)).await;
+    let (handle, url) = start(
+        demo_builder()
+            .tool(wide)
+            .allow_unauthenticated(true)
+            .mcp_sessions(false),
+    )
+    .await;
     let client = within("connect", Client::connect(&url)).await.unwrap();
     let err = client
         .schema_in("wide", Some("anthropic-strict"))

@@ -90,7 +90,9 @@ async fn cache_keys_results_on_the_whole_authorization() {
     let builder = builder()
         .jwt_hs256(SECRET)
         .tool(profile(&runs))
-        .layer(cache.clone());
+        .layer(cache.clone())
+        // Stateless `/mcp`: the MCP call is one POST, no `initialize`.
+        .mcp_sessions(false);
     let (handle, url) = support::start(builder).await;
     let addr = handle.local_addr();
 

@@ -316,7 +316,7 @@ async fn another_subject_cannot_use_end_or_read_a_session() {
 
     // Alice ends her session; then it is gone for her too.
     let reply = in_session(addr, "alice", &alice, "DELETE", None).await;
-    assert_eq!(reply.status, 202, "alice's DELETE: {reply:?}");
+    assert_eq!(reply.status, 204, "alice's DELETE: {reply:?}");
     let reply = in_session(addr, "alice", &alice, "POST", Some(&tools_list(6))).await;
     assert_eq!(reply.status, 404, "an ended session: {reply:?}");
 }
@@ -371,7 +371,7 @@ async fn one_caller_holds_at_most_its_share_of_sessions() {
     // dropped just after the DELETE is answered).
     let ended = sessions.pop().expect("five sessions");
     let reply = in_session(addr, "alice", &ended, "DELETE", None).await;
-    assert_eq!(reply.status, 202, "{reply:?}");
+    assert_eq!(reply.status, 204, "{reply:?}");
     within("alice's share to have room again", async {
         loop {
             let reply = open(addr, "alice").await;

@@ -231,7 +231,9 @@ async fn oauth_stats(addr: SocketAddr, token: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_unknown_tokens_neither_reaches_the_issuer_nor_delays_a_real_user() {
     let issuer = Issuer::start().await;
+    // Stateless `/mcp`: each `tools/list` is one POST, no `initialize`.
     let server = support::builder()
+        .mcp_sessions(false)
         .oauth(
             OAuth::issuer(&issuer.url)
                 .audience(AUDIENCE)
@@ -359,7 +361,9 @@ async fn a_flood_of_unknown_tokens_neither_reaches_the_issuer_nor_delays_a_real_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_bad_token_costs_one_introspection() {
     let issuer = Issuer::start().await;
+    // Stateless `/mcp`: each `tools/list` is one POST, no `initialize`.
     let server = support::builder()
+        .mcp_sessions(false)
         .oauth(
             OAuth::issuer(&issuer.url)
                 .audience(AUDIENCE)

@@ -240,7 +240,11 @@ async fn traced_call(client: &mut Client, call_id: &str, tool: &str, params: Val
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn haip_and_mcp_calls_join_the_callers_trace() {
     let receiver = Receiver::start().await;
-    let (handle, url) = start(demo_builder().otlp_endpoint(receiver.endpoint())).await;
+    // Stateless `/mcp`: the MCP call is one POST, no `initialize`.
+    let builder = demo_builder()
+        .otlp_endpoint(receiver.endpoint())
+        .mcp_sessions(false);
+    let (handle, url) = start(builder).await;
     let mut client = Client::connect(&url).await;
     // HAIP: a call that succeeds, one whose params are invalid, and one that
     // asks its caller a question.
@@ -349,7 +353,8 @@ async fn with_layers_the_check_of_params_is_still_a_validate_span() {
     let pass = from_fn(|call: Call, next: Next| async move { next.run(call).await });
     let builder = demo_builder()
         .layer(pass)
-        .otlp_endpoint(receiver.endpoint());
+        .otlp_endpoint(receiver.endpoint())
+        .mcp_sessions(false);
     let (handle, url) = start(builder).await;
     let mut client = Client::connect(&url).await;
     let done = traced_call(&mut client, "l1", "echo", json!({"message": "hi"})).await;

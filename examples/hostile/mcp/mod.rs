@@ -1,8 +1,11 @@
 //! The `/mcp` door (MCP Streamable HTTP, on the HAIP port when the `mcp`
 //! feature is on): the same measurement as the HAIP attacks, with raw
 //! HTTP/1.1 clients whose every byte is under control, against
-//! `http://127.0.0.1:PORT/mcp`, while an MCP canary ([`canary`]) calls `echo`
-//! on `/mcp` every 100 ms on a keep-alive connection of its own.
+//! `http://127.0.0.1:PORT/mcp` of a server with `/mcp` stateless
+//! (`HAIP_MCP_SESSIONS=0`, as `bench/reliability.sh` starts the quickstart:
+//! every request here is a plain POST, no `initialize`), while an MCP canary
+//! ([`canary`]) calls `echo` on `/mcp` every 100 ms on a keep-alive
+//! connection of its own.
 //!
 //! | Mode | What it does |
 //! |---|---|

@@ -2,10 +2,10 @@
 //!
 //! The authorization server (the issuer) is found through its metadata
 //! (RFC 8414, else OpenID discovery), its signing keys through its JWKS,
-//! cached and refetched when a token names a key the cache lacks, at most
-//! once per refresh interval. Opaque tokens are checked by token
-//! introspection (RFC 7662) when it is configured, each answer cached until
-//! the token expires (a refusal: briefly).
+//! cached and refetched at once when a token names a key the cache lacks,
+//! within a budget of refetches per minute (a token bucket). Opaque tokens
+//! are checked by token introspection (RFC 7662) when it is configured,
+//! each answer cached until the token expires (a refusal: briefly).
 //!
 //! Introspecting a token nobody has shown before costs a request to the
 //! issuer, so what unknown tokens may cost is bounded (`Gate`): each peer
@@ -41,6 +41,9 @@ const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;
 const NEGATIVE_TTL: Duration = Duration::from_secs(30);
 /// How long an active introspection answer without `exp` is remembered.
 const UNDATED_TTL: Duration = Duration::from_secs(300);
+/// How many JWKS refetches tokens naming unknown keys may cause in a
+/// minute, by default ([`OAuth::jwks_refetches_per_minute`]).
+const JWKS_REFETCHES_PER_MINUTE: u32 = 10;
 /// The window of a peer's introspection budget
 /// ([`OAuth::introspections_per_peer`]'s `per_minute`).
 const BUDGET_WINDOW: Duration = Duration::from_secs(60);
@@ -65,10 +68,12 @@ const MAX_BUDGETED_PEERS: usize = 10_000;
 ///   the authorization server by itself;
 /// - finds the issuer's keys through its metadata (RFC 8414
 ///   `/.well-known/oauth-authorization-server`, else OpenID discovery),
-///   caches them, fetches them again when a token names a key it does not
-///   know (at most once per [refresh interval](OAuth::jwks_refresh_interval),
-///   whatever arrives), and keeps serving with the keys it has while the
-///   issuer cannot be reached;
+///   caches them, fetches them again at once when a token names a key it
+///   does not know (a key just rotated in passes on its first token), within
+///   a budget of [refetches per minute](OAuth::jwks_refetches_per_minute)
+///   (10 by default, whatever arrives; requests naming unknown keys while a
+///   fetch is under way share it), and keeps serving with the keys it has
+///   while the issuer cannot be reached;
 /// - accepts a JWT when its `alg` is that of the issuer's key named by
 ///   `kid` (never a symmetric one), its signature verifies, `iss` is the
 ///   issuer, `aud` names the resource (or another
@@ -114,7 +119,9 @@ struct Inner {
     resource: OnceLock<String>,
     audiences: Vec<String>,
     introspection: Option<(String, String)>,
-    refresh_interval: Duration,
+    /// The JWKS refetch budget: at most this many a minute, refilled
+    /// evenly, at most this many saved up.
+    refetches_per_minute: u32,
     key_lifetime: Duration,
     fetch_timeout: Duration,
     max_cached_tokens: usize,
@@ -142,7 +149,7 @@ impl Inner {
         resource: OnceLock<String>,
         audiences: Vec<String>,
         introspection: Option<(String, String)>,
-        refresh_interval: Duration,
+        refetches_per_minute: u32,
         max_cached_tokens: usize,
         limits: Limits,
     ) -> Inner {
@@ -151,7 +158,7 @@ impl Inner {
             resource,
             audiences,
             introspection,
-            refresh_interval,
+            refetches_per_minute,
             key_lifetime: Duration::from_secs(3600),
             fetch_timeout: Duration::from_secs(5),
             max_cached_tokens,
@@ -178,10 +185,64 @@ struct Keys {
     unnamed: Vec<Arc<Key>>,
     /// When the keys were last fetched.
     fetched: Option<Instant>,
-    /// When a fetch was last tried (the rate limit).
+    /// When a fetch was last tried.
     attempted: Option<Instant>,
+    /// What fetches may still be tried (the rate limit).
+    budget: Budget,
     /// Bumped by every fetch that succeeds.
     generation: u64,
+    /// Bumped by every fetch tried.
+    attempts: u64,
+}
+
+impl Keys {
+    /// Which fetches have been and gone, as a request that found no key
+    /// saw them.
+    fn seen(&self) -> Seen {
+        Seen {
+            generation: self.generation,
+            attempts: self.attempts,
+        }
+    }
+}
+
+/// [`Keys::seen`]: a refresh asked for after a fetch that has since ended
+/// takes that fetch's outcome instead of fetching again.
+#[derive(Clone, Copy)]
+struct Seen {
+    generation: u64,
+    attempts: u64,
+}
+
+/// A token bucket of JWKS refetches (as node's jwks-rsa limits them): it
+/// holds at most `per_minute`, starts full, and gains `per_minute` evenly
+/// over a minute; each fetch takes one.
+#[derive(Default)]
+struct Budget {
+    tokens: f64,
+    /// When `tokens` was last brought up to date; none: full.
+    at: Option<Instant>,
+}
+
+impl Budget {
+    /// Takes one fetch from the bucket, if it holds one at `now`.
+    fn take(&mut self, per_minute: u32, now: Instant) -> bool {
+        let capacity = f64::from(per_minute.max(1));
+        self.tokens = match self.at {
+            None => capacity,
+            Some(at) => {
+                let gained = now.saturating_duration_since(at).as_secs_f64() * capacity / 60.0;
+                (self.tokens + gained).min(capacity)
+            }
+        };
+        self.at = Some(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// One verification key of the issuer's JWKS.
@@ -202,7 +263,7 @@ impl OAuth {
                 OnceLock::new(),
                 Vec::new(),
                 None,
-                Duration::from_secs(30),
+                JWKS_REFETCHES_PER_MINUTE,
                 10_000,
                 Limits::default(),
             )),
@@ -221,7 +282,7 @@ impl OAuth {
                     old.resource.clone(),
                     old.audiences.clone(),
                     old.introspection.clone(),
-                    old.refresh_interval,
+                    old.refetches_per_minute,
                     old.max_cached_tokens,
                     old.gate.limits,
                 );
@@ -262,11 +323,42 @@ impl OAuth {
         self.edit(|inner| inner.introspection = Some(credentials))
     }
 
-    /// The least time between two fetches of the issuer's keys caused by
-    /// tokens naming unknown keys (default 30 s): a flood of made-up `kid`s
-    /// costs one fetch per interval.
+    /// How many times a minute tokens naming keys the server does not hold
+    /// may have it fetch the issuer's keys again (default 10, at least 1).
+    ///
+    /// A token whose `kid` is unknown (the issuer rotated its keys and
+    /// signs with the new one at once) has the keys fetched again at once,
+    /// and passes on that first request. What such tokens may cost is a
+    /// token bucket, as node's jwks-rsa bounds it: it holds `per_minute`
+    /// fetches, starts full and refills evenly (one every `60 s /
+    /// per_minute`); a token that finds it empty is refused (`401
+    /// invalid_token`) without the issuer being asked. Requests naming
+    /// unknown keys while a fetch is under way wait for it and share it,
+    /// so a flood of made-up `kid`s costs the issuer at most `per_minute`
+    /// fetches a minute (plus the bucket's first `per_minute`), and a key
+    /// rotated in during such a flood waits at most `60 s / per_minute`.
+    /// A failed fetch is spent too: an issuer that is down is tried at most
+    /// that often, and the keys held go on serving meanwhile.
+    pub fn jwks_refetches_per_minute(self, per_minute: u32) -> OAuth {
+        self.edit(|inner| inner.refetches_per_minute = per_minute.max(1))
+    }
+
+    /// Formerly the least time between two fetches of the issuer's keys
+    /// caused by tokens naming unknown keys, which left a token of a key
+    /// rotated in within that time refused until it passed.
+    ///
+    /// Now read as a budget of the same average rate:
+    /// [`jwks_refetches_per_minute`](OAuth::jwks_refetches_per_minute) of
+    /// `60 s / interval`, rounded up (30 s: 2 a minute; 100 ms: 600), the
+    /// first of which is taken at once.
+    #[deprecated(
+        note = "use `jwks_refetches_per_minute`: unknown keys are now fetched at once, within \
+                a per-minute budget; the interval is read as `60 s / interval` a minute"
+    )]
     pub fn jwks_refresh_interval(self, interval: Duration) -> OAuth {
-        self.edit(|inner| inner.refresh_interval = interval)
+        let per_minute = (60.0 / interval.as_secs_f64()).ceil();
+        // `as` saturates: a zero interval (infinite) is u32::MAX a minute.
+        self.jwks_refetches_per_minute(per_minute as u32)
     }
 
     /// How many introspection answers are remembered at most (default
@@ -447,7 +539,7 @@ impl OAuth {
                 %why,
                 "oauth: the issuer's keys could not be fetched; tried again when a token comes"
             ),
-            Refresh::Limited => {}
+            Refresh::Limited | Refresh::Shared => {}
         }
     }
 
@@ -601,11 +693,11 @@ impl OAuth {
     }
 
     /// The issuer's key named `kid` (or, without one, its only key for
-    /// `alg`), fetching the keys again when none is known, at most once per
-    /// refresh interval.
+    /// `alg`), fetching the keys again at once when none is known, within
+    /// the refetch budget.
     async fn key_for(&self, kid: Option<&str>, alg: Algorithm) -> Result<Arc<Key>, AuthError> {
         for attempt in 0..2 {
-            let (found, stale) = {
+            let (found, stale, seen) = {
                 let keys = self.lock_keys();
                 let found = match kid {
                     Some(kid) => keys.by_kid.get(kid).cloned(),
@@ -622,14 +714,14 @@ impl OAuth {
                     }
                 };
                 // Old, and not tried lately: one request starts a refresh
-                // (the others within the interval do not spawn one each).
+                // (the others within one refill of the budget do not spawn
+                // one each).
+                let refill = Duration::from_secs(60) / self.inner.refetches_per_minute.max(1);
                 let stale = keys
                     .fetched
                     .is_some_and(|at| at.elapsed() > self.inner.key_lifetime)
-                    && keys
-                        .attempted
-                        .is_none_or(|at| at.elapsed() >= self.inner.refresh_interval);
-                (found, stale)
+                    && keys.attempted.is_none_or(|at| at.elapsed() >= refill);
+                (found, stale, keys.seen())
             };
             if let Some(key) = found {
                 if stale {
@@ -644,9 +736,9 @@ impl OAuth {
             if attempt == 1 {
                 break;
             }
-            match self.refresh().await {
+            match self.refresh_after(seen).await {
                 Refresh::Fetched => {}
-                Refresh::Limited => break,
+                Refresh::Limited | Refresh::Shared => break,
                 Refresh::Failed(why) => {
                     tracing::warn!(issuer = %self.inner.issuer, %why, "oauth: the issuer's keys could not be fetched");
                     break;
@@ -661,27 +753,31 @@ impl OAuth {
     }
 
     /// Fetches the issuer's metadata (once) and keys, unless another fetch
-    /// ended since this one was asked for, or one was tried within the
-    /// refresh interval.
+    /// ended since this one was asked for, or the refetch budget is spent.
     async fn refresh(&self) -> Refresh {
-        let generation = self.lock_keys().generation;
+        let seen = self.lock_keys().seen();
+        self.refresh_after(seen).await
+    }
+
+    /// [`refresh`](OAuth::refresh), asked for by a request that saw `seen`:
+    /// a fetch that ended since (it waited for it: one fetch at a time) is
+    /// its answer, so requests that name an unknown key together share one.
+    async fn refresh_after(&self, seen: Seen) -> Refresh {
         let _one = self.inner.fetching.lock().await;
         {
             let mut keys = self.lock_keys();
-            if keys.generation != generation {
+            if keys.generation != seen.generation {
                 return Refresh::Fetched;
             }
-            // Until the keys were fetched once (the issuer down when the
-            // server started, say), tried again every second at most.
-            let interval = if keys.fetched.is_some() {
-                self.inner.refresh_interval
-            } else {
-                self.inner.refresh_interval.min(Duration::from_secs(1))
-            };
-            if keys.attempted.is_some_and(|at| at.elapsed() < interval) {
+            if keys.attempts != seen.attempts {
+                return Refresh::Shared;
+            }
+            let now = Instant::now();
+            if !keys.budget.take(self.inner.refetches_per_minute, now) {
                 return Refresh::Limited;
             }
-            keys.attempted = Some(Instant::now());
+            keys.attempted = Some(now);
+            keys.attempts += 1;
         }
         match self.fetch_keys().await {
             Ok((jwks_uri, introspection, by_kid, unnamed)) => {
@@ -992,8 +1088,12 @@ fn build_client(timeout: Duration) -> reqwest::Result<reqwest::Client> {
 }
 
 enum Refresh {
+    /// Fetched, by this request or one it waited for.
     Fetched,
+    /// Not tried: the refetch budget is spent.
     Limited,
+    /// Not tried: a fetch tried since the request asked failed.
+    Shared,
     Failed(String),
 }
 
@@ -1463,7 +1563,10 @@ impl fmt::Debug for OAuth {
                 "introspection",
                 &self.inner.introspection.as_ref().map(|(id, _)| id),
             )
-            .field("jwks_refresh_interval", &self.inner.refresh_interval)
+            .field(
+                "jwks_refetches_per_minute",
+                &self.inner.refetches_per_minute,
+            )
             .field("max_cached_tokens", &self.inner.max_cached_tokens)
             .field("introspection_limits", &self.inner.gate.limits)
             .finish_non_exhaustive()
@@ -1493,6 +1596,50 @@ mod tests {
         assert_eq!(
             at("http://127.0.0.1:8080/a/mcp").as_deref(),
             Some("http://127.0.0.1:8080/.well-known/oauth-protected-resource/a/mcp")
+        );
+    }
+
+    #[test]
+    fn the_refetch_budget_starts_full_and_refills_evenly() {
+        let start = Instant::now();
+        let at = |secs: f64| start + Duration::from_secs_f64(secs);
+        let mut budget = Budget::default();
+        // Full: ten at once, then none.
+        for _ in 0..10 {
+            assert!(budget.take(10, start));
+        }
+        assert!(!budget.take(10, start));
+        // One comes back every 6 s, and no more than ten are saved.
+        assert!(!budget.take(10, at(3.0)));
+        assert!(budget.take(10, at(6.0)));
+        assert!(!budget.take(10, at(6.1)));
+        let later = at(3600.0);
+        assert_eq!((0..20).filter(|_| budget.take(10, later)).count(), 10);
+        // At least one a minute.
+        let mut one = Budget::default();
+        assert!(one.take(0, start));
+        assert!(!one.take(0, at(30.0)));
+        assert!(one.take(0, at(60.0)));
+    }
+
+    #[test]
+    #[allow(deprecated)]
+    fn the_old_refresh_interval_is_read_as_a_budget_of_the_same_rate() {
+        let per_minute = |interval: Duration| {
+            OAuth::issuer("https://i.example")
+                .jwks_refresh_interval(interval)
+                .inner
+                .refetches_per_minute
+        };
+        assert_eq!(per_minute(Duration::from_secs(30)), 2);
+        assert_eq!(per_minute(Duration::from_millis(100)), 600);
+        assert_eq!(per_minute(Duration::from_secs(3600)), 1);
+        assert_eq!(per_minute(Duration::ZERO), u32::MAX);
+        assert_eq!(
+            OAuth::issuer("https://i.example")
+                .inner
+                .refetches_per_minute,
+            10
         );
     }
 

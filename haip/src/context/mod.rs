@@ -20,7 +20,7 @@ pub(crate) mod share;
 mod talk;
 
 pub use caller::Caller;
-pub use question::{Ask, Confirm, ListRoots};
+pub use question::{Ask, Confirm, ListRoots, QuestionForm};
 pub use talk::{
     Answer, AskError, LogLevel, Role, Root, RootsError, SampleError, SampleRequest, Sampled,
 };
@@ -307,9 +307,12 @@ impl Context {
     /// **`T` is always a struct** (usually a `#[haip::data]` one): a
     /// question's form is an object of named fields, which is what HAIP
     /// clients and MCP elicitation show people. So `ctx.ask::<String>(..)`,
-    /// `ctx.ask::<u32>(..)` or `ctx.ask::<Vec<_>>(..)` is a compile error:
-    /// to ask for one value, put it in a struct of one field (below, and
-    /// [`Context::confirm`] for yes or no).
+    /// `ctx.ask::<u32>(..)` or `ctx.ask::<Vec<_>>(..)` is a compile error
+    /// ("a question's form must be a struct with `#[haip::data]`"): to ask
+    /// for one value, put it in a struct of one field (below, and
+    /// [`Context::confirm`] for yes or no). `T` is a [`QuestionForm`]:
+    /// `#[haip::data]` makes every struct with named fields one, and a
+    /// struct that derives its traits itself says so with an empty impl.
     ///
     /// Its fields are strings, numbers, integers, booleans, enums of unit
     /// variants, or lists of such enums (multiple choice); `Option` fields
@@ -371,7 +374,7 @@ impl Context {
     /// they are declared, then the optional ones.
     pub fn ask<T>(&self, message: impl Into<String>) -> Ask<'_, T>
     where
-        T: schemars::JsonSchema + DeserializeOwned + 'static,
+        T: QuestionForm + schemars::JsonSchema + DeserializeOwned + 'static,
     {
         Ask::new(self, message.into())
     }

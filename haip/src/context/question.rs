@@ -24,6 +24,41 @@ use crate::schema::Form;
 /// A boxed future borrowing the context.
 type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// A type a question may ask for: a struct of named fields, the form people
+/// fill in ([`Context::ask`]).
+///
+/// `#[haip::data]` implements it for every struct with named fields; a
+/// string, a number, a list, an enum or a tuple struct is not a form, so
+/// `ctx.ask::<String>(..)` is a compile error (ask for one value with a
+/// struct of one field). A struct that derives `Deserialize` and
+/// `JsonSchema` itself, without `#[haip::data]`, says it is a form with
+/// an empty impl:
+///
+/// ```
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Pick {
+///     choice: String,
+/// }
+///
+/// impl haip::QuestionForm for Pick {}
+///
+/// # async fn f(ctx: haip::Context) -> Result<(), haip::ToolError> {
+/// let pick = ctx.ask::<Pick>("Pick one").await?;
+/// # Ok(()) }
+/// ```
+///
+/// Its fields are still checked when the question is asked: a field of a
+/// shape a form cannot hold (a nested struct) is [`AskError::InvalidForm`].
+#[diagnostic::on_unimplemented(
+    message = "a question's form must be a struct with `#[haip::data]`: `{Self}` is not one",
+    label = "not a struct of named fields",
+    note = "to ask for one value, put it in a struct of one field: \
+            `#[haip::data] struct Reply {{ value: ... }}`; `ctx.confirm(..)` asks yes or no",
+    note = "a struct that derives `Deserialize` and `JsonSchema` itself is a form with \
+            `impl haip::QuestionForm for MyForm {{}}`"
+)]
+pub trait QuestionForm {}
+
 /// A question whose answer is a form of type `T`, made by
 /// [`Context::ask`]. Await it for the answer.
 #[must_use = "a question is asked when it is awaited"]
@@ -72,6 +107,8 @@ impl<'a, T> Ask<'a, T> {
     }
 }
 
+// No `QuestionForm` bound here: `Context::ask` has it, and a type without it
+// is then one error there, not a second one at `.await`.
 impl<'a, T> IntoFuture for Ask<'a, T>
 where
     T: schemars::JsonSchema + DeserializeOwned + 'static,

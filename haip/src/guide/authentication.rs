@@ -120,10 +120,12 @@
 //!   `401` with `WWW-Authenticate: Bearer resource_metadata="…"`, so an MCP
 //!   host finds the authorization server by itself.
 //! - The issuer's keys come from its metadata (RFC 8414, else OpenID
-//!   discovery), are cached, fetched again when a token names an unknown
-//!   `kid` (at most once per
-//!   [`jwks_refresh_interval`](crate::auth::OAuth::jwks_refresh_interval),
-//!   30 s, however many arrive) and kept while the issuer is down.
+//!   discovery), are cached, fetched again at once when a token names an
+//!   unknown `kid` (a key the issuer just rotated in passes on its first
+//!   token), within a budget of
+//!   [`jwks_refetches_per_minute`](crate::auth::OAuth::jwks_refetches_per_minute)
+//!   (10, however many arrive; requests naming unknown keys together share
+//!   one fetch) and kept while the issuer is down.
 //! - A token passes when its `alg` is its key's (never HS256, never
 //!   `none`), `iss` is the issuer, `aud` names this server's resource (RFC
 //!   8707: its `/mcp` URL, `http://<addr>/mcp` by default on loopback), and

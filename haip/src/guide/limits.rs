@@ -53,7 +53,7 @@
 //! | `cors_allowed_origins` / `allowed_hosts` | none / loopback names when bound to loopback, any when bound elsewhere | browser origins and `Host` names ([Authentication](super::authentication#what-the-defaults-protect-against)) |
 //! | `request_state_key` / `request_state_ttl` | random per process / 10 min | `/mcp` questions without sessions ([MCP](super::mcp_both_ways#questions-without-sessions)) |
 //! | `task_ttl` / `max_tasks_per_client` / `max_task_bytes` / `max_task_bytes_per_client` | 30 min / 100 / 64 MiB / 8 MiB | [MCP tasks](super::mcp_both_ways#tasks) |
-//! | `mcp_endpoint` / `mcp_sessions` | on / off | `/mcp`, and whether it holds MCP sessions |
+//! | `mcp_endpoint` / `mcp_sessions` | on / on | `/mcp`, and whether a client that sends `initialize` gets an MCP session ([MCP](super::mcp_both_ways#sessions-for-older-clients-none-for-2026-07-28)) |
 //! | `inspector` | off | the page at `/inspector` |
 //!
 //! ## Limits and budgets
@@ -132,7 +132,7 @@
 //! | `HAIP_ALLOW_UNAUTHENTICATED=1` | `allow_unauthenticated` |
 //! | `HAIP_TOOL_SCHEMA_LEGACY=1` | `tool_schema_legacy_field` |
 //! | `HAIP_SCHEMA_PROFILE` | `schema_profile` (an unknown name: a start-up error) |
-//! | `HAIP_MCP_SESSIONS=1` | `mcp_sessions` (feature `mcp`) |
+//! | `HAIP_MCP_SESSIONS=0` (or `1`) | `mcp_sessions(false)` (or `true`; feature `mcp`) |
 //! | `HAIP_REQUEST_STATE_KEY` | `request_state_key` |
 //! | `HAIP_REDIS_URL`, `HAIP_INSTANCE_ID` | `redis`, `instance_id` ([several instances](super::several_instances)) |
 //! | `HAIP_OAUTH_ISSUER`, `HAIP_OAUTH_RESOURCE`, `HAIP_OAUTH_AUDIENCE`, `HAIP_OAUTH_CLIENT_ID`, `HAIP_OAUTH_CLIENT_SECRET` | `oauth` ([Authentication](super::authentication)) |

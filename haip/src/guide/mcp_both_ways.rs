@@ -122,28 +122,43 @@
 //! the client speaks. `cargo test` runs the official conformance suites of
 //! both against the `conformance` example.
 //!
-//! ## Stateless `/mcp`, or sessions
+//! ## Sessions for older clients, none for 2026-07-28
 //!
-//! `/mcp` is stateless by default, as in the newest MCP revision: a client
-//! sees no `Mcp-Session-Id`, and every POST is served on its own, so any
-//! instance behind a load balancer answers any request, even one that never
-//! saw the client's `initialize`. A result with nothing before it comes
-//! back as plain `application/json`; a call's progress and log lines come on
-//! its own response stream (SSE) before the result, and the client closing
-//! that stream cancels the call. `GET` and `DELETE` get `405`.
+//! `/mcp` serves each revision as it expects, on one endpoint. A client that
+//! opens with `initialize` (2025-11-25 and before: most hosts today, the
+//! official Python and TypeScript SDKs' default handshake) gets an **MCP
+//! session** on the instance that served it (`Mcp-Session-Id`), which
+//! serves the client's later requests, its answers to elicitation
+//! (`ctx.ask`, `ctx.confirm`) and sampling, and the `GET` stream that
+//! carries `notifications/tools/list_changed`; its `DELETE` ends the
+//! session (`204`). A 2026-07-28 request (no `initialize`) is **served on
+//! its own**: any instance answers it, its questions go by rounds (below),
+//! and it hears of registry changes on a `subscriptions/listen` stream.
+//! Over stdio there is always one session.
+//!
+//! **Several instances.** A session lives on the instance that opened it,
+//! with Redis too ([several instances](super::several_instances): Redis
+//! shares HAIP sessions and MCP tasks, not MCP sessions). Behind a load
+//! balancer, keep each MCP client on one instance (sticky sessions, for
+//! example on the `Mcp-Session-Id` header); a request that reaches another
+//! instance is answered `404`, and the client opens a new session.
+//!
+//! **No sessions at all**: [`ServerBuilder::mcp_sessions`]`(false)` (or
+//! `HAIP_MCP_SESSIONS=0` with `from_env`) serves every request on its own,
+//! older clients' too, so any instance answers any request, even one that
+//! never saw the client's `initialize`. Such a client sees no
+//! `Mcp-Session-Id`; a result with nothing before it comes back as plain
+//! `application/json`; a call's progress and log lines come on its own
+//! response stream (SSE) before the result, and the client closing that
+//! stream cancels the call. `GET` and `DELETE` get `405`.
 //! `logging/setLevel` holds for its own request only (a level in a
 //! request's `_meta`, `io.modelcontextprotocol/logLevel`, holds for that
 //! request). `max_sessions` bounds the MCP requests being served at once.
-//!
-//! With [`ServerBuilder::mcp_sessions`]`(true)` (or `HAIP_MCP_SESSIONS=1`
-//! with `from_env`), `initialize` opens an MCP session on the instance that
-//! served it (`Mcp-Session-Id`), which serves the client's later requests,
-//! its answers to elicitation and sampling, and the `GET` stream that
-//! carries `notifications/tools/list_changed`; a load balancer must then
-//! keep each client on one instance. Over stdio there is always one
-//! session. Clients of revisions without `initialize` (2026-07-28) are
-//! served statelessly either way; they hear of registry changes on a
-//! `subscriptions/listen` stream.
+//! An older client cannot be asked anything then: its answer would be a new
+//! POST that nothing waits for, so `ctx.ask` and `ctx.confirm` fail at once
+//! with an error saying that the client has no session and naming
+//! `mcp_sessions` ([`AskError::Failed`](crate::AskError::Failed)), even when
+//! it declared elicitation.
 //!
 //! ## Questions without sessions
 //!
@@ -166,8 +181,9 @@
 //! ([`AskError::Unsupported`](crate::AskError::Unsupported),
 //! [`SampleError::Unsupported`](crate::SampleError::Unsupported)); if the
 //! call then fails, the client is answered `-32021` (missing required
-//! client capability) naming what it lacks. Older clients without sessions
-//! cannot be asked at all (`Unsupported`, at once).
+//! client capability) naming what it lacks. Older clients are asked in
+//! their session; with `mcp_sessions(false)` they cannot be asked at all
+//! (at once, naming the setting).
 //!
 //! What waiting costs, measured with `bash bench/asking_memory.sh 1000`
 //! (release quickstart, 1 000 `book_table` calls between question and

@@ -12,7 +12,7 @@
 //!
 //! | profile | for | what changes |
 //! |---|---|---|
-//! | `portable` (default) | OpenAI function calling, Anthropic `input_schema`, Gemini `parameters` and `parametersJsonSchema`, Ajv-based MCP clients: all at once | optional fields simply not required (no `null`), one `type` per node, no `$ref` (recursive types described four levels deep), no `additionalProperties` (maps as lists of `{key, value}` pairs), `oneOf` as `anyOf`, `const` as a one-value `enum`, documented unit variants as one string enum, string enums only, common formats only |
+//! | `portable` (default) | OpenAI function calling, Anthropic `input_schema`, Gemini `parameters` and `parametersJsonSchema`, Ajv-based MCP clients: all at once | optional fields simply not required (no `null`), one `type` per node, no `$ref` (recursive types described four levels deep), no `additionalProperties` (maps as lists of `{key, value}` pairs), `oneOf` as `anyOf`, `const` as a one-value `enum`, documented unit variants as one string enum, string enums only, no string format but `date-time` (what Gemini's `parameters` take; others are said in the description: "Format: email.") |
 //! | `openai-strict` | OpenAI with `strict: true` | every object closed, every property required (optional ones nullable), no `default`, the nine formats OpenAI knows, `$ref` only for recursion |
 //! | `anthropic-strict` | Anthropic strict tool use | closed objects, no numeric or length bounds, no recursion; a tool over 24 optional or 16 union properties is not served in it |
 //! | `full` | clients that validate themselves, the inspector | the schema as validated, hand-written schemas exactly as written |

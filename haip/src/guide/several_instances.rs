@@ -91,8 +91,17 @@
 //! }
 //! ```
 //!
-//! Stateless `/mcp` (the default) needs no stickiness at all; `/mcp` with
-//! MCP sessions does. Instances answering the same MCP clients share the
+//! **MCP sessions stay on their instance.** By default a `/mcp` client that
+//! sends `initialize` (MCP 2025-11-25 and before) gets an MCP session held
+//! by the instance that answered it; Redis does not share MCP sessions (it
+//! shares HAIP sessions and MCP tasks). The load balancer must keep such a
+//! client on one instance: route on the `Mcp-Session-Id` header (or the
+//! client's address, as above); a request that reaches another instance is
+//! answered `404` and the client opens a new session. MCP 2026-07-28
+//! requests have no sessions and need no stickiness, nor does `/mcp` with
+//! [`mcp_sessions(false)`](crate::ServerBuilder::mcp_sessions) (older
+//! clients then cannot be asked questions). Instances answering the same
+//! MCP clients share the
 //! [`request_state_key`](crate::ServerBuilder::request_state_key).
 //!
 //! ## When Redis goes away

@@ -60,8 +60,10 @@
 //! [`Context::ask::<T>`](crate::Context::ask)`(message)` sends a form built
 //! from `T`'s fields and waits for [`Answer::Accepted(T)`](crate::Answer),
 //! `Declined` or `Cancelled`. `T` is always a struct (a form is an object
-//! of named fields: `ctx.ask::<String>` does not compile; ask for one value
-//! with a struct of one field) whose fields are strings,
+//! of named fields: `ctx.ask::<String>` does not compile, "a question's
+//! form must be a struct with `#[haip::data]`"; ask for one value with a
+//! struct of one field; a struct deriving its traits itself says
+//! `impl haip::QuestionForm for MyForm {}`) whose fields are strings,
 //! numbers, integers, booleans, enums of unit variants or lists of such
 //! enums (multiple choice); `Option` fields are optional, defaults, ranges,
 //! lengths, `email` and doc comments are part of the form. Another shape
@@ -74,7 +76,8 @@
 //! | client | the question | the answer |
 //! |---|---|---|
 //! | HAIP, its `HAI` declares `capabilities.tool_input` | `TOOL_UPDATE WAITING_INPUT` with `input_request {request_id, message, schema}` | `TOOL_INPUT {call_id, request_id, action, content}`; one that does not fit gets `ERROR INVALID_PARAMS` and the question stays open |
-//! | MCP, declares elicitation | `elicitation/create` (form mode) | its result, `accept`/`decline`/`cancel` one to one |
+//! | MCP, declares elicitation (in its session, or in a 2026-07-28 request) | `elicitation/create` (form mode) | its result, `accept`/`decline`/`cancel` one to one |
+//! | MCP before 2026-07-28 on a server with `mcp_sessions(false)` | none: it has no session to be asked in | [`AskError::Failed`] at once, saying so and naming `mcp_sessions` |
 //! | anyone else | none | [`AskError::Unsupported`] at once; `?` turns it into a `TOOL_EXECUTION_ERROR` saying so |
 //!
 //! The call's timeout and `TOOL_CANCEL` keep working while it waits
@@ -83,7 +86,7 @@
 //! keeps its open questions; on resumption the replayed `TOOL_UPDATE` asks
 //! again.
 //!
-//! Over MCP without sessions, questions go by rounds and **the tool runs
+//! Over MCP 2026-07-28 (no sessions), questions go by rounds and **the tool runs
 //! again from the start** with the answers: keep what comes before a
 //! question free of side effects, and ask the same questions in the same
 //! order ([`Ask::key`](crate::Ask::key) names one). See
@@ -163,6 +166,7 @@
 //! [`Context::roots`]: crate::Context::roots
 //! [`AskError::InvalidForm`]: crate::AskError::InvalidForm
 //! [`AskError::Unsupported`]: crate::AskError::Unsupported
+//! [`AskError::Failed`]: crate::AskError::Failed
 //! [`AskError::CallEnded`]: crate::AskError::CallEnded
 //! [`SampleRequest::new`]: crate::SampleRequest::new
 //! [`SampleError::Unsupported`]: crate::SampleError::Unsupported

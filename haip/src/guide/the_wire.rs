@@ -169,7 +169,11 @@
 //!    INVALID_MESSAGE` "Duplicate call_id", and nothing else; the first call
 //!    goes on. A finished call's id may be used again.
 //! 3. **lookup**: an unknown tool gets `ERROR TOOL_NOT_FOUND`, then
-//!    `TOOL_DONE ERROR TOOL_NOT_FOUND`.
+//!    `TOOL_DONE ERROR TOOL_NOT_FOUND`. When tools the caller may see have
+//!    a name it likely meant (the name mounted under a prefix, `ops_crunch`
+//!    for `crunch`, or a few edits away), the message names up to three
+//!    (`Tool crunch not found; did you mean "ops_crunch"?`) and the details
+//!    list them (`{"did_you_mean": ["ops_crunch"]}`).
 //! 4. **validate**: `params` absent or `null` is `{}`; anything else is
 //!    validated as sent (JSON Schema 2020-12, no type coercion, formats
 //!    asserted, defaults not inserted). Any violation: `TOOL_DONE ERROR

@@ -1,4 +1,5 @@
-//! [`Cache`]: results of idempotent tools, bounded in bytes.
+//! [`Cache`]: results of idempotent tools (not destructive ones), bounded in
+//! bytes.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -32,6 +33,12 @@ const ENTRY_OVERHEAD: usize = 96;
 /// - Only successful results are kept; calls of other tools pass through.
 ///   The params are the ones the client sent (before later layers rewrite
 ///   them), checked by the tool's schema before a result is kept.
+/// - **Never a destructive tool**: a tool that also
+///   [declares itself destructive](crate::ToolAnnotations::declares_destructive)
+///   (`#[haip_tool(idempotent, destructive)]`, such as `delete_bucket`)
+///   runs every time. Idempotent means a second call changes nothing more,
+///   not that it need not run: the bucket made again since must be deleted
+///   again, and the caller must hear whether it was.
 ///
 /// A `Cache` is a handle: clone it to keep counting its hits after giving it
 /// to the builder.
@@ -296,7 +303,8 @@ impl Entries {
 
 impl Layer for Cache {
     async fn call(&self, call: Call, next: Next) -> Result<Value, ToolError> {
-        if call.tool().annotations().idempotent_hint != Some(true) {
+        let hints = call.tool().annotations();
+        if hints.idempotent_hint != Some(true) || hints.declares_destructive() {
             return next.run(call).await;
         }
         let inner = &self.inner;

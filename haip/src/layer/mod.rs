@@ -34,8 +34,8 @@
 //!
 //! Ready-made layers: [`RateLimit`] (calls per subject, refused with
 //! `RATE_LIMITED` and a `retry_after_ms` hint), [`ConcurrencyLimit`] (calls
-//! of one tool at once), [`Cache`] (results of tools marked idempotent,
-//! bounded in bytes) and [`MaskErrors`] (internal error text replaced by a
+//! of one tool at once), [`Cache`] (results of tools marked idempotent and
+//! not destructive, bounded in bytes) and [`MaskErrors`] (internal error text replaced by a
 //! reference the log keeps).
 //!
 //! # Where layers run

@@ -41,11 +41,15 @@
 //! `elicitation/create` (form mode) for clients that declare elicitation,
 //! `ctx.sample` becomes `sampling/createMessage`, and
 //! [`Content`](crate::Content) results become content blocks one to one.
-//! `/mcp` is stateless by default (any instance answers any request). Over
-//! HTTP without sessions, an MCP 2026-07-28 client takes a call's questions
-//! (elicitation, sampling, roots) in rounds (`input_required`), and hears of
-//! registry changes on a `subscriptions/listen` stream; older clients get
-//! them with [`ServerBuilder::mcp_sessions`](crate::ServerBuilder::mcp_sessions).
+//! `/mcp` serves each revision as it expects: a client that sends
+//! `initialize` (2025-11-25 and before) gets an MCP session on this instance,
+//! in which it is asked questions and told of registry changes; an MCP
+//! 2026-07-28 request is served on its own (any instance answers it), takes
+//! a call's questions (elicitation, sampling, roots) in rounds
+//! (`input_required`), and hears of registry changes on a
+//! `subscriptions/listen` stream.
+//! [`ServerBuilder::mcp_sessions`](crate::ServerBuilder::mcp_sessions)`(false)`
+//! serves older clients without sessions too.
 //! Tools that declare [`TaskSupport`](crate::TaskSupport) run as MCP tasks
 //! (the `io.modelcontextprotocol/tasks` extension) for clients that take
 //! them: `tasks/get`, `tasks/update` (answers to questions asked inside the

@@ -110,9 +110,27 @@ pub(crate) fn roots_of(reply: &Value) -> Result<Vec<Root>, RootsError> {
         .collect())
 }
 
+/// Why a question of a call on a stateless `/mcp` request of a client of a
+/// revision before 2026-07-28 is refused: the client may well have declared
+/// that it answers (elicitation, sampling, roots), but it takes a server's
+/// requests only in an MCP session, and this server gave it none
+/// (`mcp_sessions(false)`). Says so, and what to change.
+pub(crate) fn no_session(what: &str) -> String {
+    format!(
+        "this MCP client has no session for {what}: it speaks an MCP revision before \
+         2026-07-28, which takes the server's requests only in an MCP session, and this \
+         server serves /mcp without sessions (ServerBuilder::mcp_sessions(false) or \
+         HAIP_MCP_SESSIONS=0); turn them on (mcp_sessions(true), the default) for it to \
+         be asked"
+    )
+}
+
 /// The MCP client of a call in an MCP session (or over stdio), asked
-/// directly. For a stateless request that cannot go another round, every
-/// question is refused at once ([`AskError::Unsupported`]).
+/// directly. For a stateless request that cannot go another round (a client
+/// of a revision before 2026-07-28, `mcp_sessions(false)`), every question is
+/// refused at once, with [`no_session`]'s reason (`Failed`: the client may
+/// have declared that it answers); a client in a session that did not
+/// declare what it is asked for gets `Unsupported`.
 pub(crate) struct SessionPeer {
     pub(crate) peer: McpPeer<RoleServer>,
     /// A stateless `/mcp` request of a client that takes no second round:
@@ -132,7 +150,7 @@ impl Peer for SessionPeer {
         let stateless = self.stateless;
         Box::pin(async move {
             if stateless {
-                return Err(AskError::Unsupported);
+                return Err(AskError::Failed(no_session("its questions (elicitation)")));
             }
             let forms = peer
                 .supported_elicitation_modes()
@@ -163,7 +181,7 @@ impl Peer for SessionPeer {
         let stateless = self.stateless;
         Box::pin(async move {
             if stateless {
-                return Err(SampleError::Unsupported);
+                return Err(SampleError::Failed(no_session("sampling requests")));
             }
             let offers = peer
                 .peer_info()
@@ -189,7 +207,7 @@ impl Peer for SessionPeer {
         let stateless = self.stateless;
         Box::pin(async move {
             if stateless {
-                return Err(RootsError::Unsupported);
+                return Err(RootsError::Failed(no_session("a request for its roots")));
             }
             let offers = peer
                 .peer_info()

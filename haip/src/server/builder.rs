@@ -34,8 +34,9 @@ pub struct ServerBuilder {
     mcp_imports: Vec<crate::mcp::McpImport>,
     #[cfg(feature = "mcp")]
     mcp_endpoint: Option<bool>,
+    /// `mcp_sessions` / `HAIP_MCP_SESSIONS` (default on).
     #[cfg(feature = "mcp")]
-    mcp_sessions: bool,
+    mcp_sessions: Option<bool>,
     /// `redis` / `HAIP_REDIS_URL`: sessions shared through this Redis server.
     redis_url: Option<String>,
     /// `instance_id` / `HAIP_INSTANCE_ID`.
@@ -140,8 +141,8 @@ impl ServerBuilder {
     /// `HAIP_TOOL_SCHEMA_LEGACY=1` turns on
     /// [`tool_schema_legacy_field`](Self::tool_schema_legacy_field) for
     /// clients that read `payload.schema` from `TOOL_SCHEMA`, and (feature
-    /// `mcp`) `HAIP_MCP_SESSIONS=1` turns on `mcp_sessions`: MCP sessions at
-    /// `/mcp` instead of stateless requests. `HAIP_SCHEMA_PROFILE` sets
+    /// `mcp`) `HAIP_MCP_SESSIONS=0` turns off `mcp_sessions` (every `/mcp`
+    /// request served on its own; `1` turns them on again). `HAIP_SCHEMA_PROFILE` sets
     /// [`schema_profile`](Self::schema_profile) (`portable`, `openai-strict`,
     /// `anthropic-strict` or `full`; another name is a start-up error), and
     /// `HAIP_REQUEST_STATE_KEY` the
@@ -166,8 +167,10 @@ impl ServerBuilder {
             self.config.session.tool_schema_legacy_field = true;
         }
         #[cfg(feature = "mcp")]
-        if flag("HAIP_MCP_SESSIONS") {
-            self.mcp_sessions = true;
+        match std::env::var("HAIP_MCP_SESSIONS").as_deref().map(str::trim) {
+            Ok("1") => self.mcp_sessions = Some(true),
+            Ok("0") => self.mcp_sessions = Some(false),
+            _ => {}
         }
         let set = |name| {
             std::env::var(name)
@@ -783,43 +786,57 @@ impl ServerBuilder {
         self
     }
 
-    /// Serve `/mcp` with MCP sessions held by this server instead of
-    /// statelessly (default `false`; `HAIP_MCP_SESSIONS=1` with
+    /// Serve clients of MCP revisions before 2026-07-28 at `/mcp` in MCP
+    /// sessions held by this server (default `true`); `false` serves every
+    /// request on its own (`HAIP_MCP_SESSIONS=0` with
     /// [`from_env`](Self::from_env)). Feature `mcp`.
     ///
-    /// **Stateless** (the default): the client sees no `Mcp-Session-Id`;
-    /// every POST is served on its own, so any instance behind a load
-    /// balancer can answer any request, even one that never saw the
-    /// client's `initialize`. A result with nothing before it comes back as
-    /// `application/json`; progress (`ctx.progress`) and log lines
-    /// (`ctx.log`) of a call come on that call's response stream (SSE) before
-    /// its result. What needs the server to reach the client outside the
-    /// request it is answering does not work: `ctx.ask` fails at once with
-    /// [`AskError::Unsupported`](crate::AskError::Unsupported) and
-    /// `ctx.sample` with [`SampleError::Unsupported`](crate::SampleError::Unsupported)
-    /// (the client's answer would arrive as a new POST that no instance is
-    /// waiting for), no `notifications/tools/list_changed` is sent (the
-    /// `tools` capability does not claim `listChanged`), `logging/setLevel`
-    /// lasts for its own request only (a level in a request's `_meta` is
+    /// One endpoint serves each revision as it expects. A client that sends
+    /// `initialize` (MCP 2025-11-25 and earlier: what most hosts speak) gets
+    /// a **session** on this instance (`Mcp-Session-Id`), which serves every
+    /// later request of that client: elicitation (`ctx.ask`,
+    /// `ctx.confirm`), sampling, roots, `notifications/tools/list_changed`
+    /// (on the client's `GET` stream) and `logging/setLevel` work, and a
+    /// `DELETE` ends the session (`204`). `max_sessions` bounds the live
+    /// sessions and `max_inflight_calls` the calls of each. A request of
+    /// MCP 2026-07-28 or later (no `initialize`, the revision in its
+    /// `_meta`) is served **on its own** whatever this setting says:
+    /// questions go in rounds, registry changes on `subscriptions/listen`
+    /// streams, and any instance answers it.
+    ///
+    /// **Several instances**: a session lives on the instance that opened
+    /// it, with Redis ([`redis`](Self::redis)) too (Redis shares HAIP
+    /// sessions and MCP tasks, not MCP sessions), so a load balancer in
+    /// front of several instances must keep each MCP client on one instance
+    /// (sticky sessions, for example by the `Mcp-Session-Id` header). A
+    /// request naming a session that another instance holds is answered
+    /// `404`, and the client starts a new session.
+    ///
+    /// **`false`** (every request stateless): the client sees no
+    /// `Mcp-Session-Id`; any instance behind a load balancer answers any
+    /// request, even one that never saw the client's `initialize`. A result
+    /// with nothing before it comes back as `application/json`; progress
+    /// (`ctx.progress`) and log lines (`ctx.log`) of a call come on that
+    /// call's response stream (SSE) before its result. What needs the
+    /// server to reach a pre-2026-07-28 client outside the request it is
+    /// answering does not work: `ctx.ask` and `ctx.confirm` fail at once
+    /// with [`AskError::Failed`](crate::AskError::Failed) and `ctx.sample`
+    /// with [`SampleError::Failed`](crate::SampleError::Failed), saying that
+    /// the client has no session and that `mcp_sessions(true)` gives it one
+    /// (its answer would arrive as a new POST that no instance is waiting
+    /// for); no `notifications/tools/list_changed` is sent (the `tools`
+    /// capability does not claim `listChanged`), `logging/setLevel` lasts
+    /// for its own request only (a level in a request's `_meta` is
     /// honoured), `notifications/cancelled` is not seen (a call is cancelled
     /// when its client closes the response stream), `GET` and `DELETE` are
     /// `405`. [`max_sessions`](Self::max_sessions) bounds the MCP requests
     /// being served at once, and
     /// [`max_inflight_calls`](Self::max_inflight_calls) has nothing to bound
     /// (one call per request).
-    ///
-    /// **Sessions**: `initialize` opens a session on this instance
-    /// (`Mcp-Session-Id`), which serves every later request of that client,
-    /// so a load balancer must keep a client on one instance. Elicitation,
-    /// sampling, `notifications/tools/list_changed` (on the client's `GET`
-    /// stream) and `logging/setLevel` work; `max_sessions` bounds the live
-    /// sessions and `max_inflight_calls` the calls of each. Clients of
-    /// protocol revisions without `initialize` (2026-07-28 and later) are
-    /// served statelessly in either mode.
     #[cfg(feature = "mcp")]
     #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
     pub fn mcp_sessions(mut self, enabled: bool) -> Self {
-        self.mcp_sessions = enabled;
+        self.mcp_sessions = Some(enabled);
         self
     }
 
@@ -1137,7 +1154,7 @@ impl ServerBuilder {
             mcp: super::McpSettings {
                 imports: self.mcp_imports.into_iter().map(Arc::new).collect(),
                 endpoint: self.mcp_endpoint.unwrap_or(true),
-                sessions: self.mcp_sessions,
+                sessions: self.mcp_sessions.unwrap_or(true),
             },
         })
     }

@@ -130,19 +130,24 @@ impl Session {
         );
         drop(meta);
         let Some(tool) = tool else {
-            let message = match &name {
-                Some(n) => format!("Tool {n} not found"),
-                None => "Tool name missing".to_owned(),
+            let (message, similar) = match &name {
+                Some(n) => self.tool_not_found(n),
+                None => ("Tool name missing".to_owned(), Vec::new()),
             };
+            let mut detail = json!({ "call_id": call_id, "tool": name });
+            let mut failure = ToolFailure::new(ErrorCode::TOOL_NOT_FOUND, message.clone());
+            if !similar.is_empty() {
+                detail["did_you_mean"] = json!(similar);
+                failure = failure.with_details(json!({ "did_you_mean": similar }));
+            }
             self.error_about(
                 ErrorCode::TOOL_NOT_FOUND,
-                message.clone(),
+                message,
                 id.as_deref(),
-                Some(json!({ "call_id": call_id, "tool": name })),
+                Some(detail),
                 run_id.as_deref(),
                 thread_id.as_deref(),
             );
-            let failure = ToolFailure::new(ErrorCode::TOOL_NOT_FOUND, message);
             self.push(about(tool_done(ToolDone::failed(call_id, failure))));
             let ended = Ended::failed(&ErrorCode::TOOL_NOT_FOUND);
             let latency = self.shared.clock.now().saturating_duration_since(received);
@@ -273,6 +278,16 @@ impl Session {
     }
 
     /// Puts an admitted call at the end of the queue (`QUEUED` unless said already).
+    /// `Tool <name> not found`, naming at most three tools the caller sees
+    /// that it may have meant; and those names (`Snapshot::not_found`).
+    pub(super) fn tool_not_found(&self, name: &str) -> (String, Vec<String>) {
+        let caller = self.caller.as_deref();
+        self.shared
+            .registry
+            .snapshot()
+            .not_found(name, name, |t| self.config().shows(caller, t))
+    }
+
     fn enqueue(&mut self, key: CallKey, size: usize) {
         let Some(call) = self.calls.get_mut(&key) else {
             return;

@@ -1065,11 +1065,16 @@ impl Session {
             .get(&name)
             .filter(|t| self.config().shows(self.caller.as_deref(), t));
         let Some(tool) = tool else {
+            let (message, similar) = self.tool_not_found(&name);
+            let mut detail = json!({ "tool": name });
+            if !similar.is_empty() {
+                detail["did_you_mean"] = json!(similar);
+            }
             self.error(
                 ErrorCode::TOOL_NOT_FOUND,
-                format!("Tool {name} not found"),
+                message,
                 msg.id.as_deref(),
-                Some(json!({ "tool": name })),
+                Some(detail),
             );
             return;
         };

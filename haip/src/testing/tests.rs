@@ -31,6 +31,7 @@ fn server(gate: Arc<Notify>) -> TestServer {
         #[schemars(range(min = 1, max = 3))]
         n: u8,
     }
+    impl crate::QuestionForm for Pick {}
     let add = Tool::builder("add")
         .description("Add two numbers.")
         .input_schema(json!({

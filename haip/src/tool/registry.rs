@@ -60,6 +60,146 @@ impl Snapshot {
     pub(crate) fn scoped(&self) -> bool {
         self.scoped
     }
+
+    /// The names of at most [`MAX_SUGGESTIONS`] tools `visible` lets the
+    /// caller see that it may have meant by `wanted`, a name no tool has:
+    /// first those that are `wanted` mounted under a prefix (`ops_crunch`
+    /// for `crunch`) or `wanted` without its prefix (`crunch` for
+    /// `ops_crunch`), then those a few edits away (`crunch` for `crnch`),
+    /// closest first; ties in registry order.
+    pub(crate) fn similar<'a>(
+        &'a self,
+        wanted: &str,
+        visible: impl Fn(&Tool) -> bool,
+    ) -> Vec<&'a str> {
+        let mut found: Vec<(usize, &str)> = Vec::new();
+        if wanted.is_empty() || wanted.len() > MAX_NAME + MAX_EDITS {
+            return Vec::new();
+        }
+        let edits = (wanted.len().max(3) / 3).min(MAX_EDITS);
+        for tool in &self.tools {
+            let name = tool.name();
+            let rank = if mounted(name, wanted) || mounted(wanted, name) {
+                Some(0)
+            } else {
+                distance_within(wanted.as_bytes(), name.as_bytes(), edits).map(|d| 1 + d)
+            };
+            if let Some(rank) = rank
+                && visible(tool)
+            {
+                found.push((rank, name));
+            }
+        }
+        found.sort_by_key(|&(rank, _)| rank);
+        found
+            .into_iter()
+            .take(MAX_SUGGESTIONS)
+            .map(|(_, name)| name)
+            .collect()
+    }
+}
+
+impl Snapshot {
+    /// `Tool <name> not found`, naming at most [`MAX_SUGGESTIONS`] tools
+    /// `visible` lets the caller see that it may have meant (`; did you mean
+    /// "ops_crunch"?`, [`similar`](Self::similar)), each quoted in at most
+    /// [`QUOTED_NAME`] characters; and those names, whole. `shown` is how
+    /// the name asked for is written into the message. What HAIP's
+    /// `TOOL_NOT_FOUND` and MCP's unknown tool both say.
+    pub(crate) fn not_found(
+        &self,
+        wanted: &str,
+        shown: &str,
+        visible: impl Fn(&Tool) -> bool,
+    ) -> (String, Vec<String>) {
+        let similar: Vec<String> = self
+            .similar(wanted, visible)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let mut message = format!("Tool {shown} not found");
+        let quoted: Vec<String> = similar.iter().map(|n| quote_name(n)).collect();
+        if let Some((last, rest)) = quoted.split_last() {
+            message.push_str("; did you mean ");
+            if !rest.is_empty() {
+                message.push_str(&rest.join(", "));
+                message.push_str(" or ");
+            }
+            message.push_str(last);
+            message.push('?');
+        }
+        (message, similar)
+    }
+}
+
+/// The most characters of a tool name an error message quotes.
+pub(crate) const QUOTED_NAME: usize = 64;
+
+/// `name` in double quotes, cut to [`QUOTED_NAME`] characters (the last of
+/// them `…`) when longer.
+fn quote_name(name: &str) -> String {
+    if name.chars().count() <= QUOTED_NAME {
+        format!("\"{name}\"")
+    } else {
+        let cut: String = name.chars().take(QUOTED_NAME - 1).collect();
+        format!("\"{cut}…\"")
+    }
+}
+
+/// How many names [`Snapshot::similar`] suggests at most.
+pub(crate) const MAX_SUGGESTIONS: usize = 3;
+/// The longest tool name (`tool::validate_name`).
+const MAX_NAME: usize = 128;
+/// The most edits between a name asked for and a name suggested.
+const MAX_EDITS: usize = 3;
+
+/// Whether `name` is `base` under a prefix: `<prefix><separator><base>`,
+/// the separator one a tool name may hold (`_`, `.`, `-`).
+fn mounted(name: &str, base: &str) -> bool {
+    name.len() > base.len() + 1
+        && name.ends_with(base)
+        && matches!(
+            name.as_bytes()[name.len() - base.len() - 1],
+            b'_' | b'.' | b'-'
+        )
+}
+
+/// The edit distance (Levenshtein, ASCII case ignored) between `a` and `b`
+/// when it is at most `max`; `None` beyond. Only the band of `max` around
+/// the diagonal is computed, and a row entirely beyond `max` ends the walk:
+/// at most `(2 max + 1)` steps per byte of `a`.
+fn distance_within(a: &[u8], b: &[u8], max: usize) -> Option<usize> {
+    if max == 0 || a.len().abs_diff(b.len()) > max {
+        return None;
+    }
+    let beyond = max + 1;
+    // prev[j]: the distance between a[..i] and b[..j]; beyond the band it
+    // counts as `beyond`.
+    let mut prev: Vec<usize> = (0..=b.len()).map(|j| j.min(beyond)).collect();
+    let mut row = vec![beyond; b.len() + 1];
+    for i in 1..=a.len() {
+        row.fill(beyond);
+        if i <= max {
+            row[0] = i;
+        }
+        let from = i.saturating_sub(max).max(1);
+        let to = (i + max).min(b.len());
+        let mut least = row[0];
+        for j in from..=to {
+            let same = a[i - 1].eq_ignore_ascii_case(&b[j - 1]);
+            let d = (prev[j - 1] + usize::from(!same))
+                .min(prev[j] + 1)
+                .min(row[j - 1] + 1)
+                .min(beyond);
+            row[j] = d;
+            least = least.min(d);
+        }
+        if least > max {
+            return None;
+        }
+        std::mem::swap(&mut prev, &mut row);
+    }
+    Some(prev[b.len()]).filter(|&d| d <= max)
 }
 
 impl Registry {
@@ -146,6 +286,66 @@ mod tests {
             .iter()
             .map(|t| t.name().to_owned())
             .collect()
+    }
+
+    #[test]
+    fn similar_names_are_mounted_ones_first_then_close_ones_at_most_three() {
+        let r = Registry::default();
+        for name in [
+            "ops_crunch",
+            "crunch_all",
+            "munch",
+            "ops.crunch",
+            "billing-crunch",
+            "x_crunch",
+            "secret_crunch",
+            "add",
+            "adds",
+        ] {
+            r.register(tool(name, "d"));
+        }
+        let snapshot = r.snapshot();
+        let all = |_: &Tool| true;
+        // Mounted under a prefix (any separator), in registry order, at most 3.
+        assert_eq!(
+            snapshot.similar("crunch", all),
+            ["ops_crunch", "ops.crunch", "billing-crunch"]
+        );
+        // Only what the caller may see.
+        let hidden = |t: &Tool| !t.name().starts_with("ops") && t.name() != "billing-crunch";
+        assert_eq!(
+            snapshot.similar("crunch", hidden),
+            ["x_crunch", "secret_crunch", "munch"]
+        );
+        // A prefix no tool has: the tool without it.
+        assert_eq!(snapshot.similar("tools_add", all), ["add"]);
+        // A few edits away, closest first, case ignored.
+        assert_eq!(
+            snapshot.similar("ops_crnch", all),
+            ["ops_crunch", "ops.crunch"]
+        );
+        assert_eq!(snapshot.similar("Munch", all), ["munch"]);
+        assert_eq!(snapshot.similar("addd", all), ["add", "adds"]);
+        // Short names: one edit at most; nothing close gets nothing.
+        assert_eq!(snapshot.similar("ad", all), ["add"]);
+        assert!(snapshot.similar("q", all).is_empty());
+        assert!(snapshot.similar("zzzzzzzz", all).is_empty());
+        assert!(snapshot.similar("", all).is_empty());
+        assert!(snapshot.similar(&"a".repeat(10_000), all).is_empty());
+    }
+
+    #[test]
+    fn the_distance_is_levenshtein_within_a_bound() {
+        let d = |a: &str, b: &str, max| distance_within(a.as_bytes(), b.as_bytes(), max);
+        assert_eq!(d("kitten", "sitting", 3), Some(3));
+        assert_eq!(d("kitten", "sitting", 2), None);
+        assert_eq!(d("crunch", "crunch", 1), Some(0));
+        assert_eq!(d("crnch", "crunch", 1), Some(1));
+        assert_eq!(d("abc", "ABD", 1), Some(1));
+        assert_eq!(d("abcdef", "badcfe", 3), None);
+        assert_eq!(d("a", "abcd", 2), None);
+        assert_eq!(d("", "ab", 2), Some(2));
+        assert_eq!(d("flaw", "lawn", 2), Some(2));
     }
 
     #[test]

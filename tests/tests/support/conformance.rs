@@ -123,6 +123,18 @@ pub(crate) fn suite_2026() -> PathBuf {
     suite_in("suite-2026")
 }
 
+/// Where the official TypeScript SDK (`@modelcontextprotocol/sdk`,
+/// `TS_SDK_VERSION` in `setup.sh`) is installed: its `node_modules` is
+/// there, for a script run with [`node`] and `NODE_PATH` set to it.
+pub(crate) fn ts_sdk_modules() -> PathBuf {
+    let modules = deps().join("ts-sdk").join("node_modules");
+    require(
+        modules.join("@modelcontextprotocol/sdk/package.json"),
+        "@modelcontextprotocol/sdk",
+    );
+    modules
+}
+
 /// A baseline file in `tests/conformance/`.
 pub(crate) fn baseline_file(name: &str) -> PathBuf {
     require(

@@ -29,32 +29,36 @@ const SESSION_ID: &str = "mcp-session-id";
 /// has (rmcp's are UUIDs), so that it is answered as an unknown session's.
 const NO_SUCH_SESSION: &str = "none";
 
-/// The Streamable HTTP MCP endpoint at `/mcp`.
+/// The Streamable HTTP MCP endpoint at `/mcp`: each protocol revision
+/// served as it expects.
 ///
-/// **Stateless** (the default): every POST is served on its own by a fresh
-/// [`ExportService`], with no `Mcp-Session-Id`, so any instance behind a load
-/// balancer answers any request. A plain request-response is answered with
-/// `application/json`; a call that reports progress or log lines first gets
-/// them on its response's SSE stream. `GET` and `DELETE` are `405`. An MCP
-/// 2026-07-28 client takes a call's questions in rounds (`mrtr.rs`) and
-/// hears of registry changes on a `subscriptions/listen` stream
-/// (`listen.rs`); for a client of an earlier revision, requests of the
-/// server (elicitation, sampling) are refused at once
-/// (`AskError::Unsupported`, `SampleError::Unsupported`): the answer would
-/// be a new POST that nothing waits for.
-///
-/// **Sessions** (`ServerBuilder::mcp_sessions(true)`): `initialize` opens an
-/// MCP session held by this instance (`Mcp-Session-Id`), which serves the
-/// client's later requests, its answers to elicitation and sampling, and the
-/// `GET` stream that carries `notifications/tools/list_changed`. Requests of
-/// protocol revisions without `initialize` (2026-07-28 and later) are
-/// stateless either way (rounds, listen streams). A session is its opener's:
+/// **Sessions** (`ServerBuilder::mcp_sessions(true)`, the default):
+/// `initialize` (revisions before 2026-07-28) opens an MCP session held by
+/// this instance (`Mcp-Session-Id`), which serves the client's later
+/// requests, its answers to elicitation and sampling, and the `GET` stream
+/// that carries `notifications/tools/list_changed`; its `DELETE` ends it
+/// (`204`: rmcp's `202` reads as a failure to clients). Requests of protocol
+/// revisions without `initialize` (2026-07-28 and later) are stateless
+/// either way (rounds, listen streams). A session is its opener's:
 /// the subject that sent its `initialize` (with authentication off, every
 /// client is one anonymous subject). A request of any other subject that
 /// names it is answered as if it did not exist: `404` for a `DELETE`, and a
 /// `POST` or `GET` is handed to the MCP server with an id no session has.
 /// The record of who opened a session goes with its service, when the
-/// session ends (`DELETE`, idle expiry, shutdown).
+/// session ends (`DELETE`, idle expiry, shutdown). Sessions are this
+/// instance's alone, with Redis too: a load balancer keeps a client on one.
+///
+/// **Stateless** (`mcp_sessions(false)`): every POST is served on its own by
+/// a fresh [`ExportService`], with no `Mcp-Session-Id`, so any instance
+/// behind a load balancer answers any request. A plain request-response is
+/// answered with `application/json`; a call that reports progress or log
+/// lines first gets them on its response's SSE stream. `GET` and `DELETE`
+/// are `405`. An MCP 2026-07-28 client takes a call's questions in rounds
+/// (`mrtr.rs`) and hears of registry changes on a `subscriptions/listen`
+/// stream (`listen.rs`); for a client of an earlier revision, requests of
+/// the server (elicitation, sampling, roots) are refused at once with an
+/// error naming `mcp_sessions` (`mcp/peer.rs`, `no_session`): the answer
+/// would be a new POST that nothing waits for.
 ///
 /// **Pools.** Two pools of `max_sessions` each: the live MCP sessions, and
 /// the stateless requests being served (a listen stream is one while it is
@@ -113,8 +117,10 @@ impl McpHttp {
         use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
         let config = StreamableHttpServerConfig::default()
             .with_legacy_session_mode(sessions)
-            // Stateless: a result with nothing before it is plain JSON.
-            .with_json_response(!sessions)
+            // A request served on its own (a 2026-07-28 one, or any with
+            // sessions off): a result with nothing before it is plain JSON.
+            // A session's answers are SSE whatever this says.
+            .with_json_response(true)
             .with_cancellation_token(shared.shutdown.child_token())
             // An SSE comment every 15 s on an idle response stream (a listen
             // stream, a session's `GET`): proxies keep it open, and a client
@@ -294,8 +300,15 @@ impl McpHttp {
             session,
             profile: req.extensions().get::<McpProfile>().map(|p| p.0),
         };
+        let delete = req.method() == hyper::Method::DELETE;
         let served = self.service.handle(req);
-        let response = SERVING.scope(serving, served).await;
+        let mut response = SERVING.scope(serving, served).await;
+        // A session ended by its `DELETE`: rmcp answers `202 Accepted`,
+        // which clients read as a failure (the MCP Python SDK logs "Session
+        // termination failed: 202"); it is done, so `204 No Content`.
+        if delete && response.status() == hyper::StatusCode::ACCEPTED {
+            *response.status_mut() = hyper::StatusCode::NO_CONTENT;
+        }
         if let Some(owner) = owner
             && let Some(id) = response
                 .headers()

@@ -334,10 +334,13 @@ impl ServerHandler for ExportService {
             let ended = Ended::failed(&ErrorCode::TOOL_NOT_FOUND);
             stats.call_ended(UNKNOWN_TOOL, ended, Some(received.elapsed()));
             span.end(ended);
-            return Err(McpError::invalid_params(
-                format!("Tool {} not found", super::inbound::quote(&request.name)),
-                None,
-            ));
+            let caller = caller_of(&context);
+            let (message, _) = self.shared.registry.snapshot().not_found(
+                &request.name,
+                &super::inbound::quote(&request.name),
+                |t| self.shared.config.shows(caller.as_deref(), t),
+            );
+            return Err(McpError::invalid_params(message, None));
         };
         // The caller's scopes (HAIP.md §17.1). Over HTTP the front door has
         // answered `403` already; this holds for every other way in.

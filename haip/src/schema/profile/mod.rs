@@ -51,7 +51,9 @@ pub enum SchemaProfile {
     /// properties simply not required, no `$ref`/`$defs` (recursive types
     /// described four levels deep), no `additionalProperties` (maps as lists
     /// of `{key, value}` pairs), no `oneOf`/`allOf`/`not`/`if`/`const`,
-    /// string enums only, common formats only.
+    /// string enums only, no string format but `date-time` (the only one
+    /// Gemini's `parameters` take besides `enum`: `email`, `uuid`, ... are
+    /// said in the description, "Format: email.").
     #[default]
     Portable,
     /// What OpenAI accepts with `strict: true`: every object closed and every

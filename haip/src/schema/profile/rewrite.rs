@@ -28,8 +28,8 @@ const OPENAI_MAX_ENUM_VALUES: usize = 1000;
 const ANTHROPIC_MAX_OPTIONAL: usize = 24;
 const ANTHROPIC_MAX_UNIONS: usize = 16;
 
-/// The formats OpenAI strict mode knows; the portable set too (every
-/// provider and Ajv's format plugin know them).
+/// The formats OpenAI strict mode knows (and Ajv's format plugin): what
+/// openai-strict and anthropic-strict keep, and output schemas too.
 pub(crate) const COMMON_FORMATS: [&str; 9] = [
     "date-time",
     "time",
@@ -41,6 +41,11 @@ pub(crate) const COMMON_FORMATS: [&str; 9] = [
     "ipv6",
     "uuid",
 ];
+
+/// The string formats portable keeps: all Gemini's `parameters` take (its
+/// other one, `enum`, only restates `enum`). Any other format is said in the
+/// description ("Format: email."); params are still validated against it.
+pub(crate) const PORTABLE_FORMATS: [&str; 1] = ["date-time"];
 
 /// Formats schemars writes for Rust's numbers: the range they mean is in
 /// `minimum` / `maximum` (or their note) already.
@@ -738,7 +743,8 @@ impl Rewriter<'_> {
         if let Some(format) = s.remove("format") {
             let name = format.as_str().unwrap_or_default();
             let keep = match self.target {
-                Target::Portable | Target::OpenAiStrict => COMMON_FORMATS.contains(&name),
+                Target::Portable => PORTABLE_FORMATS.contains(&name),
+                Target::OpenAiStrict => COMMON_FORMATS.contains(&name),
                 Target::AnthropicStrict => COMMON_FORMATS.contains(&name) || name == "uri",
             };
             if keep && ty == "string" {

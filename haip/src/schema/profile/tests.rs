@@ -141,7 +141,7 @@ fn assert_portable(schema: &Value) {
                     );
                 }
                 if let Some(f) = map.get("format").and_then(Value::as_str) {
-                    assert!(super::rewrite::COMMON_FORMATS.contains(&f), "format {f}");
+                    assert!(super::rewrite::PORTABLE_FORMATS.contains(&f), "format {f}");
                 }
                 for (k, v) in map {
                     if k == "properties" {
@@ -350,6 +350,65 @@ fn hand_written_oddities_are_rewritten_or_reported() {
         problems
             .iter()
             .any(|p| p.refused && p.pointer == "/properties/anything")
+    );
+}
+
+#[test]
+fn portable_keeps_only_date_time_and_says_other_string_formats() {
+    // Gemini's `parameters` take no string format but `date-time` (and
+    // `enum`): the others go into the description; the strict profiles
+    // keep the ones their providers know.
+    let full = json!({
+        "type": "object",
+        "properties": {
+            "to": {"type": "string", "format": "email", "description": "Who gets it."},
+            "id": {"type": "string", "format": "uuid"},
+            "day": {"type": "string", "format": "date"},
+            "at": {"type": "string", "format": "date-time"},
+            "cc": {"type": "array", "items": {"type": "string", "format": "email"}},
+            "n": {"type": "integer", "format": "uint8", "minimum": 0, "maximum": 255}
+        },
+        "required": ["to"]
+    });
+    let (s, problems) = input(&full, Target::Portable);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_portable(&s);
+    let p = &s["properties"];
+    assert_eq!(
+        p["to"],
+        json!({"type": "string", "description": "Who gets it. Format: email."})
+    );
+    assert_eq!(
+        p["id"],
+        json!({"type": "string", "description": "Format: uuid."})
+    );
+    assert_eq!(p["day"]["description"], "Format: date.");
+    assert_eq!(p["at"], json!({"type": "string", "format": "date-time"}));
+    assert_eq!(
+        p["cc"]["items"],
+        json!({"type": "string", "description": "Format: email."})
+    );
+    assert!(p["n"].get("format").is_none());
+    assert!(p["n"]["description"].is_null(), "{}", p["n"]);
+    for target in [Target::OpenAiStrict, Target::AnthropicStrict] {
+        let (s, _) = input(&full, target);
+        assert_eq!(s["properties"]["to"]["format"], "email", "{target:?}");
+        assert_eq!(s["properties"]["id"]["format"], "uuid", "{target:?}");
+    }
+    // Params are still validated against the schema as written: the format
+    // said only in portable's description is still checked.
+    let profiles = Profiles::of(&full, None);
+    assert_eq!(profiles.input(&full, SchemaProfile::Full), Some(&full));
+    let compiled = crate::schema::CompiledSchema::compile(&full).unwrap();
+    assert!(
+        compiled
+            .violations(&json!({"to": "ada@example.com"}))
+            .is_empty()
+    );
+    assert!(
+        !compiled
+            .violations(&json!({"to": "not an address"}))
+            .is_empty()
     );
 }
 

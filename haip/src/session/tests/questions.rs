@@ -9,6 +9,7 @@ pub(super) fn asking_tool() -> Tool {
         #[schemars(range(min = 1, max = 3))]
         n: u8,
     }
+    impl crate::QuestionForm for Pick {}
     Tool::builder("pick")
         .handler(|_: Value, ctx: Context| async move {
             match ctx.ask::<Pick>("Pick one").await? {
@@ -105,6 +106,7 @@ async fn open_questions_per_call_are_bounded() {
         #[allow(dead_code)]
         yes: bool,
     }
+    impl crate::QuestionForm for Yes {}
     let greedy = Tool::builder("greedy")
         .handler(|_: Value, ctx: Context| async move {
             let asks = (0..20).map(|i| {
