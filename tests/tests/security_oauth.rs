@@ -224,14 +224,9 @@ async fn oauth_stats(addr: SocketAddr, token: &str) -> Value {
     get_json(addr, &format!("/stats?token={token}")).await["oauth"].clone()
 }
 
-/// (4, Medium) 96 made-up opaque tokens from one peer no longer cost the
-/// issuer 96 introspections nor hold a real user's token 12 s: the peer's
-/// share of introspections is a few at once, its excess is refused at once,
-/// and the real user's token is checked in about one introspection's time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_of_unknown_tokens_neither_reaches_the_issuer_nor_delays_a_real_user() {
-    let issuer = Issuer::start().await;
-    // Stateless `/mcp`: each `tools/list` is one POST, no `initialize`.
+/// A server introspecting opaque tokens at `issuer`, and its address.
+/// Stateless `/mcp`: each `tools/list` is one POST, no `initialize`.
+async fn serve(issuer: &Issuer) -> (haip::ServerHandle, SocketAddr) {
     let server = support::builder()
         .mcp_sessions(false)
         .oauth(
@@ -246,6 +241,17 @@ async fn a_flood_of_unknown_tokens_neither_reaches_the_issuer_nor_delays_a_real_
         .await
         .expect("the OAuth server starts");
     let addr = handle.local_addr();
+    (handle, addr)
+}
+
+/// (4, Medium) 96 made-up opaque tokens from one peer no longer cost the
+/// issuer 96 introspections nor hold a real user's token 12 s: the peer's
+/// share of introspections is a few at once, its excess is refused at once,
+/// and the real user's token is checked in about one introspection's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_unknown_tokens_neither_reaches_the_issuer_nor_delays_a_real_user() {
+    let issuer = Issuer::start().await;
+    let (_handle, addr) = serve(&issuer).await;
 
     // A token the server comes to know before the flood (this also settles
     // the issuer's metadata).
@@ -361,21 +367,7 @@ async fn a_flood_of_unknown_tokens_neither_reaches_the_issuer_nor_delays_a_real_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_bad_token_costs_one_introspection() {
     let issuer = Issuer::start().await;
-    // Stateless `/mcp`: each `tools/list` is one POST, no `initialize`.
-    let server = support::builder()
-        .mcp_sessions(false)
-        .oauth(
-            OAuth::issuer(&issuer.url)
-                .audience(AUDIENCE)
-                .introspection("haip", "haip-secret"),
-        )
-        .addr("127.0.0.1:0")
-        .build()
-        .expect("the OAuth server builds");
-    let handle = within("the server to start", server.start())
-        .await
-        .expect("the OAuth server starts");
-    let addr = handle.local_addr();
+    let (_handle, addr) = serve(&issuer).await;
 
     // More at once than the peer's share: they share one introspection.
     let mut together = JoinSet::new();
