@@ -89,7 +89,10 @@ pub use context::{
 pub use error::Error;
 pub use protocol::{Icon, IconTheme, ToolAnnotations};
 pub use schema::{SchemaProblem, SchemaProfile, UnknownProfile, Violation};
-pub use server::{Mount, Server, ServerBuilder, ServerHandle, ToolSet, serve};
+pub use server::{
+    HaipService, Listener, Mount, PeerAddr, Server, ServerBuilder, ServerHandle, ServiceBody,
+    ToolSet, serve,
+};
 pub use tool::{
     Injected, Params, State, TaskSupport, Tool, ToolBuilder, ToolEdit, ToolError, ToolFuture,
     ToolHandler,

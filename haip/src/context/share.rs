@@ -26,6 +26,9 @@ pub(crate) enum CallerKey {
     /// Not limited per caller (an unauthenticated loopback peer, or a caller
     /// whose peer is not known, such as an in-memory test connection).
     Unlimited,
+    /// An unauthenticated caller whose address the host application did not
+    /// give (`haip::PeerAddr`): all such callers share one share.
+    Unknown,
 }
 
 impl CallerKey {
@@ -59,6 +62,10 @@ impl CallerKey {
             CallerKey::Peer(IpAddr::V6(v6)) => format!("peer {v6}/64"),
             CallerKey::Peer(ip) => format!("peer {ip}"),
             CallerKey::Unlimited => "this caller".to_owned(),
+            CallerKey::Unknown => {
+                "callers of unknown address (the host application gives no haip::PeerAddr)"
+                    .to_owned()
+            }
         }
     }
 }

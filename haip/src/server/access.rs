@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
@@ -12,44 +11,71 @@ use super::reply::{Body, error_response};
 use crate::auth::{AuthError, AuthErrorKind, Caller, token_from_parts};
 use crate::context::share::CallerKey;
 
-/// The verified caller (`None` when authentication is off).
-pub(super) async fn authenticate(
-    hub: &Hub,
-    req: &Request<Incoming>,
-) -> Result<Option<Arc<Caller>>, AuthError> {
-    let Some(auth) = &hub.auth else {
-        return Ok(None);
-    };
-    let token = token_from_parts(req.headers(), req.uri());
-    // OAuth counts what a token it does not know yet costs against the
-    // request's peer, which the `Authenticator` trait does not carry.
+/// The verified caller (`None` when authentication is off). What the
+/// request holds is read before the returned future is, which borrows only
+/// the hub: a request body need not be `Sync` (axum's is not).
+pub(super) fn authenticate<'h, B>(
+    hub: &'h Hub,
+    req: &Request<B>,
+) -> impl Future<Output = Result<Option<Arc<Caller>>, AuthError>> + Send + use<'h, B> {
+    let token = hub
+        .auth
+        .as_ref()
+        .and_then(|_| token_from_parts(req.headers(), req.uri()));
     #[cfg(feature = "oauth")]
-    let identified = match &hub.oauth {
-        Some(oauth) => {
-            let peer = req.extensions().get::<PeerAddr>().map(|p| p.0);
-            oauth.identify_from(token.as_deref(), peer).await
-        }
-        None => auth.identify(token.as_deref()).await,
-    };
-    #[cfg(not(feature = "oauth"))]
-    let identified = auth.identify(token.as_deref()).await;
-    match identified {
-        Ok(caller) => Ok(Some(Arc::new(caller))),
-        Err(e) => {
-            tracing::debug!(reason = e.reason(), code = %e.code(), "authentication failed");
-            Err(e)
+    let peer = req.extensions().get::<PeerAddr>().map(|p| p.0);
+    async move {
+        let Some(auth) = &hub.auth else {
+            return Ok(None);
+        };
+        // OAuth counts what a token it does not know yet costs against the
+        // request's peer, which the `Authenticator` trait does not carry.
+        #[cfg(feature = "oauth")]
+        let identified = match &hub.oauth {
+            Some(oauth) => oauth.identify_from(token.as_deref(), peer).await,
+            None => auth.identify(token.as_deref()).await,
+        };
+        #[cfg(not(feature = "oauth"))]
+        let identified = auth.identify(token.as_deref()).await;
+        match identified {
+            Ok(caller) => Ok(Some(Arc::new(caller))),
+            Err(e) => {
+                tracing::debug!(reason = e.reason(), code = %e.code(), "authentication failed");
+                Err(e)
+            }
         }
     }
 }
 
-/// The address of the peer a request came from (set by the accept loop).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PeerAddr(pub(crate) std::net::IpAddr);
+/// The address of the peer a request came from: put it in a request's
+/// extensions when a host application serves [`HaipService`](crate::HaipService), so that an
+/// unauthenticated caller is counted by its address in the server's
+/// per-caller shares (`max_sessions_per_caller`) and OAuth's introspection
+/// budgets, as it is when haip accepts the connection itself.
+///
+/// Without it, every unauthenticated caller the host hands over is counted
+/// as one caller. With axum, take it from `ConnectInfo`:
+///
+/// ```
+/// # use std::net::SocketAddr;
+/// // In a layer in front of the service:
+/// fn tag<B>(mut req: http::Request<B>, peer: SocketAddr) -> http::Request<B> {
+///     req.extensions_mut().insert(haip::PeerAddr(peer.ip()));
+///     req
+/// }
+/// # let _ = tag::<()>;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub std::net::IpAddr);
 
 /// Who the server's shared pools count `req` against: `caller`'s subject
 /// when authenticated, else the request's peer address (`context/share.rs`).
 pub(crate) fn caller_key<B>(hub: &Hub, req: &Request<B>, caller: Option<&Caller>) -> CallerKey {
     let peer = req.extensions().get::<PeerAddr>().map(|p| p.0);
+    // Only a host application hands over requests without their peer.
+    if peer.is_none() && caller.is_none() && !hub.own_listener {
+        return CallerKey::Unknown;
+    }
     CallerKey::of(caller, peer, hub.config.limit_loopback_peers)
 }
 

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
+use crate::transport::body::RequestBody;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::HeaderMap;
-use hyper::body::Incoming;
 use hyper::header;
 use tokio::time::Instant;
 
@@ -93,7 +93,7 @@ pub(super) enum Stopped {
 
 /// Reads one body within its deadline, its size limit and the budget.
 pub(super) struct Reader {
-    body: Incoming,
+    body: RequestBody,
     started: Instant,
     /// Time spent waiting for the session to take envelopes, which is not
     /// the client's delay.
@@ -158,7 +158,7 @@ impl Reader {
     /// cannot take; the declared length is reserved up front.
     pub(super) fn start(
         headers: &HeaderMap,
-        body: Incoming,
+        body: RequestBody,
         budget: &BodyBudget,
         timeout: Duration,
         max: usize,

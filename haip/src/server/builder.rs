@@ -462,9 +462,12 @@ impl ServerBuilder {
     /// `127.0.0.1` and the rest of 127.0.0.0/8, `[::1]`) are always allowed.
     ///
     /// Default: none beyond loopback when the server is bound to a loopback
-    /// address (as `haip::serve()` is unless `HAIP_ADDR` says otherwise);
-    /// any host when it is bound to another address, unless names are given
-    /// here. `HAIP_ALLOWED_HOSTS` (comma-separated) sets it too.
+    /// address (as `haip::serve()` is unless `HAIP_ADDR` says otherwise), or
+    /// to a Unix socket, or serves a host application
+    /// ([`Server::into_service`](crate::Server::into_service), which cannot
+    /// know where its host listens); any host when it is bound to another
+    /// address, unless names are given here. `"*"` allows any name.
+    /// `HAIP_ALLOWED_HOSTS` (comma-separated) sets it too.
     ///
     /// ```no_run
     /// # fn demo() -> Result<(), haip::Error> {
@@ -479,6 +482,24 @@ impl ServerBuilder {
         S: Into<String>,
     {
         self.config.allowed_hosts = hosts.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Where the server's routes are on its host: `"/agent"` when a host
+    /// application nests its [`HaipService`](crate::HaipService) with
+    /// axum's `Router::nest_service("/agent", …)`, or when a reverse proxy
+    /// forwards `/agent/…` to haip's own listener unchanged. Every URL the
+    /// server writes carries it: the OAuth resource (`…/agent/mcp`) and the
+    /// metadata `WWW-Authenticate` names, the addresses printed at start-up;
+    /// the inspector finds its routes beside its own page. haip's own
+    /// listener serves the routes under the prefix only (and the OAuth
+    /// metadata's well-known path at the root); a nested service is handed
+    /// paths with the prefix already taken off, as `nest_service` does.
+    ///
+    /// Default: none (the root). A prefix starts with `/` and does not end
+    /// with one; `build` says so otherwise.
+    pub fn path_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.path_prefix = prefix.into();
         self
     }
 

@@ -40,6 +40,8 @@ pub(crate) struct Config {
     /// `Host` names the server answers to, beside loopback names when it
     /// is bound to loopback; empty: any host when bound elsewhere.
     pub(crate) allowed_hosts: Vec<String>,
+    /// Where the routes are on the host (`path_prefix`; empty at the root).
+    pub(crate) path_prefix: String,
     pub(crate) handshake_timeout: Duration,
     pub(crate) max_connections_per_peer: Option<usize>,
     pub(crate) limit_loopback_peers: bool,
@@ -72,6 +74,7 @@ impl Default for Config {
             max_task_bytes_per_client: 8 * 1024 * 1024,
             max_sessions_per_caller: 1000,
             allowed_hosts: Vec::new(),
+            path_prefix: String::new(),
             handshake_timeout: Duration::from_secs(10),
             max_connections_per_peer: Some(1024),
             limit_loopback_peers: false,
@@ -122,6 +125,20 @@ impl Config {
     /// the sessions' first, then the server's own.
     pub(crate) fn validate(&self) -> Result<(), Error> {
         self.session.validate()?;
+        let prefix = &self.path_prefix;
+        if !prefix.is_empty()
+            && (!prefix.starts_with('/')
+                || prefix.ends_with('/')
+                || prefix.contains(['?', '#', ' ', '*', '{', '}']))
+        {
+            return Err(Error::InvalidConfig {
+                setting: "path_prefix",
+                reason: format!(
+                    "{prefix:?} is not a path prefix: it starts with '/', does not end with one, \
+                     and holds no query, fragment or pattern (e.g. \"/agent\"; \"\" for the root)"
+                ),
+            });
+        }
         let positive: [(&'static str, u64); 12] = [
             (
                 "max_task_bytes_per_client",

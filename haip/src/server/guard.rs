@@ -41,14 +41,26 @@ pub(crate) struct Hosts {
 impl Hosts {
     /// The rule for a server bound to a loopback address or not, given
     /// `names` (`ServerBuilder::allowed_hosts`).
+    /// `"*"` among `names` allows any name.
     pub(crate) fn new(names: &[String], bound_to_loopback: bool) -> Hosts {
+        let names: Vec<String> = names
+            .iter()
+            .map(|n| n.trim().to_ascii_lowercase())
+            .collect();
         Hosts {
-            names: names
-                .iter()
-                .map(|n| n.trim().to_ascii_lowercase())
-                .collect(),
-            any: names.is_empty() && !bound_to_loopback,
+            any: names.iter().any(|n| n == "*") || (names.is_empty() && !bound_to_loopback),
+            names,
         }
+    }
+
+    /// Only loopback names are allowed: only this machine can address the
+    /// server by a name it answers to.
+    pub(crate) fn only_loopback(&self) -> bool {
+        !self.any
+            && self
+                .names
+                .iter()
+                .all(|name| is_loopback_host(authority_host(name)))
     }
 
     /// Whether `host` (a `Host` header's value, `name[:port]`) is allowed.
@@ -412,6 +424,18 @@ mod tests {
         );
         assert!(!named.allows("evil.example"));
         assert!(named.allows("localhost:8080"), "loopback names always");
+        assert!(!named.only_loopback());
+    }
+
+    #[test]
+    fn a_star_allows_any_host_and_only_loopback_names_keep_a_server_local() {
+        let star = Hosts::new(&["*".into()], true);
+        assert!(star.allows("evil.example"));
+        assert!(!star.only_loopback());
+        assert!(Hosts::new(&[], true).only_loopback());
+        assert!(!Hosts::new(&[], false).only_loopback());
+        assert!(Hosts::new(&["localhost:8080".into(), "127.0.0.2".into()], true).only_loopback());
+        assert!(!Hosts::new(&["tools.example.com".into()], true).only_loopback());
     }
 
     #[test]

@@ -5,9 +5,9 @@ use crate::stats::Transport;
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use crate::transport::body::RequestBody;
 use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
-use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
@@ -26,12 +26,11 @@ use crate::transport::queue::frame_queue;
 use crate::transport::stream::{self, Framing};
 use crate::transport::ws;
 
-/// Routes one request.
 /// Routes one request. `over_peer_limit`: the connection is beyond
 /// `max_connections_per_peer`, so only `/health` is served; WebSocket upgrades
 /// complete and close with 1013, everything else gets `503` (HAIP.md §18.1).
 pub(crate) async fn route(
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     hub: Arc<Hub>,
     over_peer_limit: bool,
 ) -> Result<Response<Body>, Infallible> {
@@ -40,8 +39,23 @@ pub(crate) async fn route(
         .get(header::ORIGIN)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let path = req.uri().path().to_owned();
     tracing::debug!(method = %req.method(), uri = %redact_uri(req.uri()), "request");
+    let Some(path) = local_path(&hub.prefix, hub.own_listener, req.uri().path()) else {
+        return Ok(not_found());
+    };
+    // Shutting down: nothing new starts (a host application's router may
+    // still hand requests over after haip's handover began).
+    if hub.shared.shutdown.is_cancelled() && path != "/health" {
+        let mut response = error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The server is shutting down",
+            "SHUTTING_DOWN",
+        );
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return Ok(response);
+    }
     // Browsers' rules first, on every route (`guard.rs`).
     if let Err(refusal) = guard::check(
         req.method(),
@@ -168,6 +182,21 @@ pub(crate) async fn route(
         _ => not_found(),
     };
     Ok(with_cors(response, &hub, origin.as_deref()))
+}
+
+/// The path a route is chosen by. haip's own listener serves its routes
+/// under the prefix (`path_prefix`) and the OAuth metadata's well-known path
+/// at the root too; a host application has taken the prefix off already.
+fn local_path(prefix: &str, own_listener: bool, path: &str) -> Option<String> {
+    if prefix.is_empty() || !own_listener {
+        return Some(path.to_owned());
+    }
+    match path.strip_prefix(prefix) {
+        Some("") => Some("/".to_owned()),
+        Some(rest) if rest.starts_with('/') => Some(rest.to_owned()),
+        _ if path.starts_with("/.well-known/oauth-protected-resource") => Some(path.to_owned()),
+        _ => None,
+    }
 }
 
 /// Whether some tool is hidden from `caller` in lists (its scopes).
@@ -299,7 +328,7 @@ fn protected_resource(hub: &Hub) -> Response<Body> {
 
 // ----- WebSocket ----------------------------------------------------------------
 
-fn header_has_token(req: &Request<Incoming>, name: header::HeaderName, token: &str) -> bool {
+fn header_has_token(req: &Request<RequestBody>, name: header::HeaderName, token: &str) -> bool {
     req.headers()
         .get_all(name)
         .iter()
@@ -308,14 +337,14 @@ fn header_has_token(req: &Request<Incoming>, name: header::HeaderName, token: &s
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
-fn is_websocket_upgrade(req: &Request<Incoming>) -> bool {
+fn is_websocket_upgrade(req: &Request<RequestBody>) -> bool {
     header_has_token(req, header::UPGRADE, "websocket")
         && header_has_token(req, header::CONNECTION, "upgrade")
 }
 
 /// The subprotocol to select: `haip` when offered, else the first `token.` entry
 /// (browsers fail a handshake that selects none of several offered), else none.
-fn select_subprotocol(req: &Request<Incoming>) -> Option<String> {
+fn select_subprotocol(req: &Request<RequestBody>) -> Option<String> {
     let offered: Vec<&str> = req
         .headers()
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
@@ -335,7 +364,7 @@ fn select_subprotocol(req: &Request<Incoming>) -> Option<String> {
 
 /// Completes a WebSocket upgrade and runs the session on it; with `refuse`
 /// (the peer is over its connection limit) the socket closes with 1013 at once.
-async fn upgrade(mut req: Request<Incoming>, hub: &Arc<Hub>, refuse: bool) -> Response<Body> {
+async fn upgrade(mut req: Request<RequestBody>, hub: &Arc<Hub>, refuse: bool) -> Response<Body> {
     let version_ok = req
         .headers()
         .get(header::SEC_WEBSOCKET_VERSION)
@@ -436,7 +465,7 @@ fn auth_error_envelope(error: &AuthError, resource_metadata: Option<&str>) -> St
 
 // ----- SSE and HTTP streaming ---------------------------------------------------
 
-fn accepts_event_stream(req: &Request<Incoming>) -> bool {
+fn accepts_event_stream(req: &Request<RequestBody>) -> bool {
     req.headers()
         .get_all(header::ACCEPT)
         .iter()
@@ -444,7 +473,7 @@ fn accepts_event_stream(req: &Request<Incoming>) -> bool {
         .any(|v| v.contains("text/event-stream"))
 }
 
-fn is_upstream_post(req: &Request<Incoming>) -> bool {
+fn is_upstream_post(req: &Request<RequestBody>) -> bool {
     is_true_header(req, "x-haip-message") || is_true_header(req, "x-haip-binary")
 }
 
@@ -468,7 +497,11 @@ impl Hub {
 
 /// Opens an SSE or HTTP-streaming session; for `POST /haip/stream` the request
 /// body is read as NDJSON envelopes while the response streams.
-async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -> Response<Body> {
+async fn open_stream(
+    req: Request<RequestBody>,
+    hub: &Arc<Hub>,
+    framing: Framing,
+) -> Response<Body> {
     let caller = match authenticate(hub, &req).await {
         Ok(caller) => caller,
         Err(e) => return unauthorized(hub, &e),
@@ -535,4 +568,30 @@ async fn open_stream(req: Request<Incoming>, hub: &Arc<Hub>, framing: Framing) -
         h.insert("x-haip-session", id);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_path;
+
+    #[test]
+    fn own_listeners_serve_under_the_prefix_and_nested_services_as_handed() {
+        let own = |path| local_path("/agent", true, path);
+        assert_eq!(own("/agent/haip").as_deref(), Some("/haip"));
+        assert_eq!(own("/agent").as_deref(), Some("/"));
+        assert_eq!(own("/agent/").as_deref(), Some("/"));
+        assert_eq!(own("/agentx/haip"), None);
+        assert_eq!(own("/haip"), None);
+        assert_eq!(own("/health"), None);
+        assert_eq!(
+            own("/.well-known/oauth-protected-resource/agent/mcp").as_deref(),
+            Some("/.well-known/oauth-protected-resource/agent/mcp")
+        );
+        // A host application has taken the prefix off already.
+        assert_eq!(
+            local_path("/agent", false, "/haip").as_deref(),
+            Some("/haip")
+        );
+        assert_eq!(local_path("", true, "/haip").as_deref(), Some("/haip"));
+    }
 }

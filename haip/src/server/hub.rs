@@ -42,6 +42,13 @@ pub(crate) struct Hub {
     pub(crate) cors: super::guard::Cors,
     /// The `Host` names the server answers to (`guard.rs`).
     pub(crate) hosts: super::guard::Hosts,
+    /// Where the server's routes are on its host (`ServerBuilder::path_prefix`;
+    /// empty at the root): the URLs it writes carry it.
+    pub(crate) prefix: Arc<str>,
+    /// Connections are haip's own (`start`, `serve`): requests carry the
+    /// prefix, which is taken off before routing, and their peer address.
+    /// A host application (`into_service`) takes the prefix off itself.
+    pub(crate) own_listener: bool,
     pub(crate) tracker: TaskTracker,
     /// This instance's name.
     pub(crate) instance: Arc<str>,

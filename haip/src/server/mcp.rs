@@ -37,9 +37,9 @@
 
 use std::sync::Arc;
 
+use crate::transport::body::RequestBody;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::Value;
@@ -61,7 +61,7 @@ use crate::session::LARGE_PARAMS;
 const SERVER_BUSY: i32 = -32000;
 
 /// Serves one `/mcp` request.
-pub(super) async fn endpoint(req: Request<Incoming>, hub: &Arc<Hub>) -> Response<Body> {
+pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Response<Body> {
     let Some(mcp) = &hub.mcp else {
         return not_found();
     };
@@ -280,7 +280,7 @@ fn answered(
 
 /// `415` or `406` as a JSON-RPC error, for a POST that is not JSON or whose
 /// client does not take both answers the MCP server may give.
-fn unacceptable(req: &Request<Incoming>) -> Option<Response<Body>> {
+fn unacceptable(req: &Request<RequestBody>) -> Option<Response<Body>> {
     let json = req
         .headers()
         .get(header::CONTENT_TYPE)

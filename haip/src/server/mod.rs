@@ -19,9 +19,10 @@ mod mcp;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod reply;
+mod service;
 mod upstream;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -34,6 +35,9 @@ use tokio_util::task::TaskTracker;
 
 pub use builder::ServerBuilder;
 pub use compose::{Mount, ToolSet};
+pub use access::PeerAddr;
+pub use service::{HaipService, ServiceBody};
+// `Listener` is defined below.
 pub(crate) use config::Config;
 
 use crate::Error;
@@ -124,6 +128,100 @@ impl Server {
 
     /// Binds the listen address and serves in the background.
     pub async fn start(self) -> Result<ServerHandle, Error> {
+        let addr = self.config.addr.clone();
+        let listener = TcpListener::bind(&addr)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: addr.clone(),
+                source,
+            })?;
+        self.serve_on(listener.into(), Some(addr)).await
+    }
+
+    /// Serves in the background on a listener the caller bound: a
+    /// `tokio::net::TcpListener` (one on `127.0.0.1:0` in a test, or one
+    /// handed over by systemd's socket activation through
+    /// `std::net::TcpListener` and `TcpListener::from_std`), or on Unix a
+    /// `tokio::net::UnixListener`. The listener's own address replaces
+    /// [`addr`](ServerBuilder::addr). Everything [`start`](Self::start)
+    /// does holds: the header read timeout, `max_connections_per_peer`
+    /// (a Unix socket's peers count as one loopback peer), closing a
+    /// connection whose client stops taking its answers, and the refusal to
+    /// serve a non-loopback TCP address without authentication.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), haip::Error> {
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// let handle = haip::Server::builder()
+    ///     .builtin_tools()
+    ///     .build()?
+    ///     .serve(listener)
+    ///     .await?;
+    /// println!("listening on {}", handle.local_addr());
+    /// handle.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn serve(self, listener: impl Into<Listener>) -> Result<ServerHandle, Error> {
+        self.serve_on(listener.into(), None).await
+    }
+
+    /// [`serve`](Self::serve); `named`: the address as configured, which
+    /// errors name (else the listener's own).
+    async fn serve_on(
+        self,
+        listener: Listener,
+        named: Option<String>,
+    ) -> Result<ServerHandle, Error> {
+        let bound = listener.bound()?;
+        // Checked again by `launch`; here with the name errors give.
+        if let Bound::Tcp(addr) = &bound
+            && self.auth.is_none()
+            && !addr.ip().is_loopback()
+            && !self.config.allow_unauthenticated
+        {
+            return Err(Error::UnauthenticatedBind {
+                addr: named.unwrap_or_else(|| addr.to_string()),
+            });
+        }
+        let (hub, handle) = self.launch(bound).await?;
+        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&hub)));
+        *handle.inner.accept.lock().await = Some(accept);
+        Ok(handle)
+    }
+
+    /// The server as a tower `Service` for a host application's router or
+    /// listener ([`HaipService`]): every route it has, nested under a prefix
+    /// or not, with its budgets, deadlines, authentication, browser rules,
+    /// metrics and traces. Connects to Redis and starts imported MCP servers
+    /// as [`start`](Self::start) does; binds nothing.
+    ///
+    /// The server does not know the address the host listens on, so: `Host`
+    /// headers are held to loopback names unless
+    /// [`allowed_hosts`](ServerBuilder::allowed_hosts) names others (`"*"`
+    /// for any), a server whose allowed hosts are not all loopback names
+    /// needs authentication (or `allow_unauthenticated`), and OAuth needs
+    /// its [`resource`](crate::auth::OAuth::resource) URL.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), haip::Error> {
+    /// let haip = haip::Server::builder()
+    ///     .builtin_tools()
+    ///     .build()?
+    ///     .into_service()
+    ///     .await?;
+    /// // axum: Router::new().nest_service("/agent", haip.clone())
+    /// haip.handle().shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn into_service(self) -> Result<HaipService, Error> {
+        let (hub, handle) = self.launch(Bound::Embedded).await?;
+        Ok(HaipService::new(hub, handle))
+    }
+
+    /// What serving needs, wherever the connections come from: Redis, the
+    /// checks of how the server may be reached, OAuth, the hub, links,
+    /// metrics, traces and imports.
+    async fn launch(self, bound: Bound) -> Result<(Arc<Hub>, ServerHandle), Error> {
         #[cfg(feature = "redis")]
         if let Some(cluster) = &self.cluster {
             cluster
@@ -139,14 +237,7 @@ impl Server {
                 "sessions shared through Redis"
             );
         }
-        let addr = self.config.addr.clone();
-        let listener = TcpListener::bind(&addr)
-            .await
-            .map_err(|source| Error::Bind {
-                addr: addr.clone(),
-                source,
-            })?;
-        let local_addr = listener.local_addr()?;
+        let prefix: Arc<str> = Arc::from(self.config.path_prefix.as_str());
         // `/metrics` on a port of its own (`metrics_addr`).
         #[cfg(feature = "metrics")]
         let metrics_listener = match &self.config.metrics_addr {
@@ -167,20 +258,47 @@ impl Server {
         };
         #[cfg(not(feature = "metrics"))]
         let metrics_addr = None;
-        if !local_addr.ip().is_loopback()
-            && self.auth.is_none()
-            && !self.config.allow_unauthenticated
-        {
-            return Err(Error::UnauthenticatedBind { addr });
+        let hosts = guard::Hosts::new(&self.config.allowed_hosts, bound.is_local());
+        if self.auth.is_none() && !self.config.allow_unauthenticated {
+            match &bound {
+                Bound::Tcp(addr) if !addr.ip().is_loopback() => {
+                    return Err(Error::UnauthenticatedBind {
+                        addr: addr.to_string(),
+                    });
+                }
+                Bound::Embedded if !hosts.only_loopback() => {
+                    return Err(Error::UnauthenticatedBind {
+                        addr: format!(
+                            "the hosts of allowed_hosts ({})",
+                            self.config.allowed_hosts.join(", ")
+                        ),
+                    });
+                }
+                _ => {}
+            }
         }
         // OAuth: the resource is this server's `/mcp` unless configured
         // (on loopback only), and the issuer's keys are fetched now.
         #[cfg(feature = "oauth")]
         if let Some(oauth) = &self.oauth {
-            let default = local_addr
-                .ip()
-                .is_loopback()
-                .then(|| format!("http://{local_addr}/mcp"));
+            let default = match &bound {
+                Bound::Tcp(addr) if addr.ip().is_loopback() => {
+                    Some(format!("http://{addr}{prefix}/mcp"))
+                }
+                Bound::Tcp(_) => None,
+                Bound::Unix(_) | Bound::Embedded if oauth.resource_url().is_none() => {
+                    return Err(Error::InvalidConfig {
+                        setting: "oauth_resource",
+                        reason: format!(
+                            "a server {} does not know the URL clients reach its /mcp at: \
+                             tell it (OAuth::resource, HAIP_OAUTH_RESOURCE), e.g. \
+                             https://tools.example.com{prefix}/mcp: tokens must name it",
+                            bound.describe()
+                        ),
+                    });
+                }
+                Bound::Unix(_) | Bound::Embedded => None,
+            };
             oauth.prepare(default)?;
             let warm = oauth.clone();
             tokio::spawn(async move { warm.warm_up().await });
@@ -200,36 +318,10 @@ impl Server {
         let resource_metadata = self
             .oauth
             .as_ref()
-            .and_then(crate::auth::OAuth::metadata_url);
+            .and_then(|oauth| resource_metadata(oauth, &prefix));
         #[cfg(not(feature = "oauth"))]
         let resource_metadata = None;
-        let log_url = format!("ws://{local_addr}/haip");
-        #[cfg(feature = "mcp")]
-        let mcp_url = self
-            .mcp
-            .endpoint
-            .then(|| format!("http://{local_addr}/mcp"));
-        #[cfg(not(feature = "mcp"))]
-        let mcp_url: Option<String> = None;
-        if tracing::dispatcher::has_been_set() {
-            let mcp = mcp_url.as_deref().map(tracing::field::display);
-            tracing::info!(url = %log_url, mcp, "haip listening");
-        } else {
-            // The MCP URL on a line of its own: scripts read the first.
-            eprintln!("haip listening on {log_url}");
-            if let Some(mcp_url) = &mcp_url {
-                eprintln!("haip MCP endpoint at {mcp_url}");
-            }
-        }
-        #[cfg(feature = "inspector")]
-        if self.config.inspector {
-            let inspector_url = format!("http://{local_addr}/inspector");
-            if tracing::dispatcher::has_been_set() {
-                tracing::info!(url = %inspector_url, "haip inspector");
-            } else {
-                eprintln!("haip inspector at {inspector_url}");
-            }
-        }
+        announce(&self, &bound, &prefix);
         let tracker = self.shared.runner.tasks().clone();
         #[cfg(feature = "mcp")]
         let mcp = self.mcp.endpoint.then(|| {
@@ -285,7 +377,9 @@ impl Server {
             #[cfg(feature = "oauth")]
             oauth: self.oauth,
             cors: self.cors,
-            hosts: guard::Hosts::new(&self.config.allowed_hosts, local_addr.ip().is_loopback()),
+            hosts,
+            prefix,
+            own_listener: !matches!(bound, Bound::Embedded),
             tracker: tracker.clone(),
             instance: self.instance,
             #[cfg(feature = "redis")]
@@ -311,20 +405,24 @@ impl Server {
         self.shared
             .tracer
             .start_export(&tracker, self.shared.shutdown.child_token());
-        let accept = tokio::spawn(accept_loop(listener, hub));
-        // Imported MCP tools are in the registry when `start` returns (or their
+        // Imported MCP tools are in the registry when serving starts (or their
         // first connection attempt has failed and is being retried).
         #[cfg(feature = "mcp")]
         crate::mcp::start_imports(&self.mcp.imports, &self.shared, &tracker).await;
-        Ok(ServerHandle {
+        let local_addr = match bound {
+            Bound::Tcp(addr) => Some(addr),
+            _ => None,
+        };
+        let handle = ServerHandle {
             inner: Arc::new(HandleInner {
                 shared: self.shared,
                 local_addr,
                 metrics_addr,
                 tracker,
-                accept: tokio::sync::Mutex::new(Some(accept)),
+                accept: tokio::sync::Mutex::new(None),
             }),
-        })
+        };
+        Ok((hub, handle))
     }
 
     /// Binds and serves until Ctrl-C or SIGTERM, then shuts down gracefully:
@@ -461,84 +559,272 @@ impl ShutdownSignal {
 /// Cap on hyper's per-connection read buffer (request line and headers).
 pub(super) const MAX_HTTP_BUF: usize = 64 * 1024;
 
-async fn accept_loop(listener: TcpListener, hub: Arc<Hub>) {
+/// Where a server listens: what [`Server::serve`] accepts connections on.
+/// Made from a `tokio::net::TcpListener`, or on Unix a
+/// `tokio::net::UnixListener`.
+#[derive(Debug)]
+pub struct Listener(ListenerKind);
+
+#[derive(Debug)]
+enum ListenerKind {
+    Tcp(TcpListener),
+    #[cfg(unix)]
+    Unix(tokio::net::UnixListener),
+}
+
+impl From<TcpListener> for Listener {
+    fn from(listener: TcpListener) -> Listener {
+        Listener(ListenerKind::Tcp(listener))
+    }
+}
+
+#[cfg(unix)]
+impl From<tokio::net::UnixListener> for Listener {
+    fn from(listener: tokio::net::UnixListener) -> Listener {
+        Listener(ListenerKind::Unix(listener))
+    }
+}
+
+impl Listener {
+    fn bound(&self) -> Result<Bound, Error> {
+        Ok(match &self.0 {
+            ListenerKind::Tcp(listener) => Bound::Tcp(listener.local_addr()?),
+            #[cfg(unix)]
+            ListenerKind::Unix(listener) => {
+                let addr = listener.local_addr()?;
+                Bound::Unix(
+                    addr.as_pathname()
+                        .map_or_else(|| "(unnamed)".to_owned(), |path| path.display().to_string()),
+                )
+            }
+        })
+    }
+}
+
+/// Where connections come from, as far as the server knows.
+enum Bound {
+    /// Its own TCP listener, at this address.
+    Tcp(SocketAddr),
+    /// Its own Unix socket listener, at this path: only this machine's
+    /// processes reach it.
+    #[cfg_attr(not(unix), allow(dead_code))]
+    Unix(String),
+    /// A host application's ([`Server::into_service`]).
+    Embedded,
+}
+
+impl Bound {
+    /// Only this machine can reach the server, as far as it knows (the
+    /// rule for `Host` names).
+    fn is_local(&self) -> bool {
+        match self {
+            Bound::Tcp(addr) => addr.ip().is_loopback(),
+            Bound::Unix(_) | Bound::Embedded => true,
+        }
+    }
+
+    #[cfg_attr(not(feature = "oauth"), allow(dead_code))]
+    fn describe(&self) -> String {
+        match self {
+            Bound::Tcp(addr) => format!("on {addr}"),
+            Bound::Unix(path) => format!("on the Unix socket {path}"),
+            Bound::Embedded => "embedded as a service".to_owned(),
+        }
+    }
+}
+
+/// The URL `WWW-Authenticate` names for the protected resource metadata:
+/// the well-known location of RFC 9728, or under `prefix` when the
+/// resource's path is (the copy a nested service always serves).
+#[cfg(feature = "oauth")]
+fn resource_metadata(oauth: &crate::auth::OAuth, prefix: &str) -> Option<String> {
+    let rfc = oauth.metadata_url()?;
+    if prefix.is_empty() {
+        return Some(rfc);
+    }
+    let resource = oauth.resource_url()?;
+    let scheme_end = resource.find("://")? + 3;
+    let path_start = resource[scheme_end..]
+        .find('/')
+        .map_or(resource.len(), |i| scheme_end + i);
+    let (origin, path) = resource.split_at(path_start);
+    match path.strip_prefix(prefix) {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => Some(format!(
+            "{origin}{prefix}/.well-known/oauth-protected-resource{}",
+            rest.trim_end_matches('/')
+        )),
+        _ => Some(rfc),
+    }
+}
+
+/// The lines a person reads when the server starts: where to connect.
+fn announce(server: &Server, bound: &Bound, prefix: &str) {
+    let base = match bound {
+        Bound::Tcp(addr) => format!("{addr}{prefix}"),
+        Bound::Unix(path) => {
+            let line = format!("haip listening on the Unix socket {path}");
+            if tracing::dispatcher::has_been_set() {
+                tracing::info!("{line}");
+            } else {
+                eprintln!("{line}");
+            }
+            return;
+        }
+        Bound::Embedded => {
+            tracing::debug!(prefix, "haip serving as a service");
+            return;
+        }
+    };
+    let log_url = format!("ws://{base}/haip");
+    #[cfg(feature = "mcp")]
+    let mcp_url = server.mcp.endpoint.then(|| format!("http://{base}/mcp"));
+    #[cfg(not(feature = "mcp"))]
+    let mcp_url: Option<String> = None;
+    if tracing::dispatcher::has_been_set() {
+        let mcp = mcp_url.as_deref().map(tracing::field::display);
+        tracing::info!(url = %log_url, mcp, "haip listening");
+    } else {
+        // The MCP URL on a line of its own: scripts read the first.
+        eprintln!("haip listening on {log_url}");
+        if let Some(mcp_url) = &mcp_url {
+            eprintln!("haip MCP endpoint at {mcp_url}");
+        }
+    }
+    #[cfg(feature = "inspector")]
+    if server.config.inspector {
+        let inspector_url = format!("http://{base}/inspector");
+        if tracing::dispatcher::has_been_set() {
+            tracing::info!(url = %inspector_url, "haip inspector");
+        } else {
+            eprintln!("haip inspector at {inspector_url}");
+        }
+    }
+    #[cfg(not(feature = "inspector"))]
+    let _ = server;
+}
+
+async fn accept_loop(listener: Listener, hub: Arc<Hub>) {
     let shutdown = hub.shared.shutdown.clone();
     loop {
-        let (stream, peer) = tokio::select! {
+        let accepted = tokio::select! {
             () = shutdown.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                Err(e) => {
-                    // Usually out of file descriptors: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            accepted = accept(&listener) => accepted,
         };
-        let _ = stream.set_nodelay(true);
-        let config = &hub.config;
-        let counted = hub.peers.admit(
-            peer.ip(),
-            config.max_connections_per_peer,
-            config.limit_loopback_peers,
-        );
-        if counted.is_none() {
-            hub.shared.stats.refused_per_peer.fetch_add(1, Relaxed);
-            tracing::debug!(peer = %peer.ip(), "connection beyond max_connections_per_peer");
+        match accepted {
+            Ok(Accepted::Tcp(stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                serve_connection(TokioIo::new(stream), peer.ip(), &hub);
+            }
+            // A Unix socket's peers are this machine's processes: counted
+            // as a loopback peer.
+            #[cfg(unix)]
+            Ok(Accepted::Unix(stream)) => serve_connection(
+                TokioIo::new(stream),
+                IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+                &hub,
+            ),
+            Err(e) => {
+                // Usually out of file descriptors: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
-        let over_peer_limit = counted.is_none();
-        let header_timeout = config.handshake_timeout;
-        let hub_for_conn = Arc::clone(&hub);
-        let shutdown = shutdown.clone();
-        // Shared with each request, so that a WebSocket upgrade (which
-        // outlives this HTTP connection's task) keeps the connection counted.
-        let counted = counted.map(Arc::new);
-        // What this connection's answers hold until its client takes them.
-        let outflow = answer::Outflow::new();
-        let watched = Arc::clone(&outflow);
-        let watch_hub = Arc::clone(&hub);
-        hub.tracker.spawn(async move {
-            let service = service_fn(move |mut req: hyper::Request<_>| {
-                if let Some(counted) = &counted {
-                    req.extensions_mut().insert(Arc::clone(counted));
-                }
-                req.extensions_mut().insert(Arc::clone(&outflow));
-                req.extensions_mut().insert(access::PeerAddr(peer.ip()));
-                http::route(req, Arc::clone(&hub_for_conn), over_peer_limit)
-            });
-            // A client that never finishes its request headers is dropped
-            // instead of holding a connection open for ever.
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .max_buf_size(MAX_HTTP_BUF)
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades();
-            tokio::pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(e) = result {
-                        tracing::debug!(error = %e, "http connection ended with an error");
-                    }
-                }
-                () = shutdown.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
-                }
-                // A client that does not take its answers: the connection
-                // goes, and what it held with it.
-                stall = watched.stalled(
-                    &watch_hub.answers,
-                    watch_hub.shared.config.max_outbound_bytes,
-                    watch_hub.config.write_timeout,
-                ) => {
-                    watch_hub.shared.stats.closed_too_slow.fetch_add(1, Relaxed);
-                    tracing::debug!(?stall, "client not taking its answers; closing the connection");
+    }
+}
+
+enum Accepted {
+    Tcp(tokio::net::TcpStream, SocketAddr),
+    #[cfg(unix)]
+    Unix(tokio::net::UnixStream),
+}
+
+async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
+    match &listener.0 {
+        ListenerKind::Tcp(listener) => {
+            let (stream, peer) = listener.accept().await?;
+            Ok(Accepted::Tcp(stream, peer))
+        }
+        #[cfg(unix)]
+        ListenerKind::Unix(listener) => {
+            let (stream, _) = listener.accept().await?;
+            Ok(Accepted::Unix(stream))
+        }
+    }
+}
+
+/// Serves one accepted connection on the server's task tracker: what only
+/// the listener can enforce (the header read timeout, connections per peer,
+/// a client that stops taking its answers) around the routes every
+/// connection shares with [`HaipService`].
+fn serve_connection<IO>(io: TokioIo<IO>, peer: IpAddr, hub: &Arc<Hub>)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let config = &hub.config;
+    let counted = hub.peers.admit(
+        peer,
+        config.max_connections_per_peer,
+        config.limit_loopback_peers,
+    );
+    if counted.is_none() {
+        hub.shared.stats.refused_per_peer.fetch_add(1, Relaxed);
+        tracing::debug!(peer = %peer, "connection beyond max_connections_per_peer");
+    }
+    let over_peer_limit = counted.is_none();
+    let header_timeout = config.handshake_timeout;
+    let hub_for_conn = Arc::clone(hub);
+    let shutdown = hub.shared.shutdown.clone();
+    // Shared with each request, so that a WebSocket upgrade (which
+    // outlives this HTTP connection's task) keeps the connection counted.
+    let counted = counted.map(Arc::new);
+    // What this connection's answers hold until its client takes them.
+    let outflow = answer::Outflow::new();
+    let watched = Arc::clone(&outflow);
+    let watch_hub = Arc::clone(hub);
+    hub.tracker.spawn(async move {
+        let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            if let Some(counted) = &counted {
+                req.extensions_mut().insert(Arc::clone(counted));
+            }
+            req.extensions_mut().insert(Arc::clone(&outflow));
+            req.extensions_mut().insert(PeerAddr(peer));
+            http::route(
+                req.map(crate::transport::body::request_body),
+                Arc::clone(&hub_for_conn),
+                over_peer_limit,
+            )
+        });
+        // A client that never finishes its request headers is dropped
+        // instead of holding a connection open for ever.
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .max_buf_size(MAX_HTTP_BUF)
+            .serve_connection(io, service)
+            .with_upgrades();
+        tokio::pin!(conn);
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "http connection ended with an error");
                 }
             }
-        });
-    }
+            () = shutdown.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+            }
+            // A client that does not take its answers: the connection
+            // goes, and what it held with it.
+            stall = watched.stalled(
+                &watch_hub.answers,
+                watch_hub.shared.config.max_outbound_bytes,
+                watch_hub.config.write_timeout,
+            ) => {
+                watch_hub.shared.stats.closed_too_slow.fetch_add(1, Relaxed);
+                tracing::debug!(?stall, "client not taking its answers; closing the connection");
+            }
+        }
+    });
 }
 
 /// A running server: its address, its live tool registry, and shutdown. Cheap to clone.
@@ -549,7 +835,8 @@ pub struct ServerHandle {
 
 struct HandleInner {
     shared: Arc<Shared>,
-    local_addr: SocketAddr,
+    /// The TCP address served, when the server has a TCP listener.
+    local_addr: Option<SocketAddr>,
     /// Where `/metrics` is served when not on `local_addr`.
     metrics_addr: Option<SocketAddr>,
     tracker: TaskTracker,
@@ -566,7 +853,21 @@ impl std::fmt::Debug for ServerHandle {
 
 impl ServerHandle {
     /// The address the server listens on (with the real port when port 0 was asked for).
+    ///
+    /// # Panics
+    ///
+    /// When the server has no TCP listener of its own: it serves a Unix
+    /// socket, or a host application ([`Server::into_service`]). See
+    /// [`tcp_addr`](Self::tcp_addr).
     pub fn local_addr(&self) -> SocketAddr {
+        self.inner.local_addr.expect(
+            "ServerHandle::local_addr: this server has no TCP listener (a Unix socket, or embedded as a service)",
+        )
+    }
+
+    /// The TCP address the server listens on, if it has a TCP listener of
+    /// its own.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
         self.inner.local_addr
     }
 
@@ -600,6 +901,12 @@ impl ServerHandle {
     /// every call's task has stopped: stops accepting, cancels running calls
     /// (each still gets its `TOOL_DONE`; a tool that ignores cancellation is
     /// aborted after `cancel_grace`), closes WebSockets with 1001.
+    ///
+    /// Embedded in a host application ([`HaipService`]), the service answers
+    /// `503` from then on and its streams end; run this from the host's own
+    /// graceful shutdown (axum: inside the future given to
+    /// `with_graceful_shutdown`, so that haip's sessions are handed over
+    /// before the host stops accepting and waits for its connections).
     pub async fn shutdown(&self) {
         self.inner.shared.shutdown.cancel();
         if let Some(accept) = self.inner.accept.lock().await.take() {
@@ -607,5 +914,34 @@ impl ServerHandle {
         }
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(feature = "oauth")]
+    #[test]
+    fn www_authenticate_names_the_metadata_under_the_prefix_when_the_resource_is() {
+        use super::resource_metadata;
+        use crate::auth::OAuth;
+        let oauth = OAuth::issuer("https://idp.example.com")
+            .resource("https://tools.example.com/agent/mcp");
+        assert_eq!(
+            resource_metadata(&oauth, "").as_deref(),
+            Some("https://tools.example.com/.well-known/oauth-protected-resource/agent/mcp")
+        );
+        assert_eq!(
+            resource_metadata(&oauth, "/agent").as_deref(),
+            Some("https://tools.example.com/agent/.well-known/oauth-protected-resource/mcp")
+        );
+        // A resource elsewhere than under the prefix: the RFC 9728 location.
+        assert_eq!(
+            resource_metadata(&oauth, "/other").as_deref(),
+            Some("https://tools.example.com/.well-known/oauth-protected-resource/agent/mcp")
+        );
+        assert_eq!(
+            resource_metadata(&oauth, "/ag").as_deref(),
+            Some("https://tools.example.com/.well-known/oauth-protected-resource/agent/mcp")
+        );
     }
 }

@@ -3,10 +3,10 @@
 
 use std::convert::Infallible;
 
+use crate::transport::body::RequestBody;
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use serde_json::{Value, json};
@@ -41,7 +41,7 @@ pub(super) fn not_found() -> Response<Body> {
 }
 
 /// Whether header `name` says `true` (any case).
-pub(super) fn is_true_header(req: &Request<Incoming>, name: &str) -> bool {
+pub(super) fn is_true_header(req: &Request<RequestBody>, name: &str) -> bool {
     req.headers()
         .get(name)
         .and_then(|v| v.to_str().ok())

@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
+use crate::transport::body::RequestBody;
 use bytes::Bytes;
-use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use serde_json::{Value, json};
@@ -28,7 +28,7 @@ use crate::transport::frame::{Batch, Element, Unit};
 
 /// Handles an upstream POST: `200 {"status":"ok"}` once its envelopes have
 /// been handled (not when the tools they call finish).
-pub(super) async fn upstream(req: Request<Incoming>, hub: &Arc<Hub>) -> Response<Body> {
+pub(super) async fn upstream(req: Request<RequestBody>, hub: &Arc<Hub>) -> Response<Body> {
     let subject = match authenticate(hub, &req).await {
         Ok(caller) => subject_of(caller.as_ref()),
         Err(e) => return unauthorized(hub, &e),

@@ -1,7 +1,32 @@
 //! Splitting an upstream POST body into envelope texts as its bytes arrive
 //! (HAIP.md §15.4, §18.1): one JSON value, a JSON array of them, or NDJSON.
 //! Each envelope goes to the session as soon as its last byte is here, so a
-//! large batch is never held whole.
+//! large batch is never held whole. Also the type every request body is
+//! read as, whoever accepted the connection ([`RequestBody`]).
+
+use bytes::{Buf, Bytes};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+
+/// An error a request body broke off with.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request's body as the routes read it: hyper's own when haip accepted
+/// the connection, or any `http_body::Body` a host application hands to the
+/// service, its data taken as `Bytes` (free for `Bytes`, a copy otherwise).
+pub(crate) type RequestBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// `body` as a [`RequestBody`].
+pub(crate) fn request_body<B>(body: B) -> RequestBody
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    body.map_frame(|frame| frame.map_data(|mut data| data.copy_to_bytes(data.remaining())))
+        .map_err(Into::into)
+        .boxed_unsync()
+}
 
 /// Where the splitter is in the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use http_body_util::BodyExt;
-use hyper::body::{Frame as BodyFrame, Incoming};
+use hyper::body::Frame as BodyFrame;
+
+use super::body::RequestBody;
 use tokio::sync::mpsc;
 
 #[cfg(test)]
@@ -94,7 +96,7 @@ fn sse_data(text: &[u8]) -> Bytes {
 /// time, as it arrives. Blank lines are skipped; a line over `max_line` bytes is
 /// reported (`MESSAGE_TOO_LARGE`) and ends reading. The body's end does not end
 /// the session.
-pub(crate) async fn read_ndjson(body: Incoming, max_line: usize, inbound: mpsc::Sender<Unit>) {
+pub(crate) async fn read_ndjson(body: RequestBody, max_line: usize, inbound: mpsc::Sender<Unit>) {
     let mut body = body.into_data_stream();
     let mut buffer = BytesMut::new();
     loop {

@@ -93,8 +93,10 @@ function showAuth(message) {
 
 // ----- transports ----------------------------------------------------------------
 
-const origin = location.origin;
-const wsUrl = `${location.protocol === 'https:' ? 'wss:' : 'ws:'}//${location.host}/haip`;
+// The routes are beside this page: `/agent/inspector` talks to `/agent/haip`
+// when the server is nested under a prefix.
+const base = `${location.origin}${location.pathname.replace(/\/inspector\/?$/, '')}`;
+const wsUrl = `${location.protocol === 'https:' ? 'wss:' : 'ws:'}//${location.host}${location.pathname.replace(/\/inspector\/?$/, '')}/haip`;
 
 function connect() {
   state.authFailed = false;
@@ -169,7 +171,7 @@ async function connectSse(why) {
       sending = sending.then(async () => {
         if (transport.closed) return;
         try {
-          const response = await fetch(`${origin}/haip/message`, {
+          const response = await fetch(`${base}/haip/message`, {
             method: 'POST',
             headers: { 'Content-Type': 'application/json', 'X-HAIP-Session': sessionHeader || state.session || '', ...authHeaders() },
             body: text,
@@ -186,7 +188,7 @@ async function connectSse(why) {
   state.transport = transport;
   let response;
   try {
-    response = await fetch(`${origin}/haip/sse`, {
+    response = await fetch(`${base}/haip/sse`, {
       headers: { Accept: 'text/event-stream', ...authHeaders() },
       cache: 'no-store',
       signal: abort.signal,
