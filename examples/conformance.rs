@@ -8,7 +8,9 @@
 //! HAIP_ADDR=127.0.0.1:3001 cargo run -p haip-examples --example conformance
 //! ```
 //!
-//! With `--stdio` it serves MCP on stdin and stdout instead.
+//! With `--stdio` it serves MCP on stdin and stdout instead. With
+//! `HAIP_PREFIX=/agent` it serves the same server nested at `/agent` in an
+//! axum application (`Server::into_service`), MCP at `/agent/mcp`.
 //!
 //! Only the `#[haip_tool]` functions of this file are served: the example does
 //! not link `haip_examples`, so the quickstart's tools stay out of it.
@@ -830,8 +832,10 @@ async fn main() -> Result<(), haip::Error> {
         )
         .init();
     let running = Running::default();
+    let prefix = std::env::var("HAIP_PREFIX").unwrap_or_default();
     let server = haip::Server::builder()
         .from_env()
+        .path_prefix(&prefix)
         // MCP sessions at `/mcp` (the default, said here because the
         // suite depends on it): the 2025-11-25 elicitation and sampling
         // scenarios need the client to answer the server's requests, which
@@ -851,6 +855,9 @@ async fn main() -> Result<(), haip::Error> {
     if std::env::args().any(|a| a == "--stdio") {
         return server.run_mcp_stdio().await;
     }
+    if !prefix.is_empty() {
+        return serve_nested(server, &prefix, &running).await;
+    }
     let handle = server.start().await?;
     // Set once, here: the handle of the server just started.
     let _ = running.handle.set(handle);
@@ -859,6 +866,30 @@ async fn main() -> Result<(), haip::Error> {
     if let Some(handle) = running.handle.get() {
         handle.shutdown().await;
     }
+    Ok(())
+}
+
+/// The server nested at `prefix` in an axum application on `HAIP_ADDR`:
+/// what the suite checks at `/mcp` holds at `{prefix}/mcp`.
+async fn serve_nested(
+    server: haip::Server,
+    prefix: &str,
+    running: &Running,
+) -> Result<(), haip::Error> {
+    let addr = std::env::var("HAIP_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
+    let service = server.into_service().await?;
+    let handle = service.handle();
+    let _ = running.handle.set(handle.clone());
+    let app = axum::Router::new().nest_service(prefix, service);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|source| haip::Error::Bind { addr, source })?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            stopped().await;
+            handle.shutdown().await;
+        })
+        .await?;
     Ok(())
 }
 

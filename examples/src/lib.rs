@@ -2,6 +2,7 @@
 //!
 //! Run the quickstart with `cargo run --example quickstart`.
 
+pub mod axum_app;
 pub mod chaos_check;
 pub mod demo;
 

@@ -2,7 +2,8 @@
 //!
 //! How to write tools with haip, serve them, and run them in production:
 //! one chapter per concern, in the order most people need them. Every Rust
-//! snippet here is compiled by `cargo test`; each chapter names the
+//! snippet here is compiled by `cargo test` (axum's, which haip does not
+//! depend on, in the example they come from); each chapter names the
 //! runnable example (`examples/` in the repository, listed in reading order
 //! in `examples/README.md`) that shows it at work.
 //!
@@ -32,6 +33,9 @@
 //!     concurrency limits, caching, error masking, your own.
 //! 13. [Composing tools](compose): a crate's tools as a `ToolSet`, mounted
 //!     under a prefix, chosen by tag, edited.
+//! 14. [Inside your service](inside_your_service): the server as a tower
+//!     `Service` nested in your axum router, `Server::serve` on your own
+//!     listener (a Unix socket, systemd's), and what stays the host's.
 //!
 //! # Cargo features
 //!
@@ -74,6 +78,7 @@
 pub mod authentication;
 pub mod cli_and_inspector;
 pub mod compose;
+pub mod inside_your_service;
 pub mod limits;
 pub mod mcp_both_ways;
 pub mod middleware;
