@@ -24,7 +24,12 @@ use support::{demo_builder, get_json, hs256_token, http_get, start, within};
 /// Opens the inspector of the server at `addr` (with `query`, e.g.
 /// `?transport=sse`) and waits until it is connected and lists the tools.
 async fn open(b: &Browser, addr: SocketAddr, query: &str) {
-    b.goto(&format!("http://{addr}/inspector{query}")).await;
+    open_at(b, &format!("http://{addr}"), query).await;
+}
+
+/// [`open`] for a server whose routes are under `base` (`http://ADDR/agent`).
+async fn open_at(b: &Browser, base: &str, query: &str) {
+    b.goto(&format!("{base}/inspector{query}")).await;
     b.find("#status[data-state=\"open\"]").await;
     b.find("#tools button[data-tool=\"calculator\"]").await;
 }
@@ -776,6 +781,60 @@ async fn the_quickstart_prints_where_its_inspector_is() {
     let page = http_get(addr, "/inspector").await;
     assert_eq!(page.status, 200, "{page:?}");
     assert!(page.body.contains("haip inspector"));
+}
+
+/// Nested at `/agent` in an axum application (`Server::into_service`,
+/// `examples/axum_app.rs`), the page at `/agent/inspector` connects to
+/// `/agent/haip` over WebSocket (the server counts the connection), lists
+/// the tools and calls one; with `?transport=sse` it does the same over
+/// `/agent/haip/sse` and `/agent/haip/message`. Nothing of haip's is at the
+/// root, so a page using root URLs would not connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_under_a_prefix_the_page_finds_its_routes_beside_it() {
+    let app =
+        crate::embedded_support::start_embedded(demo_builder().inspector(true), "/agent").await;
+    let base = app.url("");
+    let addr = app.addr;
+    for path in ["/inspector", "/haip", "/haip/sse"] {
+        let response = http_get(addr, path).await;
+        assert_eq!(response.status, 404, "GET {path}: {response:?}");
+    }
+    Browser::run("nested_inspector", WIDE, |b| async move {
+        open_at(&b, &base, "").await;
+        assert_eq!(b.text("#transport").await, "WebSocket");
+        calculate(&b).await;
+        let stats = get_json(addr, "/agent/stats").await;
+        assert_eq!(
+            stats["activeConnections"], 1,
+            "the page's WebSocket: {stats}"
+        );
+        b.screenshot("nested-inspector").await;
+
+        open_at(&b, &base, "?transport=sse").await;
+        let transport = b.text("#transport").await;
+        assert!(transport.starts_with("SSE"), "{transport}");
+        calculate(&b).await;
+    })
+    .await;
+    app.stop().await;
+}
+
+/// Nested, behind a proxy that refuses WebSocket upgrades: the page falls
+/// back to `/agent/haip/sse` and `/agent/haip/message`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_under_a_prefix_the_page_falls_back_to_sse_beside_it() {
+    let app =
+        crate::embedded_support::start_embedded(demo_builder().inspector(true), "/agent").await;
+    let proxy = NoUpgradeProxy::start(app.addr).await;
+    let base = format!("http://{}/agent", proxy.addr);
+    Browser::run("nested_sse_fallback", WIDE, |b| async move {
+        open_at(&b, &base, "").await;
+        b.wait_text("#transport", "SSE (WebSocket failed").await;
+        calculate(&b).await;
+    })
+    .await;
+    drop(proxy);
+    app.stop().await;
 }
 
 /// A loopback proxy in front of `backend` that answers `502` to WebSocket

@@ -15,6 +15,8 @@ mod browser;
 mod conformance_support;
 #[path = "support/transports.rs"]
 mod conn;
+#[path = "support/embedded.rs"]
+mod embedded_support;
 #[path = "support/mcp_http.rs"]
 mod mcp_http;
 #[path = "support/mcp.rs"]
@@ -31,6 +33,7 @@ mod cluster;
 mod cluster_tasks;
 mod cors;
 mod discovery;
+mod embedded;
 mod errors;
 mod errors_messages;
 mod first_hour_confirm;

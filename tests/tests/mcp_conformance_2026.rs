@@ -19,7 +19,7 @@ use crate::conformance_support;
 use std::time::Duration;
 
 use conformance_support::{
-    Expected, baseline_file, expected_failures, judge, run_suite, suite_2026, table, tail,
+    Expected, baseline_file, expected_failures, judge, run_suite_under, suite_2026, table, tail,
 };
 
 /// The scenarios `--requirements 2026-07-28` runs, in the suite's order
@@ -108,6 +108,20 @@ fn allowed(entry: &Expected) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mcp_2026_07_28_requirements_pass() {
+    requirements_pass_under("", "mcp-conformance-2026").await;
+}
+
+/// The same, with the example nested at `/agent` in an axum application
+/// (`Server::into_service`, `HAIP_PREFIX`): the suite at `/agent/mcp`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_2026_07_28_requirements_pass_nested_in_an_axum_app() {
+    requirements_pass_under("/agent", "mcp-conformance-2026-nested").await;
+}
+
+/// Runs the requirements against the example nested at `prefix` (`""`:
+/// haip's own listener), results in `target/tmp/<out_name>`, and checks
+/// them against the baseline.
+async fn requirements_pass_under(prefix: &str, out_name: &str) {
     let file = baseline_file(BASELINE);
     let expected = expected_failures(&file);
     for entry in &expected {
@@ -119,7 +133,8 @@ async fn the_mcp_2026_07_28_requirements_pass() {
         );
     }
     let file_arg = file.to_string_lossy().into_owned();
-    let run = run_suite(
+    let run = run_suite_under(
+        prefix,
         suite_2026,
         &[
             "--requirements",
@@ -127,7 +142,7 @@ async fn the_mcp_2026_07_28_requirements_pass() {
             "--expected-failures",
             &file_arg,
         ],
-        "mcp-conformance-2026",
+        out_name,
         SUITE_LIMIT,
         &SCENARIOS,
         &expected,
@@ -137,7 +152,7 @@ async fn the_mcp_2026_07_28_requirements_pass() {
     let judged = judge(&run.results, &expected);
     let passed = run.results.iter().filter(|r| r.passed()).count();
     println!(
-        "MCP conformance (2026-07-28): {passed}/{} scenarios passed in {:.1?} (suite exit code {:?}; results in {})\n{table}",
+        "MCP conformance (2026-07-28) at {prefix}/mcp: {passed}/{} scenarios passed in {:.1?} (suite exit code {:?}; results in {})\n{table}",
         run.results.len(),
         run.elapsed,
         run.status.code(),
@@ -149,7 +164,7 @@ async fn the_mcp_2026_07_28_requirements_pass() {
         .collect();
     assert!(
         missing.is_empty() && judged.passed() && run.status.success(),
-        "the MCP 2026-07-28 requirements are not met (suite: {}):\n\
+        "the MCP 2026-07-28 requirements are not met at {prefix}/mcp (suite: {}):\n\
          unexpected failures: {:?}\nstale baseline entries: {:?}\nscenarios without results: {missing:?}\n\
          {table}\n--- suite stdout (tail)\n{}\n--- suite stderr (tail)\n{}",
         run.status,

@@ -12,6 +12,11 @@
 //! - the official TypeScript SDK (`@modelcontextprotocol/sdk` 1.32.2,
 //!   `tests/mcp/ts_client.mjs`) answers it too, gets a call's progress, and
 //!   cancels a call (the tool sees the cancellation);
+//! - both SDKs' tests run again against the server nested at `/agent` in
+//!   an axum application (`Server::into_service`), and there the Python
+//!   SDK also goes through a whole session of the quickstart's tools
+//!   (`tests/mcp/http_session.py`) and MCP 2026-07-28's rounds
+//!   (`tests/mcp/rounds.py`);
 //! - raw HTTP: a session's `DELETE` is `204` and the session is gone after
 //!   it; a 2026-07-28 request gets no session; with `mcp_sessions(false)` an
 //!   older client's confirmation fails naming `mcp_sessions`, and in a
@@ -29,10 +34,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::embedded_support::{Embedded, start_embedded};
 use haip::{Context, ServerBuilder, ServerHandle, Tool, ToolError};
 use mcp_http::{Reply, mcp_request};
 use serde_json::{Value, json};
-use support::{builder, start};
+use support::{builder, demo_builder, executions, poll_until, start};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// A script's time limit: each step of its own is bounded by 10 s.
@@ -114,6 +120,54 @@ async fn serve(builder: ServerBuilder) -> (ServerHandle, SocketAddr) {
     (handle, addr)
 }
 
+/// Where the SDKs' tests serve: haip's own listener, or nested at `/agent`
+/// in the axum application of `examples/axum_app.rs` (`into_service`).
+#[derive(Clone, Copy)]
+enum At {
+    Own,
+    Nested,
+}
+
+/// A server of either kind, stopped when dropped or by [`Served::stop`].
+enum Served {
+    Own(ServerHandle),
+    Nested(Embedded),
+}
+
+impl Served {
+    async fn start(at: At, builder: ServerBuilder) -> (Served, String) {
+        match at {
+            At::Own => {
+                let (handle, addr) = serve(builder).await;
+                (Served::Own(handle), format!("http://{addr}/mcp"))
+            }
+            At::Nested => {
+                let app = start_embedded(builder, "/agent").await;
+                let url = app.url("/mcp");
+                assert_eq!(url, format!("http://{}/agent/mcp", app.addr));
+                (Served::Nested(app), url)
+            }
+        }
+    }
+
+    /// `GET {prefix}/stats` until `pred` holds of it.
+    async fn stats_until(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        match self {
+            Served::Own(handle) => poll_until(handle.local_addr(), "/stats", what, pred).await,
+            Served::Nested(app) => {
+                poll_until(app.addr, &format!("{}/stats", app.prefix), what, pred).await
+            }
+        }
+    }
+
+    async fn stop(self) {
+        match self {
+            Served::Own(handle) => handle.shutdown().await,
+            Served::Nested(app) => app.stop().await,
+        }
+    }
+}
+
 // ----- the official SDKs --------------------------------------------------------------
 
 /// What a script printed, once it succeeded within [`LIMIT`] and its stdout
@@ -176,11 +230,21 @@ async fn read_all(mut pipe: impl AsyncRead + Unpin) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_with_the_older_handshake_answers_a_confirmation() {
+    older_handshake_answers_a_confirmation(At::Own).await;
+}
+
+/// The same at `/agent/mcp`, nested in an axum application.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_with_the_older_handshake_answers_a_confirmation_nested() {
+    older_handshake_answers_a_confirmation(At::Nested).await;
+}
+
+async fn older_handshake_answers_a_confirmation(at: At) {
     let seen = Arc::new(Seen::default());
-    let (_server, addr) = serve(tools(&seen)).await;
+    let (server, url) = Served::start(at, tools(&seen)).await;
     let python = mcp_support::python();
     let script = mcp_support::script("first_hour.py");
-    let ran = run(&python, &script, &format!("http://{addr}/mcp"), &[]).await;
+    let ran = run(&python, &script, &url, &[]).await;
     println!("{}", ran.stdout.trim_end());
     assert_eq!(*seen.answers.lock().unwrap(), [true], "the tool saw yes");
     assert!(
@@ -188,22 +252,27 @@ async fn python_sdk_with_the_older_handshake_answers_a_confirmation() {
         "the SDK took the DELETE for a failure:\n{}",
         ran.stderr
     );
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_sdk_answers_a_confirmation_gets_progress_and_cancels() {
+    typescript_sdk_confirms_and_cancels(At::Own).await;
+}
+
+/// The same at `/agent/mcp`, nested in an axum application.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typescript_sdk_answers_a_confirmation_gets_progress_and_cancels_nested() {
+    typescript_sdk_confirms_and_cancels(At::Nested).await;
+}
+
+async fn typescript_sdk_confirms_and_cancels(at: At) {
     let seen = Arc::new(Seen::default());
-    let (_server, addr) = serve(tools(&seen)).await;
+    let (server, url) = Served::start(at, tools(&seen)).await;
     let node = conformance_support::node();
     let modules = conformance_support::ts_sdk_modules();
     let script = mcp_support::script("ts_client.mjs");
-    let ran = run(
-        &node,
-        &script,
-        &format!("http://{addr}/mcp"),
-        &[("HAIP_TS_SDK", &modules)],
-    )
-    .await;
+    let ran = run(&node, &script, &url, &[("HAIP_TS_SDK", &modules)]).await;
     println!("{}", ran.stdout.trim_end());
     assert_eq!(*seen.answers.lock().unwrap(), [true], "the tool saw yes");
     // The cancellation reaches the tool as the client's promise settles; the
@@ -217,6 +286,48 @@ async fn typescript_sdk_answers_a_confirmation_gets_progress_and_cancels() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    server.stop().await;
+}
+
+/// Nested at `/agent` (`tests/mcp/http_session.py`, the SDK's `initialize`
+/// handshake): the quickstart's tools listed, `echo` called,
+/// `process_file`'s progress, `book_table`'s question answered, a
+/// `process_file` cancelled (the server ends it as cancelled), the
+/// `DELETE`; every request the SDK sends at `/agent/mcp`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_lists_calls_answers_and_cancels_nested() {
+    let (server, url) = Served::start(At::Nested, demo_builder()).await;
+    let python = mcp_support::python();
+    let script = mcp_support::script("http_session.py");
+    let ran = run(&python, &script, &url, &[]).await;
+    println!("{}", ran.stdout.trim_end());
+    // echo, process_file, book_table, the cancelled process_file, add.
+    let stats = server
+        .stats_until("the cancelled process_file", |s| {
+            executions(s)[3] == 1 && executions(s)[4] == 0
+        })
+        .await;
+    assert_eq!(executions(&stats), [5, 4, 0, 1, 0], "{stats}");
+    server.stop().await;
+}
+
+/// Nested at `/agent`, the SDK's `Client` pinned to MCP 2026-07-28
+/// (`tests/mcp/rounds.py`): no session, `book_table`'s question comes back
+/// as `input_required`, and the retry with the answer and the
+/// `requestState` books the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_speaking_2026_gets_its_question_in_rounds_nested() {
+    let (server, url) = Served::start(At::Nested, demo_builder()).await;
+    let python = mcp_support::python();
+    let script = mcp_support::script("rounds.py");
+    let ran = run(&python, &script, &url, &[]).await;
+    println!("{}", ran.stdout.trim_end());
+    let stats = server
+        .stats_until("book_table done", |s| executions(s)[4] == 0)
+        .await;
+    let [_, ok, failed, ..] = executions(&stats);
+    assert!(ok >= 1 && failed == 0, "{stats}");
+    server.stop().await;
 }
 
 // ----- raw HTTP -----------------------------------------------------------------------

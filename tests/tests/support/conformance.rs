@@ -493,6 +493,21 @@ pub(crate) async fn run_suite(
     order: &[&str],
     baseline: &[Expected],
 ) -> Run {
+    run_suite_under("", suite, args, out_name, limit, order, baseline).await
+}
+
+/// [`run_suite`] with the example nested at `prefix` in its axum
+/// application (`HAIP_PREFIX`; `""`: haip's own listener), the suite
+/// pointed at `http://ADDR{prefix}/mcp`.
+pub(crate) async fn run_suite_under(
+    prefix: &str,
+    suite: fn() -> PathBuf,
+    args: &[&str],
+    out_name: &str,
+    limit: Duration,
+    order: &[&str],
+    baseline: &[Expected],
+) -> Run {
     // Install (first run only) and build off the runtime's threads.
     let install_started = Instant::now();
     let (node, suite, binary) =
@@ -513,9 +528,9 @@ pub(crate) async fn run_suite(
     std::fs::create_dir_all(&out)
         .unwrap_or_else(|e| panic!("cannot create {}: {e}", out.display()));
 
-    let mut server = ExampleServer::start(&binary, &out);
+    let mut server = ExampleServer::start(&binary, &out, prefix);
     server.wait_healthy().await;
-    let url = format!("http://{}/mcp", server.addr);
+    let url = format!("http://{}{prefix}/mcp", server.addr);
 
     let started = Instant::now();
     let run = tokio::process::Command::new(&node)
@@ -556,13 +571,15 @@ pub(crate) async fn run_suite(
 struct ExampleServer {
     child: Child,
     addr: SocketAddr,
+    /// Where haip is nested in the example's axum application (`""`: not).
+    prefix: String,
     log: PathBuf,
 }
 
 impl ExampleServer {
-    /// Starts `binary` on a free loopback port, its output going to
-    /// `haip-server.log` in `out`.
-    fn start(binary: &Path, out: &Path) -> ExampleServer {
+    /// Starts `binary` on a free loopback port, nested at `prefix` unless it
+    /// is empty, its output going to `haip-server.log` in `out`.
+    fn start(binary: &Path, out: &Path, prefix: &str) -> ExampleServer {
         let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let log = out.join("haip-server.log");
         let file = std::fs::File::create(&log)
@@ -570,6 +587,7 @@ impl ExampleServer {
         let file2 = file.try_clone().expect("the log file handle clones");
         let child = Command::new(binary)
             .env("HAIP_ADDR", addr.to_string())
+            .env("HAIP_PREFIX", prefix)
             // The suite expects an unauthenticated, loopback-only server.
             .env_remove("HAIP_JWT_SECRET")
             .env_remove("HAIP_ALLOW_UNAUTHENTICATED")
@@ -580,7 +598,12 @@ impl ExampleServer {
             .stderr(file2)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        ExampleServer { child, addr, log }
+        ExampleServer {
+            child,
+            addr,
+            prefix: prefix.to_owned(),
+            log,
+        }
     }
 
     /// Polls `GET /health` until it answers 200; fails if the server exits
@@ -594,7 +617,7 @@ impl ExampleServer {
                     self.log_tail()
                 );
             }
-            if health_ok(self.addr).await {
+            if health_ok(self.addr, &self.prefix).await {
                 return;
             }
             assert!(
@@ -621,14 +644,13 @@ impl Drop for ExampleServer {
     }
 }
 
-/// Whether `GET /health` answers 200 (within a second).
-async fn health_ok(addr: SocketAddr) -> bool {
+/// Whether `GET {prefix}/health` answers 200 (within a second).
+async fn health_ok(addr: SocketAddr, prefix: &str) -> bool {
     let probe = async {
         let mut stream = TcpStream::connect(addr).await.ok()?;
-        stream
-            .write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            .await
-            .ok()?;
+        let request =
+            format!("GET {prefix}/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
         let mut response = Vec::new();
         stream.read_to_end(&mut response).await.ok()?;
         Some(response.starts_with(b"HTTP/1.1 200"))

@@ -649,12 +649,18 @@ pub(crate) async fn health_until(addr: SocketAddr, what: &str, pred: impl Fn(&Va
     poll_until(addr, "/health", what, pred).await;
 }
 
-async fn poll_until(addr: SocketAddr, path: &str, what: &str, pred: impl Fn(&Value) -> bool) {
+/// `GET path` until `pred` holds of its JSON; returns it. Fails after [`WAIT`].
+pub(crate) async fn poll_until(
+    addr: SocketAddr,
+    path: &str,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let stats = get_json(addr, path).await;
         if pred(&stats) {
-            return;
+            return stats;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
