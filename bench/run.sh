@@ -194,6 +194,7 @@ EOF
 CLUSTER_SECTION=$(sed -n '/<!-- cluster:begin -->/,/<!-- cluster:end -->/p' BENCHMARKS.md 2>/dev/null || true)
 METRICS_SECTION=$(sed -n '/<!-- metrics:begin -->/,/<!-- metrics:end -->/p' BENCHMARKS.md 2>/dev/null || true)
 LAYERS_SECTION=$(sed -n '/<!-- layers:begin -->/,/<!-- layers:end -->/p' BENCHMARKS.md 2>/dev/null || true)
+EMBEDDED_SECTION=$(sed -n '/<!-- embedded:begin -->/,/<!-- embedded:end -->/p' BENCHMARKS.md 2>/dev/null || true)
 python3 -B bench/report.py "$OUT" >BENCHMARKS.md
 if [[ -n $CLUSTER_SECTION ]]; then
     printf '\n%s\n' "$CLUSTER_SECTION" >>BENCHMARKS.md
@@ -203,6 +204,9 @@ if [[ -n $METRICS_SECTION ]]; then
 fi
 if [[ -n $LAYERS_SECTION ]]; then
     printf '\n%s\n' "$LAYERS_SECTION" >>BENCHMARKS.md
+fi
+if [[ -n $EMBEDDED_SECTION ]]; then
+    printf '\n%s\n' "$EMBEDDED_SECTION" >>BENCHMARKS.md
 fi
 python3 -B bench/plot.py "$OUT" >bench/plot.svg
 echo "== wrote BENCHMARKS.md and bench/plot.svg (raw results in ${OUT#"$ROOT"/})"
