@@ -542,6 +542,7 @@ async fn after_haips_handover_the_host_serves_and_haip_answers_503() {
     )
     .await;
     assert_eq!(response.status, 503, "{response:?}");
+    assert_eq!(rpc_code(&response), -32000, "a JSON-RPC error on /mcp");
     let response = raw_upgrade(addr, "/agent/haip", &[]).await;
     refused_with(&response, 503, "SHUTTING_DOWN");
     let health = get_json(addr, "/agent/health").await;

@@ -46,11 +46,7 @@ pub(crate) async fn route(
     // Shutting down: nothing new starts (a host application's router may
     // still hand requests over after haip's handover began).
     if hub.shared.shutdown.is_cancelled() && path != "/health" {
-        let mut response = error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "The server is shutting down",
-            "SHUTTING_DOWN",
-        );
+        let mut response = shutting_down(&path);
         response
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -224,6 +220,24 @@ fn refused(refusal: &guard::Refusal, path: &str) -> Response<Body> {
         return json_response(refusal.status(), &body);
     }
     error_response(refusal.status(), &refusal.message(), refusal.code())
+}
+
+/// `503` for a request that comes once the server is shutting down: on
+/// `/mcp` a JSON-RPC error, as MCP clients expect.
+fn shutting_down(path: &str) -> Response<Body> {
+    const MESSAGE: &str = "The server is shutting down";
+    #[cfg(feature = "mcp")]
+    if path == "/mcp" {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": super::mcp::SERVER_BUSY, "message": MESSAGE},
+        });
+        return json_response(StatusCode::SERVICE_UNAVAILABLE, &body);
+    }
+    #[cfg(not(feature = "mcp"))]
+    let _ = path;
+    error_response(StatusCode::SERVICE_UNAVAILABLE, MESSAGE, "SHUTTING_DOWN")
 }
 
 /// The inspector's page (feature `inspector`).

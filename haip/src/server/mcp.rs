@@ -58,7 +58,7 @@ use crate::schema::SchemaProfile;
 use crate::session::LARGE_PARAMS;
 
 /// JSON-RPC's implementation-defined server error: the server is busy.
-const SERVER_BUSY: i32 = -32000;
+pub(super) const SERVER_BUSY: i32 = -32000;
 
 /// Serves one `/mcp` request.
 pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Response<Body> {
