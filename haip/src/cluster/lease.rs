@@ -13,14 +13,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::keys::{INSTANCES, lease_key};
 use super::{IO_TIMEOUT, LEASE_REFRESH, LEASE_TTL, RedisSessionStore};
+use crate::session::ResumeRefused;
 
 impl RedisSessionStore {
     /// How long the lease of instance `peer` lasts without a refresh:
     /// `None` once it has expired (the instance is taken for dead). `Err`
     /// when Redis cannot say.
-    pub(crate) async fn lease_left(&self, peer: &str) -> Result<Option<Duration>, &'static str> {
+    pub(crate) async fn lease_left(&self, peer: &str) -> Result<Option<Duration>, ResumeRefused> {
         let Some(mut conn) = self.conn.get().cloned().filter(|_| self.is_healthy()) else {
-            return Err("session store unavailable");
+            return Err(ResumeRefused::StoreUnavailable);
         };
         let read = tokio::time::timeout(
             IO_TIMEOUT,
@@ -33,7 +34,7 @@ impl RedisSessionStore {
             // -2: no such key; -1 (no expiry) cannot happen to a lease.
             Ok(Ok(ms)) if ms >= 0 => Ok(Some(Duration::from_millis(ms as u64))),
             Ok(Ok(_)) => Ok(None),
-            _ => Err("session store unavailable"),
+            _ => Err(ResumeRefused::StoreUnavailable),
         }
     }
 

@@ -15,6 +15,7 @@ use super::messages::{decode_message, decode_open, encode_message, encode_open, 
 use super::tasks;
 use super::writer::Entry;
 use super::{IO_TIMEOUT, LEASE_REFRESH, LEASE_TTL, RedisSessionStore};
+use crate::session::ResumeRefused;
 use crate::session::link::{IncomingLink, Link, LinkMessage, LinkOpen, LinkReceiver, LinkSender};
 
 /// Where the messages of one link go on this instance.
@@ -296,9 +297,9 @@ impl RedisSessionStore {
         self: Arc<Self>,
         peer: String,
         open: LinkOpen,
-    ) -> Result<Link, &'static str> {
+    ) -> Result<Link, ResumeRefused> {
         let Some(mut conn) = self.conn.get().cloned().filter(|_| self.is_healthy()) else {
-            return Err("session store unavailable");
+            return Err(ResumeRefused::StoreUnavailable);
         };
         let id = uuid::Uuid::new_v4().as_u64_pair().0;
         // The end first: the answer may come at once.
@@ -313,11 +314,11 @@ impl RedisSessionStore {
             Ok(Ok(receivers)) if receivers > 0 => Ok(link),
             Ok(Ok(_)) => {
                 self.lock_links().remove(&id);
-                Err(crate::session::link::UNREACHABLE)
+                Err(ResumeRefused::Unreachable)
             }
             _ => {
                 self.lock_links().remove(&id);
-                Err("session store unavailable")
+                Err(ResumeRefused::StoreUnavailable)
             }
         }
     }

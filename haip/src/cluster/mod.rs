@@ -54,7 +54,7 @@
 //! its instance lives it is relayed there as any other, but it is never
 //! restored from what was recorded, which misses what happened meanwhile
 //! (calls that ended, `seq`s the client saw): restoring it answers
-//! [`LOST`](restore::LOST). An instance killed before Redis came back cannot
+//! `records lost` (`ResumeRefused::RecordsLost`). An instance killed before Redis came back cannot
 //! mark its sessions: what it recorded before Redis went away is what another
 //! restores.
 //!
@@ -76,7 +76,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::session::link::{IncomingLink, Link, LinkOpen};
 use crate::session::{
-    InMemorySessionStore, NotRestored, Record, SessionStore, Shared, Snapshot, StoreFuture,
+    InMemorySessionStore, NotRestored, Record, ResumeRefused, SessionStore, Shared, Snapshot,
+    StoreFuture,
 };
 use crate::session::{TakeoverAddress, Takeovers};
 
@@ -421,11 +422,11 @@ impl SessionStore for SharedRedisStore {
         self.0.is_fenced(id)
     }
 
-    fn link(&self, owner: &str, open: LinkOpen) -> StoreFuture<Result<Link, &'static str>> {
+    fn link(&self, owner: &str, open: LinkOpen) -> StoreFuture<Result<Link, ResumeRefused>> {
         Box::pin(Arc::clone(&self.0).open_link(owner.to_owned(), open))
     }
 
-    fn lease_left(&self, owner: &str) -> StoreFuture<Result<Option<Duration>, &'static str>> {
+    fn lease_left(&self, owner: &str) -> StoreFuture<Result<Option<Duration>, ResumeRefused>> {
         let store = Arc::clone(&self.0);
         let owner = owner.to_owned();
         Box::pin(async move { store.lease_left(&owner).await })

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::keys::{calls_key, claim_key, session_key, window_key};
 use super::scripts::CLAIM;
 use super::{IO_TIMEOUT, RedisSessionStore};
-use crate::session::{NotRestored, Snapshot};
+use crate::session::{NotRestored, ResumeRefused, Snapshot};
 
 impl RedisSessionStore {
     /// Restores session `id` for a client of `subject`: claims it (it is
@@ -21,12 +21,12 @@ impl RedisSessionStore {
         subject: Option<String>,
     ) -> Result<Snapshot, NotRestored> {
         let Some(mut conn) = store.conn.get().cloned() else {
-            return Err(NotRestored::Refused("session store unavailable"));
+            return Err(NotRestored::Refused(ResumeRefused::StoreUnavailable));
         };
         // Once claimed, other instances relay to this one, whose restoring
         // may not be done: a second restoring of it here waits for the first.
         if !store.begin_restoring(&id) {
-            return Err(NotRestored::Refused(crate::session::link::BEING_RESUMED));
+            return Err(NotRestored::Refused(ResumeRefused::BeingResumed));
         }
         let fetched = tokio::time::timeout(IO_TIMEOUT, async {
             // Read first, so that a client of another subject claims nothing.
@@ -36,10 +36,10 @@ impl RedisSessionStore {
                 .query_async(&mut conn)
                 .await?;
             if !exists {
-                return Ok(Err(NotRestored::Refused("unknown session")));
+                return Ok(Err(NotRestored::Refused(ResumeRefused::UnknownSession)));
             }
             if recorded != subject {
-                return Ok(Err(NotRestored::Refused("subject mismatch")));
+                return Ok(Err(NotRestored::Refused(ResumeRefused::SubjectMismatch)));
             }
             // A claim whose instance died with it (restored there, then
             // killed within the claim's life) does not hold the session.
@@ -55,15 +55,17 @@ impl RedisSessionStore {
             match claimed {
                 redis::Value::Int(1) => {}
                 redis::Value::Int(0) => {
-                    return Ok(Err(NotRestored::Refused(
-                        crate::session::link::BEING_RESUMED,
-                    )));
+                    return Ok(Err(NotRestored::Refused(ResumeRefused::BeingResumed)));
                 }
                 // What was recorded misses what happened while Redis was
                 // away: restoring it would end calls that ended, and send
                 // again `seq`s the client has seen with other contents.
-                redis::Value::Int(-1) => return Ok(Err(NotRestored::Refused(LOST))),
-                redis::Value::Int(_) => return Ok(Err(NotRestored::Refused("unknown session"))),
+                redis::Value::Int(-1) => {
+                    return Ok(Err(NotRestored::Refused(ResumeRefused::RecordsLost)));
+                }
+                redis::Value::Int(_) => {
+                    return Ok(Err(NotRestored::Refused(ResumeRefused::UnknownSession)));
+                }
                 owner => {
                     let owner: String = redis::from_redis_value(owner)?;
                     return Ok(Err(NotRestored::Elsewhere(owner)));
@@ -87,7 +89,7 @@ impl RedisSessionStore {
             }
             Ok(Err(_)) | Err(_) => {
                 store.end_restoring(&id);
-                return Err(NotRestored::Refused("session store unavailable"));
+                return Err(NotRestored::Refused(ResumeRefused::StoreUnavailable));
             }
         };
         // Restoring ends when the session is registered here (or after
@@ -183,9 +185,6 @@ fn seq_of(envelope: &[u8]) -> Option<u64> {
         .parse()
         .ok()
 }
-
-/// Why a session cannot be restored after records of it were lost.
-pub(crate) const LOST: &str = "records lost while the session store was away";
 
 /// How long a claim to restore a session holds it (others answer
 /// `session being resumed elsewhere` meanwhile).

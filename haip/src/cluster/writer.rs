@@ -563,7 +563,7 @@ impl RedisSessionStore {
     }
 
     /// Notes that records of these sessions were lost: each is marked so
-    /// in Redis once it answers again ([`LOST`](super::restore::LOST)).
+    /// in Redis once it answers again (`ResumeRefused::RecordsLost`).
     fn lost<'a>(&self, ids: impl Iterator<Item = Option<&'a Arc<str>>>) {
         let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
         for id in ids.flatten() {

@@ -29,12 +29,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::exec::CallEvent;
 use crate::protocol::{DecodeError, ErrorCode};
-use crate::session::link::{
-    BEING_RESUMED, Link, LinkMessage, LinkOpen, LinkPurpose, UNREACHABLE, close_reason,
-};
+use crate::session::link::{Link, LinkMessage, LinkOpen, LinkPurpose, close_reason};
 use crate::session::{
-    Action, Attached, Control, LARGE_PARAMS, NotRestored, Overflow, ResumeRequest, Session,
-    SessionStore, Shared, Takeover, TakeoverAddress, decode_unit, next_event,
+    Action, Attached, Control, LARGE_PARAMS, NotRestored, Overflow, ResumeRefused, ResumeRequest,
+    Session, SessionStore, Shared, Takeover, TakeoverAddress, decode_unit, next_event,
 };
 use crate::stats::Throttle;
 use crate::transport::frame::{Batch, Element, Frame, Unit, WRITER_BUDGET, WriteMeter, Writer};
@@ -658,7 +656,7 @@ async fn resume_into(
     options: &mut Options,
 ) -> Result<Attached, Link> {
     let outcome = match request.last_rx_seq {
-        None => Err("invalid last_rx_seq"),
+        None => Err(ResumeRefused::InvalidLastRxSeq),
         Some(last_rx_seq) => {
             let text = request.text.as_deref();
             take_over(&request.session, last_rx_seq, text, &fresh, shared, writer).await
@@ -694,7 +692,7 @@ async fn resume_into(
         // Not refused: this instance stops before it could say. The
         // connection closes with the others (1001), and its client resumes
         // on another instance.
-        Err(reason) if reason == SHUTTING_DOWN => Ok(fresh),
+        Err(ResumeRefused::ShuttingDown) => Ok(fresh),
         Err(reason) => {
             let mut fresh = fresh;
             fresh
@@ -704,9 +702,6 @@ async fn resume_into(
         }
     }
 }
-
-/// Why a held resumption ends unanswered: the server shuts down.
-const SHUTTING_DOWN: &str = "server shutdown";
 
 /// Rebuilds a session no instance alive holds from what the shared store
 /// recorded of it (the in-memory store knows none: `unknown session`). Its
@@ -725,7 +720,7 @@ async fn restore(
     fresh: &Attached,
     shared: &Shared,
     writer: &Writer,
-) -> Result<Resumed, &'static str> {
+) -> Result<Resumed, ResumeRefused> {
     let held_until = Instant::now() + OWNER_WAIT;
     let snapshot = loop {
         // Restored here meanwhile (by another connection, or a relayed one
@@ -742,11 +737,13 @@ async fn restore(
         .await;
         let (reason, owner) = match restored {
             Ok(Ok(snapshot)) => break snapshot,
-            Ok(Err(NotRestored::Refused(reason))) if reason == BEING_RESUMED => (reason, None),
+            Ok(Err(NotRestored::Refused(ResumeRefused::BeingResumed))) => {
+                (ResumeRefused::BeingResumed, None)
+            }
             Ok(Err(NotRestored::Refused(reason))) => return Err(reason),
             Ok(Err(NotRestored::Elsewhere(owner))) => {
                 // Its calls run there: the client is relayed to them.
-                let hai = text.ok_or("session held by another live instance")?;
+                let hai = text.ok_or(ResumeRefused::HeldByLiveInstance)?;
                 let open = LinkOpen {
                     subject: fresh.session.subject().map(|s| s.to_string()),
                     caller: fresh.session.caller().cloned(),
@@ -758,14 +755,14 @@ async fn restore(
                 };
                 let link = tokio::time::timeout(TAKEOVER_TIMEOUT, shared.store.link(&owner, open))
                     .await
-                    .unwrap_or(Err("session store timed out"));
+                    .unwrap_or(Err(ResumeRefused::StoreTimedOut));
                 match link {
                     Ok(link) => return Ok(Resumed::There(link)),
-                    Err(reason) if reason == UNREACHABLE => (reason, Some(owner)),
+                    Err(ResumeRefused::Unreachable) => (ResumeRefused::Unreachable, Some(owner)),
                     Err(reason) => return Err(reason),
                 }
             }
-            Err(_) => return Err("session store timed out"),
+            Err(_) => return Err(ResumeRefused::StoreTimedOut),
         };
         // Try again when the owner's lease runs out (or sooner: it may be
         // back), or when the instance restoring it has said it holds it.
@@ -786,7 +783,7 @@ async fn restore(
         writer.send(Frame::KeepAlive);
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
-            () = shared.shutdown.cancelled() => return Err(SHUTTING_DOWN),
+            () = shared.shutdown.cancelled() => return Err(ResumeRefused::ShuttingDown),
         }
     };
     // Refused after all: the session runs nowhere here, and is no longer
@@ -796,7 +793,7 @@ async fn restore(
         Err(reason)
     };
     if snapshot.subject.as_deref() != fresh.session.subject().map(|s| &**s) {
-        return refuse("subject mismatch");
+        return refuse(ResumeRefused::SubjectMismatch);
     }
     let (mut session, lost) = Session::restore(
         Arc::clone(fresh.session.shared()),
@@ -821,7 +818,7 @@ async fn take_over(
     fresh: &Attached,
     shared: &Shared,
     writer: &Writer,
-) -> Result<Resumed, &'static str> {
+) -> Result<Resumed, ResumeRefused> {
     match shared.store.find(id) {
         Some(owner) => ask(&owner, last_rx_seq, fresh).await,
         None => restore(id, last_rx_seq, text, fresh, shared, writer).await,
@@ -834,7 +831,7 @@ async fn ask(
     owner: &TakeoverAddress,
     last_rx_seq: u64,
     fresh: &Attached,
-) -> Result<Resumed, &'static str> {
+) -> Result<Resumed, ResumeRefused> {
     let (reply, answer) = oneshot::channel();
     let request = Box::new(Takeover {
         subject: fresh.session.subject().cloned(),
@@ -844,12 +841,15 @@ async fn ask(
         evict: false,
     });
     let asked = tokio::time::timeout(TAKEOVER_TIMEOUT, async {
-        owner.send(request).await.map_err(|_| "unknown session")?;
-        answer.await.map_err(|_| "unknown session")?
+        owner
+            .send(request)
+            .await
+            .map_err(|_| ResumeRefused::UnknownSession)?;
+        answer.await.map_err(|_| ResumeRefused::UnknownSession)?
     });
     asked
         .await
-        .unwrap_or(Err("unknown session"))
+        .unwrap_or(Err(ResumeRefused::UnknownSession))
         .map(Resumed::Here)
 }
 

@@ -192,7 +192,7 @@ impl Sink {
             }
             Sink::There(mut link) => {
                 if !link.send(LinkMessage::Done(0)).await {
-                    return unavailable(crate::session::link::UNREACHABLE);
+                    return unavailable(crate::session::ResumeRefused::Unreachable.reason());
                 }
                 loop {
                     match link.inbound.recv().await {
@@ -239,6 +239,7 @@ async fn elsewhere(
         .open_link(instance, open)
         .await
         .map(Some)
+        .map_err(crate::session::ResumeRefused::reason)
 }
 
 #[cfg(not(feature = "redis"))]

@@ -28,15 +28,6 @@ pub(crate) const LINK_BYTES: u32 = 4 << 20;
 /// in number too.
 const MESSAGE_OVERHEAD: usize = 64;
 
-/// Why a link could not be opened: no instance listens where the session's
-/// owner should (it died, and its lease has not expired yet; or it lost its
-/// subscription for a moment).
-pub(crate) const UNREACHABLE: &str = "the instance holding the session is unreachable";
-
-/// Why a session cannot be restored now: another instance is restoring it
-/// (and will say so in a moment, or give up within its claim).
-pub(crate) const BEING_RESUMED: &str = "session being resumed elsewhere";
-
 /// What a link is opened for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum LinkPurpose {

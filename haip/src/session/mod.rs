@@ -19,6 +19,7 @@ mod flow;
 mod fuzz;
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) mod link;
+mod refused;
 mod replay;
 mod resume;
 mod store;
@@ -58,6 +59,7 @@ pub(crate) use clock::{Clock, ID_LEN, IdSource, RandomIds, SystemClock};
 pub(crate) use clock::{CountingIds, FakeClock};
 pub(crate) use config::{SessionConfig, invalid};
 use flow::{Amount, InboundCredit, OutboundGate, Owed};
+pub(crate) use refused::ResumeRefused;
 #[allow(unused_imports)] // the shared store's (feature `redis`)
 pub(crate) use replay::REPLAY_HARD_CAP_FACTOR;
 use replay::{ReplayBudget, ReplayWindow};
@@ -989,7 +991,7 @@ impl Session {
                 text: None,
             }));
         } else {
-            self.resume_failed("not first message", msg.id.as_deref(), &hai);
+            self.resume_failed(ResumeRefused::NotFirstMessage, msg.id.as_deref(), &hai);
         }
         Control::Continue
     }

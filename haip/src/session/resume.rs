@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::flow::Amount;
-use super::{Session, TransportKind};
+use super::{ResumeRefused, Session, TransportKind};
 use crate::context::LogLevel;
 use crate::protocol::payload::Hai;
 use crate::protocol::{Channel, ErrorCode, EventType, Outgoing, Prepared};
@@ -67,25 +67,30 @@ impl Session {
     /// Whether a client that saw everything up to `last_rx_seq` can resume:
     /// it must not claim more than was sent, and everything after it must
     /// still be kept.
-    pub(crate) fn can_resume_from(&self, last_rx_seq: u64) -> Result<(), &'static str> {
+    pub(crate) fn can_resume_from(&self, last_rx_seq: u64) -> Result<(), ResumeRefused> {
         let newest = self.next_seq - 1;
         if last_rx_seq > newest {
-            return Err("invalid last_rx_seq");
+            return Err(ResumeRefused::InvalidLastRxSeq);
         }
         match self.window.range(last_rx_seq + 1, None, self.next_seq) {
             Ok(_) => Ok(()),
-            Err(_) => Err("window exceeded"),
+            Err(_) => Err(ResumeRefused::WindowExceeded),
         }
     }
 
     /// The connection stays on this (fresh) session: `RESUME_FAILED`, and the
     /// `HAI` is otherwise processed as usual.
-    pub(crate) fn resume_failed(&mut self, reason: &str, related_id: Option<&str>, hai: &Hai) {
+    pub(crate) fn resume_failed(
+        &mut self,
+        reason: ResumeRefused,
+        related_id: Option<&str>,
+        hai: &Hai,
+    ) {
         self.error(
             ErrorCode::RESUME_FAILED,
             "Session cannot be resumed",
             related_id,
-            Some(json!({ "reason": reason })),
+            Some(json!({ "reason": reason.reason() })),
         );
         self.apply_hai_settings(hai, related_id);
     }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use super::Session;
+use super::{ResumeRefused, Session};
 use crate::exec::CallEvent;
 
 /// A session with everything that keeps it running: the channel its calls
@@ -65,7 +65,7 @@ pub(crate) struct Takeover {
     /// The client's `last_rx_seq`.
     pub(crate) last_rx_seq: u64,
     /// The session, or why it cannot be resumed (`detail.reason`).
-    pub(crate) reply: oneshot::Sender<Result<Attached, &'static str>>,
+    pub(crate) reply: oneshot::Sender<Result<Attached, ResumeRefused>>,
     /// Not a connection but the store asking: another instance restored the
     /// session ([`SessionStore::fenced`]), so it is handed over whatever the
     /// other fields say, to be ended.
@@ -79,7 +79,7 @@ impl Takeover {
         let check = if self.evict {
             Ok(())
         } else if self.subject.as_deref() != attached.session.subject.as_deref() {
-            Err("subject mismatch")
+            Err(ResumeRefused::SubjectMismatch)
         } else {
             attached.session.can_resume_from(self.last_rx_seq)
         };
@@ -266,7 +266,7 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
         _subject: Option<&str>,
     ) -> StoreFuture<Result<Snapshot, NotRestored>> {
         Box::pin(std::future::ready(Err(NotRestored::Refused(
-            "unknown session",
+            ResumeRefused::UnknownSession,
         ))))
     }
     /// Whether another instance has restored session `id` since this one
@@ -281,8 +281,8 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
         &self,
         _owner: &str,
         _open: crate::session::link::LinkOpen,
-    ) -> StoreFuture<Result<crate::session::link::Link, &'static str>> {
-        Box::pin(std::future::ready(Err("session held by another instance")))
+    ) -> StoreFuture<Result<crate::session::link::Link, ResumeRefused>> {
+        Box::pin(std::future::ready(Err(ResumeRefused::HeldElsewhere)))
     }
     /// How long the lease of instance `owner` lasts unless refreshed; `None`
     /// once it has expired (the instance is taken for dead: its sessions may
@@ -290,7 +290,7 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
     fn lease_left(
         &self,
         _owner: &str,
-    ) -> StoreFuture<Result<Option<std::time::Duration>, &'static str>> {
+    ) -> StoreFuture<Result<Option<std::time::Duration>, ResumeRefused>> {
         Box::pin(std::future::ready(Ok(None)))
     }
 }
@@ -299,7 +299,7 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum NotRestored {
     /// The `RESUME_FAILED` reason.
-    Refused(&'static str),
+    Refused(ResumeRefused),
     /// The live instance with this id runs the session: relay to it.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     Elsewhere(String),
@@ -412,7 +412,7 @@ mod tests {
 
     fn request() -> (
         Box<Takeover>,
-        oneshot::Receiver<Result<Attached, &'static str>>,
+        oneshot::Receiver<Result<Attached, ResumeRefused>>,
     ) {
         let (reply, answer) = oneshot::channel();
         let request = Box::new(Takeover {

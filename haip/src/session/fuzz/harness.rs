@@ -311,7 +311,7 @@ impl Run {
     pub(super) fn after(&mut self, control: Control) -> Result<(), String> {
         if let Control::Resume(request) = control {
             self.session.resume_failed(
-                "unknown session",
+                crate::session::ResumeRefused::UnknownSession,
                 request.related_id.as_deref(),
                 &request.hai,
             );

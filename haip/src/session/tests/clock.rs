@@ -329,12 +329,18 @@ fn resumption_needs_the_missed_envelopes_still_young_or_among_the_newest() {
     let (mut h, clock) = on_fake_clock_with(config, vec![], TransportKind::WebSocket);
     ping(&mut h, 30); // seq 2..=31
     assert_eq!(h.session.can_resume_from(0), Ok(()), "young: all kept");
-    assert_eq!(h.session.can_resume_from(32), Err("invalid last_rx_seq"));
+    assert_eq!(
+        h.session.can_resume_from(32),
+        Err(crate::session::ResumeRefused::InvalidLastRxSeq)
+    );
     // A minute on, the next commit keeps only the newest 10 (23..=32).
     h.advance(&clock, Duration::from_secs(61));
     ping(&mut h, 1);
     assert_eq!(h.session.can_resume_from(22), Ok(()));
-    assert_eq!(h.session.can_resume_from(21), Err("window exceeded"));
+    assert_eq!(
+        h.session.can_resume_from(21),
+        Err(crate::session::ResumeRefused::WindowExceeded)
+    );
 }
 
 #[test]

@@ -20,7 +20,7 @@ async fn version_check_and_resumption_attempts() {
     );
     assert!(h.out().is_empty(), "the driver answers, not the session");
     h.session.resume_failed(
-        "unknown session",
+        crate::session::ResumeRefused::UnknownSession,
         request.related_id.as_deref(),
         &request.hai,
     );
@@ -261,7 +261,10 @@ async fn a_resumed_session_replays_what_the_client_missed_then_confirms() {
     h.send(json!({"seq": "7", "type": "PING", "payload": {"nonce": "a"}}));
     h.send(json!({"seq": 9, "type": "PING", "payload": {"nonce": "b"}}));
     let sent = h.out(); // seq 2, 3 (after the HAI, seq 1)
-    assert_eq!(h.session.can_resume_from(4), Err("invalid last_rx_seq"));
+    assert_eq!(
+        h.session.can_resume_from(4),
+        Err(crate::session::ResumeRefused::InvalidLastRxSeq)
+    );
     assert_eq!(h.session.can_resume_from(3), Ok(()));
     assert_eq!(h.session.can_resume_from(0), Ok(()));
     h.session.resumed(
@@ -294,7 +297,10 @@ async fn resumption_needs_every_missed_envelope_kept() {
         h.send(json!({"type": "PING", "payload": {}}));
     }
     h.out(); // 16 committed, the hard cap keeps the newest 10
-    assert_eq!(h.session.can_resume_from(2), Err("window exceeded"));
+    assert_eq!(
+        h.session.can_resume_from(2),
+        Err(crate::session::ResumeRefused::WindowExceeded)
+    );
     assert_eq!(h.session.can_resume_from(6), Ok(()));
 }
 

@@ -30,7 +30,10 @@ async fn a_restored_session_replays_confirms_then_ends_its_lost_calls() {
     let (mut session, lost) = Session::restore(shared, TransportKind::WebSocket, "gone", snapshot);
     assert_eq!(session.id(), "gone");
     assert!(!session.has_outbound(), "no HAI of its own");
-    assert_eq!(session.can_resume_from(4), Err("invalid last_rx_seq"));
+    assert_eq!(
+        session.can_resume_from(4),
+        Err(crate::session::ResumeRefused::InvalidLastRxSeq)
+    );
     assert_eq!(session.can_resume_from(1), Ok(()));
     session.resumed(
         1,
