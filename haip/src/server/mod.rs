@@ -33,12 +33,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
+pub use access::PeerAddr;
 pub use builder::ServerBuilder;
 pub use compose::{Mount, ToolSet};
-pub use access::PeerAddr;
-pub use service::{HaipService, ServiceBody};
-// `Listener` is defined below.
 pub(crate) use config::Config;
+pub use service::{HaipService, ServiceBody};
 
 use crate::Error;
 use crate::auth::Authenticator;
