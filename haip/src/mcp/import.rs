@@ -681,8 +681,7 @@ fn mcp_error(link: &Link, remote_name: &str, e: rmcp::ServiceError) -> ToolError
                 link.label, data.message
             );
             let details = serde_json::json!({ "mcp_code": data.code.0, "data": data.data });
-            // -32602 is JSON-RPC's "invalid params".
-            if data.code.0 == -32602 {
+            if data.code.0 == crate::protocol::jsonrpc::INVALID_PARAMS {
                 ToolError::invalid_params(message).with_details(details)
             } else {
                 ToolError::execution(message).with_details(details)

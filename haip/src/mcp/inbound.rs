@@ -16,14 +16,9 @@
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
-/// JSON-RPC: not JSON.
-pub(crate) const PARSE_ERROR: i32 = -32700;
-/// JSON-RPC: not a valid request object.
-pub(crate) const INVALID_REQUEST: i32 = -32600;
-/// JSON-RPC: no such method.
-pub(crate) const METHOD_NOT_FOUND: i32 = -32601;
-/// JSON-RPC: params of the wrong shape.
-pub(crate) const INVALID_PARAMS: i32 = -32602;
+pub(crate) use crate::protocol::jsonrpc::{
+    INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+};
 
 /// The longest method name taken (the longest MCP method has 38 bytes).
 pub(crate) const MAX_METHOD_BYTES: usize = 128;

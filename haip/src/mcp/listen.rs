@@ -55,8 +55,7 @@ use super::tasks::TaskEvent;
 use crate::context::share::{CallerKey, ShareGuard, Shares};
 use crate::tool::Registry;
 
-/// JSON-RPC's implementation-defined server error: the server is busy.
-const SERVER_BUSY: i32 = -32000;
+use crate::protocol::jsonrpc::SERVER_BUSY;
 
 /// What haip accepts of a requested filter: tool list changes (it has no
 /// prompts or resources). rmcp keeps only what was requested and what the

@@ -75,7 +75,7 @@ pub(crate) const NOTE_EVERY: Duration = Duration::from_millis(500);
 /// The error a task whose instance died fails with.
 fn lost_error() -> Value {
     json!({
-        "code": -32603,
+        "code": crate::protocol::jsonrpc::INTERNAL_ERROR,
         "message": "instance lost: the server instance running this task stopped before it ended",
     })
 }
@@ -189,7 +189,7 @@ impl Board {
                     record
                         .error
                         .clone()
-                        .or_else(|| Some(json!({"code": -32603, "message": "the task failed"}))),
+                        .or_else(|| Some(json!({"code": crate::protocol::jsonrpc::INTERNAL_ERROR, "message": "the task failed"}))),
                 ),
             },
         };

@@ -22,6 +22,7 @@ mod code;
 mod envelope;
 mod event;
 mod inbound;
+pub(crate) mod jsonrpc;
 pub mod payload;
 
 pub use annotations::{Icon, IconTheme, ToolAnnotations};

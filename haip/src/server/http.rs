@@ -215,7 +215,7 @@ fn refused(refusal: &guard::Refusal, path: &str) -> Response<Body> {
         let body = json!({
             "jsonrpc": "2.0",
             "id": null,
-            "error": {"code": -32600, "message": refusal.message()},
+            "error": {"code": crate::protocol::jsonrpc::INVALID_REQUEST, "message": refusal.message()},
         });
         return json_response(refusal.status(), &body);
     }

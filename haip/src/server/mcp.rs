@@ -57,8 +57,7 @@ use crate::mcp::listen::ListenTicket;
 use crate::schema::SchemaProfile;
 use crate::session::LARGE_PARAMS;
 
-/// JSON-RPC's implementation-defined server error: the server is busy.
-pub(super) const SERVER_BUSY: i32 = -32000;
+pub(super) use crate::protocol::jsonrpc::SERVER_BUSY;
 
 /// Serves one `/mcp` request.
 pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Response<Body> {

@@ -177,7 +177,7 @@ impl TaskEnd {
             message: None,
             result: None,
             error: Some(serde_json::json!({
-                "code": -32603,
+                "code": crate::protocol::jsonrpc::INTERNAL_ERROR,
                 "message": format!("the task's result was not kept: {why}"),
             })),
         }
@@ -855,7 +855,9 @@ mod tests {
             status: TaskStatus::Failed,
             message: None,
             result: None,
-            error: Some(json!({"code": -32603, "message": "the task's result was not kept"})),
+            error: Some(
+                json!({"code": crate::protocol::jsonrpc::INTERNAL_ERROR, "message": "the task's result was not kept"}),
+            ),
         };
         assert!(store.finish("a2", failed).await.unwrap());
         // New tasks until the share is full, then refused, naming it.

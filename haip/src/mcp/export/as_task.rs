@@ -245,7 +245,9 @@ fn task_end(shared: &Shared, tool: &Tool, stop: Stop, cancelled: bool) -> (Ended
             status: TaskStatus::Failed,
             message: None,
             result: None,
-            error: Some(serde_json::json!({"code": -32603, "message": text(&result)})),
+            error: Some(
+                serde_json::json!({"code": crate::protocol::jsonrpc::INTERNAL_ERROR, "message": text(&result)}),
+            ),
         };
         return (ended, end);
     }
