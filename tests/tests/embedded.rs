@@ -14,10 +14,13 @@
 //! - OAuth under the prefix: the `401` names the metadata under the prefix,
 //!   which is served there and at the root's RFC 9728 path, and tokens must
 //!   name the prefixed resource.
-//! - Hostile clients against the app with haip at the root: the budgets and
-//!   refusals of `hostile.rs`, `hostile_mcp.rs` and `security_origin.rs` that
-//!   haip enforces itself (connection-level limits are the host's, and not
-//!   tested here).
+//! - Hostile clients and the browser rules run elsewhere: `hostile.rs`,
+//!   `hostile_mcp.rs` and `security_origin.rs` run their tests against
+//!   haip's own listener and again (`…_in_an_axum_app`) against this app
+//!   with haip at its root (`embedded_support::start_at`), with the same
+//!   budgets; what only haip's own listener enforces (connections per peer,
+//!   closing a connection whose client stops reading) is tested there
+//!   against it alone.
 //! - Each peer address the app hands over (`haip::PeerAddr`) has its own
 //!   share of sessions; without it, every caller shares one.
 //! - `serve(listener)` on TCP and on a Unix socket; `path_prefix` on haip's
@@ -38,10 +41,11 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
 use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
@@ -170,74 +174,6 @@ fn assert_cancelled_by_shutdown(envelopes: &[Value], call_id: &str, kind: Kind) 
     );
 }
 
-/// Opens a connection to `addr` and writes `request` on it; the caller
-/// holds the socket.
-async fn raw(addr: SocketAddr, request: &[u8]) -> TcpStream {
-    let mut stream = within("connecting", TcpStream::connect(addr))
-        .await
-        .expect("connect");
-    stream.write_all(request).await.expect("write the request");
-    stream
-}
-
-/// Reads one answer from `stream` (after any `100 Continue`): a
-/// `Content-Length` body, or one read until the connection closes. `None`
-/// when the connection ended before a status line.
-async fn read_answer(stream: &mut TcpStream) -> Option<HttpResponse> {
-    within("an answer", async {
-        let mut raw = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        let head_end = loop {
-            if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-                if raw.starts_with(b"HTTP/1.1 100") {
-                    raw.drain(..i + 4);
-                    continue;
-                }
-                break i;
-            }
-            let n = stream.read(&mut buf).await.unwrap_or(0);
-            if n == 0 {
-                return None;
-            }
-            raw.extend_from_slice(&buf[..n]);
-        };
-        let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
-        let mut lines = head.split("\r\n");
-        let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-        let headers: Vec<(String, String)> = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-            .collect();
-        let length = headers
-            .iter()
-            .find(|(n, _)| n == "content-length")
-            .and_then(|(_, v)| v.parse::<usize>().ok());
-        let mut body = raw[head_end + 4..].to_vec();
-        while length.is_none_or(|l| body.len() < l) {
-            let n = stream.read(&mut buf).await.unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            body.extend_from_slice(&buf[..n]);
-        }
-        Some(HttpResponse {
-            status,
-            headers,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
-    })
-    .await
-}
-
-/// Waits until the server closes `stream`, discarding what it reads.
-async fn closed(stream: &mut TcpStream, what: &str) {
-    within(&format!("the server to close {what}"), async {
-        let mut buf = vec![0u8; 64 * 1024];
-        while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
-    })
-    .await;
-}
-
 /// The JSON-RPC error code of an answer's body.
 fn rpc_code(answer: &HttpResponse) -> i64 {
     answer.json()["error"]["code"]
@@ -245,49 +181,11 @@ fn rpc_code(answer: &HttpResponse) -> i64 {
         .unwrap_or_else(|| panic!("no JSON-RPC error: {answer:?}"))
 }
 
-/// The head of a `POST {path}` with a JSON body, `extra` headers after it.
-fn post_head(addr: SocketAddr, path: &str, extra: &[(&str, &str)]) -> String {
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\n"
-    );
-    for (name, value) in extra {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head
-}
-
 /// A `tools/call` request body.
 fn call_body(id: u64, tool: &str, arguments: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
            "params": {"name": tool, "arguments": arguments}})
     .to_string()
-}
-
-/// One `POST /mcp` of `body` (stateless `/mcp`), with `extra` headers.
-async fn post_mcp(addr: SocketAddr, body: &str, extra: &[(&str, &str)]) -> HttpResponse {
-    let request = format!(
-        "{}Content-Length: {}\r\n\r\n{body}",
-        post_head(addr, "/mcp", extra),
-        body.len()
-    );
-    let mut stream = raw(addr, request.as_bytes()).await;
-    read_answer(&mut stream).await.expect("an answer")
-}
-
-/// An ordinary `echo` over `/mcp` is served (the canary).
-async fn echo_works(addr: SocketAddr) {
-    let answer = post_mcp(
-        addr,
-        &call_body(1, "echo", json!({"message": "canary"})),
-        &[],
-    )
-    .await;
-    assert_eq!(answer.status, 200, "{answer:?}");
-    assert_eq!(
-        answer.json()["result"]["structuredContent"]["echoed"],
-        "canary"
-    );
 }
 
 fn refused_with(response: &HttpResponse, status: u16, code: &str) {
@@ -794,371 +692,7 @@ async fn oauth_with_a_prefix_on_haips_own_listener() {
     assert!(reply.response()["result"]["tools"].is_array(), "{reply:?}");
 }
 
-// ----- 4: hostile clients, haip at the root of the app ---------------------------------------
-
-/// Opens a raw `POST /haip/message` with this `Content-Length` and first
-/// body bytes; the caller holds the socket.
-async fn raw_message_post(addr: SocketAddr, length: &str, first: &[u8]) -> TcpStream {
-    let head = format!(
-        "POST /haip/message HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
-    );
-    let mut socket = raw(addr, head.as_bytes()).await;
-    socket.write_all(first).await.expect("the first bytes");
-    socket
-}
-
-/// `hostile.rs` item 2, embedded: a body whose announced length no message
-/// may have gets `413` before it is read; of two stalled bodies that
-/// together exceed the server-wide body budget one gets `503 Retry-After`
-/// at once and the other `408`, as does a trickling one; each connection is
-/// closed; an SSE session is unaffected, and an envelope over the message
-/// limit in its POST is reported and skipped.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_post_bodies_that_stall_trickle_or_lie_get_408_503_413() {
-    let app = start_embedded(
-        builder()
-            .body_read_timeout(Duration::from_secs(2))
-            .max_inflight_body_bytes(1024 * 1024)
-            .max_message_bytes(64 * 1024),
-        "",
-    )
-    .await;
-    let addr = app.addr;
-    let mut stream = Conn::connect(Kind::Sse, addr, None).await;
-
-    let mut liar = raw_message_post(addr, "99999999999999", b"").await;
-    let answer = read_answer(&mut liar).await.expect("an answer to the liar");
-    assert_eq!(answer.status, 413, "{answer:?}");
-    assert_eq!(answer.json()["code"], "MESSAGE_TOO_LARGE", "{answer:?}");
-    closed(&mut liar, "the liar's connection").await;
-
-    let stalled = [
-        raw_message_post(addr, "600000", b"[").await,
-        raw_message_post(addr, "600000", b"[").await,
-    ];
-    let answers = stalled.map(|mut socket| {
-        tokio::spawn(async move {
-            let answer = read_answer(&mut socket).await;
-            closed(&mut socket, "a stalled POST's connection").await;
-            answer
-        })
-    });
-    let mut trickle = raw_message_post(addr, "100", b"{\"type\":").await;
-    let answer = read_answer(&mut trickle).await.expect("an answer");
-    assert_eq!(answer.status, 408, "{answer:?}");
-    assert_eq!(answer.json()["code"], "REQUEST_TIMEOUT", "{answer:?}");
-    closed(&mut trickle, "the trickling connection").await;
-    let mut statuses = Vec::new();
-    for answer in answers {
-        let answer = within("a stalled POST's answer", answer)
-            .await
-            .expect("the task")
-            .expect("an answer");
-        if answer.status == 503 {
-            assert_eq!(answer.header("retry-after"), Some("1"), "{answer:?}");
-        }
-        statuses.push(answer.status);
-    }
-    statuses.sort_unstable();
-    assert_eq!(statuses, [408, 503]);
-
-    conn::assert_ok(
-        &stream
-            .post(r#"{"type":"PING","payload":{"nonce":"n"}}"#)
-            .await,
-    );
-    assert_eq!(stream.recv().await["payload"], json!({"nonce": "n"}));
-    let big = json!({"type": "PING", "payload": {"nonce": "x".repeat(100_000)}});
-    let small = json!({"type": "PING", "payload": {"nonce": "after"}});
-    conn::assert_ok(&stream.post(&json!([big, small]).to_string()).await);
-    let error = stream.recv().await;
-    assert_eq!(error["payload"]["code"], "MESSAGE_TOO_LARGE", "{error}");
-    assert_eq!(stream.recv().await["payload"], json!({"nonce": "after"}));
-    let stats = get_json(addr, "/stats").await;
-    assert_eq!(stats["connectionsClosed"]["bodyTimeout"], 2, "{stats}");
-}
-
-/// `hostile.rs` item 3, embedded: 80 000 unknown keys get a short
-/// `INVALID_PARAMS` (20 listed, all counted), and a 900 KB value a short
-/// one too, while another client is served.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_huge_params_get_a_short_error() {
-    let app = start_embedded(demo_builder(), "").await;
-    let mut client = Client::connect(&app.ws_url()).await;
-    let mut canary = Client::connect(&app.ws_url()).await;
-    let mut params = Map::new();
-    params.insert("username".into(), json!("ada_l"));
-    params.insert("email".into(), json!("ada@example.com"));
-    params.insert("age".into(), json!(36));
-    for i in 0..80_000 {
-        params.insert(format!("a{i}"), json!(0));
-    }
-    client
-        .call("keys", "create_user", Value::Object(params))
-        .await;
-    let (text, done) = client.recv_raw().await;
-    assert_eq!(done["type"], "TOOL_DONE", "{done}");
-    let result = &done["payload"]["result"];
-    assert_eq!(result["code"], "INVALID_PARAMS", "{result}");
-    assert_eq!(result["total"], 80_000);
-    assert_eq!(result["details"].as_array().map(Vec::len), Some(20));
-    assert!(text.len() < 8192, "a short reply: {} bytes", text.len());
-
-    client
-        .call(
-            "long",
-            "create_user",
-            json!({"username": "x".repeat(900_000), "email": "a@b.example", "age": 30}),
-        )
-        .await;
-    let done = canary
-        .call_done("c", "echo", json!({"message": "canary"}))
-        .await;
-    assert_eq!(done["status"], "OK");
-    let (done, _) = client.recv_until(|env| env["type"] == "TOOL_DONE").await;
-    assert_eq!(
-        done["payload"]["result"]["code"], "INVALID_PARAMS",
-        "{done}"
-    );
-    assert!(done.to_string().len() < 2048, "a short reply: {done}");
-    client.ping_marker().await;
-}
-
-/// `hostile_mcp.rs`, embedded: `/mcp` bodies that stall (nothing after the
-/// headers, `100-continue` then nothing, chunked without a chunk, a few
-/// bytes) get `408` with JSON-RPC `-32600` and their connection closed,
-/// while `echo` is served; a message announced over `max_message_bytes` gets
-/// `413` before it is read, and a chunked one once over it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_mcp_bodies_that_stall_or_are_too_large_are_refused() {
-    let app = start_embedded(
-        demo_builder()
-            .mcp_sessions(false)
-            .body_read_timeout(Duration::from_secs(1)),
-        "",
-    )
-    .await;
-    let addr = app.addr;
-    let body = call_body(1, "echo", json!({"message": "never whole"}));
-    let length = body.len().to_string();
-    let head = |extra: &[(&str, &str)]| post_head(addr, "/mcp", extra);
-    let cases: [(&str, String, Vec<u8>); 4] = [
-        (
-            "nothing after the headers",
-            format!("{}Content-Length: {length}\r\n\r\n", head(&[])),
-            Vec::new(),
-        ),
-        (
-            "100-continue, then nothing",
-            format!(
-                "{}Content-Length: {length}\r\n\r\n",
-                head(&[("Expect", "100-continue")])
-            ),
-            Vec::new(),
-        ),
-        (
-            "chunked, no chunk",
-            format!("{}Transfer-Encoding: chunked\r\n\r\n", head(&[])),
-            Vec::new(),
-        ),
-        (
-            "a few bytes, then nothing",
-            format!("{}Content-Length: {length}\r\n\r\n", head(&[])),
-            body.as_bytes()[..10].to_vec(),
-        ),
-    ];
-    let mut tasks = Vec::new();
-    for (what, head, first) in cases {
-        tasks.push(tokio::spawn(async move {
-            let mut stream = raw(addr, head.as_bytes()).await;
-            stream.write_all(&first).await.expect("the first bytes");
-            let started = Instant::now();
-            let answer = read_answer(&mut stream)
-                .await
-                .unwrap_or_else(|| panic!("{what}: closed without an answer"));
-            (what, answer, started.elapsed(), stream)
-        }));
-    }
-    echo_works(addr).await;
-    for task in tasks {
-        let (what, answer, took, mut stream) = task.await.expect("the attacker task");
-        assert_eq!(answer.status, 408, "{what}: {answer:?}");
-        assert_eq!(rpc_code(&answer), -32600, "{what}");
-        assert_eq!(answer.header("connection"), Some("close"), "{what}");
-        assert!(took < Duration::from_secs(5), "{what}: after {took:?}");
-        closed(&mut stream, what).await;
-    }
-
-    // 10 MiB announced, none sent: 413 at once, naming the limit.
-    let request = format!("{}Content-Length: 10485760\r\n\r\n", head(&[]));
-    let mut stream = raw(addr, request.as_bytes()).await;
-    let answer = read_answer(&mut stream).await.expect("an answer");
-    assert_eq!(answer.status, 413, "{answer:?}");
-    assert_eq!(rpc_code(&answer), -32600);
-    assert!(
-        answer.body.contains("1048576"),
-        "names the limit: {answer:?}"
-    );
-    closed(&mut stream, "the 413's connection").await;
-    // Chunked, exactly the limit then one byte more.
-    let chunk = format!("{:x}\r\n{}\r\n", 256 * 1024, "0".repeat(256 * 1024));
-    let mut request = format!("{}Transfer-Encoding: chunked\r\n\r\n", head(&[]));
-    request.push_str(&chunk.repeat(4));
-    request.push_str("1\r\n0\r\n");
-    let mut stream = raw(addr, request.as_bytes()).await;
-    let answer = read_answer(&mut stream).await.expect("an answer");
-    assert_eq!(answer.status, 413, "{answer:?}");
-    echo_works(addr).await;
-    let stats = get_json(addr, "/stats").await;
-    assert_eq!(stats["connectionsClosed"]["bodyTimeout"], 4, "{stats}");
-}
-
-/// `hostile_mcp.rs`, embedded: what is not a JSON-RPC request gets its
-/// JSON-RPC error with the documented status, short; a non-JSON type gets
-/// `415`; foreign origins get `403` before anything runs; nothing but the
-/// canaries reached a tool.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_bad_mcp_requests_get_their_json_rpc_errors() {
-    let app = start_embedded(
-        demo_builder()
-            .mcp_sessions(false)
-            .cors_allowed_origins(["https://app.example"]),
-        "",
-    )
-    .await;
-    let addr = app.addr;
-    let long_method = format!(
-        r#"{{"jsonrpc":"2.0","id":1,"method":"{}"}}"#,
-        "m".repeat(500_000)
-    );
-    let cases: Vec<(String, u16, i64)> = vec![
-        ("not json".into(), 400, -32700),
-        ("{\"jsonrpc\":".into(), 400, -32700),
-        (
-            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#.into(),
-            400,
-            -32600,
-        ),
-        ("42".into(), 400, -32600),
-        (r#"{"id":1,"method":"ping"}"#.into(), 400, -32600),
-        (call_body(1, "echo", json!(5)), 200, -32602),
-        (call_body(1, "echo", json!([1, 2])), 200, -32602),
-        (long_method, 200, -32601),
-    ];
-    for (body, status, code) in &cases {
-        let answer = post_mcp(addr, body, &[]).await;
-        let what = &body[..body.len().min(80)];
-        assert_eq!(answer.status, *status, "{what}: {answer:?}");
-        assert_eq!(rpc_code(&answer), *code, "{what}");
-        assert!(answer.body.len() < 400, "{what}: {answer:?}");
-    }
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: text/plain\r\n\
-         Accept: application/json, text/event-stream\r\nContent-Length: 2\r\n\r\n{{}}"
-    );
-    let mut stream = raw(addr, request.as_bytes()).await;
-    let answer = read_answer(&mut stream).await.expect("an answer");
-    assert_eq!(answer.status, 415, "{answer:?}");
-    assert_eq!(rpc_code(&answer), -32600);
-
-    let echo = call_body(1, "echo", json!({"message": "hi"}));
-    for origin in [
-        "http://evil.example",
-        "null",
-        "http://127.0.0.1.evil.example",
-    ] {
-        let answer = post_mcp(addr, &echo, &[("Origin", origin)]).await;
-        assert_eq!(answer.status, 403, "{origin}: {answer:?}");
-        assert_eq!(rpc_code(&answer), -32600, "{origin}");
-    }
-    let stats = get_json(addr, "/stats").await;
-    assert_eq!(stats["toolExecutions"]["total"], 0, "nothing ran: {stats}");
-    for origin in ["https://app.example", "http://localhost:6274"] {
-        let answer = post_mcp(addr, &echo, &[("Origin", origin)]).await;
-        assert_eq!(answer.status, 200, "{origin}: {answer:?}");
-    }
-    echo_works(addr).await;
-    let stats = get_json(addr, "/stats").await;
-    assert_eq!(stats["toolExecutions"]["total"], 3, "{stats}");
-}
-
-/// `security_origin.rs`, embedded: a foreign page's WebSocket gets `403
-/// ORIGIN_NOT_ALLOWED` (the real client: no socket); `text/plain` and
-/// untyped POSTs get `415` and plant nothing in another client's SSE
-/// session; a rebound name gets `403 HOST_NOT_ALLOWED` on every route but
-/// `/health`; only the local client's calls ran.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_browser_rules_refuse_foreign_pages_and_names() {
-    let app = start_embedded(demo_builder(), "").await;
-    let addr = app.addr;
-    let mut local = Client::connect(&app.ws_url()).await;
-    let done = local.call_done("l1", "echo", json!({"message": "1"})).await;
-    assert_eq!(done["status"], "OK");
-
-    for path in ["/haip", "/"] {
-        let refused = raw_upgrade(addr, path, &[("Origin", "https://evil.example")]).await;
-        refused_with(&refused, 403, "ORIGIN_NOT_ALLOWED");
-    }
-    let mut request = app.ws_url().into_client_request().unwrap();
-    request
-        .headers_mut()
-        .insert("origin", "https://evil.example".parse().unwrap());
-    assert!(
-        within("a refused upgrade", connect_async(request))
-            .await
-            .is_err(),
-        "a foreign origin opened a WebSocket"
-    );
-
-    let planted = json!({"id": "e1", "type": "TOOL_CALL", "channel": "USER",
-        "payload": {"call_id": "planted", "tool": "echo", "params": {"message": "pwned"}}})
-    .to_string();
-    let mut victim = Conn::connect(Kind::Sse, addr, None).await;
-    let session = victim.session.clone();
-    for content_type in [Some("text/plain;charset=UTF-8"), None] {
-        let mut headers = vec![("x-haip-session", session.as_str())];
-        headers.extend(content_type.map(|t| ("content-type", t)));
-        for path in ["/haip/message", "/haip/stream"] {
-            let response = conn::http(addr, "POST", path, &headers, &planted).await;
-            refused_with(&response, 415, "UNSUPPORTED_MEDIA_TYPE");
-        }
-    }
-    victim.ping_marker().await;
-
-    let host = format!("evil.example:{}", addr.port());
-    let origin = format!("http://{host}");
-    let rebound = [("Host", host.as_str()), ("Origin", origin.as_str())];
-    for path in ["/stats", "/metrics", "/haip/sse"] {
-        let response = http_request_with(addr, "GET", path, &rebound, b"").await;
-        refused_with(&response, 403, "HOST_NOT_ALLOWED");
-    }
-    let response = raw_upgrade(addr, "/haip", &[("Host", &host)]).await;
-    refused_with(&response, 403, "HOST_NOT_ALLOWED");
-    let response = http_request_with(
-        addr,
-        "POST",
-        "/mcp",
-        &[
-            ("Host", host.as_str()),
-            ("content-type", "application/json"),
-            ("accept", "application/json, text/event-stream"),
-        ],
-        call_body(1, "echo", json!({"message": "rebound"})).as_bytes(),
-    )
-    .await;
-    assert_eq!(response.status, 403, "{response:?}");
-    assert_eq!(rpc_code(&response), -32600, "{response:?}");
-    let response = http_request_with(addr, "GET", "/health", &rebound, b"").await;
-    assert_eq!(response.status, 200, "{response:?}");
-
-    let done = local.call_done("l2", "echo", json!({"message": "2"})).await;
-    assert_eq!(done["status"], "OK");
-    let stats = get_json(addr, "/stats").await;
-    assert_eq!(
-        stats["toolExecutions"]["total"], 2,
-        "only the local calls: {stats}"
-    );
-}
+// ----- 4: each peer's share ----------------------------------------------------------------
 
 /// Opens `GET /haip/sse` to `addr` from the local address `from`, and
 /// reads the answer's head; returns its status and the socket (which holds
@@ -1297,31 +831,14 @@ async fn unix_request(
     uri: &str,
     headers: &[(&str, &str)],
     body: UnsyncBoxBody<Bytes, Infallible>,
-) -> (hyper::Response<Incoming>, tokio::task::JoinHandle<()>) {
-    within(&format!("{method} {uri} over the Unix socket"), async {
-        let stream = tokio::net::UnixStream::connect(path)
-            .await
-            .expect("connect to the Unix socket");
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .expect("HTTP/1.1 handshake");
-        let task = tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let mut request = hyper::Request::builder()
-            .method(method)
-            .uri(uri)
-            .header("host", "localhost");
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let response = sender
-            .send_request(request.body(body).expect("a valid request"))
-            .await
-            .expect("an answer");
-        (response, task)
-    })
+) -> (hyper::Response<Incoming>, AbortHandle) {
+    let stream = within(
+        "connecting to the Unix socket",
+        tokio::net::UnixStream::connect(path),
+    )
     .await
+    .expect("connect to the Unix socket");
+    conn::send_request_on(stream, "localhost", method, uri, headers, body).await
 }
 
 /// Reads NDJSON lines of a streaming body until one satisfies `pred`.

@@ -8,8 +8,14 @@
 //! gets exactly one `TOOL_DONE`, and that the attacker gets the documented
 //! error or close code. Budgets are set small so the tests run in seconds;
 //! RELIABILITY.md measures the same attacks at the defaults.
+//!
+//! Each test runs against haip's own listener and again, with the same
+//! budgets, against `examples/axum_app.rs` with haip nested at its root
+//! (`…_in_an_axum_app`, [`At::App`]); but connections per peer address, which
+//! only haip's own listener counts (embedded, they are the host's).
 
 use crate::conn;
+use crate::embedded_support::{At, start_at};
 use crate::support;
 
 use std::collections::HashMap;
@@ -78,8 +84,19 @@ fn dones_in(texts: &[String], dones: &mut HashMap<String, u32>) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_never_read_cost_their_budget_and_lose_no_tool_done() {
+    clients_that_never_read_cost_their_budget_and_lose_no_tool_done_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_read_cost_their_budget_and_lose_no_tool_done_in_an_axum_app() {
+    clients_that_never_read_cost_their_budget_and_lose_no_tool_done_at(At::App).await;
+}
+
+async fn clients_that_never_read_cost_their_budget_and_lose_no_tool_done_at(at: At) {
     let budget = 512 * 1024;
-    let (handle, url) = start(
+    let server = start_at(
+        at,
         builder()
             .builtin_tools()
             .max_outbound_bytes(budget)
@@ -87,7 +104,8 @@ async fn clients_that_never_read_cost_their_budget_and_lose_no_tool_done() {
             .replay_window_bytes(16 * 1024 * 1024),
     )
     .await;
-    let addr = handle.local_addr();
+    let url = server.ws_url();
+    let addr = server.addr();
     let message = "x".repeat(200_000);
     let mut flooders = Vec::new();
     for n in 0..3 {
@@ -205,14 +223,25 @@ async fn read_response(socket: &mut TcpStream) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_stalled_and_lying_post_bodies_get_408_503_413() {
-    let (handle, _) = start(
+    slow_stalled_and_lying_post_bodies_get_408_503_413_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_stalled_and_lying_post_bodies_get_408_503_413_in_an_axum_app() {
+    slow_stalled_and_lying_post_bodies_get_408_503_413_at(At::App).await;
+}
+
+async fn slow_stalled_and_lying_post_bodies_get_408_503_413_at(at: At) {
+    let server = start_at(
+        at,
         builder()
             .body_read_timeout(Duration::from_secs(2))
             .max_inflight_body_bytes(1024 * 1024)
             .max_message_bytes(64 * 1024),
     )
     .await;
-    let addr = handle.local_addr();
+    let addr = server.addr();
     let mut stream = conn::Conn::connect(conn::Kind::Sse, addr, None).await;
 
     // A length no body may have: refused before any of it is read.
@@ -274,13 +303,25 @@ async fn slow_stalled_and_lying_post_bodies_get_408_503_413() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_params_get_a_short_error_and_huge_results_end_exactly_once() {
+    huge_params_get_a_short_error_and_huge_results_end_exactly_once_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_params_get_a_short_error_and_huge_results_end_exactly_once_in_an_axum_app() {
+    huge_params_get_a_short_error_and_huge_results_end_exactly_once_at(At::App).await;
+}
+
+async fn huge_params_get_a_short_error_and_huge_results_end_exactly_once_at(at: At) {
     let limit = 4 * 1024 * 1024;
-    let (_handle, url) = start(
+    let server = start_at(
+        at,
         demo_builder()
             .tool(blob())
             .max_outbound_message_bytes(limit),
     )
     .await;
+    let url = server.ws_url();
     let mut client = Client::connect(&url).await;
     let mut canary = Client::connect(&url).await;
 
@@ -364,7 +405,18 @@ async fn pings(client: &mut Client, n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reading_client_is_never_dropped_for_receiving_a_lot() {
-    let (handle, url) = start(builder()).await;
+    a_reading_client_is_never_dropped_for_receiving_a_lot_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reading_client_is_never_dropped_for_receiving_a_lot_in_an_axum_app() {
+    a_reading_client_is_never_dropped_for_receiving_a_lot_at(At::App).await;
+}
+
+async fn a_reading_client_is_never_dropped_for_receiving_a_lot_at(at: At) {
+    let server = start_at(at, builder()).await;
+    let url = server.ws_url();
     // A REPLAY_REQUEST over 5000 kept envelopes (more than max_outbound_queue).
     let mut client = Client::connect(&url).await;
     pings(&mut client, 5000).await;
@@ -393,7 +445,7 @@ async fn a_reading_client_is_never_dropped_for_receiving_a_lot() {
     assert_eq!(hai, confirming_hai_payload(true, "0"));
 
     // An upstream POST of 5000 PINGs, answered on the SSE stream.
-    let addr = handle.local_addr();
+    let addr = server.addr();
     let mut sse = conn::Conn::connect(conn::Kind::Sse, addr, None).await;
     let batch: Vec<Value> = (0..5000)
         .map(|i| json!({"type": "PING", "payload": {"nonce": format!("b{i}")}}))
@@ -421,6 +473,8 @@ async fn a_reading_client_is_never_dropped_for_receiving_a_lot() {
 
 // ----- 6: a peer's share of connections, and idle ones ------------------------------------
 
+// haip's own listener only: embedded, haip sees requests, not connections,
+// and connections per peer address are the host's (`HaipService`'s docs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beyond_a_peers_share_connections_are_refused_and_idle_ones_closed() {
     let (handle, url) = start(
@@ -479,9 +533,20 @@ async fn beyond_a_peers_share_connections_are_refused_and_idle_ones_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replay_budget_evicts_detached_sessions_oldest_first() {
+    the_replay_budget_evicts_detached_sessions_oldest_first_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replay_budget_evicts_detached_sessions_oldest_first_in_an_axum_app() {
+    the_replay_budget_evicts_detached_sessions_oldest_first_at(At::App).await;
+}
+
+async fn the_replay_budget_evicts_detached_sessions_oldest_first_at(at: At) {
     let budget = 300_000;
-    let (handle, url) = start(builder().replay_budget_bytes(budget)).await;
-    let addr = handle.local_addr();
+    let server = start_at(at, builder().replay_budget_bytes(budget)).await;
+    let url = server.ws_url();
+    let addr = server.addr();
     let nonce = "n".repeat(5000);
     let mut sessions = Vec::new();
     for _ in 0..4 {
@@ -530,7 +595,18 @@ async fn the_replay_budget_evicts_detached_sessions_oldest_first() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_frames_and_broken_frames_get_their_documented_answers() {
-    let (_handle, url) = start(builder()).await;
+    binary_frames_and_broken_frames_get_their_documented_answers_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_frames_and_broken_frames_get_their_documented_answers_in_an_axum_app() {
+    binary_frames_and_broken_frames_get_their_documented_answers_at(At::App).await;
+}
+
+async fn binary_frames_and_broken_frames_get_their_documented_answers_at(at: At) {
+    let server = start_at(at, builder()).await;
+    let url = server.ws_url();
     // Two-frame binary: the envelope is handled once its body arrives.
     let mut client = Client::connect(&url).await;
     client

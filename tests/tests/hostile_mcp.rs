@@ -10,7 +10,15 @@
 //! The servers here serve `/mcp` statelessly (`mcp_sessions(false)`): each
 //! attack is a plain POST, which any instance would take; the front door it
 //! meets is the same with sessions.
+//!
+//! Each test runs against haip's own listener and again, with the same
+//! budgets, against `examples/axum_app.rs` with haip nested at its root
+//! (`…_in_an_axum_app`, [`At::App`]); but the answers nobody takes: closing a
+//! connection whose client stops reading is its listener's (embedded, the
+//! host's), and so is what `write_timeout` and `max_inflight_answer_bytes`
+//! do about such a client.
 
+use crate::embedded_support::{At, start_at};
 use crate::support;
 
 use std::net::SocketAddr;
@@ -201,9 +209,18 @@ async fn closed(stream: &mut TcpStream) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_bodies_get_408_and_their_connection_closes() {
-    let (handle, _) =
-        support::start(demo_builder().body_read_timeout(Duration::from_secs(1))).await;
-    let addr = handle.local_addr();
+    stalled_bodies_get_408_and_their_connection_closes_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_bodies_get_408_and_their_connection_closes_in_an_axum_app() {
+    stalled_bodies_get_408_and_their_connection_closes_at(At::App).await;
+}
+
+async fn stalled_bodies_get_408_and_their_connection_closes_at(at: At) {
+    let server = start_at(at, demo_builder().body_read_timeout(Duration::from_secs(1))).await;
+    let addr = server.addr();
     let body = call_body(1, "echo", json!({"message": "never whole"}));
     let length = body.len().to_string();
     let cases: [(&str, String, Vec<u8>); 4] = [
@@ -271,8 +288,18 @@ async fn stalled_bodies_get_408_and_their_connection_closes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_over_max_message_bytes_is_refused_before_it_is_read() {
-    let (handle, _) = support::start(demo_builder()).await;
-    let addr = handle.local_addr();
+    a_message_over_max_message_bytes_is_refused_before_it_is_read_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_max_message_bytes_is_refused_before_it_is_read_in_an_axum_app() {
+    a_message_over_max_message_bytes_is_refused_before_it_is_read_at(At::App).await;
+}
+
+async fn a_message_over_max_message_bytes_is_refused_before_it_is_read_at(at: At) {
+    let server = start_at(at, demo_builder()).await;
+    let addr = server.addr();
     within("413 before the body", async {
         let mut stream = TcpStream::connect(addr).await.expect("connect");
         // 10 MiB announced, none sent: the answer comes at once.
@@ -307,14 +334,25 @@ async fn a_message_over_max_message_bytes_is_refused_before_it_is_read() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_hold_the_body_budget_at_their_parsed_cost_until_answered() {
+    requests_hold_the_body_budget_at_their_parsed_cost_until_answered_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_hold_the_body_budget_at_their_parsed_cost_until_answered_in_an_axum_app() {
+    requests_hold_the_body_budget_at_their_parsed_cost_until_answered_at(At::App).await;
+}
+
+async fn requests_hold_the_body_budget_at_their_parsed_cost_until_answered_at(at: At) {
     let (gated, mut gate) = gated_tool("hold");
-    let (handle, _) = support::start(
+    let server = start_at(
+        at,
         demo_builder()
             .tool(gated)
             .max_inflight_body_bytes(4 * 1024 * 1024),
     )
     .await;
-    let addr = handle.local_addr();
+    let addr = server.addr();
     // ≈ 200 KB of `0,`: about 3.2 MB once parsed, most of the budget.
     let junk: Vec<u8> = vec![0; 100_000];
     let heavy = call_body(1, "hold", json!({ "junk": junk }));
@@ -337,15 +375,25 @@ async fn requests_hold_the_body_budget_at_their_parsed_cost_until_answered() {
     let again = post(addr, &heavy, &[]).await;
     assert_eq!(again.status, 200, "{again:?}");
     // More than the whole budget once parsed: refused at once.
-    let (handle, _) = support::start(demo_builder().max_inflight_body_bytes(1024 * 1024)).await;
-    let answer = post(handle.local_addr(), &heavy, &[]).await;
+    let server = start_at(at, demo_builder().max_inflight_body_bytes(1024 * 1024)).await;
+    let answer = post(server.addr(), &heavy, &[]).await;
     assert_eq!(answer.status, 503, "{answer:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_params_are_checked_and_validated_off_the_workers() {
-    let (handle, _) = support::start(demo_builder()).await;
-    let addr = handle.local_addr();
+    large_params_are_checked_and_validated_off_the_workers_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_params_are_checked_and_validated_off_the_workers_in_an_axum_app() {
+    large_params_are_checked_and_validated_off_the_workers_at(At::App).await;
+}
+
+async fn large_params_are_checked_and_validated_off_the_workers_at(at: At) {
+    let server = start_at(at, demo_builder()).await;
+    let addr = server.addr();
     // ≈ 600 KB of junk in an open schema: parsed, validated, answered.
     let junk: Vec<u8> = vec![0; 300_000];
     let answer = post(
@@ -412,6 +460,10 @@ fn outbound(stats: &Value) -> u64 {
     stats["outboundBytes"].as_u64().unwrap_or(0)
 }
 
+// haip's own listener only: its connection task closes a stalled
+// connection; embedded, hyper's connection is the host's, and the unread
+// answer stays held (and counted in `outboundBytes`) until the client reads
+// or goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_nobody_takes_is_dropped_with_its_connection() {
     let (handle, _) = support::start(
@@ -437,6 +489,7 @@ async fn an_answer_nobody_takes_is_dropped_with_its_connection() {
     echo_works(addr).await;
 }
 
+// haip's own listener only, as the test above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_the_servers_answer_budget_stalled_clients_go_in_a_second_and_readers_stay() {
     let (handle, _) = support::start(
@@ -493,14 +546,25 @@ async fn over_the_servers_answer_budget_stalled_clients_go_in_a_second_and_reade
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_too_large_to_send_is_a_readable_tool_error() {
-    let (handle, _) = support::start(
+    a_result_too_large_to_send_is_a_readable_tool_error_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_too_large_to_send_is_a_readable_tool_error_in_an_axum_app() {
+    a_result_too_large_to_send_is_a_readable_tool_error_at(At::App).await;
+}
+
+async fn a_result_too_large_to_send_is_a_readable_tool_error_at(at: At) {
+    let server = start_at(
+        at,
         builder()
             .builtin_tools()
             .tool(blob())
             .max_outbound_message_bytes(3 * 1024 * 1024),
     )
     .await;
-    let addr = handle.local_addr();
+    let addr = server.addr();
     // `blob` has no output schema: its value is sent once, as text.
     let fits = post(addr, &call_body(1, "blob", json!({"bytes": 2 << 20})), &[]).await;
     assert_eq!(fits.json()["result"]["isError"], false);
@@ -523,8 +587,18 @@ async fn a_result_too_large_to_send_is_a_readable_tool_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_progress_token_is_refused_and_a_short_one_is_used() {
-    let (handle, _) = support::start(demo_builder()).await;
-    let addr = handle.local_addr();
+    a_long_progress_token_is_refused_and_a_short_one_is_used_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_progress_token_is_refused_and_a_short_one_is_used_in_an_axum_app() {
+    a_long_progress_token_is_refused_and_a_short_one_is_used_at(At::App).await;
+}
+
+async fn a_long_progress_token_is_refused_and_a_short_one_is_used_at(at: At) {
+    let server = start_at(at, demo_builder()).await;
+    let addr = server.addr();
     let with_token = |token: Value| {
         json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
             "name": "echo", "arguments": {"message": "hi"}, "_meta": {"progressToken": token}}})
@@ -546,9 +620,22 @@ async fn a_long_progress_token_is_refused_and_a_short_one_is_used() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origins_not_allowed_are_refused_before_anything_runs() {
-    let (handle, _) =
-        support::start(demo_builder().cors_allowed_origins(["https://app.example"])).await;
-    let addr = handle.local_addr();
+    origins_not_allowed_are_refused_before_anything_runs_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origins_not_allowed_are_refused_before_anything_runs_in_an_axum_app() {
+    origins_not_allowed_are_refused_before_anything_runs_at(At::App).await;
+}
+
+async fn origins_not_allowed_are_refused_before_anything_runs_at(at: At) {
+    let server = start_at(
+        at,
+        demo_builder().cors_allowed_origins(["https://app.example"]),
+    )
+    .await;
+    let addr = server.addr();
     let body = call_body(1, "echo", json!({"message": "hi"}));
     for origin in [
         "http://evil.example",
@@ -575,8 +662,18 @@ async fn origins_not_allowed_are_refused_before_anything_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_is_not_a_json_rpc_request_gets_its_json_rpc_error() {
-    let (handle, _) = support::start(demo_builder()).await;
-    let addr = handle.local_addr();
+    what_is_not_a_json_rpc_request_gets_its_json_rpc_error_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_not_a_json_rpc_request_gets_its_json_rpc_error_in_an_axum_app() {
+    what_is_not_a_json_rpc_request_gets_its_json_rpc_error_at(At::App).await;
+}
+
+async fn what_is_not_a_json_rpc_request_gets_its_json_rpc_error_at(at: At) {
+    let server = start_at(at, demo_builder()).await;
+    let addr = server.addr();
     let long_method = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"{}"}}"#,
         "m".repeat(500_000)

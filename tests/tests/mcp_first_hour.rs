@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::embedded_support::{Embedded, start_embedded};
+use crate::embedded_support::{At, Running, start_at};
 use haip::{Context, ServerBuilder, ServerHandle, Tool, ToolError};
 use mcp_http::{Reply, mcp_request};
 use serde_json::{Value, json};
@@ -120,52 +120,10 @@ async fn serve(builder: ServerBuilder) -> (ServerHandle, SocketAddr) {
     (handle, addr)
 }
 
-/// Where the SDKs' tests serve: haip's own listener, or nested at `/agent`
-/// in the axum application of `examples/axum_app.rs` (`into_service`).
-#[derive(Clone, Copy)]
-enum At {
-    Own,
-    Nested,
-}
-
-/// A server of either kind, stopped when dropped or by [`Served::stop`].
-enum Served {
-    Own(ServerHandle),
-    Nested(Embedded),
-}
-
-impl Served {
-    async fn start(at: At, builder: ServerBuilder) -> (Served, String) {
-        match at {
-            At::Own => {
-                let (handle, addr) = serve(builder).await;
-                (Served::Own(handle), format!("http://{addr}/mcp"))
-            }
-            At::Nested => {
-                let app = start_embedded(builder, "/agent").await;
-                let url = app.url("/mcp");
-                assert_eq!(url, format!("http://{}/agent/mcp", app.addr));
-                (Served::Nested(app), url)
-            }
-        }
-    }
-
-    /// `GET {prefix}/stats` until `pred` holds of it.
-    async fn stats_until(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        match self {
-            Served::Own(handle) => poll_until(handle.local_addr(), "/stats", what, pred).await,
-            Served::Nested(app) => {
-                poll_until(app.addr, &format!("{}/stats", app.prefix), what, pred).await
-            }
-        }
-    }
-
-    async fn stop(self) {
-        match self {
-            Served::Own(handle) => handle.shutdown().await,
-            Served::Nested(app) => app.stop().await,
-        }
-    }
+/// `GET {prefix}/stats` of `server` until `pred` holds of it.
+async fn stats_at(server: &Running, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let path = format!("{}/stats", server.prefix());
+    poll_until(server.addr(), &path, what, pred).await
 }
 
 // ----- the official SDKs --------------------------------------------------------------
@@ -241,7 +199,8 @@ async fn python_sdk_with_the_older_handshake_answers_a_confirmation_nested() {
 
 async fn older_handshake_answers_a_confirmation(at: At) {
     let seen = Arc::new(Seen::default());
-    let (server, url) = Served::start(at, tools(&seen)).await;
+    let server = start_at(at, tools(&seen)).await;
+    let url = server.url("/mcp");
     let python = mcp_support::python();
     let script = mcp_support::script("first_hour.py");
     let ran = run(&python, &script, &url, &[]).await;
@@ -268,7 +227,8 @@ async fn typescript_sdk_answers_a_confirmation_gets_progress_and_cancels_nested(
 
 async fn typescript_sdk_confirms_and_cancels(at: At) {
     let seen = Arc::new(Seen::default());
-    let (server, url) = Served::start(at, tools(&seen)).await;
+    let server = start_at(at, tools(&seen)).await;
+    let url = server.url("/mcp");
     let node = conformance_support::node();
     let modules = conformance_support::ts_sdk_modules();
     let script = mcp_support::script("ts_client.mjs");
@@ -296,17 +256,17 @@ async fn typescript_sdk_confirms_and_cancels(at: At) {
 /// `DELETE`; every request the SDK sends at `/agent/mcp`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_lists_calls_answers_and_cancels_nested() {
-    let (server, url) = Served::start(At::Nested, demo_builder()).await;
+    let server = start_at(At::Nested, demo_builder()).await;
+    let url = server.url("/mcp");
     let python = mcp_support::python();
     let script = mcp_support::script("http_session.py");
     let ran = run(&python, &script, &url, &[]).await;
     println!("{}", ran.stdout.trim_end());
     // echo, process_file, book_table, the cancelled process_file, add.
-    let stats = server
-        .stats_until("the cancelled process_file", |s| {
-            executions(s)[3] == 1 && executions(s)[4] == 0
-        })
-        .await;
+    let stats = stats_at(&server, "the cancelled process_file", |s| {
+        executions(s)[3] == 1 && executions(s)[4] == 0
+    })
+    .await;
     assert_eq!(executions(&stats), [5, 4, 0, 1, 0], "{stats}");
     server.stop().await;
 }
@@ -317,14 +277,13 @@ async fn python_sdk_lists_calls_answers_and_cancels_nested() {
 /// `requestState` books the table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_speaking_2026_gets_its_question_in_rounds_nested() {
-    let (server, url) = Served::start(At::Nested, demo_builder()).await;
+    let server = start_at(At::Nested, demo_builder()).await;
+    let url = server.url("/mcp");
     let python = mcp_support::python();
     let script = mcp_support::script("rounds.py");
     let ran = run(&python, &script, &url, &[]).await;
     println!("{}", ran.stdout.trim_end());
-    let stats = server
-        .stats_until("book_table done", |s| executions(s)[4] == 0)
-        .await;
+    let stats = stats_at(&server, "book_table done", |s| executions(s)[4] == 0).await;
     let [_, ok, failed, ..] = executions(&stats);
     assert!(ok >= 1 && failed == 0, "{stats}");
     server.stop().await;

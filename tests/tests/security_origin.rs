@@ -3,6 +3,13 @@
 //! HS256 secrets too short to be secret. Each test plays the attack an
 //! attacker's review reproduced against a running server, through the real
 //! wire, and checks that nothing ran.
+//!
+//! The attacks run against haip's own listener and again against
+//! `examples/axum_app.rs` with haip nested at its root
+//! (`…_in_an_axum_app`, [`At::App`]), which writes no row of the security
+//! report (`support::security_row`) a second time. `allowed_hosts` naming
+//! public names is served by haip's own loopback listener only: embedded,
+//! `into_service` refuses it without authentication (`embedded.rs`).
 
 use std::net::SocketAddr;
 
@@ -14,6 +21,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::conn::{self, Conn, Kind, Refused};
+use crate::embedded_support::{At, start_at};
 use crate::support::{
     self, HttpResponse, demo_builder, get_json, http_request_with, start, within,
 };
@@ -63,8 +71,18 @@ async fn raw_upgrade(addr: SocketAddr, path: &str, extra: (&str, &str)) -> HttpR
 /// on the HAIP paths and the inspector's socket alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_page_cannot_open_a_websocket() {
-    let (handle, _) = start(demo_builder().inspector(true)).await;
-    let addr = handle.local_addr();
+    a_foreign_page_cannot_open_a_websocket_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_page_cannot_open_a_websocket_in_an_axum_app() {
+    a_foreign_page_cannot_open_a_websocket_at(At::App).await;
+}
+
+async fn a_foreign_page_cannot_open_a_websocket_at(at: At) {
+    let server = start_at(at, demo_builder().inspector(true)).await;
+    let addr = server.addr();
     let mut local = support::Client::connect(&format!("ws://{addr}/haip")).await;
     let (before, _) = support::timed(local.call_done("l1", "echo", json!({"message": "1"}))).await;
     for path in ["/haip", "/", "/haip/websocket"] {
@@ -105,14 +123,17 @@ async fn a_foreign_page_cannot_open_a_websocket() {
     }
     let (during, _) = support::timed(local.call_done("l2", "echo", json!({"message": "2"}))).await;
     assert_eq!(calls_run(addr).await, 6, "only the allowed clients called");
-    support::security_row(
-        1,
-        "A page on another site opens `ws://127.0.0.1/haip` (`Origin: https://evil.example`), on `/haip`, `/`, `/haip/websocket` (the inspector's socket)",
-        "`403 ORIGIN_NOT_ALLOWED` before authentication; no socket, no call",
-        "a local client's `echo`",
-        Some(before),
-        Some(during),
-    );
+    // One row per attack in the report: the standalone server's.
+    if at == At::Own {
+        support::security_row(
+            1,
+            "A page on another site opens `ws://127.0.0.1/haip` (`Origin: https://evil.example`), on `/haip`, `/`, `/haip/websocket` (the inspector's socket)",
+            "`403 ORIGIN_NOT_ALLOWED` before authentication; no socket, no call",
+            "a local client's `echo`",
+            Some(before),
+            Some(during),
+        );
+    }
 }
 
 /// (1, High) A `text/plain` POST is a CORS "simple request": a page sends
@@ -122,8 +143,18 @@ async fn a_foreign_page_cannot_open_a_websocket() {
 /// even with no `Origin` header, and the session hears nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn simple_posts_run_nothing() {
-    let (handle, _) = start(demo_builder()).await;
-    let addr = handle.local_addr();
+    simple_posts_run_nothing_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simple_posts_run_nothing_in_an_axum_app() {
+    simple_posts_run_nothing_at(At::App).await;
+}
+
+async fn simple_posts_run_nothing_at(at: At) {
+    let server = start_at(at, demo_builder()).await;
+    let addr = server.addr();
     let call = json!({"id": "e1", "type": "TOOL_CALL", "channel": "USER",
         "payload": {"call_id": "planted", "tool": "echo", "params": {"message": "pwned"}}})
     .to_string();
@@ -172,14 +203,17 @@ async fn simple_posts_run_nothing() {
         "nothing ran but the local client's call"
     );
     let (during, _) = support::timed(local.call_done("l2", "echo", json!({"message": "2"}))).await;
-    support::security_row(
-        1,
-        "`text/plain` (and form, and untyped) POSTs: a stream of NDJSON to `/haip/stream`; a `TOOL_CALL` planted in another client's SSE session via `/haip/message`, `/haip/sse`, `/haip/handshake`",
-        "`415 UNSUPPORTED_MEDIA_TYPE`; nothing runs, the SSE session hears nothing",
-        "a local client's `echo`",
-        Some(before),
-        Some(during),
-    );
+    // One row per attack in the report: the standalone server's.
+    if at == At::Own {
+        support::security_row(
+            1,
+            "`text/plain` (and form, and untyped) POSTs: a stream of NDJSON to `/haip/stream`; a `TOOL_CALL` planted in another client's SSE session via `/haip/message`, `/haip/sse`, `/haip/handshake`",
+            "`415 UNSUPPORTED_MEDIA_TYPE`; nothing runs, the SSE session hears nothing",
+            "a local client's `echo`",
+            Some(before),
+            Some(during),
+        );
+    }
     // The same POST as JSON is served: the rule costs clients nothing.
     conn::assert_ok(&victim.post(&call).await);
     let (done, _) = victim.recv_until(|e| e["type"] == "TOOL_DONE").await;
@@ -192,8 +226,18 @@ async fn simple_posts_run_nothing() {
 /// none refuses a name the server does not answer to.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebound_name_reaches_nothing() {
-    let (handle, _) = start(demo_builder().inspector(true)).await;
-    let addr = handle.local_addr();
+    a_rebound_name_reaches_nothing_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebound_name_reaches_nothing_in_an_axum_app() {
+    a_rebound_name_reaches_nothing_at(At::App).await;
+}
+
+async fn a_rebound_name_reaches_nothing_at(at: At) {
+    let server = start_at(at, demo_builder().inspector(true)).await;
+    let addr = server.addr();
     let host = format!("evil.example:{}", addr.port());
     let origin = format!("http://{host}");
     let rebound = [("Host", host.as_str()), ("Origin", origin.as_str())];
@@ -221,14 +265,17 @@ async fn a_rebound_name_reaches_nothing() {
     assert_eq!(response.status, 403, "{response:?}");
     assert_eq!(response.json()["error"]["code"], -32600, "{response:?}");
     let (during, _) = support::timed(local.call_done("l2", "echo", json!({"message": "2"}))).await;
-    support::security_row(
-        1,
-        "DNS rebinding: `Host: evil.example` (and its own `Origin`) on `/stats`, `/inspector`, `/metrics`, a WebSocket upgrade, SSE, `/mcp`",
-        "`403 HOST_NOT_ALLOWED` (`/mcp`: `403` with JSON-RPC `-32600`) on every route",
-        "a local client's `echo`",
-        Some(before),
-        Some(during),
-    );
+    // One row per attack in the report: the standalone server's.
+    if at == At::Own {
+        support::security_row(
+            1,
+            "DNS rebinding: `Host: evil.example` (and its own `Origin`) on `/stats`, `/inspector`, `/metrics`, a WebSocket upgrade, SSE, `/mcp`",
+            "`403 HOST_NOT_ALLOWED` (`/mcp`: `403` with JSON-RPC `-32600`) on every route",
+            "a local client's `echo`",
+            Some(before),
+            Some(during),
+        );
+    }
     // `/health` always answers (a probe's `Host` is its platform's).
     let response = http_request_with(addr, "GET", "/health", &rebound, b"").await;
     assert_eq!(response.status, 200, "{response:?}");
@@ -241,6 +288,8 @@ async fn a_rebound_name_reaches_nothing() {
 
 /// `allowed_hosts` widens what a loopback server answers to (a name in
 /// front of it), and only that.
+/// haip's own listener only: embedded, `into_service` refuses public names
+/// without authentication.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allowed_hosts_are_answered() {
     let (handle, _) =
@@ -277,14 +326,25 @@ async fn allowed_hosts_are_answered() {
 /// naming the setting, while another subject connects and calls at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_subject_holds_only_its_share_of_sessions() {
-    let (handle, _) = start(
+    one_subject_holds_only_its_share_of_sessions_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_subject_holds_only_its_share_of_sessions_in_an_axum_app() {
+    one_subject_holds_only_its_share_of_sessions_at(At::App).await;
+}
+
+async fn one_subject_holds_only_its_share_of_sessions_at(at: At) {
+    let server = start_at(
+        at,
         demo_builder()
             .jwt_hs256(SECRET)
             .max_sessions(100)
             .max_sessions_per_caller(3),
     )
     .await;
-    let addr = handle.local_addr();
+    let addr = server.addr();
     let (alice, bob) = (token("alice", ""), token("bob", ""));
     let bob_calls = |n: &'static str| {
         let bob = bob.clone();
@@ -334,14 +394,17 @@ async fn one_subject_holds_only_its_share_of_sessions() {
     }
     // Bob is served at once, on every transport.
     let (during, ()) = support::timed(bob_calls("b00")).await;
-    support::security_row(
-        5,
-        "One subject opens sessions until the server has none left (shown with `max_sessions_per_caller(3)`)",
-        "beyond its share: `503 TOO_MANY_SESSIONS` naming `max_sessions_per_caller` (WebSocket: close 1013)",
-        "another subject's connect and `echo`",
-        Some(before),
-        Some(during),
-    );
+    // One row per attack in the report: the standalone server's.
+    if at == At::Own {
+        support::security_row(
+            5,
+            "One subject opens sessions until the server has none left (shown with `max_sessions_per_caller(3)`)",
+            "beyond its share: `503 TOO_MANY_SESSIONS` naming `max_sessions_per_caller` (WebSocket: close 1013)",
+            "another subject's connect and `echo`",
+            Some(before),
+            Some(during),
+        );
+    }
     for kind in [Kind::Ws, Kind::Sse, Kind::Stream] {
         let mut conn = Conn::connect(kind, addr, Some(&bob)).await;
         let done = conn
@@ -367,20 +430,31 @@ async fn one_subject_holds_only_its_share_of_sessions() {
 /// `403` saying how to read them; one shown every tool reads them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_name_tools_only_to_who_may_see_them_all() {
+    metrics_name_tools_only_to_who_may_see_them_all_at(At::Own).await;
+}
+
+/// The same, haip nested at the root of `examples/axum_app.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_name_tools_only_to_who_may_see_them_all_in_an_axum_app() {
+    metrics_name_tools_only_to_who_may_see_them_all_at(At::App).await;
+}
+
+async fn metrics_name_tools_only_to_who_may_see_them_all_at(at: At) {
     let hidden = haip::Tool::builder("payroll")
         .description("Hidden from tokens without payroll:read")
         .scopes(["payroll:read"])
         .handler(|_: Value, _: haip::Context| async { Ok::<_, haip::ToolError>(json!({})) })
         .build()
         .unwrap();
-    let (handle, _) = start(
+    let server = start_at(
+        at,
         support::builder()
             .builtin_tools()
             .tool(hidden)
             .jwt_hs256(SECRET),
     )
     .await;
-    let addr = handle.local_addr();
+    let addr = server.addr();
     let bearer = |t: &str| format!("Bearer {t}");
     let narrow = bearer(&token("eve", ""));
     let response = conn::http(addr, "GET", "/metrics", &[("authorization", &narrow)], "").await;
@@ -390,14 +464,17 @@ async fn metrics_name_tools_only_to_who_may_see_them_all() {
     let wide = bearer(&token("ops", "payroll:read"));
     let response = conn::http(addr, "GET", "/metrics", &[("authorization", &wide)], "").await;
     assert_eq!(response.status, 200, "{response:?}");
-    support::security_row(
-        8,
-        "A valid token not allowed to see every tool reads `/metrics` on the main port",
-        "`403` saying to use a token shown every tool, or `metrics_addr`",
-        "—",
-        None,
-        None,
-    );
+    // One row per attack in the report: the standalone server's.
+    if at == At::Own {
+        support::security_row(
+            8,
+            "A valid token not allowed to see every tool reads `/metrics` on the main port",
+            "`403` saying to use a token shown every tool, or `metrics_addr`",
+            "—",
+            None,
+            None,
+        );
+    }
 }
 
 /// (8, Low) A short HS256 secret can be guessed offline from any token it

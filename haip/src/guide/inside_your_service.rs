@@ -267,7 +267,7 @@
 //! | the time a client may take to send its request headers ([`handshake_timeout`](crate::ServerBuilder::handshake_timeout), 10 s) | the connection is closed | the host's: hyper's `header_read_timeout` with a timer (below; `axum::serve` sets none), or a reverse proxy's (nginx: `client_header_timeout`) |
 //! | connections per peer address ([`max_connections_per_peer`](crate::ServerBuilder::max_connections_per_peer), 1024) | beyond it only `/health` is served; WebSockets close with 1013, the rest get `503` | the host's: a reverse proxy (nginx: `limit_conn`) or a tower layer counting connections by peer address |
 //! | a client that takes nothing of its `/mcp` answer ([`write_timeout`](crate::ServerBuilder::write_timeout), 30 s) | the connection is closed | its bytes still count in [`max_inflight_answer_bytes`](crate::ServerBuilder::max_inflight_answer_bytes); closing the connection is the host's (nginx: `send_timeout`) |
-//! | bodies' deadlines and sizes, the byte budgets, sessions per caller, every session's deadlines and bounds ([Settings, limits and budgets](super::limits)), authentication, `Host` and `Origin` | held | held, the same |
+//! | bodies' deadlines and sizes, the body budget, sessions per caller, every session's deadlines and bounds ([Settings, limits and budgets](super::limits)), authentication, `Host` and `Origin` | held | held, the same |
 //!
 //! With hyper, serving the service (or an axum `Router`, a tower `Service`
 //! too, through hyper-util's `TowerToHyperService`) with a header read

@@ -55,10 +55,13 @@ const STREAM_GRACE: Duration = Duration::from_secs(5);
 /// What only the host's listener can enforce stays the host's: the time a
 /// client may take to send its request headers, connections per peer
 /// address, and closing a connection whose client stops reading its
-/// answers (haip's own listener, [`Server::serve`](super::Server::serve),
-/// does all three). Bodies' deadlines and sizes, the server-wide byte
-/// budgets, sessions per caller and every session deadline are enforced
-/// here. See the guide's chapter "Inside your service".
+/// `/mcp` answers (haip's own listener, [`Server::serve`](super::Server::serve),
+/// does all three; inside a host, such answers stay counted in `/stats`
+/// `outboundBytes` until their client reads them or goes, and
+/// `write_timeout`, `max_outbound_bytes` and `max_inflight_answer_bytes`
+/// do not close its connection). Bodies' deadlines and sizes, the body
+/// budget, sessions per caller, and every session's deadlines and outbound
+/// budget are enforced here. See the guide's chapter "Inside your service".
 #[derive(Clone)]
 pub struct HaipService {
     hub: Arc<Hub>,

@@ -108,3 +108,77 @@ async fn serve_embedded(
         served,
     }
 }
+
+/// Where a test's server runs: on haip's own listener, or nested at the root
+/// of the example's axum application. The hostile and browser-rule tests run
+/// at both, with the same settings and the same budgets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum At {
+    /// `Server::start` on `127.0.0.1:0` ([`crate::support::start`]).
+    Own,
+    /// `Server::into_service` nested at the root (prefix `""`) of
+    /// `examples/axum_app.rs`, served by axum ([`start_embedded`]).
+    App,
+    /// The same, nested at `/agent`.
+    Nested,
+}
+
+/// A server started by [`start_at`].
+pub(crate) enum Running {
+    Own(ServerHandle),
+    App(Embedded),
+}
+
+impl Running {
+    /// The address clients connect to: haip's listener, or axum's.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        match self {
+            Running::Own(handle) => handle.local_addr(),
+            Running::App(app) => app.addr,
+        }
+    }
+
+    /// `ws://ADDR/haip`.
+    pub(crate) fn ws_url(&self) -> String {
+        format!("ws://{}/haip", self.addr())
+    }
+
+    /// Where haip's routes are (`""`, or `/agent` when [`At::Nested`]).
+    pub(crate) fn prefix(&self) -> &str {
+        match self {
+            Running::Own(_) => "",
+            Running::App(app) => &app.prefix,
+        }
+    }
+
+    /// `http://ADDR{prefix}{path}`.
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("http://{}{}{path}", self.addr(), self.prefix())
+    }
+
+    /// haip's handle.
+    pub(crate) fn handle(&self) -> &ServerHandle {
+        match self {
+            Running::Own(handle) => handle,
+            Running::App(app) => &app.haip,
+        }
+    }
+
+    /// haip's graceful shutdown; in the app, then axum's (see
+    /// [`Embedded::stop`]).
+    pub(crate) async fn stop(self) {
+        match self {
+            Running::Own(handle) => handle.shutdown().await,
+            Running::App(app) => app.stop().await,
+        }
+    }
+}
+
+/// Starts `builder` [`At`] `at`.
+pub(crate) async fn start_at(at: At, builder: ServerBuilder) -> Running {
+    match at {
+        At::Own => Running::Own(crate::support::start(builder).await.0),
+        At::App => Running::App(start_embedded(builder, "").await),
+        At::Nested => Running::App(start_embedded(builder, "/agent").await),
+    }
+}

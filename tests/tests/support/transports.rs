@@ -198,9 +198,30 @@ pub(crate) async fn send_request(
     headers: &[(&str, &str)],
     body: UnsyncBoxBody<Bytes, Infallible>,
 ) -> (hyper::Response<Incoming>, AbortHandle) {
+    let tcp = within(
+        &format!("connecting for {method} {path}"),
+        TcpStream::connect(addr),
+    )
+    .await
+    .expect("connect for HTTP");
+    send_request_on(tcp, &addr.to_string(), method, path, headers, body).await
+}
+
+/// [`send_request`] over a connection the caller opened (a Unix socket's,
+/// say), with `Host: host`.
+pub(crate) async fn send_request_on<IO>(
+    io: IO,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: UnsyncBoxBody<Bytes, Infallible>,
+) -> (hyper::Response<Incoming>, AbortHandle)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     within(&format!("the response to {method} {path}"), async {
-        let tcp = TcpStream::connect(addr).await.expect("connect for HTTP");
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
             .await
             .expect("HTTP/1.1 handshake");
         let task = tokio::spawn(async move {
@@ -209,7 +230,7 @@ pub(crate) async fn send_request(
         let mut request = hyper::Request::builder()
             .method(method)
             .uri(path)
-            .header("host", addr.to_string());
+            .header("host", host);
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
