@@ -318,12 +318,12 @@ def main():
     w(f"| Commit | {meta.get('commit', '?')} |")
     w(f"| Command | `{meta.get('command', 'bash bench/reliability.sh')}` |")
     if not mcp:
-        w("| Settings | defaults (HAIP.md §18, §18.1); `HAIP_LOG=warn` |")
+        w("| Settings | defaults (docs/protocol.md §18, §18.1); `HAIP_LOG=warn` |")
     elif haip_ran:
-        w("| Settings | defaults (HAIP.md §18, §18.1); `HAIP_LOG=warn` for the HAIP attacks; for `/mcp`, the"
+        w("| Settings | defaults (docs/protocol.md §18, §18.1); `HAIP_LOG=warn` for the HAIP attacks; for `/mcp`, the"
           " quickstart's own logging (`info`, `HAIP_LOG` unset) |")
     else:
-        w("| Settings | defaults (HAIP.md §18, §18.1); the quickstart's own logging (`info`, `HAIP_LOG` unset) |")
+        w("| Settings | defaults (docs/protocol.md §18, §18.1); the quickstart's own logging (`info`, `HAIP_LOG` unset) |")
     w(f"| Load average (1, 5, 15 min) | {meta.get('loadavg_before', '?')} before, {meta.get('loadavg_after', '?')} after |")
     w("")
 
@@ -472,7 +472,7 @@ def haip_sections(w, directory, meta, only):
     w("")
     w("## Deviations from the expected behaviour")
     w("")
-    w("Checked by `bench/reliability.py` against the raw results (HAIP.md §18.1 and the expectations above):")
+    w("Checked by `bench/reliability.py` against the raw results (docs/protocol.md §18.1 and the expectations above):")
     w("")
     deviations = []
     for number, title, report, server, samples in rows:
@@ -495,7 +495,7 @@ def haip_sections(w, directory, meta, only):
     w("is read from an idle server: mimalloc returns freed pages to the system lazily, when the process")
     w("allocates again, so a little traffic brings an idle server's RSS down to what it really holds.")
     w("Detached sessions (closed or vanished connections) are kept with their replay windows for")
-    w("`replay_window_time`, 5 min (HAIP.md §11.3), within `replay_budget_bytes`.")
+    w("`replay_window_time`, 5 min (docs/protocol.md §11.3), within `replay_budget_bytes`.")
     w("")
     w("| # | replayBytes MiB | detachedSessions | outboundBytes | connections closed (too slow / idle / body timeout / per-peer cap) | RSS MiB after 10 s + 5 s of canary calls | those canary calls |")
     w("|---|---:|---:|---:|---|---:|---|")
@@ -617,7 +617,7 @@ def haip_sections(w, directory, meta, only):
         w(f"- RSS minus `replayBytes`: {describe_slope(slope(rest_pts), 'KiB/min')}")
         w("")
         w("Why a steady-state window: a session that walks away keeps its replay window (up to about 1 MiB")
-        w("here) for `replay_window_time`, 5 min (HAIP.md §11.3), by design, so memory climbs during the")
+        w("here) for `replay_window_time`, 5 min (docs/protocol.md §11.3), by design, so memory climbs during the")
         w("first 5 minutes and levels off once the first of them expire (a few seconds later, and a little")
         w("longer to settle: the window starts at 6 min); a leak would keep climbing after that. A soak")
         w("shorter than 12 minutes has no such plateau and uses its second half instead, which still")

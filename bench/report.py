@@ -181,7 +181,7 @@ def main():
     w("100 % is the bottleneck. Where `haip bench` is near 100 %, the server could have gone faster and")
     w("its calls/s is a lower bound.")
     w("")
-    w("The quickstart's peak RSS grows with every busy session, by design: HAIP.md §11.1 keeps each")
+    w("The quickstart's peak RSS grows with every busy session, by design: docs/protocol.md §11.1 keeps each")
     w("session's sent envelopes (up to 10 × `replay_window_messages` = 10 000 and at most")
     w("`replay_window_bytes` = 1 MiB of envelope text, about 1.6 MiB with bookkeeping) for")
     w("`replay_window_time` (5 min), also after its connection closed (§11.3), so the sessions of")

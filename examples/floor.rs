@@ -5,7 +5,7 @@
 //! a plain `TcpListener`, `tokio_tungstenite::accept_async`, `serde_json`, and
 //! per connection one task that
 //!
-//! - sends the `HAI` of HAIP.md §3.1 first (fresh UUIDs, `seq` `"1"`),
+//! - sends the `HAI` of docs/protocol.md §3.1 first (fresh UUIDs, `seq` `"1"`),
 //! - answers every `TOOL_CALL` with `TOOL_DONE` `OK`, result
 //!   `{"echoed": params.message}` (whatever the tool name: no registry, no
 //!   schema validation, no concurrency limits, no queues),
@@ -126,7 +126,7 @@ impl Outbound {
     }
 }
 
-/// The `HAI` payload of HAIP.md §3.1, verbatim.
+/// The `HAI` payload of docs/protocol.md §3.1, verbatim.
 fn hai_payload() -> Value {
     json!({
         "haip_version": "1.1.2",

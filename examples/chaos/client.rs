@@ -3,7 +3,7 @@
 //! its session to another instance when its instance dies, and writes
 //! everything it sends and receives to its history file.
 //!
-//! Resumption (HAIP.md §11.3): a fresh connection, then a `HAI` naming the
+//! Resumption (docs/protocol.md §11.3): a fresh connection, then a `HAI` naming the
 //! old session with `last_rx_seq` = the highest contiguous `seq` received
 //! (after a drop the client chose, sometimes a little less, so that the
 //! replay repeats envelopes the checker compares byte for byte). The

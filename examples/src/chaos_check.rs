@@ -4,7 +4,7 @@
 //!
 //! # What is checked
 //!
-//! Per session (HAIP.md §11):
+//! Per session (docs/protocol.md §11):
 //!
 //! - On each connection, the envelopes of a session arrive with `seq` +1 each:
 //!   the first of a fresh session is `1`, the first of a resumed session is

@@ -1,5 +1,5 @@
 //! Rich results: [`Content`] blocks (text, images, audio, resources), alone,
-//! as a list, or beside a structured value ([`Rich`]) (HAIP.md §6.12).
+//! as a list, or beside a structured value ([`Rich`]) (docs/protocol.md §6.12).
 //!
 //! A tool returning `Content`, `Vec<Content>` or `Rich<T>` gets a `TOOL_DONE`
 //! whose `result` is `{"content": [...]}` (with `"structured": {...}` for
@@ -28,7 +28,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// One content block of a tool's result (HAIP.md §6.12), shaped as an MCP
+/// One content block of a tool's result (docs/protocol.md §6.12), shaped as an MCP
 /// content block: `{"type": "text", "text": ...}`, `{"type": "image", "data":
 /// <base64>, "mimeType": ...}`, and so on.
 ///
@@ -193,7 +193,7 @@ impl From<&str> for Content {
 }
 
 /// A structured value with content blocks beside it: the result is
-/// `{"content": [...], "structured": <value>}` (HAIP.md §6.12), and an MCP
+/// `{"content": [...], "structured": <value>}` (docs/protocol.md §6.12), and an MCP
 /// client gets the blocks as `content` and the value as `structuredContent`.
 ///
 /// ```

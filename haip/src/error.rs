@@ -56,7 +56,7 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
-    /// A non-loopback address without authentication (HAIP.md §17).
+    /// A non-loopback address without authentication (docs/protocol.md §17).
     #[error(
         "refusing to serve `{addr}` without authentication: anyone who can reach it could call every tool. \
          Configure authentication (e.g. `jwt_hs256`, or HAIP_JWT_SECRET), bind a loopback address, or allow it \

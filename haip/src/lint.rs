@@ -1,5 +1,5 @@
 //! Found before deploy, not at runtime: what model providers would refuse
-//! in your tools, checked without a server (HAIP.md §6.14).
+//! in your tools, checked without a server (docs/protocol.md §6.14).
 //!
 //! For every tool: each [schema profile](crate::SchemaProfile) that cannot
 //! serve it, or that serves it with less than it says (a JSON pointer into

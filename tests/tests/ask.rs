@@ -1,4 +1,4 @@
-//! Tools that talk to people (HAIP.md §6.11, §6.12), over WebSocket, SSE and
+//! Tools that talk to people (docs/protocol.md §6.11, §6.12), over WebSocket, SSE and
 //! HTTP streaming: the quickstart's `book_table` logs a line and asks a
 //! question; it is answered, declined, answered wrongly then rightly,
 //! cancelled and timed out while it waits, and asked of a client that cannot

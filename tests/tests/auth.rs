@@ -1,4 +1,4 @@
-//! Authentication over every transport (HAIP.md §17): token sources, every
+//! Authentication over every transport (docs/protocol.md §17): token sources, every
 //! refusal code on WebSocket (ERROR + close 1008, no HAI) and HTTP (401 +
 //! `WWW-Authenticate`), the subject seen by tools and owning sessions,
 //! `/health` and `/stats`, unsafe binding, custom authenticators, RS256/ES256.

@@ -1,4 +1,4 @@
-//! Tool calls over a real WebSocket (HAIP.md §6.4, §6.9, §7): the built-in
+//! Tool calls over a real WebSocket (docs/protocol.md §6.4, §6.9, §7): the built-in
 //! and demo tools, blocking handlers, unknown or missing tools, duplicate
 //! call ids, call id defaults and run id correlation.
 //!

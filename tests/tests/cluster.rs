@@ -244,7 +244,7 @@ async fn a_client_moves_to_a_live_instance_and_its_calls_follow_sse() {
 
 /// A resumption relayed to the live instance running the session, and
 /// refused there: the client stays on the fresh session it was greeted with
-/// (HAIP.md §11.3), whose next `seq` the refusal carries, and works on it;
+/// (docs/protocol.md §11.3), whose next `seq` the refusal carries, and works on it;
 /// the relayed connection counts once in the cluster's totals.
 async fn a_refused_relayed_resumption_stays_on_the_greeted_session(kind: Kind) {
     let redis = RedisServer::start();
@@ -350,7 +350,7 @@ async fn posts_sent_to_another_instance_reach_the_stream() {
         &call.to_string(),
     )
     .await;
-    // The only open stream is still the fallback target (HAIP.md §15.4).
+    // The only open stream is still the fallback target (docs/protocol.md §15.4).
     assert_ok(&response);
     let done = conn.expect_done("e3").await;
     assert_eq!(done["call_id"], "e3");
@@ -557,7 +557,7 @@ async fn an_instance_shutting_down_hands_its_sessions_over() {
 
 /// A POST to the instance relaying a client's stream is answered once the
 /// session, running on the other instance, has handled its envelopes
-/// (HAIP.md §15.4): a client that resumes on that instance at once is told
+/// (docs/protocol.md §15.4): a client that resumes on that instance at once is told
 /// they were all taken, and sends none of them again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_post_through_a_relaying_instance_is_answered_once_the_session_has_it() {

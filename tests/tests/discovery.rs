@@ -1,4 +1,4 @@
-//! Tool discovery over a real WebSocket (HAIP.md §6.1–§6.3): `TOOL_LIST`,
+//! Tool discovery over a real WebSocket (docs/protocol.md §6.1–§6.3): `TOOL_LIST`,
 //! `TOOL_SCHEMA` (including the legacy `schema` field), tools registered,
 //! replaced and unregistered while clients are connected, `TOOL_LIST`
 //! pushed on registry changes with `advertise_tools`, and tools' titles,
@@ -89,7 +89,7 @@ async fn delete_repo(name: String) -> bool {
 async fn titles_annotations_and_icons_are_listed_only_when_declared() {
     let (_handle, url) = start(builder().builtin_tools().tool(delete_repo::tool())).await;
     let mut client = Client::connect(&url).await;
-    // HAIP.md §6.13: beside name and description, in MCP's spelling, only
+    // docs/protocol.md §6.13: beside name and description, in MCP's spelling, only
     // the hints declared; the built-ins declare nothing and carry none of it.
     let declared = json!({
         "title": "Delete a repository",

@@ -1,4 +1,4 @@
-//! Failed and checked call outcomes over a real WebSocket (HAIP.md §6.4):
+//! Failed and checked call outcomes over a real WebSocket (docs/protocol.md §6.4):
 //! invalid params listing every violation, tool errors with details,
 //! self-reported cancellation and output schema validation.
 //!

@@ -1,4 +1,4 @@
-//! Handshake and envelope rules over a real WebSocket (HAIP.md §2–§3): the
+//! Handshake and envelope rules over a real WebSocket (docs/protocol.md §2–§3): the
 //! server HAI and its payload, client HAI, the version check, `crit` and
 //! loosely echoed ids, subprotocol selection and channels.
 //!

@@ -1,4 +1,4 @@
-//! Hostile and slow clients against a real server (HAIP.md §18.1): clients
+//! Hostile and slow clients against a real server (docs/protocol.md §18.1): clients
 //! that never read, bodies that trickle or lie about their length, params and
 //! results far larger than usual, a client that reads everything and asks for
 //! a lot, idle sockets beyond a peer's share, sessions whose replay windows

@@ -1,5 +1,5 @@
 //! Hostile and slow clients against `/mcp`, the door most MCP hosts take
-//! (HAIP.md §18.1 applied to MCP): bodies that stall or lie about their
+//! (docs/protocol.md §18.1 applied to MCP): bodies that stall or lie about their
 //! length, params that cost far more parsed than sent, answers nobody reads,
 //! results too large to send, progress tokens and method names meant to be
 //! repeated, foreign `Origin`s and requests that are not JSON-RPC. Each test

@@ -1,4 +1,4 @@
-//! The HTTP side endpoints (HAIP.md §16): `/health` and `/stats` with live
+//! The HTTP side endpoints (docs/protocol.md §16): `/health` and `/stats` with live
 //! counters, and CORS preflight and headers.
 
 use crate::support;

@@ -360,7 +360,7 @@ fn form_kinds() -> Tool {
 /// An 8x8 red PNG, made for this test.
 const RED_DOT: &str = "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEUlEQVR4nGO4YGCAFTEMLQkA2ntMAeuWKpoAAAAASUVORK5CYII=";
 
-/// A tool answering with content blocks (HAIP.md §6.12): text and an image.
+/// A tool answering with content blocks (docs/protocol.md §6.12): text and an image.
 fn picture() -> Tool {
     Tool::builder("picture")
         .description("A red dot")

@@ -1,4 +1,4 @@
-//! The life of a running call over a real WebSocket (HAIP.md §6.5–§6.7):
+//! The life of a running call over a real WebSocket (docs/protocol.md §6.5–§6.7):
 //! progress, cancellation (including the grace-period abort and `RUN_CANCEL`),
 //! panics, `debug_errors`, timeouts and runs.
 //!

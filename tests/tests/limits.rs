@@ -1,4 +1,4 @@
-//! Limits over a real WebSocket (HAIP.md §6.4 step 5, §12.2, §14.3, §15, §18):
+//! Limits over a real WebSocket (docs/protocol.md §6.4 step 5, §12.2, §14.3, §15, §18):
 //! many concurrent calls, queueing and rate limiting, a client that never
 //! reads, oversized messages, `max_sessions`, and graceful shutdown.
 

@@ -282,7 +282,7 @@ async fn lists_the_quickstart_tools_with_haips_schemas(mcp: &mut Mcp) {
             "{}",
             tool.name()
         );
-        // The default profile, portable (HAIP.md §6.14).
+        // The default profile, portable (docs/protocol.md §6.14).
         assert_eq!(
             Value::Object((*mcp_tool.input_schema).clone()),
             *tool

@@ -1,4 +1,4 @@
-//! haip as an OAuth 2.1 resource server (HAIP.md §17.1), against a real
+//! haip as an OAuth 2.1 resource server (docs/protocol.md §17.1), against a real
 //! authorization server: `oidc-provider` (tests/oauth/provider.mjs, on
 //! loopback), with real tokens from its token endpoint.
 //!

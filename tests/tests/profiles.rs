@@ -1,4 +1,4 @@
-//! Schema profiles (HAIP.md §6.14) against the model providers' rules, for
+//! Schema profiles (docs/protocol.md §6.14) against the model providers' rules, for
 //! every quickstart tool and every tool of the everyday-types crate
 //! (`tests/everyday`), as a client gets them through the wire:
 //!

@@ -1,4 +1,4 @@
-//! Session reliability on the real wire (HAIP.md §6.4 "client disconnected",
+//! Session reliability on the real wire (docs/protocol.md §6.4 "client disconnected",
 //! §11.3, §14.3): a lost connection's session is kept with its calls running;
 //! a new connection resumes it and gets exactly what it missed, byte-identical,
 //! then a confirming `HAI`; a live session taken over from another connection

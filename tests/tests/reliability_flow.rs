@@ -1,4 +1,4 @@
-//! Flow control and runs on the real wire (HAIP.md §8, §12, §14.2): a client
+//! Flow control and runs on the real wire (docs/protocol.md §8, §12, §14.2): a client
 //! that honours its 10-message credit never stalls; paused channels hold their
 //! traffic (also across a resumption); strict mode drops envelopes beyond
 //! credit; run limits, `RUN_FINISHED`, `RUN_CANCEL` and their errors.

@@ -1,4 +1,4 @@
-//! The resumption property (HAIP.md §6.4, §11.3), randomised: N calls whose
+//! The resumption property (docs/protocol.md §6.4, §11.3), randomised: N calls whose
 //! tools finish at random moments, a connection dropped after a random number
 //! of envelopes, several times, with random gaps; a client that always
 //! resumes with its true `last_rx_seq` sees one gapless sequence on the

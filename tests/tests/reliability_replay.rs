@@ -1,4 +1,4 @@
-//! Replay and resumption edge cases (HAIP.md §11.2, §11.3, §14.2, §15.4):
+//! Replay and resumption edge cases (docs/protocol.md §11.2, §11.3, §14.2, §15.4):
 //! `REPLAY_REQUEST` ranges on a live connection (inclusive bounds, string and
 //! number forms, empty ranges, `REPLAY_TOO_OLD`, invalid bounds); every
 //! reason a resumption fails — after which the connection carries on, on its

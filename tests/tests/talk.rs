@@ -1,4 +1,4 @@
-//! The client side of tools that talk to people (HAIP.md §6.11): the Rust
+//! The client side of tools that talk to people (docs/protocol.md §6.11): the Rust
 //! client and `haip call` against the quickstart's `book_table`, which logs
 //! "checking availability at <restaurant>", then asks "How many people, and
 //! when?" for `{party_size: 1..=12, time: "18:00" | "19:00" | "20:00"}`.

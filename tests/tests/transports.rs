@@ -1,4 +1,4 @@
-//! The transport suite (HAIP.md §3, §6, §9, §14, §15): each behaviour is
+//! The transport suite (docs/protocol.md §3, §6, §9, §14, §15): each behaviour is
 //! written once against [`Conn`] and run over WebSocket, SSE and HTTP
 //! streaming; then what only the HTTP transports have (upstream POST
 //! targeting and bodies, `X-HAIP-Message`, `data: [DONE]`, SSE keep-alives).

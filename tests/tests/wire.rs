@@ -1,4 +1,4 @@
-//! WebSocket transport details (HAIP.md §2, §9): malformed input, `PING` /
+//! WebSocket transport details (docs/protocol.md §2, §9): malformed input, `PING` /
 //! `PONG`, the heartbeat, WebSocket ping frames and binary messages.
 //!
 //! Every envelope a test receives is also checked by the support client

@@ -1,4 +1,4 @@
-//! JWT verification (HAIP.md §17).
+//! JWT verification (docs/protocol.md §17).
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -19,7 +19,7 @@ type Claims = Map<String, Value>;
 /// The shortest HS256 secret accepted, in bytes.
 const MIN_HS256_SECRET: usize = 32;
 
-/// JWT verification as HAIP.md §17 says.
+/// JWT verification as docs/protocol.md §17 says.
 ///
 /// One verification key, one algorithm: an HS256 secret
 /// ([`Jwt::hs256`]), or an RS256 or ES256 public key

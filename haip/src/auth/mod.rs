@@ -1,4 +1,4 @@
-//! Authentication (HAIP.md §17).
+//! Authentication (docs/protocol.md §17).
 //!
 //! Authentication is off by default: tokens are ignored and every client shares
 //! one anonymous subject. It is turned on by configuring one verification key,
@@ -41,7 +41,7 @@ pub(crate) use source::{query_param, redact_uri, token_from_parts};
 /// Who a verified request belongs to.
 ///
 /// A session belongs to the subject that opened it; upstream POSTs and
-/// resumption must present the same subject (HAIP.md §17).
+/// resumption must present the same subject (docs/protocol.md §17).
 pub type Subject = String;
 
 /// The future an [`Authenticator`] returns.
@@ -52,7 +52,7 @@ pub type IdentifyFuture<'a> = Pin<Box<dyn Future<Output = Result<Caller, AuthErr
 
 /// A pluggable check: users bring their own (API keys, sessions, ...).
 ///
-/// [`Jwt`] is the implementation HAIP.md §17 describes. Another scheme
+/// [`Jwt`] is the implementation docs/protocol.md §17 describes. Another scheme
 /// implements this trait and answers with the request's [`Subject`], or with
 /// an [`AuthError`] saying why the request is refused.
 ///
@@ -86,7 +86,7 @@ pub trait Authenticator: Send + Sync + 'static {
     /// Verifies the token presented with a connection or request (`None` when
     /// none was presented).
     ///
-    /// The token comes from the first present source of HAIP.md §17:
+    /// The token comes from the first present source of docs/protocol.md §17:
     /// `Authorization: Bearer <token>`, the query parameter `token`, or a
     /// `Sec-WebSocket-Protocol` entry `token.<token>`.
     fn authenticate<'a>(&'a self, token: Option<&'a str>) -> AuthFuture<'a>;
@@ -125,7 +125,7 @@ pub struct AuthError {
     reason: String,
 }
 
-/// The kind of an [`AuthError`], one per error code of HAIP.md §17.
+/// The kind of an [`AuthError`], one per error code of docs/protocol.md §17.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AuthErrorKind {
@@ -182,7 +182,7 @@ impl AuthError {
     }
 
     /// The message sent to the client: `"Missing token"`, `"Invalid token"` or
-    /// `"Token expired"` (HAIP.md §17).
+    /// `"Token expired"` (docs/protocol.md §17).
     pub fn message(&self) -> &'static str {
         match self.kind {
             AuthErrorKind::MissingToken => "Missing token",

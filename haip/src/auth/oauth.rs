@@ -1,4 +1,4 @@
-//! An OAuth 2.1 resource server (HAIP.md §17.1; feature `oauth`).
+//! An OAuth 2.1 resource server (docs/protocol.md §17.1; feature `oauth`).
 //!
 //! The authorization server (the issuer) is found through its metadata
 //! (RFC 8414, else OpenID discovery), its signing keys through its JWKS,

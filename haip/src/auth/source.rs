@@ -1,4 +1,4 @@
-//! Where a request's token comes from, and keeping it out of logs (HAIP.md §17).
+//! Where a request's token comes from, and keeping it out of logs (docs/protocol.md §17).
 
 use std::borrow::Cow;
 
@@ -7,7 +7,7 @@ use hyper::{HeaderMap, Uri, header};
 /// The token presented with a request: the first present of
 /// `Authorization: Bearer <token>`, the query parameter `token`
 /// (percent-decoded), and a `Sec-WebSocket-Protocol` entry `token.<token>`
-/// (HAIP.md §17). An empty value counts as absent.
+/// (docs/protocol.md §17). An empty value counts as absent.
 pub(crate) fn token_from_parts(headers: &HeaderMap, uri: &Uri) -> Option<String> {
     bearer_token(headers)
         .or_else(|| query_token(uri))

@@ -1,6 +1,6 @@
 //! A HAIP client over WebSocket: discover tools, call them with a progress
 //! stream, cancel them, and read the log lines and answer the questions of
-//! tools that talk to people (HAIP.md §6.11). One connection carries many
+//! tools that talk to people (docs/protocol.md §6.11). One connection carries many
 //! concurrent calls.
 //!
 //! ```no_run
@@ -197,7 +197,7 @@ pub struct ToolInfo {
     pub name: String,
     /// Its description (empty when it has none).
     pub description: String,
-    /// Its title, a name for people, when it has one (HAIP.md §6.13).
+    /// Its title, a name for people, when it has one (docs/protocol.md §6.13).
     pub title: Option<String>,
     /// The hints it declares (empty when none; MCP's defaults apply to the
     /// others).
@@ -254,7 +254,7 @@ pub enum CallEvent {
     UnreadableQuestion(String),
 }
 
-/// A log line of a tool (`TOOL_UPDATE` with `log`, HAIP.md §6.11).
+/// A log line of a tool (`TOOL_UPDATE` with `log`, docs/protocol.md §6.11).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogLine {
     /// The level as sent: `debug`, `info`, `notice`, `warning` or `error`
@@ -515,7 +515,7 @@ impl Client {
         self.schema_in(tool, None).await
     }
 
-    /// A tool's schemas in `profile` (HAIP.md §6.14): `"full"` for the
+    /// A tool's schemas in `profile` (docs/protocol.md §6.14): `"full"` for the
     /// schema params are validated against, `"portable"`, `"openai-strict"`
     /// or `"anthropic-strict"`; `None` for the session's.
     ///

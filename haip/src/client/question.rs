@@ -1,4 +1,4 @@
-//! A tool's question (HAIP.md §6.11) and the fields of its form: what a
+//! A tool's question (docs/protocol.md §6.11) and the fields of its form: what a
 //! client needs to put the question to a person and to turn what they typed
 //! into an answer.
 //!
@@ -13,7 +13,7 @@
 use serde_json::{Map, Number, Value};
 
 /// A question a tool asked during a call (`TOOL_UPDATE` `WAITING_INPUT`,
-/// HAIP.md §6.11). Answer it with [`Call::answer`](super::Call::answer),
+/// docs/protocol.md §6.11). Answer it with [`Call::answer`](super::Call::answer),
 /// [`Call::decline`](super::Call::decline) or
 /// [`Call::cancel_question`](super::Call::cancel_question).
 ///

@@ -232,7 +232,7 @@ impl RedisSessionStore {
     }
 
     /// The open stream session on another live instance that an upstream
-    /// POST of `subject` goes to (HAIP.md §15.4, across the cluster): the
+    /// POST of `subject` goes to (docs/protocol.md §15.4, across the cluster): the
     /// first of `candidates` open elsewhere, else the subject's only open
     /// stream session when it has none here (`local` counts those). Gives
     /// `(session, instance)`; `Err` when Redis cannot say.

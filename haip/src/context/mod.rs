@@ -492,7 +492,7 @@ impl Context {
     }
 
     /// Reports progress whose percentage may be unknown: `TOOL_UPDATE` then
-    /// carries no `progress` (HAIP.md §6.5 makes it optional), only what is
+    /// carries no `progress` (docs/protocol.md §6.5 makes it optional), only what is
     /// `partial`.
     pub(crate) fn report_progress(&self, percent: Option<f64>, partial: Option<Value>) {
         if let Some(sink) = &self.inner.progress {

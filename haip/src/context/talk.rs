@@ -1,5 +1,5 @@
 //! What a tool says to and asks of the person at the other end: log lines,
-//! questions and their answers, sampling requests (HAIP.md §6.11).
+//! questions and their answers, sampling requests (docs/protocol.md §6.11).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use crate::content::Content;
 use crate::schema::Form;
 
-/// How severe a log line is (HAIP.md §6.11), least severe first. A client
+/// How severe a log line is (docs/protocol.md §6.11), least severe first. A client
 /// gets the lines at or above the level it asked for (`info` by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LogLevel {

@@ -35,7 +35,7 @@ pub(crate) use event::{CallEvent, CallKey, Outcome, Rendered, Validation};
 #[derive(Clone)]
 pub(crate) struct CallRunner {
     tasks: TaskTracker,
-    /// Validations of large params at once, server-wide (HAIP.md §18.1).
+    /// Validations of large params at once, server-wide (docs/protocol.md §18.1).
     validators: Arc<Semaphore>,
     /// The layers around every call ([`crate::layer`]); `None` when there
     /// are none, so that a server without layers runs its tools directly.
@@ -209,7 +209,7 @@ impl CallRunner {
 
     /// Validates large params on the blocking pool, at most as many at once
     /// server-wide as there are validators, so one client's huge params cannot
-    /// starve other sessions (HAIP.md §18.1). Reports [`CallEvent::Validated`]
+    /// starve other sessions (docs/protocol.md §18.1). Reports [`CallEvent::Validated`]
     /// unless the call is cancelled first.
     pub(crate) fn validate(
         &self,

@@ -100,7 +100,7 @@
 //!   server it imports from.
 //! - **The parent is the caller's**: a W3C `traceparent` (and `tracestate`)
 //!   in the `_meta` of a HAIP `TOOL_CALL` payload
-//!   ([the wire](super::the_wire), HAIP.md §6.15) or of an MCP request:
+//!   ([the wire](super::the_wire), docs/protocol.md §6.15) or of an MCP request:
 //!   `{"call_id": "c1", "tool": "echo", "params": {…}, "_meta":
 //!   {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}`.
 //!   An MCP import passes the call's context on in its own request's

@@ -289,7 +289,7 @@ impl<L: Layer> DynLayer for L {
 /// The server's layers, outermost first, and what checks params after them.
 pub(crate) struct Stack {
     layers: Box<[Arc<dyn DynLayer>]>,
-    /// The runner's large-params validators (HAIP.md §18.1).
+    /// The runner's large-params validators (docs/protocol.md §18.1).
     validators: Arc<Semaphore>,
 }
 

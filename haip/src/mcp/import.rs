@@ -570,7 +570,7 @@ fn title_of(remote: &rmcp::model::Tool) -> Option<String> {
         .or_else(|| remote.annotations.as_ref()?.title.clone())
 }
 
-/// An MCP tool's hints, as declared (HAIP.md §6.13 keeps MCP's meaning).
+/// An MCP tool's hints, as declared (docs/protocol.md §6.13 keeps MCP's meaning).
 fn annotations_of(remote: &rmcp::model::Tool) -> ToolAnnotations {
     let Some(a) = &remote.annotations else {
         return ToolAnnotations::default();

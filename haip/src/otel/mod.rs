@@ -1,7 +1,7 @@
 //! Traces of tool calls (feature `otel`): one `tool.call` span per call,
 //! with children for its validation, its wait in the queue, each question it
 //! asks and an MCP import's upstream call. The parent is the caller's, from
-//! a W3C `traceparent` in the call's `_meta` (HAIP.md §6.15; MCP's request
+//! a W3C `traceparent` in the call's `_meta` (docs/protocol.md §6.15; MCP's request
 //! `_meta`); an MCP import passes the call's context on to the server it
 //! calls. Spans are exported over OTLP/HTTP in batches by a task of the
 //! server's; a call never waits for the export, and spans that find the

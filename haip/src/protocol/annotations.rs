@@ -1,4 +1,4 @@
-//! What a tool says about itself beside its name and schemas (HAIP.md §6.13,
+//! What a tool says about itself beside its name and schemas (docs/protocol.md §6.13,
 //! MCP's tool annotations): behaviour hints and icons. The same types serve
 //! the tool itself ([`Tool::annotations`](crate::Tool::annotations)), the
 //! `TOOL_LIST` and `TOOL_SCHEMA` payloads and the Rust client; decoding is
@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// Hints about how a tool behaves, for the people and programs that call it
-/// (HAIP.md §6.13; MCP's `ToolAnnotations`, with MCP's meaning).
+/// (docs/protocol.md §6.13; MCP's `ToolAnnotations`, with MCP's meaning).
 ///
 /// Every hint is optional, and an absent one has MCP's default: a tool is
 /// assumed **not** read-only, destructive, **not** idempotent and open-world
@@ -121,7 +121,7 @@ impl ToolAnnotations {
     }
 }
 
-/// An icon for a tool (HAIP.md §6.13; MCP's `Icon`): an image a client may
+/// An icon for a tool (docs/protocol.md §6.13; MCP's `Icon`): an image a client may
 /// show beside the tool's name.
 ///
 /// ```

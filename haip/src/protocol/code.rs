@@ -4,7 +4,7 @@ use std::fmt;
 /// An error code, as carried in `ERROR` payloads and in `TOOL_DONE` error results.
 ///
 /// The codes the server itself sends are associated constants; a tool may choose
-/// any other code (clients must tolerate unknown codes, HAIP.md §14.2).
+/// any other code (clients must tolerate unknown codes, docs/protocol.md §14.2).
 ///
 /// ```
 /// use haip::protocol::ErrorCode;
@@ -35,7 +35,7 @@ codes! {
     MISSING_RUN_ID,
     /// A run that is not active in this session.
     RUN_NOT_FOUND,
-    /// A `TOOL_INPUT` for a question that is not open (HAIP.md §6.11).
+    /// A `TOOL_INPUT` for a question that is not open (docs/protocol.md §6.11).
     REQUEST_NOT_FOUND,
     /// Too many concurrent runs.
     RUN_LIMIT_EXCEEDED,
@@ -67,7 +67,7 @@ codes! {
     RATE_LIMITED,
     /// The encoded `TOOL_DONE` would exceed `max_outbound_message_bytes`.
     RESULT_TOO_LARGE,
-    /// The caller's token lacks a scope the tool requires (HAIP.md §17.1);
+    /// The caller's token lacks a scope the tool requires (docs/protocol.md §17.1);
     /// `details {required, missing}`.
     FORBIDDEN,
 }

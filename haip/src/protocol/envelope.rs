@@ -6,7 +6,7 @@ use super::{Channel, EventType};
 /// An outbound envelope before it is committed: it has no `id`, `seq` or `ts` yet.
 ///
 /// The session keeps uncommitted envelopes in its outbox so that progress updates
-/// can still be merged under back-pressure (HAIP.md §6.5) without leaving gaps in
+/// can still be merged under back-pressure (docs/protocol.md §6.5) without leaving gaps in
 /// the sequence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outgoing {
@@ -86,7 +86,7 @@ impl Outgoing {
     }
 }
 
-/// A committed outbound envelope, encoded strictly (HAIP.md §2.4): all seven
+/// A committed outbound envelope, encoded strictly (docs/protocol.md §2.4): all seven
 /// required fields, `seq` and `ts` as decimal strings, never `ack`, `pv` or `crit`.
 ///
 /// ```
@@ -259,7 +259,7 @@ const HEAD_MAX: usize = 6 + 38 + 11 + 38 + 8 + 20 + 8 + 20 + 1;
 
 /// An outbound envelope whose payload is already JSON text: what a session
 /// queues, so that the bytes waiting for a socket are known before they are
-/// committed (HAIP.md §18.1). Only the head (`id`, `session`, `seq`, `ts`) is
+/// committed (docs/protocol.md §18.1). Only the head (`id`, `session`, `seq`, `ts`) is
 /// written at commit.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Prepared {

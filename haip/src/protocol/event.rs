@@ -1,6 +1,6 @@
 use std::fmt;
 
-/// The 22 HAIP 1 event types (HAIP.md §5). Names are case-sensitive on the wire.
+/// The 22 HAIP 1 event types (docs/protocol.md §5). Names are case-sensitive on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum EventType {
@@ -49,7 +49,7 @@ pub enum EventType {
     /// `RESUME_CHANNEL`.
     ResumeChannel,
     /// `TOOL_INPUT`: a client's answer to a tool's question, from the
-    /// `tool_input` extension (HAIP.md §6.11). Not one of the 22 types of
+    /// `tool_input` extension (docs/protocol.md §6.11). Not one of the 22 types of
     /// [`EventType::ALL`]: the server's `HAI` does not list it.
     ToolInput,
 }
@@ -119,11 +119,11 @@ impl EventType {
     }
 
     /// The event types of the extensions this implementation speaks
-    /// (HAIP.md §6.11), beyond [`EventType::ALL`].
+    /// (docs/protocol.md §6.11), beyond [`EventType::ALL`].
     pub const EXTENSIONS: [EventType; 1] = [EventType::ToolInput];
 
     /// The payload keys the protocol defines for this type (the "known fields" of
-    /// HAIP.md §2.3). `None` means the payload is open (`RUN_STARTED`).
+    /// docs/protocol.md §2.3). `None` means the payload is open (`RUN_STARTED`).
     pub fn known_payload_fields(self) -> Option<&'static [&'static str]> {
         Some(match self {
             EventType::Hai => &[
@@ -174,7 +174,7 @@ impl EventType {
         })
     }
 
-    /// The channel an inbound envelope of this type is on when it names none (HAIP.md §4).
+    /// The channel an inbound envelope of this type is on when it names none (docs/protocol.md §4).
     pub const fn default_channel(self) -> Channel {
         match self {
             EventType::TextMessageStart
@@ -199,7 +199,7 @@ impl fmt::Display for EventType {
     }
 }
 
-/// The five standard HAIP channels (HAIP.md §4). The server only sends on these.
+/// The five standard HAIP channels (docs/protocol.md §4). The server only sends on these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Channel {
     /// `USER`: user-side content and requests.
@@ -240,7 +240,7 @@ impl Channel {
     }
 
     /// Whether `name` is acceptable as an inbound channel name
-    /// (`^[A-Za-z0-9_\-]{1,128}$`, HAIP.md §2.1).
+    /// (`^[A-Za-z0-9_\-]{1,128}$`, docs/protocol.md §2.1).
     pub fn is_valid_name(name: &str) -> bool {
         (1..=128).contains(&name.len())
             && name

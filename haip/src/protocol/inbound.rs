@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Channel, ErrorCode, EventType};
 
-/// Envelope keys of HAIP.md §2.1; anything else is unknown (matters only under `crit`).
+/// Envelope keys of docs/protocol.md §2.1; anything else is unknown (matters only under `crit`).
 #[cfg(test)]
 const ENVELOPE_KEYS: [&str; 14] = [
     "id",
@@ -24,7 +24,7 @@ const ENVELOPE_KEYS: [&str; 14] = [
     "thread_id",
 ];
 
-/// An inbound envelope that passed decoding (HAIP.md §2.2 steps 2–5).
+/// An inbound envelope that passed decoding (docs/protocol.md §2.2 steps 2–5).
 ///
 /// Every field but `type` and `payload` is optional and loosely typed on the wire;
 /// here each is normalised: a numeric `id` becomes its decimal text, a missing or
@@ -51,7 +51,7 @@ pub struct Inbound {
     pub bin_len: Option<u64>,
 }
 
-/// Why an inbound text was not accepted, with the `ERROR` it earns (HAIP.md §2.2, §14.2).
+/// Why an inbound text was not accepted, with the `ERROR` it earns (docs/protocol.md §2.2, §14.2).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecodeError {
     /// The error code (`INVALID_MESSAGE` or `UNSUPPORTED_TYPE`).
@@ -130,7 +130,7 @@ struct RawEnvelope {
     run_id: Option<Scalar>,
     thread_id: Option<Scalar>,
     bin_len: Option<Scalar>,
-    /// Keys outside HAIP.md §2.1 (only reported under `crit`).
+    /// Keys outside docs/protocol.md §2.1 (only reported under `crit`).
     unknown: Vec<String>,
 }
 
@@ -153,7 +153,7 @@ impl Scalar {
 }
 
 impl RawEnvelope {
-    /// HAIP.md §2.2 steps 3–5, in order.
+    /// docs/protocol.md §2.2 steps 3–5, in order.
     fn into_inbound(self) -> Result<Inbound, DecodeError> {
         let id = match self.id {
             Some(Scalar::Str(s)) => Some(s),
@@ -290,7 +290,7 @@ impl<'de> Deserialize<'de> for Top {
     }
 }
 
-/// An envelope key: one of HAIP.md §2.1's (those the decoder does not read
+/// An envelope key: one of docs/protocol.md §2.1's (those the decoder does not read
 /// are `Ignored`), or an unknown one by name.
 enum Key {
     Id,
@@ -444,7 +444,7 @@ fn decode_object(obj: &mut Map<String, Value>) -> Result<Inbound, DecodeError> {
     })
 }
 
-/// Under `strict_envelope` (HAIP.md §2.2 step 3): for a text that is a JSON
+/// Under `strict_envelope` (docs/protocol.md §2.2 step 3): for a text that is a JSON
 /// object with a string `type` and an object `payload` (else the ordinary
 /// decoding reports it) but lacks the full envelope schema, the
 /// `INVALID_MESSAGE` to send, reason `schema`.
@@ -487,7 +487,7 @@ fn is_uuid(s: &str) -> bool {
 }
 
 /// Whether a binary WebSocket message with no envelope waiting for it is itself
-/// an envelope: a JSON object with a string `type` (HAIP.md §13). Anything else
+/// an envelope: a JSON object with a string `type` (docs/protocol.md §13). Anything else
 /// is binary data for the application, never an error.
 pub fn is_binary_envelope(bytes: &[u8]) -> bool {
     matches!(

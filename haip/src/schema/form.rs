@@ -1,5 +1,5 @@
 //! Forms: the schema of a tool's question (`ctx.ask::<T>()`), reduced to what
-//! people can fill in and MCP elicitation allows (HAIP.md §6.11): a flat
+//! people can fill in and MCP elicitation allows (docs/protocol.md §6.11): a flat
 //! object of strings, numbers, integers, booleans and enums (single or
 //! multiple choice).
 

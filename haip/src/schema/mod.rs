@@ -1,5 +1,5 @@
 //! The schema pipeline: compiled validators and the violation list of
-//! `INVALID_PARAMS` (HAIP.md §6.4 step 4, §6.6).
+//! `INVALID_PARAMS` (docs/protocol.md §6.4 step 4, §6.6).
 
 mod explain;
 mod form;
@@ -174,7 +174,7 @@ impl Violations {
     }
 }
 
-/// Most characters of an offending value a message quotes (HAIP.md §18.1).
+/// Most characters of an offending value a message quotes (docs/protocol.md §18.1).
 pub(crate) const QUOTE_CHARS: usize = 64;
 
 /// Violations counted before counting stops.

@@ -1,5 +1,5 @@
 //! Who is calling: authenticating a request, and the `401` that refuses one
-//! (HAIP.md §17).
+//! (docs/protocol.md §17).
 
 use std::sync::Arc;
 
@@ -84,7 +84,7 @@ pub(super) fn subject_of(caller: Option<&Arc<Caller>>) -> Option<String> {
     caller.map(|c| c.subject().to_owned())
 }
 
-/// `401` with `WWW-Authenticate: Bearer` (HAIP.md §17), naming the protected
+/// `401` with `WWW-Authenticate: Bearer` (docs/protocol.md §17), naming the protected
 /// resource metadata in OAuth mode (§17.1).
 pub(super) fn unauthorized(hub: &Hub, error: &AuthError) -> Response<Body> {
     let mut response = error_response(

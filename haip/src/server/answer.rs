@@ -1,4 +1,4 @@
-//! Answers waiting for a client that does not read them (HAIP.md §18.1, for
+//! Answers waiting for a client that does not read them (docs/protocol.md §18.1, for
 //! `/mcp`): every byte of an answer from the moment it exists until hyper
 //! takes it for the socket is counted, per connection ([`Outflow`]) and
 //! server-wide ([`AnswerBudget`], `max_inflight_answer_bytes`), and shows in

@@ -1,4 +1,4 @@
-//! Reading one-shot request bodies within the limits of HAIP.md §18.1: a
+//! Reading one-shot request bodies within the limits of docs/protocol.md §18.1: a
 //! declared length over the limit is refused before anything is read
 //! (`413`), the bytes of all bodies being read share `max_inflight_body_bytes`
 //! (`503`), and a body must arrive within `body_read_timeout`, at 1 KiB/s or

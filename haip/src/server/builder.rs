@@ -60,7 +60,7 @@ struct TraceSettings {
     service: Option<String>,
 }
 
-/// How clients are authenticated (HAIP.md §17).
+/// How clients are authenticated (docs/protocol.md §17).
 #[derive(Default)]
 enum AuthSetting {
     #[default]
@@ -308,7 +308,7 @@ impl ServerBuilder {
         self
     }
 
-    /// The schema profile tools are advertised in (HAIP.md §6.14; default
+    /// The schema profile tools are advertised in (docs/protocol.md §6.14; default
     /// [`SchemaProfile::Portable`]): in `TOOL_SCHEMA` and MCP `tools/list`,
     /// unless a client asks for another (`HAI.capabilities.schema_profile`,
     /// a `TOOL_SCHEMA` payload's `profile`, `?schema_profile=` on the `/mcp`
@@ -350,7 +350,7 @@ impl ServerBuilder {
         self
     }
 
-    /// Requires an HS256-signed JWT from every client (HAIP.md §17).
+    /// Requires an HS256-signed JWT from every client (docs/protocol.md §17).
     pub fn jwt_hs256(mut self, secret: impl Into<String>) -> Self {
         self.auth = AuthSetting::Hs256(secret.into());
         self
@@ -376,7 +376,7 @@ impl ServerBuilder {
     }
 
     /// Makes the server an OAuth 2.1 resource server (feature `oauth`;
-    /// HAIP.md §17.1): clients present access tokens an authorization server
+    /// docs/protocol.md §17.1): clients present access tokens an authorization server
     /// issued for this server, found through the metadata it serves. See
     /// [`OAuth`](crate::auth::OAuth) for every rule; with
     /// [`from_env`](Self::from_env), `HAIP_OAUTH_ISSUER`,

@@ -7,7 +7,7 @@ use crate::session::{SessionConfig, invalid};
 #[cfg(feature = "mcp")]
 const TASK_POLL_INTERVAL: Duration = Duration::from_millis(500);
 
-/// Every setting of HAIP.md §18 this server implements, with its default.
+/// Every setting of docs/protocol.md §18 this server implements, with its default.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) addr: String,
@@ -121,7 +121,7 @@ impl Config {
         }
     }
 
-    /// Rejects nonsensical settings, naming the first bad one (HAIP.md §18):
+    /// Rejects nonsensical settings, naming the first bad one (docs/protocol.md §18):
     /// the sessions' first, then the server's own.
     pub(crate) fn validate(&self) -> Result<(), Error> {
         self.session.validate()?;

@@ -7,7 +7,7 @@
 //! decides; this is the only place that awaits. Transports only frame
 //! (`transport::{ws, stream}`).
 //!
-//! Back-pressure (HAIP.md §18.1): the writer is handed committed envelopes
+//! Back-pressure (docs/protocol.md §18.1): the writer is handed committed envelopes
 //! only while it holds less than [`WRITER_BUDGET`] bytes, so a client that
 //! stops reading leaves the rest uncommitted in the session's outbox, where
 //! the bytes are counted. Above half of `max_outbound_bytes` the driver stops
@@ -60,7 +60,7 @@ pub(crate) enum Ended {
 }
 
 impl Ended {
-    /// Whether the session outlives its connection, resumable (HAIP.md §11.3):
+    /// Whether the session outlives its connection, resumable (docs/protocol.md §11.3):
     /// not after shutdown, a version mismatch or a takeover.
     pub(crate) fn keeps_session(self) -> bool {
         match self {
@@ -331,7 +331,7 @@ pub(crate) fn detach(ended: Ended, attached: Option<Attached>, shared: &Shared) 
 }
 
 /// Whether the driver takes more input: not while the client has this much
-/// waiting for it (HAIP.md §18.1: above half of `max_outbound_bytes`, or of
+/// waiting for it (docs/protocol.md §18.1: above half of `max_outbound_bytes`, or of
 /// `max_outbound_queue`).
 fn backlog_allows_input(session: &Session, writer: &Writer, shared: &Shared) -> bool {
     let backlog = session.backlog();
@@ -878,7 +878,7 @@ pub(crate) async fn relay<S>(
     // the other instance, which cannot see this writer).
     let too_slow = |writer: &Writer| writer.meter.bytes() > limit;
     // An upstream POST whose envelopes are all on the link: it is answered
-    // once the running side says the session has handled them (HAIP.md
+    // once the running side says the session has handled them (docs/protocol.md
     // §15.4), not when they leave here. Its client sends nothing more
     // meanwhile; an instance that never says so (an older haip) is taken
     // at its word after `ACK_LIMIT`.

@@ -7,7 +7,7 @@
 //!   too; when none are given, a server bound to loopback answers to
 //!   loopback names only, and a server bound to another address to any
 //!   name. Refused: `403 HOST_NOT_ALLOWED`. `/health` is exempt from every
-//!   rule here: it always answers (HAIP.md §16), whatever a probe's platform
+//!   rule here: it always answers (docs/protocol.md §16), whatever a probe's platform
 //!   writes in `Host`, and holds nothing for a page.
 //! - **`Origin`**, when a browser sends one, must be the server's own (the
 //!   scheme, host and port of the request's `Host`), a loopback page on a
@@ -174,7 +174,7 @@ pub(crate) fn check(
     hosts: &Hosts,
     cors: &Cors,
 ) -> Result<(), Refusal> {
-    // `/health` always answers (HAIP.md §16): a probe's `Host` is whatever
+    // `/health` always answers (docs/protocol.md §16): a probe's `Host` is whatever
     // its platform writes, and it holds nothing for a page.
     if path == "/health" {
         return Ok(());

@@ -1,5 +1,5 @@
 //! HTTP routing: WebSocket upgrades, SSE and HTTP-streaming sessions, upstream
-//! POSTs, `/health`, `/stats`, CORS and authentication (HAIP.md §15–§17).
+//! POSTs, `/health`, `/stats`, CORS and authentication (docs/protocol.md §15–§17).
 
 use crate::stats::Transport;
 use std::convert::Infallible;
@@ -28,7 +28,7 @@ use crate::transport::ws;
 
 /// Routes one request. `over_peer_limit`: the connection is beyond
 /// `max_connections_per_peer`, so only `/health` is served; WebSocket upgrades
-/// complete and close with 1013, everything else gets `503` (HAIP.md §18.1).
+/// complete and close with 1013, everything else gets `503` (docs/protocol.md §18.1).
 pub(crate) async fn route(
     req: Request<RequestBody>,
     hub: Arc<Hub>,
@@ -91,7 +91,7 @@ pub(crate) async fn route(
         // it opens is authenticated as any other client's.
         #[cfg(feature = "inspector")]
         (Method::GET, "/inspector") if hub.config.inspector => inspector_page(),
-        // Public like `/health`: how to get a token (RFC 9728, HAIP.md §17.1).
+        // Public like `/health`: how to get a token (RFC 9728, docs/protocol.md §17.1).
         #[cfg(feature = "oauth")]
         (Method::GET, path)
             if hub.oauth.is_some() && path.starts_with("/.well-known/oauth-protected-resource") =>
@@ -149,7 +149,7 @@ pub(crate) async fn route(
         (Method::GET, "/" | "/haip" | "/haip/websocket") if is_websocket_upgrade(&req) => {
             upgrade(req, &hub, false).await
         }
-        // Only the paths above speak WebSocket (HAIP.md §15.5): an upgrade
+        // Only the paths above speak WebSocket (docs/protocol.md §15.5): an upgrade
         // anywhere else must not open an SSE or HTTP-streaming session.
         _ if is_websocket_upgrade(&req) => not_found(),
         (Method::GET, "/" | "/haip" | "/haip/websocket") => json_response(
@@ -398,7 +398,7 @@ async fn upgrade(mut req: Request<RequestBody>, hub: &Arc<Hub>, refuse: bool) ->
     let protocol = select_subprotocol(&req);
 
     // Authentication failures still complete the upgrade, then send one ERROR
-    // and close 1008 (HAIP.md §17); no session is created or counted.
+    // and close 1008 (docs/protocol.md §17); no session is created or counted.
     let admission = match authenticate(hub, &req).await {
         _ if refuse => Err(Crowded::Server),
         Err(e) => Ok(driver::Admission::Refuse {
@@ -407,7 +407,7 @@ async fn upgrade(mut req: Request<RequestBody>, hub: &Arc<Hub>, refuse: bool) ->
             reason: e.message(),
         }),
         // Registered before the response goes out, so `activeConnections`
-        // already counts it when the client sees `open` (HAIP.md §15.1).
+        // already counts it when the client sees `open` (docs/protocol.md §15.1).
         Ok(caller) => {
             let key = caller_key(hub, &req, caller.as_deref());
             hub.admit(&key).map(|guard| {

@@ -34,7 +34,7 @@ pub(crate) struct Hub {
     /// Connected sessions per caller (`max_sessions_per_caller`).
     pub(crate) session_shares: Arc<Shares>,
     pub(crate) auth: Option<Arc<dyn Authenticator>>,
-    /// The protected resource metadata's URL, in OAuth mode (HAIP.md §17.1).
+    /// The protected resource metadata's URL, in OAuth mode (docs/protocol.md §17.1).
     pub(crate) resource_metadata: Option<String>,
     /// The OAuth resource server, when on.
     #[cfg(feature = "oauth")]
@@ -221,7 +221,7 @@ impl Sessions {
     }
 
     /// The first of `candidates` naming an open session of `subject`, else the
-    /// only open session of `subject` (HAIP.md §15.4).
+    /// only open session of `subject` (docs/protocol.md §15.4).
     pub(crate) fn target<'a>(
         &self,
         subject: Option<&str>,
@@ -268,7 +268,7 @@ impl Drop for SessionEntryGuard {
     }
 }
 
-/// Open connections per peer IP address (HAIP.md §18.1).
+/// Open connections per peer IP address (docs/protocol.md §18.1).
 #[derive(Default)]
 pub(crate) struct Peers {
     open: PeerTable,

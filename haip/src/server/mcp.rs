@@ -1,5 +1,5 @@
 //! `/mcp` (feature `mcp`): the door most MCP hosts take, held to the same
-//! budgets as HAIP's (HAIP.md §18.1) before a request reaches the MCP server:
+//! budgets as HAIP's (docs/protocol.md §18.1) before a request reaches the MCP server:
 //!
 //! - **Origin and `Host`**: checked before any route, `/mcp` included, by
 //!   the server's front door (`guard.rs`): a browser `Origin` that is not
@@ -70,7 +70,7 @@ pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
     };
     // Whom the pools count the request against, and the most one may hold.
     let key = caller_key(hub, &req, caller.as_deref());
-    // `?schema_profile=`: the profile `tools/list` answers in (HAIP.md §6.14).
+    // `?schema_profile=`: the profile `tools/list` answers in (docs/protocol.md §6.14).
     let mut req = req;
     if let Some(name) = query_param(req.uri().query(), "schema_profile") {
         match name.parse::<SchemaProfile>() {
@@ -140,7 +140,7 @@ pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
     } else {
         None
     };
-    // Whether a call's tool must be looked up for its scopes (HAIP.md §17.1).
+    // Whether a call's tool must be looked up for its scopes (docs/protocol.md §17.1).
     let scoped = caller.is_some()
         && (!hub.shared.config.required_scopes.is_empty()
             || hub.shared.registry.snapshot().scoped());
@@ -200,7 +200,7 @@ pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
         }
     };
     // A call the caller's scopes do not allow: `403` and the scopes to step
-    // up to (HAIP.md §17.1), before the MCP server sees it.
+    // up to (docs/protocol.md §17.1), before the MCP server sees it.
     if let (Some(caller), Some(name)) = (&caller, &name)
         && let Some(refused) = forbidden_call(hub, caller, &checked, name)
     {

@@ -1,8 +1,8 @@
-//! Upstream delivery (HAIP.md §15.4): the envelopes of a POST body go to one
+//! Upstream delivery (docs/protocol.md §15.4): the envelopes of a POST body go to one
 //! open stream session of the caller's subject. The body is decoded envelope
 //! by envelope as it arrives and handed to the session as the session takes
 //! it (an envelope over `max_message_bytes` is reported, `MESSAGE_TOO_LARGE`,
-//! and skipped), within the limits of HAIP.md §18.1: a declared length over
+//! and skipped), within the limits of docs/protocol.md §18.1: a declared length over
 //! `max_body_bytes` is refused at once (`413`), the bytes of all bodies being
 //! read share `max_inflight_body_bytes` (`503`), and a body must arrive within
 //! `body_read_timeout` and at 1 KiB/s or better after its first 10 s (`408`).
@@ -212,7 +212,7 @@ impl Sink {
 }
 
 /// The session on another instance an upstream POST goes to, when this one
-/// has none for it (HAIP.md §15.4 across the cluster); `Err` says why the
+/// has none for it (docs/protocol.md §15.4 across the cluster); `Err` says why the
 /// other instances cannot be asked.
 #[cfg(feature = "redis")]
 async fn elsewhere(
@@ -325,7 +325,7 @@ fn stopped_response(stopped: Stopped, hub: &Hub) -> Response<Body> {
 }
 
 /// The envelope `session` of an upstream element, unless it is a resumption
-/// `HAI` (HAIP.md §15.4 rule 1).
+/// `HAI` (docs/protocol.md §15.4 rule 1).
 fn envelope_session(text: &str) -> Option<String> {
     let value: Value = serde_json::from_str(text).ok()?;
     let resumption = value["type"] == "HAI" && value["payload"].get("last_rx_seq").is_some();

@@ -1,4 +1,4 @@
-//! Two-frame binary on WebSocket (HAIP.md §13): an envelope with `bin_len`
+//! Two-frame binary on WebSocket (docs/protocol.md §13): an envelope with `bin_len`
 //! and no `payload.data` is handled once the binary message that follows it
 //! has arrived with exactly that many bytes.
 

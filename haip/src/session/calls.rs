@@ -1,5 +1,5 @@
 //! Tool calls inside a session: admission, queueing, progress, cancellation and
-//! the one `TOOL_DONE` every accepted call ends with (HAIP.md §6.4–§6.7).
+//! the one `TOOL_DONE` every accepted call ends with (docs/protocol.md §6.4–§6.7).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -52,7 +52,7 @@ pub(crate) struct Call {
     /// own from the start, so that work growing with them (deserializing
     /// the arguments, say) never runs on the session's task.
     large: bool,
-    /// Its questions waiting for an answer (HAIP.md §6.11).
+    /// Its questions waiting for an answer (docs/protocol.md §6.11).
     questions: Vec<Question>,
     /// Its span (feature `otel`).
     span: CallSpan,
@@ -78,7 +78,7 @@ enum State {
 }
 
 impl Session {
-    /// A `TOOL_CALL` (HAIP.md §6.4), its payload decoded from `msg` (step 1,
+    /// A `TOOL_CALL` (docs/protocol.md §6.4), its payload decoded from `msg` (step 1,
     /// the call id, included: see `InboundEvent::decode_with`).
     pub(super) fn handle_tool_call(&mut self, msg: Inbound, call: ToolCall) {
         let Inbound {
@@ -157,7 +157,7 @@ impl Session {
             span.end(ended);
             return;
         };
-        // The caller's scopes (HAIP.md §17.1): refused before its params are
+        // The caller's scopes (docs/protocol.md §17.1): refused before its params are
         // looked at.
         if let Some(forbidden) = self.config().forbidden(self.caller.as_deref(), &tool) {
             let failure = ToolFailure::new(ErrorCode::FORBIDDEN, forbidden.message())
@@ -172,7 +172,7 @@ impl Session {
             return;
         }
         // Step 4: validate (`params` absent or null is `{}` already); large
-        // params off the session task (HAIP.md §18.1).
+        // params off the session task (docs/protocol.md §18.1).
         // With layers, params are checked after them, in the call's task
         // (the layers may refuse the call first, or rewrite its params).
         let size = self.inbound_len;
@@ -549,7 +549,7 @@ impl Session {
 
     /// Issues the call's one `TOOL_DONE`. One longer than
     /// `max_outbound_message_bytes` becomes `TOOL_DONE ERROR` code
-    /// `RESULT_TOO_LARGE` (HAIP.md §18.1): still exactly one.
+    /// `RESULT_TOO_LARGE` (docs/protocol.md §18.1): still exactly one.
     fn finish_done(&mut self, key: CallKey, result: DoneResult, ended: Ended) {
         self.flush_logs(key);
         self.flush_progress(key);
@@ -633,7 +633,7 @@ impl Session {
 
     /// Moves a reported progress value into the outbox, replacing an unsent one
     /// of the same call (latest wins). An update longer than
-    /// `max_outbound_message_bytes` is dropped (progress may be; HAIP.md §6.5).
+    /// `max_outbound_message_bytes` is dropped (progress may be; docs/protocol.md §6.5).
     fn flush_progress(&mut self, key: CallKey) {
         let Some(call) = self.calls.get(&key) else {
             return;
@@ -675,7 +675,7 @@ impl Session {
         self.push_prepared(env, Some(key));
     }
 
-    /// Moves a call's log lines into the outbox, in order (HAIP.md §6.11):
+    /// Moves a call's log lines into the outbox, in order (docs/protocol.md §6.11):
     /// those at or above the client's level, if its `accept_events` lets
     /// `TOOL_UPDATE` through. A line longer than `max_outbound_message_bytes`
     /// is dropped.
@@ -715,7 +715,7 @@ impl Session {
     }
 
     /// Puts a call's new questions to the client (`WAITING_INPUT`), or fails
-    /// them at once when the client cannot answer (HAIP.md §6.11).
+    /// them at once when the client cannot answer (docs/protocol.md §6.11).
     fn flush_questions(&mut self, key: CallKey) {
         let tool_input = self.tool_input;
         let Some(call) = self.calls.get(&key) else {
@@ -774,7 +774,7 @@ impl Session {
         }
     }
 
-    /// `TOOL_INPUT`: an answer to an open question (HAIP.md §6.11). An answer
+    /// `TOOL_INPUT`: an answer to an open question (docs/protocol.md §6.11). An answer
     /// that does not fit the form gets `INVALID_PARAMS`, and the question
     /// stays open; one to no open question gets `REQUEST_NOT_FOUND`.
     pub(super) fn handle_tool_input(&mut self, msg: &Inbound, input: ToolInput) {
@@ -859,7 +859,7 @@ impl Session {
         }
     }
 
-    /// `TOOL_CANCEL` (HAIP.md §6.7). Unknown, finished or cancelling calls are ignored.
+    /// `TOOL_CANCEL` (docs/protocol.md §6.7). Unknown, finished or cancelling calls are ignored.
     pub(super) fn cancel_call(&mut self, call_id: &str, reason: Option<String>) {
         if let Some(&key) = self.active_ids.get(call_id) {
             self.cancel_key(key, reason);
@@ -991,7 +991,7 @@ fn raw_tool_done(call: &Call, result: Option<&[u8]>) -> Prepared {
 }
 
 /// Params larger than this (the `TOOL_CALL`'s bytes) are validated off the
-/// session task (HAIP.md §18.1).
+/// session task (docs/protocol.md §18.1).
 pub(crate) const LARGE_PARAMS: usize = 64 * 1024;
 
 /// A `TOOL_UPDATE` about `call`, `partial` moved into the payload, not copied.

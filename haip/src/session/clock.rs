@@ -19,7 +19,7 @@ pub(crate) trait Clock: Send + Sync + 'static {
 /// Where the session core gets fresh identifiers: session ids, run ids, call
 /// ids the client left out, heartbeat nonces.
 pub(crate) trait IdSource: Send + Sync + 'static {
-    /// Writes a new identifier, a hyphenated lowercase UUID (HAIP.md §2), into
+    /// Writes a new identifier, a hyphenated lowercase UUID (docs/protocol.md §2), into
     /// `buf` and returns it (no allocation: every envelope gets one).
     fn write<'b>(&self, buf: &'b mut [u8; ID_LEN]) -> &'b str;
 

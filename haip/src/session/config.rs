@@ -9,7 +9,7 @@ use crate::schema::SchemaProfile;
 /// writes itself.
 const MIN_OUTBOUND_BYTES: usize = 4096;
 
-/// The per-session and per-connection settings of HAIP.md §18 and §18.1: what
+/// The per-session and per-connection settings of docs/protocol.md §18 and §18.1: what
 /// the session core, the connection driver and the MCP export read. The server
 /// builds one from its own configuration (which adds the listener, HTTP and
 /// authentication settings) and shares it with every session.
@@ -45,9 +45,9 @@ pub(crate) struct SessionConfig {
     pub(crate) max_violations: usize,
     pub(crate) max_queued_bytes: usize,
     /// The schema profile tools are advertised in unless a client asks for
-    /// another (HAIP.md §6.14).
+    /// another (docs/protocol.md §6.14).
     pub(crate) schema_profile: SchemaProfile,
-    /// Scopes every tool requires, beside its own (HAIP.md §17.1).
+    /// Scopes every tool requires, beside its own (docs/protocol.md §17.1).
     pub(crate) required_scopes: Vec<String>,
     /// Whether a caller sees only the tools its scopes allow.
     pub(crate) hide_forbidden_tools: bool,
@@ -93,7 +93,7 @@ impl Default for SessionConfig {
 }
 
 impl SessionConfig {
-    /// Rejects nonsensical settings, naming the first bad one (HAIP.md §18).
+    /// Rejects nonsensical settings, naming the first bad one (docs/protocol.md §18).
     pub(crate) fn validate(&self) -> Result<(), Error> {
         let bad = |setting, reason| Err(invalid(setting, reason));
         let positive: [(&'static str, u64); 18] = [
@@ -186,7 +186,7 @@ pub(crate) fn invalid(setting: &'static str, reason: &str) -> Error {
 impl SessionConfig {
     /// Whether `caller` may call `tool`: `None` when it may (or when
     /// authentication is off: no caller), else the scopes it needs and the
-    /// ones it lacks (HAIP.md §17.1).
+    /// ones it lacks (docs/protocol.md §17.1).
     pub(crate) fn forbidden(
         &self,
         caller: Option<&crate::context::Caller>,

@@ -1,4 +1,4 @@
-//! Flow control (HAIP.md §12): credit the client spends on inbound envelopes
+//! Flow control (docs/protocol.md §12): credit the client spends on inbound envelopes
 //! and gets back in batches, credit the client grants for outbound envelopes,
 //! and paused channels.
 
@@ -153,7 +153,7 @@ impl InboundCredit {
         let entry = self.entry(channel);
         entry.credit.messages = entry.credit.messages.saturating_sub(1);
         entry.credit.bytes = entry.credit.bytes.saturating_sub(bytes);
-        // Client-supplied sizes: saturating, never an overflow (HAIP.md §18.1).
+        // Client-supplied sizes: saturating, never an overflow (docs/protocol.md §18.1).
         entry.debt.messages = entry.debt.messages.saturating_add(1);
         entry.debt.bytes = entry.debt.bytes.saturating_add(bytes);
         if entry.debt.messages < batch.messages && entry.debt.bytes < batch.bytes {

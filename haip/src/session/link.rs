@@ -47,12 +47,12 @@ pub(crate) struct LinkOpen {
     /// The subject the client authenticated as.
     pub(crate) subject: Option<String>,
     /// The relayed client's caller: its scopes and claims come along, so the
-    /// session it resumes there knows what it may call (HAIP.md §17.1).
+    /// session it resumes there knows what it may call (docs/protocol.md §17.1).
     pub(crate) caller: Option<std::sync::Arc<crate::context::Caller>>,
     pub(crate) purpose: LinkPurpose,
     /// A relayed connection's fresh session, which its client was greeted
     /// with on the relaying instance, and the next `seq` it would commit:
-    /// if the resumption is refused, the connection stays on it (HAIP.md
+    /// if the resumption is refused, the connection stays on it (docs/protocol.md
     /// §11.3), run from then on by the instance the link reaches.
     pub(crate) greeted: Option<(String, u64)>,
 }

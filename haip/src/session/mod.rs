@@ -82,10 +82,10 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CancellationToken,
     /// Sessions by id, live or parked, for resumption.
     pub(crate) store: Arc<dyn SessionStore>,
-    /// Where call tasks and large-params validations run (HAIP.md §18.1: at
+    /// Where call tasks and large-params validations run (docs/protocol.md §18.1: at
     /// most `max(1, cores / 2)` validations at once), on the server's tracker.
     pub(crate) runner: CallRunner,
-    /// The bytes all replay windows share (HAIP.md §18.1).
+    /// The bytes all replay windows share (docs/protocol.md §18.1).
     pub(crate) replay: ReplayBudget,
     /// The time, for the sessions (never read from the system directly).
     pub(crate) clock: Arc<dyn Clock>,
@@ -158,7 +158,7 @@ pub(crate) enum Control {
         reason: &'static str,
         keep_session: bool,
     },
-    /// The client asks to resume another session (HAIP.md §11.3).
+    /// The client asks to resume another session (docs/protocol.md §11.3).
     Resume(Box<ResumeRequest>),
 }
 
@@ -169,14 +169,14 @@ pub(crate) enum Action {
     /// Validate large params off the session's task.
     Validate(Box<exec::Validate>),
     /// A heartbeat was due but the client filters `PING`s: on a stream, send
-    /// a transport keep-alive if nothing else is flowing (HAIP.md §9).
+    /// a transport keep-alive if nothing else is flowing (docs/protocol.md §9).
     KeepAlive,
 }
 
 /// An outbound envelope waiting to be written.
 enum Pending {
     /// Not yet committed; progress updates remember their call so a newer
-    /// report can replace them while they wait (HAIP.md §6.5).
+    /// report can replace them while they wait (docs/protocol.md §6.5).
     New {
         env: Prepared,
         progress_of: Option<CallKey>,
@@ -186,7 +186,7 @@ enum Pending {
     Replay(VecDeque<Bytes>),
 }
 
-/// Why a connection cannot keep up (HAIP.md §12.2, §18.1).
+/// Why a connection cannot keep up (docs/protocol.md §12.2, §18.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Overflow {
     /// More than `max_outbound_queue` envelopes wait.
@@ -195,7 +195,7 @@ pub(crate) enum Overflow {
     Bytes,
 }
 
-/// What waits in the outbox, for back-pressure (HAIP.md §18.1).
+/// What waits in the outbox, for back-pressure (docs/protocol.md §18.1).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Backlog {
     /// Envelopes waiting, replayed ones included.
@@ -223,12 +223,12 @@ pub(crate) struct Session {
     /// The client's `HAI` asked for flow control (`capabilities.flow_control`).
     client_flow_control: bool,
     /// The client's `HAI` said it answers tools' questions
-    /// (`capabilities.tool_input`, HAIP.md §6.11).
+    /// (`capabilities.tool_input`, docs/protocol.md §6.11).
     tool_input: bool,
     /// The least severe tool log line the client wants (`capabilities.log_level`).
     log_level: LogLevel,
     /// The schema profile the client asked for (`capabilities.schema_profile`,
-    /// HAIP.md §6.14); the server's default when `None`.
+    /// docs/protocol.md §6.14); the server's default when `None`.
     schema_profile: Option<SchemaProfile>,
     /// What the driver is to do next, in order.
     actions: VecDeque<Action>,
@@ -253,7 +253,7 @@ pub(crate) struct Session {
     /// The client's `accept_events`, when it sent one (only the names of
     /// HAIP 1 types are kept: a long list of others costs nothing).
     accept_events: Option<FastSet<EventType>>,
-    /// Runs the client declared and has not finished (HAIP.md §8).
+    /// Runs the client declared and has not finished (docs/protocol.md §8).
     runs: FastSet<String>,
     /// The authenticated subject that opened the session (`None`: auth off).
     subject: Option<Arc<str>>,
@@ -264,7 +264,7 @@ pub(crate) struct Session {
     last_rx_seq: u64,
     /// Whether any accepted envelope carried a `seq` (for `strict_envelope`).
     seq_seen: bool,
-    /// An envelope waiting for its binary frame (HAIP.md §13).
+    /// An envelope waiting for its binary frame (docs/protocol.md §13).
     awaited: Option<Box<binary::Awaited>>,
     received_any: bool,
 }
@@ -345,7 +345,7 @@ impl Session {
     /// next is the client's resumption of the session it is after). It is
     /// the session the client was greeted with (`greeted`: its id and next
     /// `seq`), so that a refused resumption leaves the client on a session
-    /// it knows (HAIP.md §11.3).
+    /// it knows (docs/protocol.md §11.3).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn relayed(
         shared: Arc<Shared>,
@@ -761,7 +761,7 @@ impl Session {
 
     // ----- inbound ------------------------------------------------------------
 
-    /// Handles one inbound unit (HAIP.md §2.2 steps 2–7). Oversized units are
+    /// Handles one inbound unit (docs/protocol.md §2.2 steps 2–7). Oversized units are
     /// the transport's to reject (step 1), see [`Session::message_too_large`].
     pub(crate) fn handle_text(&mut self, text: &str) -> Control {
         let decoded = decode_unit(text, self.shared.config.strict_envelope);
@@ -775,7 +775,7 @@ impl Session {
         text_len: usize,
         decoded: Result<Inbound, DecodeError>,
     ) -> Control {
-        // A text message where a binary frame was due (HAIP.md §13).
+        // A text message where a binary frame was due (docs/protocol.md §13).
         self.binary_frame_missing();
         #[cfg(feature = "metrics")]
         self.shared
@@ -817,7 +817,7 @@ impl Session {
         }
     }
 
-    /// HAIP.md §2.2 steps 6–7 for a decoded envelope of `bytes` (its text,
+    /// docs/protocol.md §2.2 steps 6–7 for a decoded envelope of `bytes` (its text,
     /// plus its binary body): credit, then dispatch.
     fn accept(&mut self, mut inbound: Inbound, bytes: u64, first: bool) -> Control {
         self.inbound_len = usize::try_from(bytes).unwrap_or(usize::MAX);
@@ -906,7 +906,7 @@ impl Session {
         let event = match InboundEvent::decode_with(&mut msg, || ids.fresh()) {
             Ok(event) => event,
             Err(e) => {
-                // HAIP.md prescribes an ERROR for some (§6.3, §8, §11.2) and
+                // docs/protocol.md prescribes an ERROR for some (§6.3, §8, §11.2) and
                 // silence for the rest (§6.7, §12.2).
                 if let Some(reply) = e.reply() {
                     self.reply_error(reply);
@@ -1013,7 +1013,7 @@ impl Session {
     }
 
     /// The `TOOL_LIST` payload: each tool's name, and its description,
-    /// title, annotations and icons when it has them (HAIP.md §6.2, §6.13).
+    /// title, annotations and icons when it has them (docs/protocol.md §6.2, §6.13).
     fn tool_list(&self) -> Value {
         let snapshot = self.shared.registry.snapshot();
         let caller = self.caller.as_deref();
@@ -1033,7 +1033,7 @@ impl Session {
     }
 
     /// `ERROR INVALID_MESSAGE` for a schema profile name that is not one
-    /// (HAIP.md §6.14), listing the valid ones.
+    /// (docs/protocol.md §6.14), listing the valid ones.
     pub(super) fn unknown_profile(&mut self, name: &str, related_id: Option<&str>) {
         let profiles: Vec<&str> = SchemaProfile::ALL.iter().map(|p| p.name()).collect();
         // Quoted briefly: the name is the client's.
@@ -1060,7 +1060,7 @@ impl Session {
                 return;
             }
         };
-        // A tool the caller may not use is not shown to it (HAIP.md §17.1).
+        // A tool the caller may not use is not shown to it (docs/protocol.md §17.1).
         let tool = self
             .shared
             .registry
@@ -1154,7 +1154,7 @@ impl Session {
     }
 
     /// `RUN_FINISHED` closes a run; `RUN_CANCEL` (`cancel`) also cancels every
-    /// active call that carried its id (HAIP.md §8). A missing run id was
+    /// active call that carried its id (docs/protocol.md §8). A missing run id was
     /// answered `MISSING_RUN_ID` when the payload was decoded.
     fn run_finished(&mut self, msg: &Inbound, run_id: &str, cancel: bool) {
         let was_active = self.runs.remove(run_id);
@@ -1185,7 +1185,7 @@ impl Session {
     }
 }
 
-/// HAIP.md §2.2 steps 2–5 (and the `strict_envelope` schema) for one inbound
+/// docs/protocol.md §2.2 steps 2–5 (and the `strict_envelope` schema) for one inbound
 /// unit: the part of handling it that needs no session, so a transport may
 /// run it off the session's task when the unit is large.
 pub(crate) fn decode_unit(text: &str, strict_envelope: bool) -> Result<Inbound, DecodeError> {

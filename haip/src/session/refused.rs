@@ -1,4 +1,4 @@
-//! Why a resumption is refused (HAIP.md §11.3: `RESUME_FAILED`, its
+//! Why a resumption is refused (docs/protocol.md §11.3: `RESUME_FAILED`, its
 //! `detail.reason`), or why a step toward one failed: one type, so that
 //! code branches on what happened, never on the text a client reads.
 

@@ -1,6 +1,6 @@
 //! The replay window: every committed envelope, kept unchanged for re-sending
-//! (`REPLAY_REQUEST`, resumption; HAIP.md §11), and the server-wide budget
-//! all windows share (HAIP.md §18.1 `replay_budget_bytes`).
+//! (`REPLAY_REQUEST`, resumption; docs/protocol.md §11), and the server-wide budget
+//! all windows share (docs/protocol.md §18.1 `replay_budget_bytes`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
@@ -39,7 +39,7 @@ impl From<&super::SessionConfig> for Limits {
     }
 }
 
-/// The hard cap on a window's envelopes, in `replay_window_messages` (HAIP.md §11.1).
+/// The hard cap on a window's envelopes, in `replay_window_messages` (docs/protocol.md §11.1).
 pub(crate) const REPLAY_HARD_CAP_FACTOR: usize = 10;
 
 struct Kept {
@@ -153,7 +153,7 @@ impl ReplayWindow {
 }
 
 /// The bytes all replay windows hold together, and the detached sessions that
-/// give theirs up first when that is too much (HAIP.md §18.1).
+/// give theirs up first when that is too much (docs/protocol.md §18.1).
 #[derive(Debug)]
 pub(crate) struct ReplayBudget {
     limit: usize,

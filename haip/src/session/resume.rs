@@ -1,4 +1,4 @@
-//! Resumption (HAIP.md §11.3): what a session checks before another
+//! Resumption (docs/protocol.md §11.3): what a session checks before another
 //! connection takes it over, and how it greets the client afterwards.
 
 use serde_json::{Value, json};
@@ -29,7 +29,7 @@ pub(crate) struct ResumeRequest {
 }
 
 impl Session {
-    /// Applies a client `HAI`'s settings (HAIP.md §3.2); `related_id` is
+    /// Applies a client `HAI`'s settings (docs/protocol.md §3.2); `related_id` is
     /// the `HAI`'s id, for the error about an unknown schema profile.
     pub(super) fn apply_hai_settings(&mut self, hai: &Hai, related_id: Option<&str>) {
         if let Some(capabilities) = &hai.capabilities {

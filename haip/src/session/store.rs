@@ -1,4 +1,4 @@
-//! Where sessions live beyond their connection (HAIP.md §11.3): the
+//! Where sessions live beyond their connection (docs/protocol.md §11.3): the
 //! [`SessionStore`] seam and an in-memory implementation. The task that keeps
 //! a disconnected ("parked") session running is the driver's
 //! (`server::driver`).
@@ -332,7 +332,7 @@ pub(crate) enum Record<'a> {
     /// Its `TOOL_DONE` was issued.
     CallClosed { call_id: &'a str },
     /// The channels paused now (`PAUSE_CHANNEL`), comma-separated: pause
-    /// state survives resumption (HAIP.md §12.2).
+    /// state survives resumption (docs/protocol.md §12.2).
     Paused { channels: &'a str },
     /// The flow-control credit the client is owed (`InboundCredit::owed`):
     /// a session restored elsewhere returns it, as this one would have.

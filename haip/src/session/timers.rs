@@ -1,6 +1,6 @@
 //! The session's deadlines, kept in the core and driven from outside: the
 //! driver asks [`Session::poll_timeout`] when to wake and calls
-//! [`Session::handle_timeout`] then, with the time. Heartbeat (HAIP.md §9),
+//! [`Session::handle_timeout`] then, with the time. Heartbeat (docs/protocol.md §9),
 //! idle timeout, the wait for a binary frame (§13), tool timeouts (§6.4) and
 //! the cancel grace period (§6.7); replay expiry is checked as envelopes are
 //! committed and resumed (§11).
@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use super::{Action, Control, Session, TransportKind};
 use crate::exec::CallKey;
 
-/// How long an envelope waits for the binary frame it announced (HAIP.md §13).
+/// How long an envelope waits for the binary frame it announced (docs/protocol.md §13).
 pub(crate) const BINARY_FRAME_WAIT: Duration = Duration::from_secs(10);
 
-/// Streams never wait longer than this between heartbeats (HAIP.md §9): stream
+/// Streams never wait longer than this between heartbeats (docs/protocol.md §9): stream
 /// clients and proxies give up on silent connections.
 pub(crate) const STREAM_HEARTBEAT_CAP: Duration = Duration::from_secs(15);
 

@@ -12,7 +12,7 @@ pub(crate) mod metrics;
 /// not known any more: lost with its instance).
 pub(crate) const UNKNOWN_TOOL: &str = "unknown";
 
-/// Server-wide counters behind `/health` and `/stats` (HAIP.md §16).
+/// Server-wide counters behind `/health` and `/stats` (docs/protocol.md §16).
 #[derive(Debug)]
 pub(crate) struct Stats {
     started: Instant,
@@ -27,7 +27,7 @@ pub(crate) struct Stats {
     pub(crate) calls_ok: AtomicU64,
     pub(crate) calls_failed: AtomicU64,
     pub(crate) calls_cancelled: AtomicU64,
-    /// Encoded envelopes waiting for sockets, all sessions (HAIP.md §18.1).
+    /// Encoded envelopes waiting for sockets, all sessions (docs/protocol.md §18.1).
     pub(crate) outbound_bytes: AtomicU64,
     /// Connections closed because the client did not read fast enough.
     pub(crate) closed_too_slow: AtomicU64,

@@ -128,7 +128,7 @@ impl TestCall {
     /// The percentage of the next progress report.
     ///
     /// Progress is never waited for on the wire: reports made in quick
-    /// succession may reach the client as the latest one alone (HAIP.md
+    /// succession may reach the client as the latest one alone (docs/protocol.md
     /// §6.5), so a test asserts that progress rises
     /// ([`Finished::assert_progress_rises`]) or reaches a value, rather
     /// than on every step.

@@ -1,4 +1,4 @@
-//! The demo tools of HAIP.md §7: `echo`, `add`, `weather`. Their schemas are
+//! The demo tools of docs/protocol.md §7: `echo`, `add`, `weather`. Their schemas are
 //! fixed by the protocol docs (open objects), and they return fixed data by design.
 
 use serde_json::{Value, json};

@@ -107,7 +107,7 @@ pub struct Tool {
 struct ToolInner {
     name: String,
     description: String,
-    /// What people are shown instead of the name (HAIP.md §6.13).
+    /// What people are shown instead of the name (docs/protocol.md §6.13).
     title: Option<String>,
     annotations: ToolAnnotations,
     icons: Vec<Icon>,
@@ -123,7 +123,7 @@ struct ToolInner {
     shape: Shape,
     input: CompiledSchema,
     output: Option<CompiledSchema>,
-    /// The schemas as each profile advertises them (HAIP.md §6.14).
+    /// The schemas as each profile advertises them (docs/protocol.md §6.14).
     profiles: Profiles,
     timeout: Option<Duration>,
     /// Shared with the tools made from this one by [`Tool::edit`].
@@ -262,7 +262,7 @@ impl Tool {
         self.inner.output_schema.as_ref()
     }
 
-    /// The input schema clients are shown under `profile` (HAIP.md §6.14);
+    /// The input schema clients are shown under `profile` (docs/protocol.md §6.14);
     /// `None` when that profile cannot serve this tool (see
     /// [`schema_problems`](Self::schema_problems)).
     ///
@@ -316,7 +316,7 @@ impl Tool {
 
     /// The first `max` violations of the input schema by `params`, and how
     /// many there are. Params shaped by a profile are first taken as the
-    /// schema means them (HAIP.md §6.14: a `null` for an optional property
+    /// schema means them (docs/protocol.md §6.14: a `null` for an optional property
     /// is its absence, `{key, value}` pairs where a map is expected are the
     /// map), in place.
     pub(crate) fn check_params(&self, params: &mut Value, max: usize) -> Violations {
@@ -344,7 +344,7 @@ impl Tool {
         self.inner.handler.call(params, ctx)
     }
 
-    /// Whether its results carry content blocks (HAIP.md §6.12).
+    /// Whether its results carry content blocks (docs/protocol.md §6.12).
     pub(crate) fn shape(&self) -> Shape {
         self.inner.shape
     }
@@ -409,14 +409,14 @@ impl ToolBuilder {
     }
 
     /// A name for people (`"Delete a repository"`), shown by clients beside or
-    /// instead of the tool's name (HAIP.md §6.13, MCP's `title`). An empty
+    /// instead of the tool's name (docs/protocol.md §6.13, MCP's `title`). An empty
     /// title is none.
     pub fn title(mut self, title: impl Into<String>) -> Self {
         self.title = Some(title.into()).filter(|t| !t.is_empty());
         self
     }
 
-    /// Hints about how the tool behaves (HAIP.md §6.13, MCP's tool
+    /// Hints about how the tool behaves (docs/protocol.md §6.13, MCP's tool
     /// annotations): read-only, destructive, idempotent, open-world. Only
     /// the hints set are sent; clients assume MCP's defaults for the others.
     /// `haip call` and the inspector ask before calling a tool that
@@ -442,7 +442,7 @@ impl ToolBuilder {
         self
     }
 
-    /// Adds an icon (HAIP.md §6.13); call again for more (sizes, themes).
+    /// Adds an icon (docs/protocol.md §6.13); call again for more (sizes, themes).
     pub fn icon(mut self, icon: Icon) -> Self {
         self.icons.push(icon);
         self

@@ -1,5 +1,5 @@
 //! Splitting an upstream POST body into envelope texts as its bytes arrive
-//! (HAIP.md §15.4, §18.1): one JSON value, a JSON array of them, or NDJSON.
+//! (docs/protocol.md §15.4, §18.1): one JSON value, a JSON array of them, or NDJSON.
 //! Each envelope goes to the session as soon as its last byte is here, so a
 //! large batch is never held whole. Also the type every request body is
 //! read as, whoever accepted the connection ([`RequestBody`]).

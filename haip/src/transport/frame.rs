@@ -1,6 +1,6 @@
 //! What a transport exchanges with the connection driver: inbound units,
 //! already framed, and outbound frames for the transport's writer, with the
-//! meter that counts what the writer holds (HAIP.md §18.1).
+//! meter that counts what the writer holds (docs/protocol.md §18.1).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -22,7 +22,7 @@ pub(crate) enum Unit {
     Batch(Batch),
     /// A unit over `max_message_bytes`: reported, then the connection closes.
     TooLarge,
-    /// A binary WebSocket message (HAIP.md §13).
+    /// A binary WebSocket message (docs/protocol.md §13).
     Binary(Bytes),
     /// Inbound traffic with nothing to handle (a WebSocket ping or pong): it
     /// only shows the client is there (`idle_timeout`).
@@ -35,7 +35,7 @@ pub(crate) enum Unit {
     Lost,
 }
 
-/// The envelopes of one upstream POST (HAIP.md §15.4), decoded from its body
+/// The envelopes of one upstream POST (docs/protocol.md §15.4), decoded from its body
 /// as it arrives.
 pub(crate) struct Batch {
     /// Each envelope, in order; closed after the last.

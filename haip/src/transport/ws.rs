@@ -27,7 +27,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The tungstenite settings for one connection: a small read buffer (the
 /// default 128 KiB would dominate an idle session's memory), the inbound
 /// message cap, and a write buffer that takes any frame up to
-/// `max_outbound_message_bytes` (HAIP.md §18.1).
+/// `max_outbound_message_bytes` (docs/protocol.md §18.1).
 pub(crate) fn config(
     max_message_bytes: usize,
     max_outbound_message_bytes: usize,
@@ -89,7 +89,7 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Frames `upgraded` (HAIP.md §18.1 sizes from the settings); `meter` counts
+    /// Frames `upgraded` (docs/protocol.md §18.1 sizes from the settings); `meter` counts
     /// what the writer holds.
     pub(crate) async fn accept(
         upgraded: Upgraded,
@@ -152,13 +152,13 @@ impl Connection {
 fn unit_of(msg: Result<Message, WsError>) -> Option<Option<Unit>> {
     match msg {
         Ok(Message::Text(text)) => Some(Some(Unit::Text(text.as_str().to_owned()))),
-        // A two-frame body, an envelope sent as binary, or data (HAIP.md §13).
+        // A two-frame body, an envelope sent as binary, or data (docs/protocol.md §13).
         Ok(Message::Binary(bytes)) => Some(Some(Unit::Binary(bytes))),
         // Tungstenite answers pings itself; both show the client is there.
         Ok(Message::Ping(_) | Message::Pong(_)) => Some(Some(Unit::Activity)),
         Ok(Message::Close(_) | Message::Frame(_)) => None,
         Err(WsError::Capacity(CapacityError::MessageTooLong { .. })) => Some(Some(Unit::TooLarge)),
-        // HAIP.md §18.1: invalid UTF-8 in a text frame closes with 1007, any
+        // docs/protocol.md §18.1: invalid UTF-8 in a text frame closes with 1007, any
         // other breach of the WebSocket protocol with 1002.
         Err(WsError::Utf8(e)) => {
             tracing::debug!(error = %e, "invalid UTF-8 in a text message");

@@ -1,6 +1,6 @@
 //! Shared helpers for the end-to-end tests: server start-up, a real-wire HAIP
 //! client over WebSocket that checks every envelope it receives against the
-//! outbound rules of HAIP.md §2.4, a raw HTTP/1.1 GET for `/health` and
+//! outbound rules of docs/protocol.md §2.4, a raw HTTP/1.1 GET for `/health` and
 //! `/stats`, and tools whose timing the test controls.
 #![allow(dead_code)]
 
@@ -102,7 +102,7 @@ pub(crate) async fn start(builder: ServerBuilder) -> (ServerHandle, String) {
     (handle, url)
 }
 
-/// The `HAI` payload of HAIP.md §3.1 with the default settings, on WebSocket.
+/// The `HAI` payload of docs/protocol.md §3.1 with the default settings, on WebSocket.
 pub(crate) fn expected_hai_payload() -> Value {
     json!({
         "haip_version": "1.1.2",
@@ -133,7 +133,7 @@ fn is_decimal(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit())
 }
 
-/// Checks one outbound envelope against HAIP.md §2.1/§2.4: all seven fields
+/// Checks one outbound envelope against docs/protocol.md §2.1/§2.4: all seven fields
 /// with the right types, a UUID v4 `id`, decimal `seq`/`ts`, a standard channel,
 /// one of the 22 types, an object payload, and no key the server never sends.
 pub(crate) fn check_envelope(env: &Value) {
@@ -484,7 +484,7 @@ pub(crate) fn seq_of(env: &Value) -> u64 {
         .unwrap_or_else(|| panic!("seq is not a decimal string: {env}"))
 }
 
-/// A client `HAI` asking to resume `session` after `last_rx_seq` (HAIP.md §11.3).
+/// A client `HAI` asking to resume `session` after `last_rx_seq` (docs/protocol.md §11.3).
 pub(crate) fn resume_hai(id: &str, session: &str, last_rx_seq: &str) -> Value {
     json!({
         "id": id,
@@ -506,7 +506,7 @@ pub(crate) fn expect_on(env: &Value, session: &str, seq: u64, ty: &str) -> Value
     env["payload"].clone()
 }
 
-/// The payload of a `HAI` confirming a resumption (HAIP.md §11.3): the §3.1
+/// The payload of a `HAI` confirming a resumption (docs/protocol.md §11.3): the §3.1
 /// payload with the default settings, this `binary_frames`, and `last_rx_seq`.
 pub(crate) fn confirming_hai_payload(binary_frames: bool, last_rx_seq: &str) -> Value {
     let mut payload = expected_hai_payload();

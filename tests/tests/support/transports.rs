@@ -1,4 +1,4 @@
-//! One HAIP client over every transport (HAIP.md §15): a [`Conn`] speaks
+//! One HAIP client over every transport (docs/protocol.md §15): a [`Conn`] speaks
 //! WebSocket, SSE (server→client events, client→server upstream POSTs) or
 //! full-duplex HTTP streaming (`POST /haip/stream`, NDJSON both ways), and
 //! checks every envelope it receives as [`Client`](crate::support::Client)
@@ -28,7 +28,7 @@ use tokio_tungstenite::tungstenite::handshake::client::Request as WsRequest;
 
 use crate::support::{HttpResponse, Ws, check_envelope, within};
 
-/// The three transports of HAIP.md §15.
+/// The three transports of docs/protocol.md §15.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// WebSocket upgrade on `/haip`.

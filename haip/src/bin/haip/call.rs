@@ -270,7 +270,7 @@ pub(crate) async fn run(args: CallArgs) -> Result<(), Failure> {
 }
 
 /// Asks a person before a tool that declares itself destructive is called
-/// (its `TOOL_LIST` annotations, HAIP.md §6.13): `y` calls it, anything else
+/// (its `TOOL_LIST` annotations, docs/protocol.md §6.13): `y` calls it, anything else
 /// does not. Without a terminal on stdin nobody can be asked, so it refuses
 /// (`--yes` skips this). A tool the list does not name is called: the call
 /// reports it.

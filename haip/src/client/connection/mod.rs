@@ -186,7 +186,7 @@ fn lock(routes: &Mutex<Routes>) -> std::sync::MutexGuard<'_, Routes> {
 }
 
 /// A client envelope: `id`, `type`, `channel` and the payload. The server
-/// needs nothing else (HAIP.md §2.1).
+/// needs nothing else (docs/protocol.md §2.1).
 #[derive(Serialize)]
 struct Envelope<'a, P> {
     id: &'a str,
@@ -211,7 +211,7 @@ fn message<P: Payload>(id: &str, channel: Channel, payload: &P) -> Message {
 /// The client's `HAI`: the capabilities of the options, and every event
 /// type but `TOOL_LIST` in `accept_events`, so that a server with
 /// `advertise_tools` on pushes no unsolicited `TOOL_LIST` that would be
-/// taken for the reply to a request (HAIP.md §3.3, §6.2).
+/// taken for the reply to a request (docs/protocol.md §3.3, §6.2).
 fn client_hai(options: &ClientOptions) -> Hai {
     let capabilities = Capabilities {
         tool_input: options.tool_input.then_some(true),
@@ -361,7 +361,7 @@ impl Connection {
             tasks: [writer, reader],
         };
         // Queued before anything else the client sends, so the server knows
-        // the capabilities before the first call (HAIP.md §3.2).
+        // the capabilities before the first call (docs/protocol.md §3.2).
         connection
             .send(Channel::System, &client_hai(&options))
             .await?;

@@ -138,7 +138,7 @@ pub(super) fn route(routes: &Mutex<Routes>, outgoing: &mpsc::Sender<Message>, in
                         )
                     } else {
                         // A plain RUNNING (not progress) is what the server
-                        // sends after taking an answer (HAIP.md §6.11).
+                        // sends after taking an answer (docs/protocol.md §6.11).
                         verdict = update.status == UpdateStatus::Running
                             && update.progress.is_none()
                             && update.partial.is_none();
@@ -169,7 +169,7 @@ pub(super) fn route(routes: &Mutex<Routes>, outgoing: &mpsc::Sender<Message>, in
                 },
             };
             // Answers still pending are not settled here: an answer the
-            // server took had its RUNNING before this TOOL_DONE (HAIP.md
+            // server took had its RUNNING before this TOOL_DONE (docs/protocol.md
             // §6.9), so a pending one was sent after the call ended, or is
             // not handled yet; either way its verdict is an ERROR
             // (REQUEST_NOT_FOUND) still on its way.

@@ -313,7 +313,7 @@ pub(super) fn result_of(shared: &Shared, tool: &Tool, stop: Stop) -> (Ended, Cal
         // Not asked for (`render: None`): MCP renders values itself.
         Completion::Encoded(_) => error_result(format!("Internal error in tool {name}"), None),
     };
-    // As HAIP's `TOOL_DONE` (HAIP.md §18.1): a result too large to send
+    // As HAIP's `TOOL_DONE` (docs/protocol.md §18.1): a result too large to send
     // becomes an error the model can read, and the call still ends once.
     let limit = config.max_outbound_message_bytes;
     let size = json_len(&result);

@@ -294,7 +294,7 @@ impl ServerHandler for ExportService {
         let caller = caller_of(&context);
         // A tool the profile cannot describe is left out (a host in strict
         // mode would refuse every tool for one it cannot take), and so is
-        // one the caller's scopes do not allow (HAIP.md §17.1).
+        // one the caller's scopes do not allow (docs/protocol.md §17.1).
         Ok(ListToolsResult::with_all_items(
             snapshot
                 .tools()
@@ -342,7 +342,7 @@ impl ServerHandler for ExportService {
             );
             return Err(McpError::invalid_params(message, None));
         };
-        // The caller's scopes (HAIP.md §17.1). Over HTTP the front door has
+        // The caller's scopes (docs/protocol.md §17.1). Over HTTP the front door has
         // answered `403` already; this holds for every other way in.
         if let Some(forbidden) = self
             .shared

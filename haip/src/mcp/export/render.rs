@@ -13,7 +13,7 @@ use crate::protocol::payload::ToolFailure;
 use crate::schema::SchemaProfile;
 use crate::tool::Tool;
 
-/// A haip tool as an MCP tool, its schemas in `profile` (HAIP.md §6.14);
+/// A haip tool as an MCP tool, its schemas in `profile` (docs/protocol.md §6.14);
 /// `None` when the profile cannot serve it. The output schema is advertised
 /// only when it describes an object (MCP's `structuredContent` must be one).
 pub(crate) fn mcp_tool(tool: &Tool, profile: SchemaProfile) -> Option<rmcp::model::Tool> {
@@ -31,7 +31,7 @@ pub(crate) fn mcp_tool(tool: &Tool, profile: SchemaProfile) -> Option<rmcp::mode
     {
         out.output_schema = Some(Arc::new(output.clone()));
     }
-    // HAIP.md §6.13: the same fields one to one.
+    // docs/protocol.md §6.13: the same fields one to one.
     out.title = tool.title().map(str::to_owned);
     let hints = tool.annotations();
     if !hints.is_empty() {
@@ -60,7 +60,7 @@ pub(crate) fn mcp_tool(tool: &Tool, profile: SchemaProfile) -> Option<rmcp::mode
 /// The `_meta` key of a tool's tags in `tools/list`.
 pub(crate) const TAGS_META: &str = "haip/tags";
 
-/// A haip icon as an MCP icon (HAIP.md §6.13: the same fields).
+/// A haip icon as an MCP icon (docs/protocol.md §6.13: the same fields).
 fn mcp_icon(icon: &crate::protocol::Icon) -> rmcp::model::Icon {
     let mut out = rmcp::model::Icon::new(icon.src.clone());
     out.mime_type = icon.mime_type.clone();
@@ -125,7 +125,7 @@ pub(super) fn success_result(tool: &Tool, value: Value) -> CallToolResult {
     result
 }
 
-/// A `{"content": [...], "structured"?: ...}` result (HAIP.md §6.12): the
+/// A `{"content": [...], "structured"?: ...}` result (docs/protocol.md §6.12): the
 /// blocks one to one, the structured value as `structuredContent`.
 fn content_result(mut value: Value) -> CallToolResult {
     let blocks = value

@@ -1,9 +1,9 @@
 //! Tools and their calls: `TOOL_LIST`, `TOOL_SCHEMA`, `TOOL_CALL`,
-//! `TOOL_CANCEL`, `TOOL_INPUT`, `TOOL_UPDATE`, `TOOL_DONE` (HAIP.md §6).
+//! `TOOL_CANCEL`, `TOOL_INPUT`, `TOOL_UPDATE`, `TOOL_DONE` (docs/protocol.md §6).
 
 use super::*;
 
-/// A `TOOL_LIST` request (HAIP.md §6.2): an empty payload.
+/// A `TOOL_LIST` request (docs/protocol.md §6.2): an empty payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct ToolListRequest {}
 
@@ -18,7 +18,7 @@ impl Payload for ToolListRequest {
     }
 }
 
-/// The `TOOL_LIST` listing (HAIP.md §6.2).
+/// The `TOOL_LIST` listing (docs/protocol.md §6.2).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct ToolList {
     /// The tools, in registry order.
@@ -33,14 +33,14 @@ pub struct ToolListItem {
     /// Its description; empty when it has none, and then not written.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub description: String,
-    /// `title`: a name for people, when it has one (HAIP.md §6.13).
+    /// `title`: a name for people, when it has one (docs/protocol.md §6.13).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// `annotations`: the hints it declares; not written when it declares
-    /// none (HAIP.md §6.13).
+    /// none (docs/protocol.md §6.13).
     #[serde(skip_serializing_if = "ToolAnnotations::is_empty")]
     pub annotations: ToolAnnotations,
-    /// `icons`; not written when it has none (HAIP.md §6.13).
+    /// `icons`; not written when it has none (docs/protocol.md §6.13).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub icons: Vec<Icon>,
 }
@@ -77,12 +77,12 @@ impl Payload for ToolList {
     }
 }
 
-/// A `TOOL_SCHEMA` request (HAIP.md §6.3).
+/// A `TOOL_SCHEMA` request (docs/protocol.md §6.3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ToolSchemaRequest {
     /// The tool asked about.
     pub tool: String,
-    /// The schema profile to answer in (HAIP.md §6.14), as sent; the
+    /// The schema profile to answer in (docs/protocol.md §6.14), as sent; the
     /// session's when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
@@ -104,7 +104,7 @@ impl Payload for ToolSchemaRequest {
     }
 }
 
-/// The `TOOL_SCHEMA` reply (HAIP.md §6.3).
+/// The `TOOL_SCHEMA` reply (docs/protocol.md §6.3).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolSchema {
     /// The tool's name.
@@ -155,9 +155,9 @@ impl Payload for ToolSchema {
     }
 }
 
-/// A `TOOL_CALL` (HAIP.md §6.4).
+/// A `TOOL_CALL` (docs/protocol.md §6.4).
 ///
-/// Decoding never fails: HAIP.md §6.4 answers every shape of call. A
+/// Decoding never fails: docs/protocol.md §6.4 answers every shape of call. A
 /// `call_id` that is neither a string nor a number is absent (then
 /// [`InboundEvent::decode`] takes the envelope `id`, else a new UUID
 /// ([`InboundEvent::decode_with`]: else the caller's id);
@@ -180,7 +180,7 @@ pub struct ToolCall {
     /// for the envelopes about the call.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
-    /// The payload's `_meta` (HAIP.md §6.15): a W3C `traceparent` (and
+    /// The payload's `_meta` (docs/protocol.md §6.15): a W3C `traceparent` (and
     /// `tracestate`) here makes the call's span a child of the caller's.
     /// Anything but an object is ignored.
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
@@ -235,7 +235,7 @@ impl Payload for ToolCall {
     }
 }
 
-/// A `TOOL_CANCEL` (HAIP.md §6.7).
+/// A `TOOL_CANCEL` (docs/protocol.md §6.7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ToolCancel {
     /// The call to cancel. Must be a string: the server ignores a
@@ -258,7 +258,7 @@ impl Payload for ToolCancel {
     }
 }
 
-/// `TOOL_INPUT`: the client's answer to a tool's question (HAIP.md §6.11).
+/// `TOOL_INPUT`: the client's answer to a tool's question (docs/protocol.md §6.11).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolInput {
     /// The call that asked.
@@ -273,7 +273,7 @@ pub struct ToolInput {
     pub content: Option<Value>,
 }
 
-/// The `action` of a `TOOL_INPUT` (HAIP.md §6.11).
+/// The `action` of a `TOOL_INPUT` (docs/protocol.md §6.11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum InputAction {
@@ -326,7 +326,7 @@ impl Payload for ToolInput {
     }
 }
 
-/// The `status` of a `TOOL_UPDATE` (HAIP.md §6.5, §6.11).
+/// The `status` of a `TOOL_UPDATE` (docs/protocol.md §6.5, §6.11).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum UpdateStatus {
     /// `QUEUED`: the call waits for a slot.
@@ -335,7 +335,7 @@ pub enum UpdateStatus {
     Running,
     /// `CANCELLING`: a cancel began.
     Cancelling,
-    /// `WAITING_INPUT`: the tool asked the client a question (HAIP.md §6.11).
+    /// `WAITING_INPUT`: the tool asked the client a question (docs/protocol.md §6.11).
     WaitingInput,
     /// A status this implementation does not know, as sent (a newer peer).
     Other(String),
@@ -377,7 +377,7 @@ impl Serialize for UpdateStatus {
     }
 }
 
-/// A `TOOL_UPDATE` (HAIP.md §6.5).
+/// A `TOOL_UPDATE` (docs/protocol.md §6.5).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolUpdate {
     /// The call it is about.
@@ -391,11 +391,11 @@ pub struct ToolUpdate {
     /// A partial result, any JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partial: Option<Value>,
-    /// A tool's log line, `{level, message, data?}` (HAIP.md §6.11).
+    /// A tool's log line, `{level, message, data?}` (docs/protocol.md §6.11).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log: Option<Value>,
     /// A tool's question, `{request_id, message, schema}`, with status
-    /// `WAITING_INPUT` (HAIP.md §6.11).
+    /// `WAITING_INPUT` (docs/protocol.md §6.11).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input_request: Option<Value>,
 }
@@ -461,7 +461,7 @@ impl Payload for ToolUpdate {
     }
 }
 
-/// The `status` of a `TOOL_DONE` (HAIP.md §6.6).
+/// The `status` of a `TOOL_DONE` (docs/protocol.md §6.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ToolStatus {
     /// `OK`: the tool returned a value.
@@ -505,7 +505,7 @@ impl Serialize for ToolStatus {
     }
 }
 
-/// A `TOOL_DONE` (HAIP.md §6.6): how a call ended.
+/// A `TOOL_DONE` (docs/protocol.md §6.6): how a call ended.
 ///
 /// On the wire the payload is `{call_id, status, result}`; what `result`
 /// holds depends on `status`, so here the two are one [`ToolOutcome`] and
@@ -555,7 +555,7 @@ impl ToolOutcome {
     }
 }
 
-/// The `result` of a `TOOL_DONE` with status `ERROR` (HAIP.md §6.6, §18.1).
+/// The `result` of a `TOOL_DONE` with status `ERROR` (docs/protocol.md §6.6, §18.1).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolFailure {
     /// `error`: the human-readable message.

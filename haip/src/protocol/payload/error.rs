@@ -1,5 +1,5 @@
 //! What can go wrong with a payload: [`PayloadError`] when one cannot be
-//! used, and the `ERROR` event (HAIP.md §14).
+//! used, and the `ERROR` event (docs/protocol.md §14).
 
 use super::*;
 
@@ -14,7 +14,7 @@ use super::*;
 /// let err = ToolSchemaRequest::from_payload(payload).unwrap_err();
 /// assert_eq!(err.field, "tool");
 /// assert_eq!(err.to_string(), "TOOL_SCHEMA payload.tool: expected a string, found a number");
-/// // The ERROR a server answers it with (HAIP.md §6.3).
+/// // The ERROR a server answers it with (docs/protocol.md §6.3).
 /// assert_eq!(err.reply().unwrap().detail.unwrap()["reason"], "missing tool");
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -106,8 +106,8 @@ impl PayloadError {
         self
     }
 
-    /// The `ERROR` a server answers this inbound payload with (HAIP.md §6.3,
-    /// §8, §11.2, §14.2), `related_id` included; `None` where HAIP.md says
+    /// The `ERROR` a server answers this inbound payload with (docs/protocol.md §6.3,
+    /// §8, §11.2, §14.2), `related_id` included; `None` where docs/protocol.md says
     /// such an envelope is ignored silently (a `TOOL_CANCEL` without a string
     /// `call_id`, a `FLOW_UPDATE` or `PAUSE_CHANNEL` without a `channel`) or
     /// the payload is not one a server receives.
@@ -174,7 +174,7 @@ pub(super) fn kind(value: &Value) -> &'static str {
     }
 }
 
-/// `ERROR` (HAIP.md §14).
+/// `ERROR` (docs/protocol.md §14).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Error {
     /// `code`: what clients key on.
@@ -219,7 +219,7 @@ impl From<crate::protocol::DecodeError> for Error {
 impl Payload for Error {
     const EVENT: EventType = EventType::Error;
 
-    /// Never fails: an `ERROR` is never answered (HAIP.md §5, no error
+    /// Never fails: an `ERROR` is never answered (docs/protocol.md §5, no error
     /// loops), and a client fails the request it names whatever else it
     /// says, so a `code` or `message` that is not a string decodes as empty.
     fn from_payload(payload: Map<String, Value>) -> Result<Error, PayloadError> {

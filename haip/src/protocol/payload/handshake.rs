@@ -1,13 +1,13 @@
-//! The handshake: `HAI` and its capabilities (HAIP.md §3).
+//! The handshake: `HAI` and its capabilities (docs/protocol.md §3).
 
 use super::*;
 
-/// `HAI` (HAIP.md §3): the handshake, sent by the server first on every
+/// `HAI` (docs/protocol.md §3): the handshake, sent by the server first on every
 /// connection and optionally by the client.
 ///
 /// `haip_version`, `accept_major` and `accept_events` are required by the
 /// protocol but `None` after decoding a client `HAI` without them, because
-/// HAIP.md §3.2 gives their absence a meaning (compatible; every event
+/// docs/protocol.md §3.2 gives their absence a meaning (compatible; every event
 /// accepted). Encoding writes a `None` one as this implementation's own value
 /// ([`HAIP_VERSION`], `[1]`, all 22 event types), so every encoded `HAI` is
 /// complete.
@@ -17,15 +17,15 @@ pub struct Hai {
     pub haip_version: Option<String>,
     /// `accept_major`: the protocol majors the sender speaks; `None` when
     /// absent or not an array. Elements that are not a non-negative integer
-    /// or its decimal string (`"1"`; not `"01"`, HAIP.md §3.2) are dropped.
+    /// or its decimal string (`"1"`; not `"01"`, docs/protocol.md §3.2) are dropped.
     pub accept_major: Option<Vec<u64>>,
-    /// `accept_events`: the types the sender wants unsolicited (HAIP.md §3.3);
+    /// `accept_events`: the types the sender wants unsolicited (docs/protocol.md §3.3);
     /// `None` when absent or not an array. Non-string elements are dropped;
     /// names are kept as sent (see [`Hai::accepted_events`]).
     pub accept_events: Option<Vec<String>>,
     /// `capabilities`, when an object.
     pub capabilities: Option<Capabilities>,
-    /// `last_rx_seq`, when present: a client asking to resume (HAIP.md §11.3),
+    /// `last_rx_seq`, when present: a client asking to resume (docs/protocol.md §11.3),
     /// or a server confirming a resumption.
     pub last_rx_seq: Option<LastRxSeq>,
     /// Top-level `binary_frames` (the protocol's own schema puts it here too).
@@ -35,7 +35,7 @@ pub struct Hai {
 }
 
 /// A `HAI`'s `last_rx_seq` as it arrived: present is what makes a client
-/// `HAI` a resumption attempt, even when the value is unusable (HAIP.md §11.3).
+/// `HAI` a resumption attempt, even when the value is unusable (docs/protocol.md §11.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LastRxSeq {
     /// A non-negative integer (a JSON integer or a decimal string).
@@ -45,7 +45,7 @@ pub enum LastRxSeq {
     Invalid,
 }
 
-/// The `capabilities` object of a `HAI` (HAIP.md §3.1, §3.2, §6.11, §12.1).
+/// The `capabilities` object of a `HAI` (docs/protocol.md §3.1, §3.2, §6.11, §12.1).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Capabilities {
     /// `binary_frames`: two-frame binary is possible (server) / wanted (client).
@@ -56,18 +56,18 @@ pub struct Capabilities {
     pub max_concurrent_runs: Option<u64>,
     /// `signed_envelopes`.
     pub signed_envelopes: Option<bool>,
-    /// `tool_input`: the client can answer a tool's questions (HAIP.md §6.11).
+    /// `tool_input`: the client can answer a tool's questions (docs/protocol.md §6.11).
     pub tool_input: Option<bool>,
-    /// `log_level`: the least severe tool log line the client wants (HAIP.md §6.11).
+    /// `log_level`: the least severe tool log line the client wants (docs/protocol.md §6.11).
     pub log_level: Option<String>,
     /// `schema_profile`: the profile the client wants tool schemas in
-    /// (HAIP.md §6.14), as sent.
+    /// (docs/protocol.md §6.14), as sent.
     pub schema_profile: Option<String>,
     /// Every other capability, as sent.
     pub other: Map<String, Value>,
 }
 
-/// `capabilities.flow_control` (HAIP.md §3.1, §12).
+/// `capabilities.flow_control` (docs/protocol.md §3.1, §12).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct FlowControl {
     /// `initial_credit_messages`, when a non-negative integer.
@@ -90,7 +90,7 @@ impl Hai {
         }
     }
 
-    /// Whether it is compatible with major `1` (HAIP.md §3.2): `accept_major`
+    /// Whether it is compatible with major `1` (docs/protocol.md §3.2): `accept_major`
     /// absent, not an array, or containing `1` or `"1"`.
     pub fn is_compatible(&self) -> bool {
         self.accept_major
@@ -108,7 +108,7 @@ impl Hai {
 }
 
 /// One `accept_major` element: a non-negative integer, or its canonical
-/// decimal string (HAIP.md §3.2 names `1` and `"1"`; `"01"` is neither).
+/// decimal string (docs/protocol.md §3.2 names `1` and `"1"`; `"01"` is neither).
 pub(super) fn major(value: &Value) -> Option<u64> {
     match value {
         Value::Number(n) => n.as_u64(),

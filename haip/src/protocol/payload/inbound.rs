@@ -4,7 +4,7 @@ use super::runs::run_id;
 use super::*;
 
 /// An accepted inbound envelope's payload as the event a server acts on
-/// (HAIP.md §5, "Server on receipt").
+/// (docs/protocol.md §5, "Server on receipt").
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum InboundEvent {
@@ -18,7 +18,7 @@ pub enum InboundEvent {
     ToolCall(ToolCall),
     /// A `TOOL_CANCEL`.
     ToolCancel(ToolCancel),
-    /// `TOOL_INPUT` (HAIP.md §6.11).
+    /// `TOOL_INPUT` (docs/protocol.md §6.11).
     ToolInput(ToolInput),
     /// `RUN_STARTED`.
     RunStarted(RunStarted),
@@ -41,7 +41,7 @@ pub enum InboundEvent {
     /// Accepted, and nothing for the server to do: `PONG`, `ERROR`,
     /// `TOOL_UPDATE`, `TOOL_DONE`, text and audio, a `TOOL_LIST` with `tools`
     /// or a `TOOL_SCHEMA` with `schema`/`inputSchema` (a client advertising
-    /// its own tools, HAIP.md §6.8). The payload is left in the [`Inbound`],
+    /// its own tools, docs/protocol.md §6.8). The payload is left in the [`Inbound`],
     /// untouched, for a hook.
     Other,
 }
@@ -74,7 +74,7 @@ impl InboundEvent {
 
     /// [`InboundEvent::decode`], with the caller making the id of a
     /// `TOOL_CALL` that has neither a usable `call_id` nor an envelope `id`
-    /// (HAIP.md §6.4 step 1): `fresh` is called then, and only then. A server
+    /// (docs/protocol.md §6.4 step 1): `fresh` is called then, and only then. A server
     /// session passes its own id source, so that every id it hands out comes
     /// from one place (and tests can predict them).
     ///

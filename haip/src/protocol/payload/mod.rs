@@ -7,7 +7,7 @@
 //!
 //! # Lenient in
 //!
-//! Real clients send loosely typed payloads (HAIP.md §1, §2), so decoding:
+//! Real clients send loosely typed payloads (docs/protocol.md §1, §2), so decoding:
 //!
 //! * takes the payload object by value and moves each field out of it: nothing
 //!   is re-serialised, and user data (`params`, `result`, `partial`, schemas)
@@ -19,19 +19,19 @@
 //!   `null` or absent ⇒ `{}`, `RUN_FINISHED.status` ⇒ `OK`);
 //! * reads `seq`-like fields (`last_rx_seq`, `from_seq`, `to_seq`) as a
 //!   non-negative JSON integer or a decimal string, as the envelope's `seq`
-//!   (HAIP.md §2.1, §11.2);
+//!   (docs/protocol.md §2.1, §11.2);
 //! * takes a numeric call id as its decimal text (`TOOL_CALL`, `TOOL_UPDATE`,
-//!   `TOOL_DONE`; not `TOOL_CANCEL`, whose non-string `call_id` HAIP.md §6.7
+//!   `TOOL_DONE`; not `TOOL_CANCEL`, whose non-string `call_id` docs/protocol.md §6.7
 //!   ignores);
-//! * fills in the fallbacks HAIP.md defines from the envelope
+//! * fills in the fallbacks docs/protocol.md defines from the envelope
 //!   ([`InboundEvent::decode`], [`InboundEvent::decode_with`] only): a
 //!   `TOOL_CALL` without a usable `call_id` takes the envelope `id`, else a
 //!   new UUID (with `decode_with`, the caller's id) (§6.4 step 1); a `RUN_*`
 //!   without a payload `run_id` takes the envelope's (§8);
 //! * fails, with a [`PayloadError`] naming the field and what was wrong with
 //!   it, only where the receiver cannot act without the field. For an inbound
-//!   envelope [`PayloadError::reply`] is the `ERROR` HAIP.md prescribes, or
-//!   `None` where HAIP.md says to ignore the envelope silently.
+//!   envelope [`PayloadError::reply`] is the `ERROR` docs/protocol.md prescribes, or
+//!   `None` where docs/protocol.md says to ignore the envelope silently.
 //!
 //! | Event | Required (else [`PayloadError`]) | Loose |
 //! |---|---|---|
@@ -55,7 +55,7 @@
 //!
 //! Encoding writes every field the protocol requires, optional fields only
 //! when present, statuses in capitals, `seq`-like fields as decimal strings,
-//! and omits a `TOOL_DONE` `result` that would be `null` (HAIP.md §2.4, §6.6).
+//! and omits a `TOOL_DONE` `result` that would be `null` (docs/protocol.md §2.4, §6.6).
 //!
 //! ```
 //! use haip::protocol::decode;
@@ -64,7 +64,7 @@
 //!
 //! let mut inbound = decode(r#"{"id":"call-1","type":"TOOL_CALL","payload":{"tool":"echo"}}"#).unwrap();
 //! let InboundEvent::ToolCall(call) = InboundEvent::decode(&mut inbound).unwrap() else { panic!() };
-//! assert_eq!(call.call_id, "call-1"); // no call_id: the envelope id (HAIP.md §6.4)
+//! assert_eq!(call.call_id, "call-1"); // no call_id: the envelope id (docs/protocol.md §6.4)
 //! assert_eq!(call.params, json!({}));
 //!
 //! let done = ToolDone::ok(call.call_id, Some(json!({"echoed": "hi"})));

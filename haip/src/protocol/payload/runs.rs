@@ -1,8 +1,8 @@
-//! Runs: `RUN_STARTED`, `RUN_FINISHED`, `RUN_CANCEL`, `RUN_ERROR` (HAIP.md §8).
+//! Runs: `RUN_STARTED`, `RUN_FINISHED`, `RUN_CANCEL`, `RUN_ERROR` (docs/protocol.md §8).
 
 use super::*;
 
-/// `RUN_STARTED` (HAIP.md §8): an open payload.
+/// `RUN_STARTED` (docs/protocol.md §8): an open payload.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RunStarted {
     /// The run id: the payload's, else (by [`InboundEvent::decode`]) the
@@ -41,7 +41,7 @@ impl Serialize for RunStarted {
     }
 }
 
-/// The `status` of a `RUN_FINISHED` (HAIP.md §5, §8).
+/// The `status` of a `RUN_FINISHED` (docs/protocol.md §5, §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum RunStatus {
     /// `OK` (the default).
@@ -70,7 +70,7 @@ impl Serialize for RunStatus {
     }
 }
 
-/// `RUN_FINISHED` (HAIP.md §8).
+/// `RUN_FINISHED` (docs/protocol.md §8).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunFinished {
     /// The run id: the payload's, else (by [`InboundEvent::decode`]) the
@@ -124,7 +124,7 @@ impl Payload for RunFinished {
     }
 }
 
-/// `RUN_CANCEL` (HAIP.md §8).
+/// `RUN_CANCEL` (docs/protocol.md §8).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunCancel {
     /// The run id: the payload's, else (by [`InboundEvent::decode`]) the
@@ -143,7 +143,7 @@ impl Payload for RunCancel {
     }
 }
 
-/// `RUN_ERROR` (HAIP.md §8). The server only closes the run it names, so
+/// `RUN_ERROR` (docs/protocol.md §8). The server only closes the run it names, so
 /// nothing here is required: a missing `code` or `message` decodes as empty.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunError {

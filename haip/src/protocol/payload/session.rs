@@ -1,10 +1,10 @@
-//! Keeping a session going: heartbeat (`PING`, `PONG`, HAIP.md §9), replay
+//! Keeping a session going: heartbeat (`PING`, `PONG`, docs/protocol.md §9), replay
 //! (`REPLAY_REQUEST`, §11.2) and flow control (`FLOW_UPDATE`, `PAUSE_CHANNEL`,
 //! `RESUME_CHANNEL`, §12).
 
 use super::*;
 
-/// `PING` (HAIP.md §9).
+/// `PING` (docs/protocol.md §9).
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Ping {
     /// `nonce`: a string in HAIP 1, kept as whatever JSON was sent so that the
@@ -37,7 +37,7 @@ impl Payload for Ping {
     }
 }
 
-/// `PONG` (HAIP.md §9).
+/// `PONG` (docs/protocol.md §9).
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Pong {
     /// `nonce`: the `PING`'s, unchanged.
@@ -55,7 +55,7 @@ impl Payload for Pong {
     }
 }
 
-/// `REPLAY_REQUEST` (HAIP.md §11.2).
+/// `REPLAY_REQUEST` (docs/protocol.md §11.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ReplayRequest {
     /// The first `seq` wanted.
@@ -84,7 +84,7 @@ impl Payload for ReplayRequest {
     }
 }
 
-/// `FLOW_UPDATE` (HAIP.md §12): credit granted on a channel.
+/// `FLOW_UPDATE` (docs/protocol.md §12): credit granted on a channel.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FlowUpdate {
     /// The channel (any name; the server ignores a `FLOW_UPDATE` without one).
@@ -110,7 +110,7 @@ impl Payload for FlowUpdate {
     }
 }
 
-/// `PAUSE_CHANNEL` (HAIP.md §12.2).
+/// `PAUSE_CHANNEL` (docs/protocol.md §12.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PauseChannel {
     /// The channel to hold (the server ignores the envelope without one).
@@ -128,7 +128,7 @@ impl Payload for PauseChannel {
     }
 }
 
-/// `RESUME_CHANNEL` (HAIP.md §12.2).
+/// `RESUME_CHANNEL` (docs/protocol.md §12.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ResumeChannel {
     /// The channel to release (the server ignores the envelope without one).

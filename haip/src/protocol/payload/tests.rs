@@ -202,7 +202,7 @@ fn every_payload_round_trips() {
     assert_eq!(round_trip(&resume), resume);
 }
 
-/// What the server writes is exactly what HAIP.md §3.1 and §6.10 show.
+/// What the server writes is exactly what docs/protocol.md §3.1 and §6.10 show.
 #[test]
 fn encoding_matches_the_spec_examples() {
     let hai = Hai {
@@ -302,7 +302,7 @@ fn encoding_matches_the_spec_examples() {
         ],
     };
     // Only what is there; a tool that declares nothing has no
-    // `title`, `annotations` or `icons` (HAIP.md §6.2, §6.13).
+    // `title`, `annotations` or `icons` (docs/protocol.md §6.2, §6.13).
     assert_eq!(
         text(list.to_json()),
         concat!(
@@ -335,7 +335,7 @@ fn encoding_matches_the_spec_examples() {
         text(call.to_json()),
         r#"{"call_id":"c-1","tool":"echo","params":{"message":"hi"}}"#
     );
-    // Non-ASCII stays raw UTF-8 (HAIP.md §2.4).
+    // Non-ASCII stays raw UTF-8 (docs/protocol.md §2.4).
     let done = ToolDone::ok("c", Some(json!({"temperature": "22°C"})));
     assert!(text(done.to_json()).contains("22°C"));
 }
@@ -377,7 +377,7 @@ fn tool_calls_are_read_leniently() {
             meta: None,
         })
     );
-    // A `_meta` object is kept (trace context, HAIP.md §6.15); anything else
+    // A `_meta` object is kept (trace context, docs/protocol.md §6.15); anything else
     // is ignored.
     let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let (call, _) = event(&envelope(
@@ -570,7 +570,7 @@ fn accept_major_takes_1_or_its_decimal_string_only() {
     };
     assert_eq!(majors(json!([1])), (Some(vec![1]), true));
     assert_eq!(majors(json!(["1", 2])), (Some(vec![1, 2]), true));
-    // HAIP.md §3.2: an array containing neither `1` nor `"1"`.
+    // docs/protocol.md §3.2: an array containing neither `1` nor `"1"`.
     assert_eq!(majors(json!(["01", 1.0, "x"])), (Some(vec![]), false));
     assert_eq!(majors(json!(["2"])), (Some(vec![2]), false));
     assert_eq!(majors(json!("1")), (None, true));
@@ -677,7 +677,7 @@ fn inbound_errors_carry_the_reply_haip_prescribes() {
             )
         );
     }
-    // Ignored silently (HAIP.md §6.7, §12.2).
+    // Ignored silently (docs/protocol.md §6.7, §12.2).
     assert_eq!(reply(&envelope("TOOL_CANCEL", json!({"call_id": 1}))), None);
     assert_eq!(reply(&envelope("FLOW_UPDATE", json!({}))), None);
     assert_eq!(

@@ -1,5 +1,5 @@
 //! Calls shaped by any profile, taken as the schema as written means them
-//! (HAIP.md §6.14): before params are validated, a `null` given for an
+//! (docs/protocol.md §6.14): before params are validated, a `null` given for an
 //! optional property is removed (openai-strict asks for one for every
 //! optional property the model leaves out), and a list of `{key, value}`
 //! pairs where the schema has a map becomes that map (how every profile but

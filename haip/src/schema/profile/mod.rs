@@ -1,4 +1,4 @@
-//! Schema profiles (HAIP.md §6.14): what a tool *advertises* is its schema
+//! Schema profiles (docs/protocol.md §6.14): what a tool *advertises* is its schema
 //! rewritten for the model providers that will read it; what its params are
 //! *validated against* is always the schema as written (`full`).
 //!
@@ -23,7 +23,7 @@ use serde_json::Value;
 
 pub(crate) use rewrite::Target;
 
-/// How a tool's schemas are shown to a client (HAIP.md §6.14). Params are
+/// How a tool's schemas are shown to a client (docs/protocol.md §6.14). Params are
 /// always validated against the schema as written ([`Full`](Self::Full)).
 ///
 /// | profile | for |

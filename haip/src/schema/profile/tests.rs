@@ -101,7 +101,7 @@ fn keys_everywhere(schema: &Value, out: &mut Vec<String>) {
     }
 }
 
-/// What portable promises (HAIP.md §6.14), checked on one schema.
+/// What portable promises (docs/protocol.md §6.14), checked on one schema.
 fn assert_portable(schema: &Value) {
     let mut keys = Vec::new();
     keys_everywhere(schema, &mut keys);

@@ -2,7 +2,7 @@
 
 // ----- tools ---------------------------------------------------------------------
 
-// What a tool says about itself (HAIP.md §6.13, MCP's meaning): its title,
+// What a tool says about itself (docs/protocol.md §6.13, MCP's meaning): its title,
 // its hints and its icons, each optional.
 const titleOf = (t) => (t && typeof t.title === 'string' && t.title ? t.title : '');
 const annotationsOf = (t) => (t && t.annotations && typeof t.annotations === 'object' ? t.annotations : {});
@@ -345,7 +345,7 @@ function onDone(p) {
   $('result-body').textContent = result === undefined ? '(no result)' : pretty(result);
 }
 
-// Content blocks (HAIP.md §6.12): text as text, images and audio from their data.
+// Content blocks (docs/protocol.md §6.12): text as text, images and audio from their data.
 function renderContent(blocks) {
   const box = $('result-content');
   for (const b of blocks) {

@@ -37,8 +37,8 @@ pub(super) fn page() -> &'static str {
 }
 
 /// What the page may do: its own inline script and style, images and audio
-/// from `data:` URLs (content blocks, HAIP.md §6.12), images over `https:`
-/// too (tools' icons, HAIP.md §6.13, are URLs their authors chose),
+/// from `data:` URLs (content blocks, docs/protocol.md §6.12), images over `https:`
+/// too (tools' icons, docs/protocol.md §6.13, are URLs their authors chose),
 /// connections to its own origin only (WebSocket included), and nothing
 /// else; no framing, so no other site can dress it up and click its buttons.
 pub(super) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; \

@@ -32,7 +32,7 @@ const utf8Length = (text) => encoder.encode(text).length;
 const pretty = (value) => JSON.stringify(value, null, 2);
 const pointerEscape = (name) => String(name).replace(/~/g, '~0').replace(/\//g, '~1');
 
-// ----- protocol constants (HAIP.md §3, §5, §12, §17) ------------------------------
+// ----- protocol constants (docs/protocol.md §3, §5, §12, §17) ------------------------------
 
 const HAIP_VERSION = '1.1.2';
 const EVENTS = ['HAI', 'RUN_STARTED', 'RUN_FINISHED', 'RUN_CANCEL', 'RUN_ERROR', 'PING', 'PONG',
@@ -41,7 +41,7 @@ const EVENTS = ['HAI', 'RUN_STARTED', 'RUN_FINISHED', 'RUN_CANCEL', 'RUN_ERROR',
   'FLOW_UPDATE', 'PAUSE_CHANNEL', 'RESUME_CHANNEL'];
 const AUTH_CODES = ['MISSING_TOKEN', 'INVALID_TOKEN', 'TOKEN_EXPIRED'];
 // Credit this page grants the server per channel, and gives back once it
-// has read this much (HAIP.md §12.2).
+// has read this much (docs/protocol.md §12.2).
 const GRANT = { messages: 1000, bytes: 1048576 };
 const GRANT_BATCH = { messages: 100, bytes: 262144 };
 const WIRE_LOG_MAX = 500;
@@ -166,7 +166,7 @@ async function connectSse(why) {
     kind: 'SSE',
     closed: false,
     close: () => { transport.closed = true; abort.abort(); },
-    // Upstream envelopes are POSTed one at a time, in order (HAIP.md §15.4).
+    // Upstream envelopes are POSTed one at a time, in order (docs/protocol.md §15.4).
     send: (text) => {
       sending = sending.then(async () => {
         if (transport.closed) return;
@@ -266,7 +266,7 @@ function send(type, channel, payload) {
 }
 
 // Writes queued envelopes while the server's credit for their channel
-// lasts (HAIP.md §12); a FLOW_UPDATE from the server resumes it.
+// lasts (docs/protocol.md §12); a FLOW_UPDATE from the server resumes it.
 function flush() {
   while (state.queue.length && state.transport && !state.transport.closed) {
     const env = state.queue[0];

@@ -4,7 +4,7 @@
 use super::*;
 
 /// `decode(text)` agrees with reading `text` as a `serde_json::Value`, where
-/// that reading succeeds (HAIP.md §2.2 steps 2–5, §2.1 leniency). (The
+/// that reading succeeds (docs/protocol.md §2.2 steps 2–5, §2.1 leniency). (The
 /// decoder skips ignored fields without converting them, so it may accept
 /// texts a `Value` cannot hold, like `"ack": 1e999`: nothing is said then.)
 pub(super) fn check_decode(text: &str) -> Result<(), String> {

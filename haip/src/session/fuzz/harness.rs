@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// A `TOOL_CALL` that reached dispatch (HAIP.md §2.2 step 6 onwards), as the
+/// A `TOOL_CALL` that reached dispatch (docs/protocol.md §2.2 step 6 onwards), as the
 /// oracle sees it.
 #[derive(Debug)]
 pub(super) struct CallUnit {
@@ -32,7 +32,7 @@ impl CallUnit {
     }
 }
 
-/// An envelope waiting for its binary frame (HAIP.md §13), as modelled.
+/// An envelope waiting for its binary frame (docs/protocol.md §13), as modelled.
 pub(super) struct Awaiting {
     pub(super) inbound: Inbound,
     pub(super) expected: u64,
@@ -176,11 +176,11 @@ impl Run {
     pub(super) fn unit(&mut self, text: &str, frame: Option<&[u8]>) -> Result<(), String> {
         let limit = self.config().max_message_bytes;
         if text.len() > limit {
-            // HAIP.md §2.2 step 1 is the transport's.
+            // docs/protocol.md §2.2 step 1 is the transport's.
             let control = self.session.message_too_large();
             return self.after(control);
         }
-        // Text where a frame was due ends the wait (HAIP.md §13).
+        // Text where a frame was due ends the wait (docs/protocol.md §13).
         self.frame_missing();
         let mut call = None;
         if let Ok(inbound) = decode(text) {
@@ -254,7 +254,7 @@ impl Run {
             }
         }
         let payload = &inbound.payload;
-        // HAIP.md §6.4 step 1.
+        // docs/protocol.md §6.4 step 1.
         let call_id = match payload.get("call_id") {
             Some(Value::String(s)) => Some(s.clone()),
             Some(Value::Number(n)) => Some(n.to_string()),
@@ -305,7 +305,7 @@ impl Run {
     }
 
     /// What the transport does with a `Control`. A resumption finds no such
-    /// session, so the connection stays (HAIP.md §11.3). A `Close` is left
+    /// session, so the connection stays (docs/protocol.md §11.3). A `Close` is left
     /// alone: the session must keep its promises whatever its transport does
     /// (a kept session is resumed and fed again), so feeding continues.
     pub(super) fn after(&mut self, control: Control) -> Result<(), String> {
@@ -412,7 +412,7 @@ impl Run {
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| format!("unreadable seq in {v}"))?;
         if seq <= self.newest {
-            // A replay (HAIP.md §11.2): the very bytes committed before.
+            // A replay (docs/protocol.md §11.2): the very bytes committed before.
             ensure!(
                 self.texts.get(&seq) == Some(&text),
                 "re-sent envelope {seq} differs from the one committed"
@@ -706,7 +706,7 @@ pub(super) fn segments<'a>(id: &str, envs: &[&'a Value]) -> Result<Vec<Vec<&'a V
     Ok(segments)
 }
 
-/// One call's updates and its `TOOL_DONE` (HAIP.md §6.5, §6.6, §6.9).
+/// One call's updates and its `TOOL_DONE` (docs/protocol.md §6.5, §6.6, §6.9).
 pub(super) fn check_segment(segment: &[&Value], call: Option<&CallUnit>) -> Result<(), String> {
     let Some((done, updates)) = segment.split_last() else {
         return Err("an empty segment".into());
@@ -781,7 +781,7 @@ pub(super) fn check_segment(segment: &[&Value], call: Option<&CallUnit>) -> Resu
 }
 
 /// A committed envelope: JSON with the seven required fields and nothing the
-/// server never sends (HAIP.md §2.1, §2.4).
+/// server never sends (docs/protocol.md §2.1, §2.4).
 pub(super) fn check_envelope(text: &[u8], session: &str) -> Result<Value, String> {
     let shown = || clip(&String::from_utf8_lossy(text), 300);
     let v: Value = serde_json::from_slice(text)

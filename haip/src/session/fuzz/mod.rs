@@ -1,7 +1,7 @@
 //! Fuzzing the decoder and the session core on stable Rust, driven by proptest.
 //!
 //! Two families of properties, both fed through the same socket-less harness
-//! ([`Run`]) that plays the transport (HAIP.md §2.2 step 1, §13) and the client:
+//! ([`Run`]) that plays the transport (docs/protocol.md §2.2 step 1, §13) and the client:
 //!
 //! 1. **Decoder.** Arbitrary bytes, arbitrary strings and mutated valid
 //!    envelopes (bytes flipped, inserted, deleted, repeated, cut off) go through
@@ -78,7 +78,7 @@ const SEQUENCE_CASES: u32 = 256;
 /// before the calls count as never ending: far beyond any timeout or grace.
 const HANG: Duration = Duration::from_secs(3600);
 
-/// The channel names the server sends on (HAIP.md §4).
+/// The channel names the server sends on (docs/protocol.md §4).
 const CHANNELS: [&str; 5] = ["USER", "AGENT", "SYSTEM", "AUDIO_IN", "AUDIO_OUT"];
 
 /// Returns `Err(message)` from the enclosing function unless `cond` holds.

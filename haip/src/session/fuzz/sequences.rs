@@ -48,7 +48,7 @@ pub(super) struct Env {
     pub(super) follow: Option<Follow>,
 }
 
-/// The binary message that follows an envelope announcing one (HAIP.md §13).
+/// The binary message that follows an envelope announcing one (docs/protocol.md §13).
 #[derive(Debug, Clone)]
 pub(super) enum Follow {
     /// Exactly the announced length.
@@ -129,7 +129,7 @@ pub(super) fn kind(event: &str, payload: Map<String, Value>) -> Kind {
 }
 
 /// Call ids from a small pool, so that duplicates happen; `"1"` and `1` are
-/// the same id (HAIP.md §6.4 step 1).
+/// the same id (docs/protocol.md §6.4 step 1).
 pub(super) fn call_ids() -> BoxedStrategy<Option<Value>> {
     pick(vec![
         (6, Some(json!("c1"))),
@@ -184,7 +184,7 @@ pub(super) fn tool_call() -> impl Strategy<Value = Kind> {
         (1, Some(json!([1, 2]))),
         (1, Some(json!("params"))),
         (1, Some(json!({"message": "M".repeat(6000)}))),
-        // Over 64 KiB: validated off the session task (HAIP.md §18.1).
+        // Over 64 KiB: validated off the session task (docs/protocol.md §18.1).
         (1, Some(json!({"s": "x".repeat(70_000)}))),
         (1, Some(json!({"s": 7, "pad": "y".repeat(70_000)}))),
     ]);
@@ -658,7 +658,7 @@ pub(super) fn step() -> impl Strategy<Value = Step> {
     ])
 }
 
-/// The configuration variants (HAIP.md §18, §18.1), and how the run ends.
+/// The configuration variants (docs/protocol.md §18, §18.1), and how the run ends.
 #[derive(Debug, Clone)]
 pub(super) struct Setup {
     /// `max_inflight_calls`, `max_queued_calls`.
@@ -876,7 +876,7 @@ pub(super) fn run_case(case: &Case) -> Result<(), String> {
 proptest! {
     #![proptest_config(proptest_config(SEQUENCE_CASES))]
 
-    /// Random conversations keep every promise of HAIP.md §6.4–§6.7 and §18.1.
+    /// Random conversations keep every promise of docs/protocol.md §6.4–§6.7 and §18.1.
     #[test]
     fn envelope_sequences_end_every_accepted_call_exactly_once(case in case()) {
         run_case(&case).map_err(TestCaseError::fail)?;

@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// Tools covering every way a call can end (HAIP.md §6.4 outcome table).
+/// Tools covering every way a call can end (docs/protocol.md §6.4 outcome table).
 /// `gate` and `stubborn` wait for a permit of `gate`; the harness adds
 /// permits as a step and closes it to let them all finish.
 pub(super) fn fuzz_tools(gate: &Arc<Semaphore>) -> Vec<Tool> {
@@ -64,7 +64,7 @@ pub(super) fn fuzz_tools(gate: &Arc<Semaphore>) -> Vec<Tool> {
                 })
                 .build(),
         ),
-        // Progress, merged while unsent, clamped, NaN dropped (HAIP.md §6.5).
+        // Progress, merged while unsent, clamped, NaN dropped (docs/protocol.md §6.5).
         built(
             Tool::builder("steps")
                 .handler(|_: Value, ctx: Context| async move {

@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// `strict_envelope` (HAIP.md §2.2): the full schema is required, and a
+/// `strict_envelope` (docs/protocol.md §2.2): the full schema is required, and a
 /// `seq` not above the highest seen is dropped without a word.
 #[tokio::test]
 async fn strict_envelope_requires_the_schema_and_drops_stale_seqs() {
