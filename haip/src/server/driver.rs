@@ -737,6 +737,7 @@ async fn restore(
         .await;
         let (reason, owner) = match restored {
             Ok(Ok(snapshot)) => break snapshot,
+            #[cfg(feature = "redis")]
             Ok(Err(NotRestored::Refused(ResumeRefused::BeingResumed))) => {
                 (ResumeRefused::BeingResumed, None)
             }

@@ -15,6 +15,7 @@ pub(crate) enum ResumeRefused {
     SubjectMismatch,
     /// Another instance is restoring the session (and will say so in a
     /// moment, or give up within its claim).
+    #[cfg(feature = "redis")]
     BeingResumed,
     /// No instance listens where the session's owner should: it died and its
     /// lease has not expired yet, or it lost its subscription for a moment.
@@ -25,11 +26,13 @@ pub(crate) enum ResumeRefused {
     /// `HAI` to relay to it.
     HeldByLiveInstance,
     /// The shared store did not answer.
+    #[cfg(feature = "redis")]
     StoreUnavailable,
     /// The shared store did not answer in time.
     StoreTimedOut,
     /// Records of the session were lost while the store was away: it is
     /// never restored from a gap.
+    #[cfg(feature = "redis")]
     RecordsLost,
     /// A `HAI` asking to resume that is not the connection's first message.
     NotFirstMessage,
@@ -46,12 +49,15 @@ impl ResumeRefused {
             ResumeRefused::WindowExceeded => "window exceeded",
             ResumeRefused::UnknownSession => "unknown session",
             ResumeRefused::SubjectMismatch => "subject mismatch",
+            #[cfg(feature = "redis")]
             ResumeRefused::BeingResumed => "session being resumed elsewhere",
             ResumeRefused::Unreachable => "the instance holding the session is unreachable",
             ResumeRefused::HeldElsewhere => "session held by another instance",
             ResumeRefused::HeldByLiveInstance => "session held by another live instance",
+            #[cfg(feature = "redis")]
             ResumeRefused::StoreUnavailable => "session store unavailable",
             ResumeRefused::StoreTimedOut => "session store timed out",
+            #[cfg(feature = "redis")]
             ResumeRefused::RecordsLost => "records lost while the session store was away",
             ResumeRefused::NotFirstMessage => "not first message",
             ResumeRefused::ShuttingDown => "server shutdown",
