@@ -9,6 +9,7 @@ use crate::errors::Errors;
 use crate::hints::{
     Hints, IconOption, TaskSupport, parse_hint, parse_icon, parse_scopes, parse_task,
 };
+use crate::keys::{Keys, key_of, skip_value};
 use crate::tags::parse_tags;
 
 /// The options of one `#[haip_tool(...)]`.
@@ -195,27 +196,17 @@ fn parse_keys(
     errors: &mut Errors,
     mut handle: impl FnMut(&str, &ParseNestedMeta<'_>, &mut Errors) -> syn::Result<bool>,
 ) {
-    let mut seen: Vec<String> = Vec::new();
+    let mut seen = Keys::default();
     let mut found = Vec::new();
     let parser = syn::meta::parser(|meta| {
-        let key = meta
-            .path
-            .get_ident()
-            .map(ToString::to_string)
-            .unwrap_or_else(|| {
-                quote::ToTokens::to_token_stream(&meta.path)
-                    .to_string()
-                    .replace(' ', "")
-            });
-        if seen.contains(&key) && !repeatable.contains(&key.as_str()) {
-            found.push(syn::Error::new_spanned(
-                &meta.path,
-                format!("`{key}` set more than once"),
-            ));
+        let key = key_of(&meta.path);
+        if !repeatable.contains(&key.as_str())
+            && let Some(twice) = seen.again(&key, &meta.path)
+        {
+            found.push(twice);
             skip_value(&meta)?;
             return Ok(());
         }
-        seen.push(key.clone());
         let mut inner = Errors::default();
         let handled = handle(&key, &meta, &mut inner)?;
         found.extend(inner.into_vec());
@@ -319,16 +310,6 @@ fn parse_crate(meta: &ParseNestedMeta<'_>, errors: &mut Errors) -> syn::Result<O
     }
 }
 
-/// Consumes `= value` after a rejected key so parsing can go on.
-pub(crate) fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-    if meta.input.peek(syn::Token![=]) {
-        meta.value()?.parse::<syn::Expr>()?;
-    } else if meta.input.peek(syn::token::Paren) {
-        meta.parse_nested_meta(|inner| skip_value(&inner))?;
-    }
-    Ok(())
-}
-
 /// Parses `"30s"`, `"500ms"`, `"2min"` (also `m`, `h`) into milliseconds.
 pub(crate) fn parse_duration(text: &str) -> Result<u64, String> {
     let bad = || {
@@ -361,6 +342,8 @@ pub(crate) fn parse_duration(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hints::{Flag, Theme};
+    use crate::tags::TAG_RULE;
     use quote::quote;
 
     #[test]
@@ -492,5 +475,221 @@ mod tests {
         let o = Options::parse(quote!(name = "files.read"), &mut errors);
         assert_eq!(o.tool_name(&func).value, "files.read");
         assert!(errors.is_empty());
+    }
+
+    // The options parsed in `hints`: MCP's hints, icons, task support.
+
+    #[test]
+    fn title_hints_and_icons_are_parsed() {
+        let mut errors = Errors::default();
+        let o = Options::parse(
+            quote!(
+                title = "Delete a repository",
+                read_only = false,
+                destructive,
+                idempotent = true,
+                icon = "https://example.com/trash.svg",
+                icon(
+                    src = "data:image/png;base64,AAAA",
+                    mime_type = "image/png",
+                    sizes = ["48x48", "any"],
+                    theme = "dark"
+                )
+            ),
+            &mut errors,
+        );
+        assert!(errors.is_empty(), "{:?}", errors.messages());
+        assert_eq!(o.title.unwrap().value(), "Delete a repository");
+        let flag = |f: &Option<Flag>| f.as_ref().map(|f| (f.value, f.position));
+        assert_eq!(flag(&o.hints.read_only), Some((false, 2)));
+        assert_eq!(flag(&o.hints.destructive), Some((true, 3)));
+        assert_eq!(flag(&o.hints.idempotent), Some((true, 4)));
+        assert_eq!(flag(&o.hints.open_world), None);
+        assert_eq!(o.icons.len(), 2);
+        assert_eq!(o.icons[0].src.value(), "https://example.com/trash.svg");
+        assert!(o.icons[0].mime_type.is_none() && o.icons[0].sizes.is_empty());
+        assert_eq!(o.icons[0].theme, None);
+        let full = &o.icons[1];
+        assert_eq!(full.src.value(), "data:image/png;base64,AAAA");
+        assert_eq!(full.mime_type.as_ref().unwrap().value(), "image/png");
+        let sizes: Vec<String> = full.sizes.iter().map(LitStr::value).collect();
+        assert_eq!(sizes, ["48x48", "any"]);
+        assert_eq!(full.theme, Some(Theme::Dark));
+    }
+
+    #[test]
+    fn bad_hints_and_icons_are_reported_together() {
+        let mut errors = Errors::default();
+        let o = Options::parse(
+            quote!(
+                read_only = "yes",
+                open_world(true),
+                destructive,
+                destructive = false,
+                icon,
+                icon(mime_type = "image/png"),
+                icon(
+                    src = "a.png",
+                    theme = "sepia",
+                    sizes = ["big", 48],
+                    colour = "red"
+                ),
+                icon(src = "b.png", src = "c.png"),
+                icon = "",
+                icon(src = "ok.png", sizes = "48x48"),
+                nmae = "x"
+            ),
+            &mut errors,
+        );
+        assert!(o.hints.read_only.is_none() && o.hints.open_world.is_none());
+        assert!(o.hints.destructive.unwrap().value, "the first is kept");
+        assert!(o.icons.is_empty(), "no icon with a mistake is kept");
+        let messages = errors.messages();
+        let expected = [
+            "`read_only` is `true` or `false` (or `read_only` alone, for `true`)",
+            "`open_world` takes no arguments: write `open_world`, `open_world = true` or `open_world = false`",
+            "`destructive` set more than once",
+            "`icon` needs a source: `icon = \"https://...\"` or `icon(src = \"...\", mime_type = \"...\", sizes = [\"48x48\"], theme = \"dark\")`",
+            "`icon(...)` needs `src = \"...\"`: the icon's URL",
+            "invalid icon theme \"sepia\": expected \"light\" or \"dark\"",
+            "invalid icon size \"big\": expected \"WxH\" (e.g. \"48x48\") or \"any\"",
+            "an icon size is a string: \"48x48\" or \"any\"",
+            "unknown icon option `colour`; expected one of: `src`, `mime_type`, `sizes`, `theme`",
+            "`src` set more than once in `icon(...)`",
+            "an icon's `src` cannot be empty: give its URL (`https:` or `data:`)",
+            "`sizes` is a list of strings, e.g. `sizes = [\"48x48\", \"96x96\"]`",
+        ];
+        assert_eq!(messages[..expected.len()], expected, "{messages:#?}");
+        assert_eq!(messages.len(), expected.len() + 1, "{messages:#?}");
+        assert_eq!(
+            messages[expected.len()],
+            "unknown argument `nmae`: did you mean `name`?"
+        );
+    }
+
+    fn task_of(args: proc_macro2::TokenStream) -> (Option<TaskSupport>, Vec<String>) {
+        let mut errors = Errors::default();
+        let o = Options::parse(args, &mut errors);
+        (o.task, errors.messages())
+    }
+
+    #[test]
+    fn task_support_is_parsed() {
+        for (args, expected) in [
+            (quote!(task), TaskSupport::Optional),
+            (quote!(task = "optional"), TaskSupport::Optional),
+            (quote!(task = "required"), TaskSupport::Required),
+            (quote!(task = "forbidden"), TaskSupport::Forbidden),
+            (
+                quote!(title = "Build a report", task = "required", destructive),
+                TaskSupport::Required,
+            ),
+        ] {
+            let (task, errors) = task_of(args.clone());
+            assert!(errors.is_empty(), "{args}: {errors:?}");
+            assert_eq!(task, Some(expected), "{args}");
+        }
+        assert_eq!(task_of(quote!(title = "t")), (None, Vec::new()));
+        assert_eq!(TaskSupport::Optional.variant(), "Optional");
+        assert_eq!(TaskSupport::Required.variant(), "Required");
+        assert_eq!(TaskSupport::Forbidden.variant(), "Forbidden");
+    }
+
+    #[test]
+    fn bad_task_support_is_reported() {
+        let values = "\"optional\", \"required\" or \"forbidden\"";
+        let not_a_string =
+            format!("`task` is a string: {values} (or `task` alone, for \"optional\")");
+        for (args, message) in [
+            (
+                quote!(task = "always"),
+                format!("unknown task support \"always\": expected {values}"),
+            ),
+            (
+                quote!(task = "Required"),
+                format!("unknown task support \"Required\": expected {values}"),
+            ),
+            (quote!(task = true), not_a_string.clone()),
+            (quote!(task = 3), not_a_string.clone()),
+            (quote!(task = optional), not_a_string),
+            (
+                quote!(task("required")),
+                format!(
+                    "`task` takes no arguments: write `task` (for \"optional\") or \
+                     `task = \"...\"` with {values}"
+                ),
+            ),
+        ] {
+            let (task, errors) = task_of(args.clone());
+            assert_eq!(task, None, "{args}");
+            assert_eq!(errors, [message], "{args}");
+        }
+        // Given twice: an error at the second, the first kept; parsing goes on.
+        let (task, errors) = task_of(quote!(task, task = "required", nmae = "x"));
+        assert_eq!(task, Some(TaskSupport::Optional));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors[0], "`task` set more than once");
+        assert!(
+            errors[1].starts_with("unknown argument `nmae`"),
+            "{errors:?}"
+        );
+    }
+
+    // The options parsed in `tags`.
+
+    fn tags_of(args: proc_macro2::TokenStream) -> (Vec<String>, Vec<String>) {
+        let mut errors = Errors::default();
+        let o = Options::parse(args, &mut errors);
+        (
+            o.tags.iter().map(LitStr::value).collect(),
+            errors.messages(),
+        )
+    }
+
+    #[test]
+    fn tags_are_parsed() {
+        let (tags, errors) = tags_of(quote!(
+            tags = ["admin", "files:write", "team/ops", "v1.2_b-3"]
+        ));
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(tags, ["admin", "files:write", "team/ops", "v1.2_b-3"]);
+        let (tags, errors) = tags_of(quote!(tags = [], title = "t"));
+        assert!(tags.is_empty() && errors.is_empty(), "{errors:?}");
+    }
+
+    #[test]
+    fn every_bad_tag_is_reported_and_the_good_ones_kept() {
+        let long = "t".repeat(65);
+        let (tags, errors) = tags_of(quote!(tags = ["ok", "two words", "", "a,b", #long, 7]));
+        assert_eq!(tags, ["ok"]);
+        let rule = format!("({TAG_RULE})");
+        assert_eq!(
+            errors,
+            [
+                format!(
+                    "invalid tag \"two words\": a tag holds no spaces; write each tag as its own \
+                     string {rule}"
+                ),
+                format!("invalid tag \"\": it is empty {rule}"),
+                format!("invalid tag \"a,b\": it has a character tags may not hold {rule}"),
+                format!("invalid tag \"{long}\": it is over 64 characters {rule}"),
+                "a tag is a string, e.g. \"admin\"".to_owned(),
+            ]
+        );
+        let (_, errors) = tags_of(quote!(tags = "admin"));
+        assert_eq!(
+            errors,
+            ["`tags` is a list of strings, e.g. `tags = [\"admin\"]`"]
+        );
+        let (_, errors) = tags_of(quote!(tags("admin"), nmae = "x"));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(
+            errors[0],
+            "`tags` is a list of strings, e.g. `tags = [\"admin\"]`"
+        );
+        assert!(
+            errors[1].starts_with("unknown argument `nmae`"),
+            "{errors:?}"
+        );
     }
 }

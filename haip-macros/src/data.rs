@@ -35,6 +35,7 @@ use syn::{
 
 use crate::attr::{self, DataOptions};
 use crate::errors::Errors;
+use crate::keys::skip_value;
 
 /// Expands `#[haip::data(args)] item`.
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -185,7 +186,7 @@ fn has_key(attrs: &[Attribute], keys: &[&str]) -> bool {
                 if keys.iter().any(|k| meta.path.is_ident(k)) {
                     found = true;
                 }
-                attr::skip_value(&meta)
+                skip_value(&meta)
             });
             found || read.is_err()
         })

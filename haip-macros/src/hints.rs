@@ -9,8 +9,8 @@ use syn::meta::ParseNestedMeta;
 use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, Lit, LitStr};
 
-use crate::attr::skip_value;
 use crate::errors::Errors;
+use crate::keys::{Keys, key_of, skip_value};
 
 /// The MCP annotation hints, each as written (`read_only` or
 /// `read_only = true/false`); absent when not written.
@@ -192,21 +192,15 @@ pub(crate) fn parse_icon(
     let mut mime_type = None;
     let mut sizes = Vec::new();
     let mut theme = None;
-    let mut seen: Vec<String> = Vec::new();
+    let mut seen = Keys::inside("icon(...)");
     let mut valid = true;
     meta.parse_nested_meta(|inner| {
-        let key = quote::ToTokens::to_token_stream(&inner.path)
-            .to_string()
-            .replace(' ', "");
-        if seen.contains(&key) {
+        let key = key_of(&inner.path);
+        if let Some(twice) = seen.again(&key, &inner.path) {
             valid = false;
-            errors.push(syn::Error::new_spanned(
-                &inner.path,
-                format!("`{key}` set more than once in `icon(...)`"),
-            ));
+            errors.push(twice);
             return skip_value(&inner);
         }
-        seen.push(key.clone());
         match key.as_str() {
             "src" => src = Some(inner.value()?.parse()?),
             "mime_type" => mime_type = Some(inner.value()?.parse()?),
@@ -373,163 +367,12 @@ fn scope_problem(scope: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attr::Options;
-    use quote::quote;
+
+    // How these options are read as part of `#[haip_tool(...)]`: the tests
+    // of `Options::parse`, in `attr`.
 
     #[test]
-    fn title_hints_and_icons_are_parsed() {
-        let mut errors = Errors::default();
-        let o = Options::parse(
-            quote!(
-                title = "Delete a repository",
-                read_only = false,
-                destructive,
-                idempotent = true,
-                icon = "https://example.com/trash.svg",
-                icon(
-                    src = "data:image/png;base64,AAAA",
-                    mime_type = "image/png",
-                    sizes = ["48x48", "any"],
-                    theme = "dark"
-                )
-            ),
-            &mut errors,
-        );
-        assert!(errors.is_empty(), "{:?}", errors.messages());
-        assert_eq!(o.title.unwrap().value(), "Delete a repository");
-        let flag = |f: &Option<Flag>| f.as_ref().map(|f| (f.value, f.position));
-        assert_eq!(flag(&o.hints.read_only), Some((false, 2)));
-        assert_eq!(flag(&o.hints.destructive), Some((true, 3)));
-        assert_eq!(flag(&o.hints.idempotent), Some((true, 4)));
-        assert_eq!(flag(&o.hints.open_world), None);
-        assert_eq!(o.icons.len(), 2);
-        assert_eq!(o.icons[0].src.value(), "https://example.com/trash.svg");
-        assert!(o.icons[0].mime_type.is_none() && o.icons[0].sizes.is_empty());
-        assert_eq!(o.icons[0].theme, None);
-        let full = &o.icons[1];
-        assert_eq!(full.src.value(), "data:image/png;base64,AAAA");
-        assert_eq!(full.mime_type.as_ref().unwrap().value(), "image/png");
-        let sizes: Vec<String> = full.sizes.iter().map(LitStr::value).collect();
-        assert_eq!(sizes, ["48x48", "any"]);
-        assert_eq!(full.theme, Some(Theme::Dark));
-    }
-
-    #[test]
-    fn bad_hints_and_icons_are_reported_together() {
-        let mut errors = Errors::default();
-        let o = Options::parse(
-            quote!(
-                read_only = "yes",
-                open_world(true),
-                destructive,
-                destructive = false,
-                icon,
-                icon(mime_type = "image/png"),
-                icon(
-                    src = "a.png",
-                    theme = "sepia",
-                    sizes = ["big", 48],
-                    colour = "red"
-                ),
-                icon(src = "b.png", src = "c.png"),
-                icon = "",
-                icon(src = "ok.png", sizes = "48x48"),
-                nmae = "x"
-            ),
-            &mut errors,
-        );
-        assert!(o.hints.read_only.is_none() && o.hints.open_world.is_none());
-        assert!(o.hints.destructive.unwrap().value, "the first is kept");
-        assert!(o.icons.is_empty(), "no icon with a mistake is kept");
-        let messages = errors.messages();
-        let expected = [
-            "`read_only` is `true` or `false` (or `read_only` alone, for `true`)",
-            "`open_world` takes no arguments: write `open_world`, `open_world = true` or `open_world = false`",
-            "`destructive` set more than once",
-            "`icon` needs a source: `icon = \"https://...\"` or `icon(src = \"...\", mime_type = \"...\", sizes = [\"48x48\"], theme = \"dark\")`",
-            "`icon(...)` needs `src = \"...\"`: the icon's URL",
-            "invalid icon theme \"sepia\": expected \"light\" or \"dark\"",
-            "invalid icon size \"big\": expected \"WxH\" (e.g. \"48x48\") or \"any\"",
-            "an icon size is a string: \"48x48\" or \"any\"",
-            "unknown icon option `colour`; expected one of: `src`, `mime_type`, `sizes`, `theme`",
-            "`src` set more than once in `icon(...)`",
-            "an icon's `src` cannot be empty: give its URL (`https:` or `data:`)",
-            "`sizes` is a list of strings, e.g. `sizes = [\"48x48\", \"96x96\"]`",
-        ];
-        assert_eq!(messages[..expected.len()], expected, "{messages:#?}");
-        assert_eq!(messages.len(), expected.len() + 1, "{messages:#?}");
-        assert_eq!(
-            messages[expected.len()],
-            "unknown argument `nmae`: did you mean `name`?"
-        );
+    fn icon_sizes_are_width_x_height_or_any() {
         assert!(valid_size("16X16") && !valid_size("x16") && !valid_size("16x") && !valid_size(""));
-    }
-
-    fn task_of(args: proc_macro2::TokenStream) -> (Option<TaskSupport>, Vec<String>) {
-        let mut errors = Errors::default();
-        let o = Options::parse(args, &mut errors);
-        (o.task, errors.messages())
-    }
-
-    #[test]
-    fn task_support_is_parsed() {
-        for (args, expected) in [
-            (quote!(task), TaskSupport::Optional),
-            (quote!(task = "optional"), TaskSupport::Optional),
-            (quote!(task = "required"), TaskSupport::Required),
-            (quote!(task = "forbidden"), TaskSupport::Forbidden),
-            (
-                quote!(title = "Build a report", task = "required", destructive),
-                TaskSupport::Required,
-            ),
-        ] {
-            let (task, errors) = task_of(args.clone());
-            assert!(errors.is_empty(), "{args}: {errors:?}");
-            assert_eq!(task, Some(expected), "{args}");
-        }
-        assert_eq!(task_of(quote!(title = "t")), (None, Vec::new()));
-        assert_eq!(TaskSupport::Optional.variant(), "Optional");
-        assert_eq!(TaskSupport::Required.variant(), "Required");
-        assert_eq!(TaskSupport::Forbidden.variant(), "Forbidden");
-    }
-
-    #[test]
-    fn bad_task_support_is_reported() {
-        let values = "\"optional\", \"required\" or \"forbidden\"";
-        let not_a_string =
-            format!("`task` is a string: {values} (or `task` alone, for \"optional\")");
-        for (args, message) in [
-            (
-                quote!(task = "always"),
-                format!("unknown task support \"always\": expected {values}"),
-            ),
-            (
-                quote!(task = "Required"),
-                format!("unknown task support \"Required\": expected {values}"),
-            ),
-            (quote!(task = true), not_a_string.clone()),
-            (quote!(task = 3), not_a_string.clone()),
-            (quote!(task = optional), not_a_string),
-            (
-                quote!(task("required")),
-                format!(
-                    "`task` takes no arguments: write `task` (for \"optional\") or \
-                     `task = \"...\"` with {values}"
-                ),
-            ),
-        ] {
-            let (task, errors) = task_of(args.clone());
-            assert_eq!(task, None, "{args}");
-            assert_eq!(errors, [message], "{args}");
-        }
-        // Given twice: an error at the second, the first kept; parsing goes on.
-        let (task, errors) = task_of(quote!(task, task = "required", nmae = "x"));
-        assert_eq!(task, Some(TaskSupport::Optional));
-        assert_eq!(errors.len(), 2, "{errors:?}");
-        assert_eq!(errors[0], "`task` set more than once");
-        assert!(
-            errors[1].starts_with("unknown argument `nmae`"),
-            "{errors:?}"
-        );
     }
 }

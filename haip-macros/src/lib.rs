@@ -5,9 +5,11 @@
 //! `::haip::__private`.
 
 // Phases, in order: `attr` (options; MCP's hints, icons and task support
-// among them are parsed in `hints`, tags in `tags`) → `model` (the function) → `check` (rules) → `expand` (or
-// `fallback` when there are errors). Each imports only earlier phases and the
-// shared `errors` and `doc`. `#[haip::data]` is `data`, after `attr`.
+// among them are parsed in `hints`, tags in `tags`, and every attribute's keys
+// are read with `keys`, below those three) → `model` (the function) → `check`
+// (rules) → `expand` (or `fallback` when there are errors). Each imports only
+// earlier phases and the shared `errors` and `doc`. `#[haip::data]` is `data`,
+// after `attr`.
 mod attr;
 mod check;
 mod data;
@@ -16,6 +18,7 @@ mod errors;
 mod expand;
 mod fallback;
 mod hints;
+mod keys;
 mod model;
 mod tags;
 

@@ -15,6 +15,7 @@ use syn::{Expr, FnArg, Ident, ItemFn, Pat, ReturnType, Type};
 
 use crate::doc::{self, DocPiece};
 use crate::errors::Errors;
+use crate::keys::{Keys, key_of, skip_value};
 
 pub(crate) struct ToolFn {
     /// The user's function, with parameter attributes (docs, `#[haip(...)]`) removed.
@@ -207,6 +208,7 @@ fn parse_param_attrs(
     errors: &mut Errors,
 ) -> Option<(Expr, syn::Attribute)> {
     let mut default = None;
+    let mut seen = Keys::default();
     for attr in attrs.iter().filter(|a| a.path().is_ident("haip")) {
         let result = attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("default") {
@@ -216,24 +218,18 @@ fn parse_param_attrs(
                     let span = meta.path.span();
                     syn::parse_quote_spanned!(span=> ::core::default::Default::default())
                 };
-                if default.is_some() {
-                    errors.push(syn::Error::new_spanned(
-                        &meta.path,
-                        "`default` set more than once",
-                    ));
-                } else {
-                    default = Some((expr, attr.clone()));
+                match seen.again("default", &meta.path) {
+                    Some(twice) => errors.push(twice),
+                    None => default = Some((expr, attr.clone())),
                 }
                 Ok(())
             } else {
-                let key = quote::ToTokens::to_token_stream(&meta.path)
-                    .to_string()
-                    .replace(' ', "");
+                let key = key_of(&meta.path);
                 errors.push(syn::Error::new_spanned(
                     &meta.path,
                     unknown_param_option(&key),
                 ));
-                crate::attr::skip_value(&meta)
+                skip_value(&meta)
             }
         });
         if let Err(e) = result {

@@ -9,7 +9,8 @@ use syn::{Expr, ExprLit, Lit, LitStr};
 use crate::errors::Errors;
 
 /// What a tag may hold, said in errors.
-const TAG_RULE: &str = "1 to 64 characters, each an ASCII letter, digit, `_`, `-`, `.`, `:` or `/`";
+pub(crate) const TAG_RULE: &str =
+    "1 to 64 characters, each an ASCII letter, digit, `_`, `-`, `.`, `:` or `/`";
 
 /// `tags = ["a", "b"]`: the valid tags, each mistake recorded where it is.
 pub(crate) fn parse_tags(
@@ -69,62 +70,23 @@ fn tag_problem(tag: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attr::Options;
-    use quote::quote;
 
-    fn parse(args: proc_macro2::TokenStream) -> (Vec<String>, Vec<String>) {
-        let mut errors = Errors::default();
-        let o = Options::parse(args, &mut errors);
-        (
-            o.tags.iter().map(LitStr::value).collect(),
-            errors.messages(),
-        )
-    }
+    // How `tags = [...]` is read as part of `#[haip_tool(...)]`: the tests of
+    // `Options::parse`, in `attr`.
 
     #[test]
-    fn tags_are_parsed() {
-        let (tags, errors) = parse(quote!(
-            tags = ["admin", "files:write", "team/ops", "v1.2_b-3"]
-        ));
-        assert!(errors.is_empty(), "{errors:?}");
-        assert_eq!(tags, ["admin", "files:write", "team/ops", "v1.2_b-3"]);
-        let (tags, errors) = parse(quote!(tags = [], title = "t"));
-        assert!(tags.is_empty() && errors.is_empty(), "{errors:?}");
-    }
-
-    #[test]
-    fn every_bad_tag_is_reported_and_the_good_ones_kept() {
-        let long = "t".repeat(65);
-        let (tags, errors) = parse(quote!(tags = ["ok", "two words", "", "a,b", #long, 7]));
-        assert_eq!(tags, ["ok"]);
-        let rule = format!("({TAG_RULE})");
+    fn the_tag_rule() {
+        assert_eq!(tag_problem("team/ops:v1.2_b-3"), None);
+        assert_eq!(tag_problem(""), Some("it is empty"));
+        assert_eq!(tag_problem(&"t".repeat(64)), None);
         assert_eq!(
-            errors,
-            [
-                format!(
-                    "invalid tag \"two words\": a tag holds no spaces; write each tag as its own \
-                     string {rule}"
-                ),
-                format!("invalid tag \"\": it is empty {rule}"),
-                format!("invalid tag \"a,b\": it has a character tags may not hold {rule}"),
-                format!("invalid tag \"{long}\": it is over 64 characters {rule}"),
-                "a tag is a string, e.g. \"admin\"".to_owned(),
-            ]
+            tag_problem(&"t".repeat(65)),
+            Some("it is over 64 characters")
         );
-        let (_, errors) = parse(quote!(tags = "admin"));
+        assert!(tag_problem("a b").is_some_and(|p| p.contains("no spaces")));
         assert_eq!(
-            errors,
-            ["`tags` is a list of strings, e.g. `tags = [\"admin\"]`"]
-        );
-        let (_, errors) = parse(quote!(tags("admin"), nmae = "x"));
-        assert_eq!(errors.len(), 2, "{errors:?}");
-        assert_eq!(
-            errors[0],
-            "`tags` is a list of strings, e.g. `tags = [\"admin\"]`"
-        );
-        assert!(
-            errors[1].starts_with("unknown argument `nmae`"),
-            "{errors:?}"
+            tag_problem("a,b"),
+            Some("it has a character tags may not hold")
         );
     }
 }

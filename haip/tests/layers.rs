@@ -9,6 +9,7 @@
 //! It also builds the graph of which file of `haip/src` names which, and
 //! fails when files import each other in a circle, listing each circle with
 //! the file and line of every step (ARCHITECTURE.md, "Circles between files").
+//! The same check covers the files of `haip-macros/src`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -102,6 +103,11 @@ const FACADES: &[(&str, &[&str], &str)] = &[(
 
 fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The sources of the macros' crate, `haip-macros/src`, beside this one.
+fn macros_src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../haip-macros/src")
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -599,13 +605,13 @@ fn find_circle(graph: &BTreeMap<String, BTreeMap<String, usize>>) -> Option<Vec<
     None
 }
 
-/// The file-level import graph of `haip/src`: file → (file it names → first
-/// line naming it). A path names the file of the longest module prefix it
+/// The file-level import graph of the crate whose sources are `src`
+/// (`haip/src`, `haip-macros/src`): file → (file it names → first line
+/// naming it). A path names the file of the longest module prefix it
 /// has (`crate::protocol::payload::ToolDone` names `protocol/payload/mod.rs`).
 /// A module naming its own submodules is its public face, not an edge (a
 /// `mod.rs` re-exports its children, which name it back with `super::`).
-fn file_graph() -> BTreeMap<String, BTreeMap<String, usize>> {
-    let src = src_dir();
+fn file_graph(src: &Path) -> BTreeMap<String, BTreeMap<String, usize>> {
     let lib = std::fs::read_to_string(src.join("lib.rs")).expect("read lib.rs");
     let reexports: BTreeMap<String, String> = root_reexports(&lib)
         .into_iter()
@@ -619,12 +625,12 @@ fn file_graph() -> BTreeMap<String, BTreeMap<String, usize>> {
         })
         .collect();
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(src, &mut files);
     files.sort();
     let relative: Vec<String> = files
         .iter()
         .map(|f| {
-            f.strip_prefix(&src)
+            f.strip_prefix(src)
                 .expect("under src")
                 .to_string_lossy()
                 .replace('\\', "/")
@@ -658,9 +664,10 @@ fn file_graph() -> BTreeMap<String, BTreeMap<String, usize>> {
     graph
 }
 
-#[test]
-fn no_files_import_each_other_in_a_circle() {
-    let graph = file_graph();
+/// Fails, listing every circle between the files of `src` (`name` in the
+/// message) with the file and line of each step, when there is one.
+fn assert_no_circles(name: &str, src: &Path) {
+    let graph = file_graph(src);
     // Every circle, one at a time: report one, drop its last step, look again.
     let mut left = graph.clone();
     let mut report = Vec::new();
@@ -677,10 +684,20 @@ fn no_files_import_each_other_in_a_circle() {
     }
     assert!(
         report.is_empty(),
-        "files of haip/src import each other in a circle (move what they share into a module \
+        "files of {name} import each other in a circle (move what they share into a module \
          below both):\n{}",
         report.join("\n")
     );
+}
+
+#[test]
+fn no_files_import_each_other_in_a_circle() {
+    assert_no_circles("haip/src", &src_dir());
+}
+
+#[test]
+fn no_files_of_haip_macros_import_each_other_in_a_circle() {
+    assert_no_circles("haip-macros/src", &macros_src_dir());
 }
 
 #[test]
@@ -728,14 +745,23 @@ fn the_circle_check_reads_super_inline_modules_and_groups() {
 
 /// What each file names, for a reader: `cargo test -p haip --test layers --
 /// --nocapture print_file_graph`.
+/// The graph of `haip/src` comes first, then that of `haip-macros/src`.
 #[test]
 fn print_file_graph() {
-    for (file, deps) in file_graph() {
-        if !deps.is_empty() {
-            println!(
-                "{file}: {}",
-                deps.keys().cloned().collect::<Vec<_>>().join(", ")
-            );
+    for (heading, src) in [
+        (None, src_dir()),
+        (Some("haip-macros/src"), macros_src_dir()),
+    ] {
+        if let Some(heading) = heading {
+            println!("\n{heading}:");
+        }
+        for (file, deps) in file_graph(&src) {
+            if !deps.is_empty() {
+                println!(
+                    "{file}: {}",
+                    deps.keys().cloned().collect::<Vec<_>>().join(", ")
+                );
+            }
         }
     }
 }
