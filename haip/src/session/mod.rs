@@ -206,6 +206,38 @@ pub(crate) struct Backlog {
     pub(crate) bytes: usize,
 }
 
+/// One HAIP session: the state machine of docs/protocol.md §2–§14, driven
+/// and never driving. It holds no socket and awaits nothing; whoever drives
+/// it (`server::driver`, the in-memory carrier of `haip::testing`, the
+/// fuzz harness) feeds it what happened and carries out what it asks for.
+///
+/// Its contract, by group:
+///
+/// - **Inputs**, what happened: a client's message (`handle_text`,
+///   `handle_binary`, and `handle_decoded` for a large one the driver
+///   decoded off the session's task), a message the transport refused
+///   before reading it (`message_too_large`, `envelope_too_large`), a text
+///   message where a binary frame was due (`binary_frame_missing`),
+///   a running call's event (`handle_event`), time (`handle_timeout(now)`,
+///   and `touch(now)` for any inbound traffic), the connection coming and
+///   going (`connected(now)`, `disconnected`), the registry changing
+///   (`push_tool_list` when `wants_tool_push`), the server stopping
+///   (`begin_shutdown`). An input that ends the connection says so in the
+///   [`Control`] it returns.
+/// - **Outputs**, what it asks for, each polled until it has nothing more:
+///   `poll_action` (start or validate a call, keep a stream alive: the
+///   [`Action`]s the driver carries out on the runner), `commit_next` (the
+///   next envelope, its `seq` and `ts` assigned, to write), and
+///   `poll_timeout` (when it must next be told the time).
+/// - **Back-pressure**: `backlog` and `has_outbound` (what waits, to pause
+///   reading while the outbox is full), `overflow` (a client too slow to
+///   keep, to close), `is_idle` (nothing owed: shutdown may close now).
+///
+/// A driver, after each input, polls in this order: `poll_action` until
+/// `None` (actions may commit envelopes, such as a call that ends at
+/// once), then `commit_next` while its writer has room, then `overflow`,
+/// then `poll_timeout` to arm its one timer. Nothing the session decides is
+/// lost by polling late: actions and envelopes wait for the next poll.
 pub(crate) struct Session {
     shared: Arc<Shared>,
     id: Arc<str>,
