@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+#[cfg(feature = "mcp")]
+use opentelemetry::propagation::Injector;
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{
     Span as _, SpanContext, SpanKind, Status, TraceContextExt, Tracer as _,
 };
@@ -24,6 +26,20 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Door;
+
+impl Door {
+    /// `network.protocol.name` and the transport, as the span says them.
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Door::WebSocket => ("haip", "websocket"),
+            Door::Stream => ("haip", "http"),
+            #[cfg(feature = "mcp")]
+            Door::McpHttp => ("mcp", "http"),
+            #[cfg(feature = "mcp")]
+            Door::McpStdio => ("mcp", "pipe"),
+        }
+    }
+}
 use crate::stats::{Brief, Ended, Throttle};
 
 /// Finished spans waiting for the exporter; more are dropped (and counted).
@@ -60,6 +76,8 @@ struct Inner {
     roots: Roots,
     /// Kept alive with the tracer (dropping it shuts the tracer down).
     _provider: SdkTracerProvider,
+    /// Spans dropped so far (`/metrics`).
+    #[cfg(feature = "metrics")]
     dropped: Arc<AtomicU64>,
     exporter: Mutex<Option<Exporter>>,
 }
@@ -115,9 +133,13 @@ impl Tracing {
             exporter: Mutex::new(Some(Exporter {
                 spans,
                 otlp,
+                #[cfg(feature = "metrics")]
                 dropped: Arc::clone(&dropped),
+                #[cfg(not(feature = "metrics"))]
+                dropped,
                 endpoint,
             })),
+            #[cfg(feature = "metrics")]
             dropped,
         })))
     }
@@ -132,6 +154,7 @@ impl Tracing {
     }
 
     /// Spans dropped so far.
+    #[cfg(feature = "metrics")]
     pub(crate) fn dropped(&self) -> u64 {
         self.0.dropped.load(Relaxed)
     }
@@ -280,8 +303,10 @@ impl Extractor for MetaReader<'_> {
 }
 
 /// Writes `traceparent` and `tracestate` into a `_meta` object.
+#[cfg(feature = "mcp")]
 struct MetaWriter<'a>(&'a mut Map<String, Value>);
 
+#[cfg(feature = "mcp")]
 impl Injector for MetaWriter<'_> {
     fn set(&mut self, key: &str, value: String) {
         self.0.insert(key.to_owned(), Value::String(value));
@@ -385,6 +410,7 @@ impl LinkLive {
         }
     }
 
+    #[cfg(feature = "mcp")]
     pub(super) fn question(&self) -> Option<QuestionLive> {
         if !self.parent.is_sampled() {
             return None;
@@ -398,6 +424,7 @@ impl LinkLive {
         Some(QuestionLive(span))
     }
 
+    #[cfg(feature = "mcp")]
     pub(super) fn upstream(&self, tool: &str, server: &str) -> (UpstreamLive, Map<String, Value>) {
         let parent = OtelContext::new().with_remote_span_context(self.parent.clone());
         let mut span = self
@@ -421,8 +448,10 @@ impl LinkLive {
 }
 
 /// An upstream call's span, on.
+#[cfg(feature = "mcp")]
 pub(crate) struct UpstreamLive(Span);
 
+#[cfg(feature = "mcp")]
 impl UpstreamLive {
     pub(super) fn end(mut self, error: Option<&str>) {
         if let Some(error) = error {
