@@ -353,7 +353,7 @@ impl Shape {
     }
 
     /// Whether results carry content blocks.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[cfg(feature = "mcp")]
     pub(crate) fn has_content(self) -> bool {
         self != Shape::Plain
     }

@@ -239,7 +239,7 @@ impl RedisSessionStore {
     }
 
     /// The writer's round trips to Redis so far, and those that failed.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    #[cfg(feature = "metrics")]
     pub(crate) fn round_trips(&self) -> (u64, u64) {
         (self.trips.load(Relaxed), self.failed_trips.load(Relaxed))
     }

@@ -238,7 +238,7 @@ impl SampleRequest {
     }
 
     /// The MCP `sampling/createMessage` params (camelCase, as on the wire).
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[cfg(feature = "mcp")]
     pub(crate) fn to_mcp_params(&self) -> Value {
         let messages: Vec<Value> = self
             .messages

@@ -181,7 +181,7 @@ impl CallRunner {
 
     /// Validates large params of a call that has no session core (the MCP
     /// export's) as [`validate`](Self::validate) does, and returns the verdict.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[cfg(feature = "mcp")]
     pub(crate) async fn validate_large(
         &self,
         tool: Tool,

@@ -601,6 +601,7 @@ mod tests {
         assert!(refused.contains("between 0 and 1"), "{refused}");
     }
 
+    #[cfg(feature = "mcp")]
     #[test]
     fn a_caller_s_traceparent_is_the_parent_and_is_passed_on() {
         let settings = Settings {
@@ -674,7 +675,7 @@ mod tests {
         // Left out before any span is made.
         assert!(
             tracing
-                .call("echo", &"c1", None, Door::McpHttp, None)
+                .call("echo", &"c1", None, Door::Stream, None)
                 .is_none()
         );
         // A caller that samples its trace wins over the ratio.
@@ -684,7 +685,7 @@ mod tests {
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
         );
         let call = tracing
-            .call("echo", &"c2", None, Door::McpHttp, Some(&meta))
+            .call("echo", &"c2", None, Door::Stream, Some(&meta))
             .unwrap();
         assert!(call.recording());
         // A caller that does not sample its trace is not traced either.
@@ -693,7 +694,7 @@ mod tests {
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00".into(),
         );
         let call = tracing
-            .call("echo", &"c3", None, Door::McpHttp, Some(&meta))
+            .call("echo", &"c3", None, Door::Stream, Some(&meta))
             .unwrap();
         assert!(!call.recording());
     }

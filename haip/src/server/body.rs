@@ -138,7 +138,7 @@ impl Reader {
 
 impl Reservation {
     /// The bytes counted.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[cfg(feature = "mcp")]
     pub(super) fn bytes(&self) -> usize {
         self.bytes
     }
@@ -195,7 +195,7 @@ impl Reader {
     }
 
     /// Reads the rest of the body into one buffer (at most `max` bytes).
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[cfg(feature = "mcp")]
     pub(super) async fn read_rest(&mut self) -> Result<Bytes, Stopped> {
         // A declared length is allocated once (it fits the limit): a body
         // held while its request runs takes its own size, not up to twice.
@@ -223,7 +223,7 @@ impl Reader {
 
     /// The body budget's reservation for this body, to be held on while
     /// what was read is in use.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[cfg(feature = "mcp")]
     pub(super) fn into_reservation(self) -> Reservation {
         self.reservation
     }

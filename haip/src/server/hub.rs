@@ -204,7 +204,7 @@ impl Sessions {
     }
 
     /// Open session `id`, if `subject` opened it.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg(feature = "redis")]
     pub(crate) fn exact(&self, subject: Option<&str>, id: &str) -> Option<mpsc::Sender<Unit>> {
         let open = self.lock();
         let entry = open.get(id)?;
@@ -212,7 +212,7 @@ impl Sessions {
     }
 
     /// How many open sessions `subject` has here.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg(feature = "redis")]
     pub(crate) fn count_of(&self, subject: Option<&str>) -> usize {
         let open = self.lock();
         open.values()

@@ -521,7 +521,7 @@ impl Server {
     }
 }
 
-#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+#[cfg(feature = "mcp")]
 async fn shutdown_signal() {
     ShutdownSignal::new().recv().await;
 }
@@ -622,7 +622,7 @@ impl Bound {
         }
     }
 
-    #[cfg_attr(not(feature = "oauth"), allow(dead_code))]
+    #[cfg(feature = "oauth")]
     fn describe(&self) -> String {
         match self {
             Bound::Tcp(addr) => format!("on {addr}"),

@@ -378,7 +378,7 @@ impl Session {
     /// the session the client was greeted with (`greeted`: its id and next
     /// `seq`), so that a refused resumption leaves the client on a session
     /// it knows (docs/protocol.md §11.3).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg(feature = "redis")]
     pub(crate) fn relayed(
         shared: Arc<Shared>,
         transport: TransportKind,

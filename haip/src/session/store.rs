@@ -207,7 +207,7 @@ impl TakeoverAddress {
     }
 
     /// Whether both are the address of one session.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg(feature = "redis")]
     pub(crate) fn same(&self, other: &TakeoverAddress) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
@@ -366,14 +366,14 @@ pub(crate) struct InMemorySessionStore {
 
 impl InMemorySessionStore {
     /// Whether no session is registered.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg(feature = "redis")]
     pub(crate) fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
 
     /// Forgets session `id` if `address` is still where it is found (not a
     /// session registered under its id since).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg(feature = "redis")]
     pub(crate) fn remove_if(&self, id: &str, address: &TakeoverAddress) {
         let mut sessions = self.lock();
         if sessions.get(id).is_some_and(|found| found.same(address)) {

@@ -158,7 +158,7 @@ impl Stats {
     }
 
     /// Connections open on `transport`.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    #[cfg(feature = "metrics")]
     pub(crate) fn connections_on(&self, transport: Transport) -> u64 {
         self.connections[transport as usize].load(Relaxed)
     }
@@ -181,7 +181,7 @@ impl Stats {
     }
 
     /// A request for MCP `method` reached `/mcp`.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    #[cfg(feature = "mcp")]
     #[allow(unused_variables)]
     pub(crate) fn mcp_request(&self, method: &str) {
         #[cfg(feature = "metrics")]
