@@ -164,25 +164,14 @@ impl Server {
         self.serve_on(listener.into(), None).await
     }
 
-    /// [`serve`](Self::serve); `named`: the address as configured, which
-    /// errors name (else the listener's own).
+    /// [`serve`](Self::serve); `named`: the address as configured.
     async fn serve_on(
         self,
         listener: Listener,
         named: Option<String>,
     ) -> Result<ServerHandle, Error> {
         let bound = listener.bound()?;
-        // Checked again by `launch`; here with the name errors give.
-        if let Bound::Tcp(addr) = &bound
-            && self.auth.is_none()
-            && !addr.ip().is_loopback()
-            && !self.config.allow_unauthenticated
-        {
-            return Err(Error::UnauthenticatedBind {
-                addr: named.unwrap_or_else(|| addr.to_string()),
-            });
-        }
-        let (hub, handle) = self.launch(bound).await?;
+        let (hub, handle) = self.launch(bound, named).await?;
         let accept = tokio::spawn(accept_loop(listener, Arc::clone(&hub)));
         *handle.inner.accept.lock().await = Some(accept);
         Ok(handle)
@@ -213,14 +202,19 @@ impl Server {
     /// # Ok(()) }
     /// ```
     pub async fn into_service(self) -> Result<HaipService, Error> {
-        let (hub, handle) = self.launch(Bound::Embedded).await?;
+        let (hub, handle) = self.launch(Bound::Embedded, None).await?;
         Ok(HaipService::new(hub, handle))
     }
 
     /// What serving needs, wherever the connections come from: Redis, the
     /// checks of how the server may be reached, OAuth, the hub, links,
-    /// metrics, traces and imports.
-    async fn launch(self, bound: Bound) -> Result<(Arc<Hub>, ServerHandle), Error> {
+    /// metrics, traces and imports. `named`: the address as configured,
+    /// which errors name (else the listener's own).
+    async fn launch(
+        self,
+        bound: Bound,
+        named: Option<String>,
+    ) -> Result<(Arc<Hub>, ServerHandle), Error> {
         #[cfg(feature = "redis")]
         if let Some(cluster) = &self.cluster {
             cluster
@@ -262,7 +256,7 @@ impl Server {
             match &bound {
                 Bound::Tcp(addr) if !addr.ip().is_loopback() => {
                     return Err(Error::UnauthenticatedBind {
-                        addr: addr.to_string(),
+                        addr: named.unwrap_or_else(|| addr.to_string()),
                     });
                 }
                 Bound::Embedded if !hosts.only_loopback() => {
