@@ -9,7 +9,7 @@ use crate::errors::Errors;
 use crate::hints::{
     Hints, IconOption, TaskSupport, parse_hint, parse_icon, parse_scopes, parse_task,
 };
-use crate::keys::{Keys, key_of, skip_value};
+use crate::keys::{Keys, TOOL_OPTIONS, key_of, skip_value};
 use crate::tags::parse_tags;
 
 /// The options of one `#[haip_tool(...)]`.
@@ -38,22 +38,6 @@ pub(crate) struct Options {
     pub(crate) krate: Option<Path>,
 }
 
-const KNOWN: &[&str] = &[
-    "name",
-    "description",
-    "title",
-    "timeout",
-    "read_only",
-    "destructive",
-    "idempotent",
-    "open_world",
-    "icon",
-    "task",
-    "scopes",
-    "tags",
-    "crate",
-];
-
 /// Other names people write for an option.
 const ALIASES: &[(&str, &str)] = &[
     ("desc", "description"),
@@ -72,7 +56,7 @@ impl Options {
         let mut position = 0;
         parse_keys(
             args,
-            KNOWN,
+            TOOL_OPTIONS,
             ALIASES,
             REPEATABLE,
             errors,

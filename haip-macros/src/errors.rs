@@ -163,21 +163,7 @@ fn distance(a: &str, b: &str) -> usize {
 mod tests {
     use super::*;
 
-    const KNOWN: &[&str] = &[
-        "name",
-        "description",
-        "title",
-        "timeout",
-        "read_only",
-        "destructive",
-        "idempotent",
-        "open_world",
-        "icon",
-        "task",
-        "scopes",
-        "tags",
-        "crate",
-    ];
+    use crate::keys::TOOL_OPTIONS as KNOWN;
 
     #[test]
     fn mcps_names_and_typos_are_recognised() {

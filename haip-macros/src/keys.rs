@@ -6,6 +6,24 @@
 
 use syn::meta::ParseNestedMeta;
 
+/// The arguments `#[haip_tool(...)]` takes, for "did you mean" when one is
+/// misspelt (`attr`, and the tests of `errors`).
+pub(crate) const TOOL_OPTIONS: &[&str] = &[
+    "name",
+    "description",
+    "title",
+    "timeout",
+    "read_only",
+    "destructive",
+    "idempotent",
+    "open_world",
+    "icon",
+    "task",
+    "scopes",
+    "tags",
+    "crate",
+];
+
 /// A key as written: `name`, `r#type`, `a::b` (no spaces).
 pub(crate) fn key_of(path: &syn::Path) -> String {
     quote::ToTokens::to_token_stream(path)
