@@ -688,12 +688,19 @@ mod tests {
         assert_eq!(Value::Number(percent_number(-3.0)).to_string(), "0");
     }
 
-    #[test]
-    fn reports_coalesce_and_notify_once_until_taken() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+    /// A context whose progress and log lines go to `slot`, the call
+    /// (`CallKey(key)`) being announced on the receiver once per fill.
+    fn reporting(
+        key: u64,
+    ) -> (
+        Context,
+        Arc<ProgressSlot>,
+        mpsc::UnboundedReceiver<CallEvent>,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
         let slot = Arc::new(ProgressSlot::default());
         let sink = ProgressSink {
-            key: CallKey(7),
+            key: CallKey(key),
             slot: slot.clone(),
             events: tx,
         };
@@ -706,6 +713,12 @@ mod tests {
             None,
             None,
         );
+        (ctx, slot, rx)
+    }
+
+    #[test]
+    fn reports_coalesce_and_notify_once_until_taken() {
+        let (ctx, slot, mut rx) = reporting(7);
         ctx.progress(10.0);
         ctx.progress(20.0);
         ctx.progress_with(30.0, "partial");
@@ -724,22 +737,7 @@ mod tests {
 
     #[test]
     fn log_lines_are_kept_in_order_and_bounded() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let slot = Arc::new(ProgressSlot::default());
-        let sink = ProgressSink {
-            key: CallKey(3),
-            slot: slot.clone(),
-            events: tx,
-        };
-        let ctx = Context::new(
-            "c".into(),
-            Arc::from("s"),
-            CancellationToken::new(),
-            Some(sink),
-            None,
-            None,
-            None,
-        );
+        let (ctx, slot, mut rx) = reporting(3);
         for i in 0..MAX_UNSENT_LOG_LINES + 44 {
             ctx.info(format!("line {i}"));
         }

@@ -18,26 +18,18 @@
 //! belongs to another call is refused (`-32602`).
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{InputRequests, RequestStateCodec, RequestStateError, SealOptions};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
-use super::peer::{answer_of, elicitation_params, roots_of, sampled_of};
-use crate::context::{
-    Answer, AskError, Peer, PeerFuture, Root, RootsError, SampleError, SampleRequest, Sampled,
-};
-use crate::schema::Form;
-
-/// The methods of the questions a client can be sent.
-const ELICIT: &str = "elicitation/create";
-const SAMPLE: &str = "sampling/createMessage";
-const ROOTS: &str = "roots/list";
+// `Can` is also named from here by the MCP export.
+pub(crate) use super::peer::Can;
+use super::peer::{Keyed, Taken};
 
 /// The server's side of rounds: the key `requestState` is signed with, and
 /// how long a state lives.
@@ -152,14 +144,6 @@ pub(crate) struct Answers {
     given: BTreeMap<String, (Value, Option<String>)>,
 }
 
-/// Which questions the client can be sent (its declared capabilities).
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Can {
-    pub(crate) elicit: bool,
-    pub(crate) sample: bool,
-    pub(crate) roots: bool,
-}
-
 /// One round of a call: the answers it may use, and the questions it asked
 /// that have none.
 #[derive(Debug, Default)]
@@ -204,12 +188,6 @@ impl RoundPeer {
     /// Completes once the call has asked a question without an answer.
     pub(crate) async fn waiting(&self) {
         self.asked.notified().await;
-    }
-
-    /// Notes a question refused for want of a capability the client did
-    /// not declare.
-    pub(crate) fn refuse(&self, what: impl FnOnce(&mut Can)) {
-        what(&mut self.refused.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
     /// The capabilities the call's refused questions needed, if any.
@@ -304,83 +282,24 @@ impl RoundPeer {
     }
 }
 
-/// A future that never completes: the tool waits for the next round.
-fn next_round<T>() -> impl Future<Output = T> + Send {
-    std::future::pending()
-}
-
-impl Peer for Arc<RoundPeer> {
-    fn ask(
-        &self,
-        key: String,
-        message: String,
-        form: Arc<Form>,
-    ) -> PeerFuture<Result<Answer<Value>, AskError>> {
-        let this = Arc::clone(self);
-        Box::pin(async move {
-            if !this.can.elicit {
-                this.refuse(|r| r.elicit = true);
-                return Err(AskError::Unsupported);
-            }
-            let request = json!({"method": ELICIT, "params": elicitation_params(&message, &form)});
-            let Some(answer) = this.answer(&key, request.clone()) else {
-                return next_round().await;
-            };
-            match answer_of(&answer, &form) {
-                Ok(answer) => Ok(answer),
-                // An answer that does not fit is asked for again.
-                Err(_) => {
-                    this.reask(&key, request);
-                    next_round().await
-                }
-            }
-        })
+impl Keyed for RoundPeer {
+    fn can(&self) -> Can {
+        self.can
     }
 
-    fn sample(
-        &self,
-        key: String,
-        request: SampleRequest,
-    ) -> PeerFuture<Result<Sampled, SampleError>> {
-        let this = Arc::clone(self);
-        Box::pin(async move {
-            if !this.can.sample {
-                this.refuse(|r| r.sample = true);
-                return Err(SampleError::Unsupported);
-            }
-            let request = json!({"method": SAMPLE, "params": request.to_mcp_params()});
-            let Some(reply) = this.answer(&key, request.clone()) else {
-                return next_round().await;
-            };
-            match sampled_of(&reply) {
-                Ok(sampled) => Ok(sampled),
-                Err(_) => {
-                    this.reask(&key, request);
-                    next_round().await
-                }
-            }
-        })
+    fn refuse(&self, what: impl FnOnce(&mut Can)) {
+        what(&mut self.refused.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    fn roots(&self, key: String) -> PeerFuture<Result<Vec<Root>, RootsError>> {
-        let this = Arc::clone(self);
-        Box::pin(async move {
-            if !this.can.roots {
-                this.refuse(|r| r.roots = true);
-                return Err(RootsError::Unsupported);
-            }
-            let request = json!({"method": ROOTS, "params": {}});
-            let Some(reply) = this.answer(&key, request.clone()) else {
-                return next_round().await;
-            };
-            match roots_of(&reply) {
-                Ok(roots) => Ok(roots),
-                Err(_) => {
-                    this.reask(&key, request);
-                    next_round().await
-                }
-            }
-        })
+    async fn take(&self, key: &str, request: Value) -> Result<Taken, String> {
+        Ok(self
+            .answer(key, request)
+            .map_or(Taken::NextRound, Taken::Now))
+    }
+
+    fn misfit(&self, key: &str, request: &Value) -> bool {
+        self.reask(key, request.clone());
+        true
     }
 }
 
@@ -400,6 +319,8 @@ fn digest_question(request: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn rounds() -> Rounds {
@@ -424,7 +345,7 @@ mod tests {
         let rounds = rounds();
         let args = json!({"restaurant": "Luigi"});
         let peer = RoundPeer::new(all(), Answers::default());
-        let question = json!({"method": ELICIT, "params": {"message": "n?"}});
+        let question = json!({"method": "elicitation/create", "params": {"message": "n?"}});
         assert!(peer.answer("ask-1", question.clone()).is_none());
         assert_eq!(peer.pending(), 1);
         let (requests, state) = peer.input_required(&rounds, "book", &args, Some("ada"));
@@ -445,7 +366,7 @@ mod tests {
             Some(json!({"action": "accept", "content": {"n": 2}}))
         );
         // The next round's state carries it, for the same question only.
-        let other = json!({"method": ELICIT, "params": {"message": "when?"}});
+        let other = json!({"method": "elicitation/create", "params": {"message": "when?"}});
         assert!(peer.answer("ask-2", other.clone()).is_none());
         let (_, state) = peer.input_required(&rounds, "book", &args, Some("ada"));
         let answers = rounds
@@ -453,7 +374,7 @@ mod tests {
             .unwrap();
         let peer = RoundPeer::new(all(), answers);
         assert!(peer.answer("ask-1", question).is_some());
-        let changed = json!({"method": ELICIT, "params": {"message": "n now?"}});
+        let changed = json!({"method": "elicitation/create", "params": {"message": "n now?"}});
         let peer2 = RoundPeer::new(
             all(),
             rounds
@@ -500,7 +421,7 @@ mod tests {
     fn expired_states_are_refused() {
         let rounds = Rounds::new(&[7u8; 32], Duration::from_millis(1)).unwrap();
         let peer = RoundPeer::new(all(), Answers::default());
-        peer.answer("k", json!({"method": ROOTS, "params": {}}));
+        peer.answer("k", json!({"method": "roots/list", "params": {}}));
         let (_, state) = peer.input_required(&rounds, "t", &json!({}), None);
         std::thread::sleep(Duration::from_millis(20));
         let err = rounds
@@ -518,7 +439,7 @@ mod tests {
             .answers("t", &json!({}), None, None, Some(given))
             .unwrap();
         let peer = RoundPeer::new(all(), answers);
-        peer.answer("k", json!({"method": ROOTS, "params": {}}));
+        peer.answer("k", json!({"method": "roots/list", "params": {}}));
         let (_, state) = peer.input_required(&rounds, "t", &json!({}), None);
         assert!(state.len() < 300, "{state}");
     }

@@ -1,18 +1,21 @@
 //! The MCP client of a call, answering its questions: in an MCP session (or
 //! over stdio) it is asked directly (`elicitation/create` in form mode,
-//! `sampling/createMessage`, `roots/list`); the answers are read the same
-//! way whether they come back at once or, without sessions, on the call's
-//! next round (`mrtr.rs`).
+//! `sampling/createMessage`, `roots/list`); without a session, it is sent
+//! them as requests under their keys ([`Keyed`]): on the call's next round
+//! (`mrtr.rs`) or in its task (`tasks.rs`). The answers are read the same
+//! way wherever they come from.
 
 // Sampling and roots are deprecated upstream (SEP-2577), and still what
 // today's MCP clients speak.
 #![allow(deprecated)]
 
+use std::future::Future;
 use std::sync::Arc;
 
 use rmcp::model::{CreateMessageRequestParams, ElicitRequestParams};
 use rmcp::service::{Peer as McpPeer, RoleServer};
 use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
 
 use crate::content::Content;
 use crate::context::{
@@ -285,5 +288,157 @@ impl Peer for Counted {
 
     fn roots(&self, key: String) -> PeerFuture<Result<Vec<Root>, RootsError>> {
         self.inner.roots(key)
+    }
+}
+
+/// Which questions the client can be sent (its declared capabilities).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Can {
+    pub(crate) elicit: bool,
+    pub(crate) sample: bool,
+    pub(crate) roots: bool,
+}
+
+/// A future that never completes: the tool waits for the next round.
+fn next_round<T>() -> impl Future<Output = T> + Send {
+    std::future::pending()
+}
+
+/// How a question was taken.
+pub(crate) enum Taken {
+    /// Answered at once (by the client's earlier round).
+    Now(Value),
+    /// Waiting for the client's next round: the call will be stopped.
+    NextRound,
+    /// Waiting for an answer to come (a task's `tasks/update`).
+    Later(oneshot::Receiver<Value>),
+}
+
+/// The client of a call that has no MCP session to be asked in, and takes
+/// its questions as requests (`{method, params}`) under the questions'
+/// keys: by rounds (`mrtr.rs`), or in a task (`tasks.rs`).
+/// Its [`Peer`] is the same either way: a question of a kind the client did
+/// not declare is noted and `Unsupported`; any other is asked until an
+/// answer reads.
+pub(crate) trait Keyed: Send + Sync + 'static {
+    /// Which questions the client can be sent.
+    fn can(&self) -> Can;
+
+    /// Notes a question refused for want of a capability the client did
+    /// not declare (for `-32021`).
+    fn refuse(&self, what: impl FnOnce(&mut Can));
+
+    /// Takes question `key` (`request`: `{method, params}`); `Err` says why
+    /// it cannot be asked.
+    fn take(&self, key: &str, request: Value)
+    -> impl Future<Output = Result<Taken, String>> + Send;
+
+    /// After an answer to question `key` that does not fit: whether the
+    /// question waits for the next round (asked again there) rather than
+    /// being taken again now.
+    fn misfit(&self, key: &str, request: &Value) -> bool;
+}
+
+/// Asks `request` under `key` until an answer `read` accepts.
+async fn ask_until<T>(
+    peer: &impl Keyed,
+    key: &str,
+    request: Value,
+    read: impl Fn(&Value) -> Option<T>,
+) -> Result<T, String> {
+    loop {
+        let answer = match peer.take(key, request.clone()).await? {
+            Taken::Now(answer) => answer,
+            Taken::NextRound => return next_round().await,
+            Taken::Later(rx) => rx.await.map_err(|_| "the task was cancelled".to_owned())?,
+        };
+        if let Some(read) = read(&answer) {
+            return Ok(read);
+        }
+        // An answer that does not fit: asked again.
+        if peer.misfit(key, &request) {
+            return next_round().await;
+        }
+    }
+}
+
+/// A kind of question a client can be sent: its method, the capability
+/// that lets it be sent, and the errors of its [`Peer`] method.
+struct Kind<E> {
+    method: &'static str,
+    declared: fn(&mut Can) -> &mut bool,
+    unsupported: E,
+    failed: fn(String) -> E,
+}
+
+const ELICIT: Kind<AskError> = Kind {
+    method: "elicitation/create",
+    declared: |can| &mut can.elicit,
+    unsupported: AskError::Unsupported,
+    failed: AskError::Failed,
+};
+
+const SAMPLE: Kind<SampleError> = Kind {
+    method: "sampling/createMessage",
+    declared: |can| &mut can.sample,
+    unsupported: SampleError::Unsupported,
+    failed: SampleError::Failed,
+};
+
+const ROOTS: Kind<RootsError> = Kind {
+    method: "roots/list",
+    declared: |can| &mut can.roots,
+    unsupported: RootsError::Unsupported,
+    failed: RootsError::Failed,
+};
+
+/// Puts a question of `kind` with `params` to a [`Keyed`] client, if it
+/// declared the kind (else the refusal is noted): the answer `read`
+/// accepts, or why there is none.
+fn put<T: Send, E: Send + 'static>(
+    peer: &Arc<impl Keyed>,
+    kind: Kind<E>,
+    key: String,
+    params: Value,
+    read: impl Fn(&Value) -> Option<T> + Send + 'static,
+) -> PeerFuture<Result<T, E>> {
+    let peer = Arc::clone(peer);
+    Box::pin(async move {
+        if !*(kind.declared)(&mut peer.can()) {
+            peer.refuse(|can| *(kind.declared)(can) = true);
+            return Err(kind.unsupported);
+        }
+        let request = json!({"method": kind.method, "params": params});
+        ask_until(&*peer, &key, request, read)
+            .await
+            .map_err(kind.failed)
+    })
+}
+
+impl<P: Keyed> Peer for Arc<P> {
+    fn ask(
+        &self,
+        key: String,
+        message: String,
+        form: Arc<Form>,
+    ) -> PeerFuture<Result<Answer<Value>, AskError>> {
+        let params = elicitation_params(&message, &form);
+        put(self, ELICIT, key, params, move |answer| {
+            answer_of(answer, &form).ok()
+        })
+    }
+
+    fn sample(
+        &self,
+        key: String,
+        request: SampleRequest,
+    ) -> PeerFuture<Result<Sampled, SampleError>> {
+        put(self, SAMPLE, key, request.to_mcp_params(), |reply| {
+            sampled_of(reply).ok()
+        })
+    }
+
+    fn roots(&self, key: String) -> PeerFuture<Result<Vec<Root>, RootsError>> {
+        put(self, ROOTS, key, json!({}), |reply| roots_of(reply).ok())
     }
 }

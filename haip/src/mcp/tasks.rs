@@ -48,23 +48,14 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::mrtr::{Can, RoundPeer};
-use super::peer::{answer_of, elicitation_params, roots_of, sampled_of};
+use super::mrtr::RoundPeer;
+use super::peer::{Can, Keyed, Taken};
 use crate::context::share::CallerKey;
-use crate::context::{
-    Answer, AskError, Peer, PeerFuture, Root, RootsError, SampleError, SampleRequest, Sampled,
-};
 use crate::protocol::iso8601_millis;
-use crate::schema::Form;
 use crate::session::Shared;
 use crate::session::tasks::{
     TaskEnd, TaskRecord, TaskSignal, TaskStatus, TaskStore, TaskStoreError,
 };
-
-/// The methods of the questions a client can be sent.
-const ELICIT: &str = "elicitation/create";
-const SAMPLE: &str = "sampling/createMessage";
-const ROOTS: &str = "roots/list";
 
 /// Questions one task may have open at once.
 const MAX_OPEN_QUESTIONS: usize = 64;
@@ -640,29 +631,33 @@ pub(crate) struct TaskPeer {
     pub(crate) cancel: CancellationToken,
 }
 
-/// How a question was taken.
-enum Taken {
-    /// Answered at once (by the client's earlier round).
-    Now(Value),
-    /// Waiting for the client's next round: the call will be stopped.
-    NextRound,
-    /// Waiting for `tasks/update`.
-    Later(oneshot::Receiver<Value>),
-}
-
 impl TaskPeer {
     fn lock(&self) -> std::sync::MutexGuard<'_, PeerState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Notes a question refused for want of a capability (for `-32021`).
+    /// Answers from `tasks/update`, to the questions waiting for them.
+    fn answered(&self, answers: Map<String, Value>) {
+        let mut state = self.lock();
+        for (key, answer) in answers {
+            if let Some(waiter) = state.waiting.remove(&key) {
+                let _ = waiter.reply.send(answer);
+            }
+        }
+    }
+}
+
+impl Keyed for TaskPeer {
+    fn can(&self) -> Can {
+        self.can
+    }
+
     fn refuse(&self, what: impl FnOnce(&mut Can)) {
         if let Some(round) = &self.round {
             round.refuse(what);
         }
     }
 
-    /// Takes question `key` (`request`: `{method, params}`).
     async fn take(&self, key: &str, request: Value) -> Result<Taken, String> {
         let (rx, write) = {
             let mut state = self.lock();
@@ -716,94 +711,16 @@ impl TaskPeer {
         Ok(Taken::Later(rx))
     }
 
-    /// Answers from `tasks/update`, to the questions waiting for them.
-    fn answered(&self, answers: Map<String, Value>) {
-        let mut state = self.lock();
-        for (key, answer) in answers {
-            if let Some(waiter) = state.waiting.remove(&key) {
-                let _ = waiter.reply.send(answer);
-            }
-        }
-    }
-
-    /// Asks `request` under `key` until an answer `read` accepts.
-    async fn ask_until<T>(
-        &self,
-        key: &str,
-        request: Value,
-        read: impl Fn(&Value) -> Option<T>,
-    ) -> Result<T, String> {
-        loop {
-            let answer = match self.take(key, request.clone()).await? {
-                Taken::Now(answer) => answer,
-                Taken::NextRound => return std::future::pending().await,
-                Taken::Later(rx) => rx.await.map_err(|_| "the task was cancelled".to_owned())?,
-            };
-            if let Some(read) = read(&answer) {
-                return Ok(read);
-            }
-            // An answer that does not fit: asked again.
-            if let Some(round) = self
-                .round
-                .as_ref()
-                .filter(|_| self.lock().mode == Mode::Before)
-            {
-                round.reask(key, request.clone());
-                return std::future::pending().await;
-            }
-        }
-    }
-}
-
-impl Peer for Arc<TaskPeer> {
-    fn ask(
-        &self,
-        key: String,
-        message: String,
-        form: Arc<Form>,
-    ) -> PeerFuture<Result<Answer<Value>, AskError>> {
-        let this = Arc::clone(self);
-        Box::pin(async move {
-            if !this.can.elicit {
-                this.refuse(|r| r.elicit = true);
-                return Err(AskError::Unsupported);
-            }
-            let request = json!({"method": ELICIT, "params": elicitation_params(&message, &form)});
-            this.ask_until(&key, request, |answer| answer_of(answer, &form).ok())
-                .await
-                .map_err(AskError::Failed)
-        })
-    }
-
-    fn sample(
-        &self,
-        key: String,
-        request: SampleRequest,
-    ) -> PeerFuture<Result<Sampled, SampleError>> {
-        let this = Arc::clone(self);
-        Box::pin(async move {
-            if !this.can.sample {
-                this.refuse(|r| r.sample = true);
-                return Err(SampleError::Unsupported);
-            }
-            let request = json!({"method": SAMPLE, "params": request.to_mcp_params()});
-            this.ask_until(&key, request, |reply| sampled_of(reply).ok())
-                .await
-                .map_err(SampleError::Failed)
-        })
-    }
-
-    fn roots(&self, key: String) -> PeerFuture<Result<Vec<Root>, RootsError>> {
-        let this = Arc::clone(self);
-        Box::pin(async move {
-            if !this.can.roots {
-                this.refuse(|r| r.roots = true);
-                return Err(RootsError::Unsupported);
-            }
-            let request = json!({"method": ROOTS, "params": {}});
-            this.ask_until(&key, request, |reply| roots_of(reply).ok())
-                .await
-                .map_err(RootsError::Failed)
-        })
+    fn misfit(&self, key: &str, request: &Value) -> bool {
+        // Before the task, the client's rounds ask it again.
+        let Some(round) = self
+            .round
+            .as_ref()
+            .filter(|_| self.lock().mode == Mode::Before)
+        else {
+            return false;
+        };
+        round.reask(key, request.clone());
+        true
     }
 }

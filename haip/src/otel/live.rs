@@ -588,14 +588,29 @@ mod tests {
         assert!(traces_url("127.0.0.1:4318").is_err());
     }
 
+    /// Settings that keep `sampling` of the root calls.
+    fn settings(sampling: f64) -> Settings {
+        Settings {
+            endpoint: "http://127.0.0.1:4318".into(),
+            sampling,
+            service: "haip".into(),
+        }
+    }
+
+    /// A caller's `_meta` whose `traceparent` names trace
+    /// `0af7651916cd43dd8448eb211c80319c` with these flags (`01`: sampled).
+    fn caller(flags: &str) -> Map<String, Value> {
+        let mut meta = Map::new();
+        meta.insert(
+            "traceparent".into(),
+            format!("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags}").into(),
+        );
+        meta
+    }
+
     #[test]
     fn a_bad_sampling_ratio_is_refused() {
-        let settings = Settings {
-            endpoint: "http://127.0.0.1:4318".into(),
-            sampling: 1.5,
-            service: "haip".into(),
-        };
-        let Err(refused) = Tracing::new(&settings) else {
+        let Err(refused) = Tracing::new(&settings(1.5)) else {
             panic!("a ratio of 1.5 is refused")
         };
         assert!(refused.contains("between 0 and 1"), "{refused}");
@@ -604,17 +619,8 @@ mod tests {
     #[cfg(feature = "mcp")]
     #[test]
     fn a_caller_s_traceparent_is_the_parent_and_is_passed_on() {
-        let settings = Settings {
-            endpoint: "http://127.0.0.1:4318".into(),
-            sampling: 1.0,
-            service: "haip".into(),
-        };
-        let tracing = Tracing::new(&settings).unwrap();
-        let mut meta = Map::new();
-        meta.insert(
-            "traceparent".into(),
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
-        );
+        let tracing = Tracing::new(&settings(1.0)).unwrap();
+        let meta = caller("01");
         let call = tracing
             .call("echo", &"c1", Some("s"), Door::WebSocket, Some(&meta))
             .unwrap();
@@ -637,17 +643,8 @@ mod tests {
 
     #[test]
     fn client_values_a_span_keeps_are_cut() {
-        let settings = Settings {
-            endpoint: "http://127.0.0.1:4318".into(),
-            sampling: 1.0,
-            service: "haip".into(),
-        };
-        let tracing = Tracing::new(&settings).unwrap();
-        let mut meta = Map::new();
-        meta.insert(
-            "traceparent".into(),
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
-        );
+        let tracing = Tracing::new(&settings(1.0)).unwrap();
+        let mut meta = caller("01");
         meta.insert("tracestate".into(), format!("k={}", "v".repeat(600)).into());
         let long_id = "c".repeat(10_000);
         let call = tracing
@@ -666,12 +663,7 @@ mod tests {
 
     #[test]
     fn without_a_sampled_parent_the_ratio_decides() {
-        let settings = Settings {
-            endpoint: "http://127.0.0.1:4318".into(),
-            sampling: 0.0,
-            service: "haip".into(),
-        };
-        let tracing = Tracing::new(&settings).unwrap();
+        let tracing = Tracing::new(&settings(0.0)).unwrap();
         // Left out before any span is made.
         assert!(
             tracing
@@ -679,22 +671,13 @@ mod tests {
                 .is_none()
         );
         // A caller that samples its trace wins over the ratio.
-        let mut meta = Map::new();
-        meta.insert(
-            "traceparent".into(),
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
-        );
         let call = tracing
-            .call("echo", &"c2", None, Door::Stream, Some(&meta))
+            .call("echo", &"c2", None, Door::Stream, Some(&caller("01")))
             .unwrap();
         assert!(call.recording());
         // A caller that does not sample its trace is not traced either.
-        meta.insert(
-            "traceparent".into(),
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00".into(),
-        );
         let call = tracing
-            .call("echo", &"c3", None, Door::Stream, Some(&meta))
+            .call("echo", &"c3", None, Door::Stream, Some(&caller("00")))
             .unwrap();
         assert!(!call.recording());
     }

@@ -332,12 +332,7 @@ mod tests {
             json!({"anyOf": [{"const": "value1", "title": "First Option"}, {"const": "value2", "title": "Second Option"}]})
         );
         assert_eq!(p["email"], json!({"type": "string", "format": "email"}));
-        let mut required: Vec<&str> = s["required"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
+        let mut required: Vec<String> = serde_json::from_value(s["required"].clone()).unwrap();
         required.sort();
         assert_eq!(
             required,

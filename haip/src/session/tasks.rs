@@ -682,12 +682,21 @@ mod tests {
         store.get(id, json!(null)).await.unwrap()
     }
 
-    #[tokio::test]
-    async fn questions_make_a_task_input_required_until_answered() {
+    /// A store of 10 tasks and 1 MiB on a fake clock, holding task `t`,
+    /// created now.
+    async fn with_task() -> (Arc<FakeClock>, InMemoryTaskStore) {
         let clock = Arc::new(FakeClock::new());
         let store = store(Arc::clone(&clock), 10, 1 << 20);
-        let now = clock.unix_millis();
-        store.create(record("t", now)).await.unwrap();
+        store
+            .create(record("t", clock.unix_millis()))
+            .await
+            .unwrap();
+        (clock, store)
+    }
+
+    #[tokio::test]
+    async fn questions_make_a_task_input_required_until_answered() {
+        let (_clock, store) = with_task().await;
         store.ask("t", "a", json!({"method": "m"})).await.unwrap();
         store.ask("t", "b", json!({"method": "m"})).await.unwrap();
         let t = get(&store, "t").await.unwrap();
@@ -711,12 +720,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_ended_task_stays_ended() {
-        let clock = Arc::new(FakeClock::new());
-        let store = store(Arc::clone(&clock), 10, 1 << 20);
-        store
-            .create(record("t", clock.unix_millis()))
-            .await
-            .unwrap();
+        let (_clock, store) = with_task().await;
         store.ask("t", "a", json!({})).await.unwrap();
         assert!(store.finish("t", end(TaskStatus::Cancelled)).await.unwrap());
         assert!(!store.finish("t", end(TaskStatus::Completed)).await.unwrap());
@@ -929,12 +933,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_ended_task_is_not_changed_nor_kept_longer() {
-        let clock = Arc::new(FakeClock::new());
-        let store = store(Arc::clone(&clock), 10, 1 << 20);
-        store
-            .create(record("t", clock.unix_millis()))
-            .await
-            .unwrap();
+        let (clock, store) = with_task().await;
         store.finish("t", end(TaskStatus::Completed)).await.unwrap();
         let ended = get(&store, "t").await.unwrap();
         clock.advance(Duration::from_secs(50));

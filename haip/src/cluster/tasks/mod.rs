@@ -224,6 +224,41 @@ impl RedisTaskStore {
         cmd
     }
 
+    /// Runs `cmd`, a script that changes record `id` as the ledger was just
+    /// changed (`reserved`: what [`Ledger::resize`] gave, refused or the
+    /// parts before). A script that finds the record's caller's share full
+    /// (`OVER_SHARE`) has changed nothing: the ledger's change is put back,
+    /// and the answer is [`too_many_bytes_of_caller`]. `answer` reads the
+    /// other answers.
+    fn resizing<T: Send + 'static>(
+        &self,
+        id: &str,
+        reserved: Result<Option<Parts>, TaskStoreError>,
+        cmd: redis::Cmd,
+        answer: impl FnOnce(
+            Result<redis::Value, TaskStoreError>,
+            &Mutex<Ledger>,
+            &str,
+        ) -> Result<T, TaskStoreError>
+        + Send
+        + 'static,
+    ) -> StoreFuture<Result<T, TaskStoreError>> {
+        let conn = self.conn();
+        let ledger = Arc::clone(&self.ledger);
+        let limits = self.limits;
+        let id = id.to_owned();
+        Box::pin(async move {
+            let before = reserved?;
+            match query(conn, cmd).await {
+                Ok(redis::Value::Int(OVER_SHARE)) => {
+                    lock(&ledger).restore(&id, before);
+                    Err(too_many_bytes_of_caller(&limits))
+                }
+                other => answer(other, &ledger, &id),
+            }
+        })
+    }
+
     /// A message of kind [`SIGNAL`] from another instance.
     pub(super) fn receive(&self, body: &[u8]) {
         match decode_signal(body) {
@@ -434,28 +469,17 @@ impl TaskStore for RedisTaskStore {
             .arg(now)
             .arg(self.running_ttl_ms())
             .arg(self.limits.max_bytes_per_caller);
-        let conn = self.conn();
-        let ledger = Arc::clone(&self.ledger);
-        let limits = self.limits;
-        let id = id.to_owned();
-        Box::pin(async move {
-            let before = reserved?;
-            match query(conn, cmd).await? {
-                redis::Value::Int(-1) => {
-                    lock(&ledger).remove(&id);
-                    Err(TaskStoreError::Unknown)
-                }
-                redis::Value::Int(-2) => Ok(()),
-                redis::Value::Int(OVER_SHARE) => {
-                    lock(&ledger).restore(&id, before);
-                    Err(too_many_bytes_of_caller(&limits))
-                }
-                redis::Value::Int(n) if n >= 0 => {
-                    lock(&ledger).set_questions(&id, n as usize);
-                    Ok(())
-                }
-                other => Err(odd("ask", &other)),
+        self.resizing(id, reserved, cmd, |answer, ledger, id| match answer? {
+            redis::Value::Int(-1) => {
+                lock(ledger).remove(id);
+                Err(TaskStoreError::Unknown)
             }
+            redis::Value::Int(-2) => Ok(()),
+            redis::Value::Int(n) if n >= 0 => {
+                lock(ledger).set_questions(id, n as usize);
+                Ok(())
+            }
+            other => Err(odd("ask", &other)),
         })
     }
 
@@ -485,21 +509,10 @@ impl TaskStore for RedisTaskStore {
         cmd.arg(message)
             .arg(now)
             .arg(self.limits.max_bytes_per_caller);
-        let conn = self.conn();
-        let ledger = Arc::clone(&self.ledger);
-        let limits = self.limits;
-        let id = id.to_owned();
-        Box::pin(async move {
-            let before = reserved?;
-            match query(conn, cmd).await? {
-                redis::Value::Int(-1) => Err(TaskStoreError::Unknown),
-                redis::Value::Int(OVER_SHARE) => {
-                    lock(&ledger).restore(&id, before);
-                    Err(too_many_bytes_of_caller(&limits))
-                }
-                redis::Value::Int(_) => Ok(()),
-                other => Err(odd("note", &other)),
-            }
+        self.resizing(id, reserved, cmd, |answer, _, _| match answer? {
+            redis::Value::Int(-1) => Err(TaskStoreError::Unknown),
+            redis::Value::Int(_) => Ok(()),
+            other => Err(odd("note", &other)),
         })
     }
 
@@ -509,32 +522,21 @@ impl TaskStore for RedisTaskStore {
             .ledger()
             .resize(id, now, &self.limits, |parts| parts.ended(&end));
         let cmd = self.finish_cmd(id, &end, now);
-        let conn = self.conn();
-        let ledger = Arc::clone(&self.ledger);
-        let limits = self.limits;
         let ttl = self.ttl_ms();
-        let id = id.to_owned();
-        Box::pin(async move {
-            let before = reserved?;
-            match query(conn, cmd).await {
-                Ok(redis::Value::Int(-1)) => {
-                    lock(&ledger).remove(&id);
-                    Err(TaskStoreError::Unknown)
-                }
-                Ok(redis::Value::Int(OVER_SHARE)) => {
-                    lock(&ledger).restore(&id, before);
-                    Err(too_many_bytes_of_caller(&limits))
-                }
-                Ok(redis::Value::Int(n)) => {
-                    lock(&ledger).ended(&id, now, ttl);
-                    Ok(n == 1)
-                }
-                Ok(other) => Err(odd("finish", &other)),
-                Err(e) => {
-                    // Retried by the refresher until it lands.
-                    lock(&ledger).ending(&id, end);
-                    Err(e)
-                }
+        self.resizing(id, reserved, cmd, move |answer, ledger, id| match answer {
+            Ok(redis::Value::Int(-1)) => {
+                lock(ledger).remove(id);
+                Err(TaskStoreError::Unknown)
+            }
+            Ok(redis::Value::Int(n)) => {
+                lock(ledger).ended(id, now, ttl);
+                Ok(n == 1)
+            }
+            Ok(other) => Err(odd("finish", &other)),
+            Err(e) => {
+                // Retried by the refresher until it lands.
+                lock(ledger).ending(id, end);
+                Err(e)
             }
         })
     }

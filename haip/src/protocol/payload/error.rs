@@ -112,45 +112,24 @@ impl PayloadError {
     /// `call_id`, a `FLOW_UPDATE` or `PAUSE_CHANNEL` without a `channel`) or
     /// the payload is not one a server receives.
     pub fn reply(&self) -> Option<Error> {
-        let reason = |reason: &str| {
+        let invalid = |reason: String| {
             let mut detail = Map::new();
             detail.insert("reason".into(), reason.into());
-            Some(detail)
+            (
+                ErrorCode::INVALID_MESSAGE,
+                "Invalid message format",
+                Some(detail),
+            )
         };
         let (code, message, detail) = match (self.event, self.field.as_str()) {
-            (EventType::ToolSchema, "tool") => (
-                ErrorCode::INVALID_MESSAGE,
-                "Invalid message format",
-                reason("missing tool"),
-            ),
-            (EventType::ReplayRequest, "from_seq") => (
-                ErrorCode::INVALID_MESSAGE,
-                "Invalid message format",
-                reason("invalid from_seq"),
-            ),
-            (EventType::ReplayRequest, "to_seq") => (
-                ErrorCode::INVALID_MESSAGE,
-                "Invalid message format",
-                reason("invalid to_seq"),
-            ),
+            (EventType::ToolSchema, "tool") => invalid("missing tool".to_owned()),
+            (EventType::ReplayRequest, field @ ("from_seq" | "to_seq"))
+            | (EventType::ToolInput, field @ ("call_id" | "request_id" | "action")) => {
+                invalid(format!("invalid {field}"))
+            }
             (EventType::RunFinished | EventType::RunCancel, "run_id") => {
                 (ErrorCode::MISSING_RUN_ID, "Run ID is required", None)
             }
-            (EventType::ToolInput, "call_id") => (
-                ErrorCode::INVALID_MESSAGE,
-                "Invalid message format",
-                reason("invalid call_id"),
-            ),
-            (EventType::ToolInput, "request_id") => (
-                ErrorCode::INVALID_MESSAGE,
-                "Invalid message format",
-                reason("invalid request_id"),
-            ),
-            (EventType::ToolInput, "action") => (
-                ErrorCode::INVALID_MESSAGE,
-                "Invalid message format",
-                reason("invalid action"),
-            ),
             _ => return None,
         };
         Some(Error {

@@ -117,25 +117,23 @@ impl InboundEvent {
         }
         let payload = std::mem::take(&mut inbound.payload);
         let envelope_run_id = inbound.run_id.as_deref();
+        // A `RUN_STARTED` or `RUN_ERROR` without a run id of its own takes
+        // the envelope's.
+        let or_envelope =
+            |run_id: Option<String>| run_id.or_else(|| envelope_run_id.map(str::to_owned));
         let decoded = match inbound.event {
-            EventType::Hai => Hai::from_payload(payload).map(InboundEvent::Hai),
-            EventType::ToolList => {
-                ToolListRequest::from_payload(payload).map(InboundEvent::ToolList)
-            }
-            EventType::ToolSchema => {
-                ToolSchemaRequest::from_payload(payload).map(InboundEvent::ToolSchema)
-            }
+            EventType::Hai => read(payload, InboundEvent::Hai),
+            EventType::ToolList => read(payload, InboundEvent::ToolList),
+            EventType::ToolSchema => read(payload, InboundEvent::ToolSchema),
             EventType::ToolCall => {
                 let id = &inbound.id;
                 ToolCall::decode(payload, || Some(id.clone().unwrap_or_else(fresh)))
                     .map(InboundEvent::ToolCall)
             }
-            EventType::ToolCancel => {
-                ToolCancel::from_payload(payload).map(InboundEvent::ToolCancel)
-            }
-            EventType::ToolInput => ToolInput::from_payload(payload).map(InboundEvent::ToolInput),
-            EventType::RunStarted => RunStarted::from_payload(payload).map(|mut run| {
-                run.run_id = run.run_id.or_else(|| envelope_run_id.map(str::to_owned));
+            EventType::ToolCancel => read(payload, InboundEvent::ToolCancel),
+            EventType::ToolInput => read(payload, InboundEvent::ToolInput),
+            EventType::RunStarted => read(payload, |mut run: RunStarted| {
+                run.run_id = or_envelope(run.run_id);
                 InboundEvent::RunStarted(run)
             }),
             EventType::RunFinished => {
@@ -146,23 +144,15 @@ impl InboundEvent {
                 run_id(&mut r, envelope_run_id)
                     .map(|run_id| InboundEvent::RunCancel(RunCancel { run_id }))
             }
-            EventType::RunError => RunError::from_payload(payload).map(|mut run| {
-                run.run_id = run.run_id.or_else(|| envelope_run_id.map(str::to_owned));
+            EventType::RunError => read(payload, |mut run: RunError| {
+                run.run_id = or_envelope(run.run_id);
                 InboundEvent::RunError(run)
             }),
-            EventType::Ping => Ping::from_payload(payload).map(InboundEvent::Ping),
-            EventType::ReplayRequest => {
-                ReplayRequest::from_payload(payload).map(InboundEvent::ReplayRequest)
-            }
-            EventType::FlowUpdate => {
-                FlowUpdate::from_payload(payload).map(InboundEvent::FlowUpdate)
-            }
-            EventType::PauseChannel => {
-                PauseChannel::from_payload(payload).map(InboundEvent::PauseChannel)
-            }
-            EventType::ResumeChannel => {
-                ResumeChannel::from_payload(payload).map(InboundEvent::ResumeChannel)
-            }
+            EventType::Ping => read(payload, InboundEvent::Ping),
+            EventType::ReplayRequest => read(payload, InboundEvent::ReplayRequest),
+            EventType::FlowUpdate => read(payload, InboundEvent::FlowUpdate),
+            EventType::PauseChannel => read(payload, InboundEvent::PauseChannel),
+            EventType::ResumeChannel => read(payload, InboundEvent::ResumeChannel),
             _ => Ok(InboundEvent::Other),
         };
         decoded.map_err(|mut e| {
@@ -170,4 +160,12 @@ impl InboundEvent {
             e
         })
     }
+}
+
+/// Decodes a payload of `P` as the event `event` makes of it.
+fn read<P: Payload>(
+    payload: Map<String, Value>,
+    event: impl FnOnce(P) -> InboundEvent,
+) -> Result<InboundEvent, PayloadError> {
+    P::from_payload(payload).map(event)
 }

@@ -165,14 +165,22 @@ pub struct RunError {
 impl Payload for RunError {
     const EVENT: EventType = EventType::RunError;
 
+    /// Its run id, and the rest as an `ERROR`'s (which never fails).
     fn from_payload(payload: Map<String, Value>) -> Result<RunError, PayloadError> {
         let mut r = Reader::new(EventType::RunError, payload);
+        let run_id = r.opt_string("run_id");
+        let Error {
+            code,
+            message,
+            related_id,
+            detail,
+        } = Error::from_payload(r.map)?;
         Ok(RunError {
-            code: ErrorCode::new(r.opt_string("code").unwrap_or_default()),
-            message: r.opt_string("message").unwrap_or_default(),
-            run_id: r.opt_string("run_id"),
-            related_id: r.opt_string("related_id"),
-            detail: r.opt_object("detail"),
+            code,
+            message,
+            run_id,
+            related_id,
+            detail,
         })
     }
 }

@@ -201,12 +201,7 @@ fn openai_strict_requires_everything_and_closes_every_object() {
     let (s, problems) = input(&create_task(), Target::OpenAiStrict);
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(s["additionalProperties"], false);
-    let mut required: Vec<&str> = s["required"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let mut required: Vec<String> = serde_json::from_value(s["required"].clone()).unwrap();
     required.sort_unstable();
     assert_eq!(required, ["due", "estimate_hours", "priority", "title"]);
     assert_eq!(s["properties"]["due"]["type"], json!(["string", "null"]));

@@ -119,13 +119,11 @@ async fn calls_end_with_exactly_one_tool_done_each() {
 
 #[tokio::test]
 async fn queue_then_rate_limit_then_fifo_start() {
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let config = Config {
+    let (mut h, gate) = Harness::gated(Config {
         max_inflight_calls: 1,
         max_queued_calls: 1,
         ..Config::default()
-    };
-    let mut h = Harness::new(config, vec![gate_tool("gate", gate.clone())]);
+    });
     h.send(call("a", "gate", json!({})));
     h.send(call("b", "gate", json!({})));
     h.send(call("c", "gate", json!({})));
@@ -147,8 +145,7 @@ async fn queue_then_rate_limit_then_fifo_start() {
 
 #[tokio::test]
 async fn duplicate_active_call_id_gets_only_an_error() {
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let mut h = Harness::new(Config::default(), vec![gate_tool("gate", gate.clone())]);
+    let (mut h, gate) = Harness::gated(Config::default());
     h.send(call("a", "gate", json!({})));
     h.send(call("a", "echo", json!({"message": "x"})));
     let out = h.out();
@@ -166,12 +163,10 @@ async fn duplicate_active_call_id_gets_only_an_error() {
 
 #[tokio::test]
 async fn cancel_sends_cancelling_then_cancelled_with_reason() {
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let config = Config {
+    let (mut h, _gate) = Harness::gated(Config {
         max_inflight_calls: 1,
         ..Config::default()
-    };
-    let mut h = Harness::new(config, vec![gate_tool("gate", gate)]);
+    });
     h.send(call("run", "gate", json!({})));
     h.send(call("wait", "gate", json!({})));
     h.send(json!({"type": "TOOL_CANCEL", "payload": {"call_id": "wait"}}));
@@ -234,12 +229,10 @@ async fn progress_is_merged_while_unsent_and_precedes_tool_done() {
 
 #[tokio::test]
 async fn runs_are_limited_and_run_cancel_cancels_their_calls() {
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let config = Config {
+    let (mut h, _gate) = Harness::gated(Config {
         max_concurrent_runs: 1,
         ..Config::default()
-    };
-    let mut h = Harness::new(config, vec![gate_tool("gate", gate)]);
+    });
     h.send(json!({"type": "RUN_STARTED", "payload": {"run_id": "r1"}}));
     h.send(json!({"id": "r2", "type": "RUN_STARTED", "payload": {"run_id": "r2"}}));
     let out = h.out();
@@ -268,8 +261,7 @@ async fn runs_are_limited_and_run_cancel_cancels_their_calls() {
 
 #[tokio::test]
 async fn shutdown_cancels_every_active_call() {
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let mut h = Harness::new(Config::default(), vec![gate_tool("gate", gate)]);
+    let (mut h, _gate) = Harness::gated(Config::default());
     h.send(call("a", "gate", json!({})));
     h.send(call("b", "gate", json!({})));
     h.session.begin_shutdown();

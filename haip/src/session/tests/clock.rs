@@ -124,6 +124,15 @@ impl Harness {
 
 pub(super) const MS: Duration = Duration::from_millis(1);
 
+/// Lets `by` pass on the fake clock, checking that nothing is sent before
+/// its last millisecond, and gives what is sent then.
+fn out_at(h: &mut Harness, clock: &FakeClock, by: Duration) -> Vec<Value> {
+    h.advance(clock, by - MS);
+    assert!(h.out().is_empty(), "nothing before the deadline");
+    h.advance(clock, MS);
+    h.out()
+}
+
 #[test]
 fn a_tool_timeout_ends_the_call_on_the_clock_and_the_slot_waits_for_the_task() {
     let config = Config {
@@ -187,10 +196,7 @@ fn a_cancelled_call_gets_its_tool_done_when_the_grace_period_ends() {
     assert_eq!(done[0]["payload"]["call_id"], "c2");
     assert_eq!(done[0]["payload"]["status"], "CANCELLED");
     // The stuck one gets its TOOL_DONE when the grace period ends, not later.
-    h.advance(&clock, Duration::from_secs(5) - MS);
-    assert!(h.out().is_empty());
-    h.advance(&clock, MS);
-    let done = h.out();
+    let done = out_at(&mut h, &clock, Duration::from_secs(5));
     assert_eq!(done.len(), 1, "{done:?}");
     assert_eq!(done[0]["payload"]["call_id"], "c1");
     assert_eq!(done[0]["payload"]["status"], "CANCELLED");
@@ -214,10 +220,7 @@ fn heartbeats_go_out_on_the_interval_and_streams_cap_it() {
         ..Config::default()
     };
     let (mut h, clock) = on_fake_clock_with(config.clone(), vec![], TransportKind::WebSocket);
-    h.advance(&clock, Duration::from_secs(30) - MS);
-    assert!(h.out().is_empty());
-    h.advance(&clock, MS);
-    let ping = h.out();
+    let ping = out_at(&mut h, &clock, Duration::from_secs(30));
     assert_eq!(ping.len(), 1);
     assert_eq!(ping[0]["type"], "PING");
     assert_eq!(
@@ -307,10 +310,7 @@ fn a_binary_frame_not_sent_within_10_s_is_reported_missing() {
         json!({"id": "b1", "type": "AUDIO_CHUNK", "bin_len": 3, "payload": {"mime": "audio/wav"}}),
     );
     assert!(h.session.awaits_binary());
-    h.advance(&clock, Duration::from_secs(10) - MS);
-    assert!(h.out().is_empty());
-    h.advance(&clock, MS);
-    let error = h.out();
+    let error = out_at(&mut h, &clock, Duration::from_secs(10));
     assert_eq!(error.len(), 1, "{error:?}");
     assert_eq!(error[0]["payload"]["code"], "BINARY_FRAME_ERROR");
     assert_eq!(error[0]["payload"]["related_id"], "b1");

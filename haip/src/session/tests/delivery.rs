@@ -306,8 +306,7 @@ async fn resumption_needs_every_missed_envelope_kept() {
 
 #[tokio::test]
 async fn shutdown_releases_paused_channels_so_every_call_gets_its_tool_done() {
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let mut h = Harness::new(Config::default(), vec![gate_tool("gate", gate)]);
+    let (mut h, _gate) = Harness::gated(Config::default());
     h.send(json!({"type": "PAUSE_CHANNEL", "payload": {"channel": "AGENT"}}));
     h.send(call("a", "gate", json!({})));
     assert!(h.out().is_empty());

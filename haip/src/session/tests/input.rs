@@ -163,13 +163,11 @@ async fn a_call_waiting_for_a_validator_is_queued_and_can_be_cancelled() {
 
 #[tokio::test]
 async fn waiting_calls_are_bounded_in_bytes() {
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let config = Config {
+    let (mut h, gate) = Harness::gated(Config {
         max_inflight_calls: 1,
         max_queued_bytes: 100_000,
         ..Config::default()
-    };
-    let mut h = Harness::new(config, vec![gate_tool("gate", gate.clone())]);
+    });
     let blob = "x".repeat(40_000);
     h.send(call("a", "gate", json!({})));
     h.send(call("b", "gate", json!({"blob": blob})));

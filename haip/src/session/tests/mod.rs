@@ -38,6 +38,14 @@ impl Harness {
         h
     }
 
+    /// A harness with one tool of its own, `gate`, whose calls run until
+    /// the gate it gives is notified (or they are cancelled).
+    fn gated(config: Config) -> (Harness, Arc<tokio::sync::Notify>) {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let h = Harness::new(config, vec![gate_tool("gate", Arc::clone(&gate))]);
+        (h, gate)
+    }
+
     fn on(session: Session, run_calls: bool) -> Harness {
         let (events_tx, events) = mpsc::unbounded_channel();
         Harness {
@@ -97,9 +105,14 @@ impl Harness {
 
     /// Feeds call events until `done` TOOL_DONEs have been committed.
     async fn run_until_done(&mut self, done: usize) -> Vec<Value> {
-        let mut all = self.out();
         let count = |all: &[Value]| all.iter().filter(|v| v["type"] == "TOOL_DONE").count();
-        while count(&all) < done {
+        self.run_until(|all| count(all) >= done).await
+    }
+
+    /// Feeds call events until what has been committed is `enough`.
+    async fn run_until(&mut self, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let mut all = self.out();
+        while !enough(&all) {
             let event = tokio::time::timeout(Duration::from_secs(10), self.events.recv())
                 .await
                 .expect("timed out waiting for a call event")

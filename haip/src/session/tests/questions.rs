@@ -23,16 +23,7 @@ pub(super) fn asking_tool() -> Tool {
 
 /// Reads call events into the session until an envelope of `ty` is out.
 pub(super) async fn until(h: &mut Harness, ty: &str) -> Vec<Value> {
-    let mut all = h.out();
-    while !all.iter().any(|v| v["type"] == ty) {
-        let event = tokio::time::timeout(Duration::from_secs(10), h.events.recv())
-            .await
-            .expect("timed out waiting for a call event")
-            .expect("event channel closed");
-        h.session.handle_event(event);
-        all.extend(h.out());
-    }
-    all
+    h.run_until(|all| all.iter().any(|v| v["type"] == ty)).await
 }
 
 #[tokio::test]
