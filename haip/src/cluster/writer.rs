@@ -92,6 +92,10 @@ struct Group<'a> {
     window: Option<usize>,
 }
 
+/// A stream session opened or closed in a batch: `+` or `-`, the key of
+/// its subject's set, and its member.
+type StreamChange = (&'static str, String, String);
+
 /// One change to a session in a batch.
 enum Op<'a> {
     /// Committed envelopes, oldest first; the newest's `seq`, and the
@@ -153,6 +157,50 @@ impl<'a> Group<'a> {
             Op::CallOpened(..) | Op::Paused(_) | Op::Owed(_) | Op::Gone => {}
         }
         self.ops.push(op);
+    }
+}
+
+impl Op<'_> {
+    /// Appends this change to the [`RECORD`] call, as the script reads it.
+    fn push_args(&self, call: &mut redis::Cmd) {
+        match self {
+            Op::Window {
+                envelopes,
+                seq,
+                last_rx_seq,
+            } => {
+                call.arg("W")
+                    .arg(seq + 1)
+                    .arg(*last_rx_seq)
+                    .arg(envelopes.len())
+                    .arg(envelopes.as_slice());
+            }
+            Op::Opened(subject, adopted) => {
+                if *adopted {
+                    call.arg("T");
+                }
+                match subject {
+                    None => call.arg("O"),
+                    Some(subject) => call.arg("U").arg(*subject),
+                };
+            }
+            Op::CallOpened(call_id, last_rx_seq) => {
+                call.arg("A").arg(*call_id).arg(*last_rx_seq);
+            }
+            Op::CallClosed(call_id) => {
+                call.arg("D").arg(*call_id);
+            }
+            Op::Owed(owed) => {
+                call.arg("C").arg(*owed);
+            }
+            Op::Paused(channels) => {
+                call.arg("P").arg(*channels);
+            }
+            Op::Ended => {
+                call.arg("E");
+            }
+            Op::Gone => {}
+        }
     }
 }
 
@@ -350,10 +398,38 @@ impl RedisSessionStore {
     /// come first: sessions whose records were lost (and whether each runs
     /// here), marked so that no instance restores them from what is missing.
     fn record_call(&self, sha: &str, marks: &[(Arc<str>, bool)], batch: &[Entry]) -> redis::Cmd {
+        let (groups, streams) = self.grouped(batch);
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(sha)
+            .arg(0)
+            .arg(&*self.instance)
+            .arg(self.ttl.as_millis() as u64)
+            .arg(self.window_cap);
+        for (id, here) in marks {
+            call.arg("S")
+                .arg(&**id)
+                .arg("L")
+                .arg(if *here { "1" } else { "0" });
+        }
+        for group in &groups {
+            call.arg("S").arg(&**group.id);
+            for op in &group.ops {
+                op.push_args(&mut call);
+            }
+        }
+        for (kind, key, member) in &streams {
+            call.arg(*kind).arg(key).arg(member);
+        }
+        call
+    }
+
+    /// A batch's records grouped by session, in the order sessions first
+    /// appear; and apart, the stream sessions opened and closed (`+`/`-`,
+    /// key, member), in order.
+    fn grouped<'a>(&self, batch: &'a [Entry]) -> (Vec<Group<'a>>, Vec<StreamChange>) {
         let mut index: FastMap<&str, usize> = FastMap::default();
         let mut groups: Vec<Group<'_>> = Vec::new();
-        // Stream sessions opened and closed (`+`/`-`, key, member), in order.
-        let mut streams: Vec<(&str, String, String)> = Vec::new();
+        let mut streams: Vec<StreamChange> = Vec::new();
         for entry in batch {
             let (id, op) = match entry {
                 Entry::Committed {
@@ -404,65 +480,7 @@ impl RedisSessionStore {
             });
             groups[at].add(op);
         }
-        let mut call = redis::cmd("EVALSHA");
-        call.arg(sha)
-            .arg(0)
-            .arg(&*self.instance)
-            .arg(self.ttl.as_millis() as u64)
-            .arg(self.window_cap);
-        for (id, here) in marks {
-            call.arg("S")
-                .arg(&**id)
-                .arg("L")
-                .arg(if *here { "1" } else { "0" });
-        }
-        for group in &groups {
-            call.arg("S").arg(&**group.id);
-            for op in &group.ops {
-                match op {
-                    Op::Window {
-                        envelopes,
-                        seq,
-                        last_rx_seq,
-                    } => {
-                        call.arg("W")
-                            .arg(seq + 1)
-                            .arg(*last_rx_seq)
-                            .arg(envelopes.len())
-                            .arg(envelopes.as_slice());
-                    }
-                    Op::Opened(subject, adopted) => {
-                        if *adopted {
-                            call.arg("T");
-                        }
-                        match subject {
-                            None => call.arg("O"),
-                            Some(subject) => call.arg("U").arg(*subject),
-                        };
-                    }
-                    Op::CallOpened(call_id, last_rx_seq) => {
-                        call.arg("A").arg(*call_id).arg(*last_rx_seq);
-                    }
-                    Op::CallClosed(call_id) => {
-                        call.arg("D").arg(*call_id);
-                    }
-                    Op::Owed(owed) => {
-                        call.arg("C").arg(*owed);
-                    }
-                    Op::Paused(channels) => {
-                        call.arg("P").arg(*channels);
-                    }
-                    Op::Ended => {
-                        call.arg("E");
-                    }
-                    Op::Gone => {}
-                }
-            }
-        }
-        for (kind, key, member) in &streams {
-            call.arg(*kind).arg(key).arg(member);
-        }
-        call
+        (groups, streams)
     }
 
     /// Sessions whose records Redis refused: another instance restored

@@ -116,6 +116,38 @@ pub(crate) fn quote(text: &str) -> String {
 
 /// Checks one request body (see the module's documentation).
 pub(crate) fn check(body: &[u8]) -> Result<Checked, Refusal> {
+    let (mut found, root) = walk(body)?;
+    one_message(&root.kind)?;
+    let id = id_of(&mut found)?;
+    if !matches!(&found.jsonrpc, Some(Kind::Str(v)) if v == "2.0") {
+        return Err(Refusal::new(
+            400,
+            INVALID_REQUEST,
+            "Invalid request: \"jsonrpc\" must be \"2.0\"",
+        )
+        .with_id(id.as_ref()));
+    }
+    let Some(method) = method_of(&mut found, id.as_ref())? else {
+        // A response: a client answering the server's request.
+        return Ok(Checked {
+            method: None,
+            id,
+            cost: root.cost,
+        });
+    };
+    if id.is_some() {
+        check_request(&found, &method, id.as_ref())?;
+    }
+    Ok(Checked {
+        method: Some(method),
+        id,
+        cost: root.cost,
+    })
+}
+
+/// Reads the body once, keeping the few fields the check looks at; refuses
+/// what is not JSON.
+fn walk(body: &[u8]) -> Result<(Found, Seen), Refusal> {
     let mut found = Found::default();
     let mut de = serde_json::Deserializer::from_slice(body);
     let root = Walk {
@@ -131,188 +163,164 @@ pub(crate) fn check(body: &[u8]) -> Result<Checked, Refusal> {
             format!("Parse error: the body is not JSON ({e})"),
         )
     })?;
-    match root.kind {
-        Kind::Object => {}
-        Kind::Array => {
-            return Err(Refusal::new(
-                400,
-                INVALID_REQUEST,
-                "Invalid request: JSON-RPC batches are not supported; send one message per request",
-            ));
-        }
-        _ => {
-            return Err(Refusal::new(
-                400,
-                INVALID_REQUEST,
-                "Invalid request: a JSON-RPC message is an object",
-            ));
-        }
-    }
-    let id = match found.id.take() {
-        None | Some(Kind::Null) => None,
-        Some(Kind::Integer(n)) => Some(Value::from(n)),
-        Some(Kind::Str(s)) => Some(Value::String(s)),
-        Some(Kind::LongStr(_)) => {
-            return Err(Refusal::new(
-                400,
-                INVALID_REQUEST,
-                format!("Invalid request: id longer than {MAX_TOKEN_BYTES} bytes"),
-            ));
-        }
-        Some(_) => {
-            return Err(Refusal::new(
-                400,
-                INVALID_REQUEST,
-                "Invalid request: id must be a string or an integer",
-            ));
-        }
-    };
-    if !matches!(&found.jsonrpc, Some(Kind::Str(v)) if v == "2.0") {
-        return Err(Refusal::new(
+    Ok((found, root))
+}
+
+/// A message is one JSON object: not a batch, not a scalar.
+fn one_message(root: &Kind) -> Result<(), Refusal> {
+    match root {
+        Kind::Object => Ok(()),
+        Kind::Array => Err(Refusal::new(
             400,
             INVALID_REQUEST,
-            "Invalid request: \"jsonrpc\" must be \"2.0\"",
+            "Invalid request: JSON-RPC batches are not supported; send one message per request",
+        )),
+        _ => Err(Refusal::new(
+            400,
+            INVALID_REQUEST,
+            "Invalid request: a JSON-RPC message is an object",
+        )),
+    }
+}
+
+/// The message's id: a string of at most [`MAX_TOKEN_BYTES`] or an integer;
+/// `None` without one (or `null`).
+fn id_of(found: &mut Found) -> Result<Option<Value>, Refusal> {
+    match found.id.take() {
+        None | Some(Kind::Null) => Ok(None),
+        Some(Kind::Integer(n)) => Ok(Some(Value::from(n))),
+        Some(Kind::Str(s)) => Ok(Some(Value::String(s))),
+        Some(Kind::LongStr(_)) => Err(Refusal::new(
+            400,
+            INVALID_REQUEST,
+            format!("Invalid request: id longer than {MAX_TOKEN_BYTES} bytes"),
+        )),
+        Some(_) => Err(Refusal::new(
+            400,
+            INVALID_REQUEST,
+            "Invalid request: id must be a string or an integer",
+        )),
+    }
+}
+
+/// The method of a request or notification; `None` for a response.
+fn method_of(found: &mut Found, id: Option<&Value>) -> Result<Option<String>, Refusal> {
+    match found.method.take() {
+        None if found.answer => Ok(None),
+        None => Err(Refusal::new(
+            400,
+            INVALID_REQUEST,
+            "Invalid request: no \"method\" (and not a response)",
         )
-        .with_id(id.as_ref()));
+        .with_id(id)),
+        Some(Kind::Str(method)) if method.len() <= MAX_METHOD_BYTES => Ok(Some(method)),
+        Some(Kind::Str(method)) => Err(Refusal::new(
+            200,
+            METHOD_NOT_FOUND,
+            format!("Method not found: {}", quote(&method)),
+        )
+        .with_id(id)),
+        Some(Kind::LongStr(len)) => Err(Refusal::new(
+            200,
+            METHOD_NOT_FOUND,
+            format!("Method not found: a method name of {len} bytes"),
+        )
+        .with_id(id)),
+        Some(_) => Err(Refusal::new(
+            400,
+            INVALID_REQUEST,
+            "Invalid request: \"method\" must be a string",
+        )
+        .with_id(id)),
     }
-    let method = match found.method.take() {
-        None if found.answer => {
-            return Ok(Checked {
-                method: None,
-                id,
-                cost: root.cost,
-            });
-        }
-        None => {
-            return Err(Refusal::new(
-                400,
-                INVALID_REQUEST,
-                "Invalid request: no \"method\" (and not a response)",
-            )
-            .with_id(id.as_ref()));
-        }
-        Some(Kind::Str(method)) if method.len() <= MAX_METHOD_BYTES => method,
-        Some(Kind::Str(method)) => {
-            return Err(Refusal::new(
-                200,
-                METHOD_NOT_FOUND,
-                format!("Method not found: {}", quote(&method)),
-            )
-            .with_id(id.as_ref()));
-        }
-        Some(Kind::LongStr(len)) => {
-            return Err(Refusal::new(
-                200,
-                METHOD_NOT_FOUND,
-                format!("Method not found: a method name of {len} bytes"),
-            )
-            .with_id(id.as_ref()));
-        }
-        Some(_) => {
-            return Err(Refusal::new(
-                400,
-                INVALID_REQUEST,
-                "Invalid request: \"method\" must be a string",
-            )
-            .with_id(id.as_ref()));
-        }
-    };
-    let invalid_params =
-        |why: String| Err(Refusal::new(200, INVALID_PARAMS, why).with_id(id.as_ref()));
-    if id.is_some() {
-        match &found.params {
-            None | Some(Kind::Object) => {}
-            Some(_) => return invalid_params("Invalid params: params must be an object".into()),
-        }
-        if !matches!(found.meta, None | Some(Kind::Object)) {
-            return invalid_params("Invalid params: _meta must be an object".into());
-        }
-        match &found.progress_token {
-            None | Some(Kind::Str(_) | Kind::Integer(_)) => {}
-            Some(Kind::LongStr(len)) => {
-                return invalid_params(format!(
-                    "Invalid params: a progressToken of {len} bytes (at most {MAX_TOKEN_BYTES})"
-                ));
-            }
-            Some(_) => {
-                return invalid_params(
-                    "Invalid params: progressToken must be a string or an integer".into(),
-                );
-            }
-        }
-        match method.as_str() {
-            "tools/call" => {
-                if found.params.is_none() {
-                    return invalid_params("Invalid params: tools/call needs params".into());
-                }
-                match &found.name {
-                    Some(Kind::Str(_) | Kind::LongStr(_)) => {}
-                    None => {
-                        return invalid_params(
-                            "Invalid params: tools/call needs a tool \"name\"".into(),
-                        );
-                    }
-                    Some(_) => {
-                        return invalid_params("Invalid params: \"name\" must be a string".into());
-                    }
-                }
-                if !matches!(found.arguments, None | Some(Kind::Null | Kind::Object)) {
-                    return invalid_params(
-                        "Invalid params: \"arguments\" must be an object".into(),
-                    );
-                }
-                if !matches!(found.input_responses, None | Some(Kind::Object)) {
-                    return invalid_params(
-                        "Invalid params: \"inputResponses\" must be an object of answers by key"
-                            .into(),
-                    );
-                }
-                if !matches!(
-                    found.request_state,
-                    None | Some(Kind::Str(_) | Kind::LongStr(_))
-                ) {
-                    return invalid_params(
-                        "Invalid params: \"requestState\" must be the string the server sent"
-                            .into(),
-                    );
-                }
-            }
-            // Removed in MCP 2026-07-28: a request of that revision is
-            // answered as a method this server does not have (HTTP 404, as
-            // the MCP server answers `-32601` to such requests).
-            "logging/setLevel" if per_request(found.protocol_version.as_ref()) => {
-                return Err(Refusal::new(
-                    404,
-                    METHOD_NOT_FOUND,
-                    "Method not found: logging/setLevel (removed in MCP 2026-07-28: \
-                     a request names its level in _meta io.modelcontextprotocol/logLevel)",
-                )
-                .with_id(id.as_ref()));
-            }
-            "logging/setLevel" => match &found.level {
-                Some(Kind::Str(level)) if LOG_LEVELS.contains(&level.as_str()) => {}
-                Some(Kind::Str(level)) => {
-                    return invalid_params(format!(
-                        "Invalid params: unknown log level {:?}; expected one of {}",
-                        quote(level),
-                        LOG_LEVELS.join(", ")
-                    ));
-                }
-                _ => {
-                    return invalid_params(format!(
-                        "Invalid params: logging/setLevel needs a \"level\", one of {}",
-                        LOG_LEVELS.join(", ")
-                    ));
-                }
-            },
-            _ => {}
-        }
+}
+
+/// A request's params, refused as `-32602` with the request's id.
+fn invalid_params(why: impl Into<String>, id: Option<&Value>) -> Refusal {
+    Refusal::new(200, INVALID_PARAMS, why).with_id(id)
+}
+
+/// The params of a request (a message with an id): their shape, then what
+/// its method needs of them.
+fn check_request(found: &Found, method: &str, id: Option<&Value>) -> Result<(), Refusal> {
+    check_params(found).map_err(|why| invalid_params(why, id))?;
+    match method {
+        "tools/call" => check_tool_call(found).map_err(|why| invalid_params(why, id)),
+        // Removed in MCP 2026-07-28: a request of that revision is
+        // answered as a method this server does not have (HTTP 404, as
+        // the MCP server answers `-32601` to such requests).
+        "logging/setLevel" if per_request(found.protocol_version.as_ref()) => Err(Refusal::new(
+            404,
+            METHOD_NOT_FOUND,
+            "Method not found: logging/setLevel (removed in MCP 2026-07-28: \
+             a request names its level in _meta io.modelcontextprotocol/logLevel)",
+        )
+        .with_id(id)),
+        "logging/setLevel" => check_log_level(found).map_err(|why| invalid_params(why, id)),
+        _ => Ok(()),
     }
-    Ok(Checked {
-        method: Some(method),
-        id,
-        cost: root.cost,
-    })
+}
+
+/// Any request's params, `_meta` and progress token; why not, if not.
+fn check_params(found: &Found) -> Result<(), String> {
+    match &found.params {
+        None | Some(Kind::Object) => {}
+        Some(_) => return Err("Invalid params: params must be an object".into()),
+    }
+    if !matches!(found.meta, None | Some(Kind::Object)) {
+        return Err("Invalid params: _meta must be an object".into());
+    }
+    match &found.progress_token {
+        None | Some(Kind::Str(_) | Kind::Integer(_)) => Ok(()),
+        Some(Kind::LongStr(len)) => Err(format!(
+            "Invalid params: a progressToken of {len} bytes (at most {MAX_TOKEN_BYTES})"
+        )),
+        Some(_) => Err("Invalid params: progressToken must be a string or an integer".into()),
+    }
+}
+
+/// The params of `tools/call`; why not, if not.
+fn check_tool_call(found: &Found) -> Result<(), String> {
+    if found.params.is_none() {
+        return Err("Invalid params: tools/call needs params".into());
+    }
+    match &found.name {
+        Some(Kind::Str(_) | Kind::LongStr(_)) => {}
+        None => return Err("Invalid params: tools/call needs a tool \"name\"".into()),
+        Some(_) => return Err("Invalid params: \"name\" must be a string".into()),
+    }
+    if !matches!(found.arguments, None | Some(Kind::Null | Kind::Object)) {
+        return Err("Invalid params: \"arguments\" must be an object".into());
+    }
+    if !matches!(found.input_responses, None | Some(Kind::Object)) {
+        return Err(
+            "Invalid params: \"inputResponses\" must be an object of answers by key".into(),
+        );
+    }
+    if !matches!(
+        found.request_state,
+        None | Some(Kind::Str(_) | Kind::LongStr(_))
+    ) {
+        return Err("Invalid params: \"requestState\" must be the string the server sent".into());
+    }
+    Ok(())
+}
+
+/// The params of `logging/setLevel` (of a revision before MCP 2026-07-28);
+/// why not, if not.
+fn check_log_level(found: &Found) -> Result<(), String> {
+    match &found.level {
+        Some(Kind::Str(level)) if LOG_LEVELS.contains(&level.as_str()) => Ok(()),
+        Some(Kind::Str(level)) => Err(format!(
+            "Invalid params: unknown log level {:?}; expected one of {}",
+            quote(level),
+            LOG_LEVELS.join(", ")
+        )),
+        _ => Err(format!(
+            "Invalid params: logging/setLevel needs a \"level\", one of {}",
+            LOG_LEVELS.join(", ")
+        )),
+    }
 }
 
 /// Whether a request's `_meta` protocol version is MCP 2026-07-28 or later

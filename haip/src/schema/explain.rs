@@ -112,15 +112,7 @@ impl<'s> Explain<'s> {
         let shown = excerpt(value);
         let keyword = error.schema_path().as_str();
         match error.kind() {
-            Kind::Type { kind } => {
-                let mut expected: Vec<String> = match kind {
-                    TypeKind::Single(t) => vec![t.to_string()],
-                    TypeKind::Multiple(set) => set.iter().map(|t| t.to_string()).collect(),
-                };
-                // "a string or null": what is meant first, absence last.
-                expected.sort_by_key(|t| t == "null");
-                type_message(value, &shown, &expected)
-            }
+            Kind::Type { kind } => type_message(value, &shown, &expected_types(kind)),
             Kind::Enum { options } => {
                 let options = options.as_array().map(Vec::as_slice).unwrap_or_default();
                 not_one_of(&shown, &options.iter().map(Form::Value).collect::<Vec<_>>())
@@ -134,22 +126,12 @@ impl<'s> Explain<'s> {
             Kind::Minimum { .. }
             | Kind::ExclusiveMinimum { .. }
             | Kind::Maximum { .. }
-            | Kind::ExclusiveMaximum { .. } => {
-                let low = matches!(
-                    error.kind(),
-                    Kind::Minimum { .. } | Kind::ExclusiveMinimum { .. }
-                );
-                let range = self.range(keyword, error.kind());
-                let size = if low { "too small" } else { "too large" };
-                format!("{shown} is {size}; expected {range}")
-            }
+            | Kind::ExclusiveMaximum { .. } => self.bound_message(error.kind(), keyword, &shown),
             Kind::MinLength { .. } | Kind::MaxLength { .. } => {
                 let length = value.as_str().map_or(0, |s| s.chars().count());
                 let expected = self.count_range(keyword, "minLength", "maxLength", "character");
-                format!(
-                    "{shown} is {} long; expected {expected}",
-                    counted(length as u64, "character")
-                )
+                let length = counted(length as u64, "character");
+                format!("{shown} is {length} long; expected {expected}")
             }
             Kind::MinItems { .. } | Kind::MaxItems { .. } => {
                 let length = value.as_array().map_or(0, Vec::len);
@@ -163,10 +145,8 @@ impl<'s> Explain<'s> {
                 let length = value.as_object().map_or(0, serde_json::Map::len);
                 let expected =
                     self.count_range(keyword, "minProperties", "maxProperties", "property");
-                format!(
-                    "{shown} has {}; expected {expected}",
-                    counted(length as u64, "property")
-                )
+                let length = counted(length as u64, "property");
+                format!("{shown} has {length}; expected {expected}")
             }
             Kind::AdditionalItems { limit } => {
                 format!(
@@ -185,23 +165,8 @@ impl<'s> Explain<'s> {
             Kind::MultipleOf { multiple_of } => {
                 format!("{shown} is not a multiple of {multiple_of}")
             }
-            Kind::Contains => {
-                let wanted = self
-                    .value_at(keyword)
-                    .map(|schema| or_list(&self.describe(schema, 0)))
-                    .unwrap_or_else(|| "of the kind required".to_owned());
-                format!("{shown} has no item that is {wanted}; expected at least one")
-            }
-            Kind::OneOfMultipleValid { .. } => {
-                let forms = self
-                    .value_at(keyword)
-                    .and_then(Value::as_array)
-                    .map(|branches| or_list(&self.describe_all(branches, 0)))
-                    .unwrap_or_default();
-                format!(
-                    "{shown} fits more than one of {forms}; expected a value that fits exactly one"
-                )
-            }
+            Kind::Contains => self.contains_message(keyword, &shown),
+            Kind::OneOfMultipleValid { .. } => self.one_of_many_message(keyword, &shown),
             Kind::Not { .. } | Kind::FalseSchema => format!("{shown} is not allowed here"),
             Kind::UnevaluatedItems { unexpected } => {
                 let listed: Vec<String> = unexpected.iter().take(LISTED).cloned().collect();
@@ -223,6 +188,34 @@ impl<'s> Explain<'s> {
             // beyond the validator's own words (bounded by `masked_with`).
             _ => error.masked_with(shown).to_string(),
         }
+    }
+
+    /// A number out of its bounds (`minimum`, `exclusiveMinimum`, `maximum`,
+    /// `exclusiveMaximum`, which `kind` is).
+    fn bound_message(&self, kind: &Kind, keyword: &str, shown: &str) -> String {
+        let low = matches!(kind, Kind::Minimum { .. } | Kind::ExclusiveMinimum { .. });
+        let range = self.range(keyword, kind);
+        let size = if low { "too small" } else { "too large" };
+        format!("{shown} is {size}; expected {range}")
+    }
+
+    /// An array with no item that fits the `contains` at `keyword`.
+    fn contains_message(&self, keyword: &str, shown: &str) -> String {
+        let wanted = self
+            .value_at(keyword)
+            .map(|schema| or_list(&self.describe(schema, 0)))
+            .unwrap_or_else(|| "of the kind required".to_owned());
+        format!("{shown} has no item that is {wanted}; expected at least one")
+    }
+
+    /// A value that fits more than one branch of the `oneOf` at `keyword`.
+    fn one_of_many_message(&self, keyword: &str, shown: &str) -> String {
+        let forms = self
+            .value_at(keyword)
+            .and_then(Value::as_array)
+            .map(|branches| or_list(&self.describe_all(branches, 0)))
+            .unwrap_or_default();
+        format!("{shown} fits more than one of {forms}; expected a value that fits exactly one")
     }
 
     /// A `oneOf`/`anyOf` none of whose branches the value fits.
@@ -579,6 +572,17 @@ fn or_list(forms: &[Form<'_>]) -> String {
         [one] => one.clone(),
         [init @ .., last] => format!("{} or {last}", init.join(", ")),
     }
+}
+
+/// The types a `type` keyword allows, what is meant first and absence last
+/// ("a string or null").
+fn expected_types(kind: &TypeKind) -> Vec<String> {
+    let mut expected: Vec<String> = match kind {
+        TypeKind::Single(t) => vec![t.to_string()],
+        TypeKind::Multiple(set) => set.iter().map(|t| t.to_string()).collect(),
+    };
+    expected.sort_by_key(|t| t == "null");
+    expected
 }
 
 /// `"5" is a string; expected a number`, `1.5 is not a whole number; ...`.

@@ -86,177 +86,38 @@ enum Answers {
 }
 
 pub(crate) async fn run(args: CallArgs) -> Result<(), Failure> {
-    let answers = if args.decline {
-        Answers::Decline
-    } else if args.answers.is_empty() {
-        Answers::Ask
-    } else {
-        let mut given = Vec::with_capacity(args.answers.len());
-        for text in &args.answers {
-            match serde_json::from_str::<Value>(text) {
-                Ok(value @ Value::Object(_)) => given.push(value),
-                Ok(_) => return Err(Failure::usage("--answer must be a JSON object")),
-                Err(e) => return Err(Failure::usage(format!("--answer is not valid JSON: {e}"))),
-            }
-        }
-        Answers::Given(given)
-    };
+    let answers = answers_of(&args)?;
     // `haip call` answers questions (in the terminal, or with `--answer`).
     let options = ClientOptions::new()
         .tool_input(true)
         .log_level(args.log_level);
     let client = connect_with(&args.common, options).await?;
-    let params = match &args.params {
-        Some(text) => match serde_json::from_str::<Value>(text) {
-            Ok(value @ Value::Object(_)) => value,
-            Ok(_) => return Err(Failure::usage("--params must be a JSON object")),
-            Err(e) => return Err(Failure::usage(format!("--params is not valid JSON: {e}"))),
-        },
-        None if args.pairs.is_empty() => Value::Object(Map::new()),
-        None => {
-            let schema = client.schema(&args.tool).await?;
-            Value::Object(coerce_pairs(&args.pairs, &schema.input_schema)?)
-        }
-    };
+    let params = params_of(&args, &client).await?;
     if !args.yes {
         confirm_destructive(&client, &args.tool).await?;
     }
-    let mut call = client.call(&args.tool, params).await?;
-    let mut screen = Screen::new(args.common.json);
-    let mut questions: VecDeque<Question> = VecDeque::new();
-    let mut form: Option<Form> = None;
-    let mut input: Option<mpsc::Receiver<String>> = None;
-    let mut asked = 0usize;
-    let mut cancelled = false;
-    // Piped answers are not echoed by a terminal: echo them, so the
-    // transcript on stderr reads as a dialogue.
-    let echo = !std::io::stdin().is_terminal();
-    // Why the call was cancelled by haip itself, reported instead of the outcome.
-    let mut failure: Option<Failure> = None;
+    let call = client.call(&args.tool, params).await?;
+    let mut dialogue = Dialogue::new(call, answers, Screen::new(args.common.json));
     loop {
-        // The next question, once the one being asked is answered.
-        while form.is_none()
-            && !cancelled
-            && let Some(question) = questions.pop_front()
-        {
-            let reply = match &answers {
-                Answers::Ask => None,
-                Answers::Decline => Some(Response::Decline),
-                Answers::Given(given) => {
-                    let content = given.get(asked).or(given.last()).cloned();
-                    Some(Response::Accept(content.unwrap_or_default()))
-                }
-            };
-            asked += 1;
-            let Some(reply) = reply else {
-                match Form::new(&question) {
-                    Ok(new) => {
-                        screen.pause();
-                        eprintln!("{}", new.intro());
-                        prompt(&new.ask());
-                        input.get_or_insert_with(read_stdin);
-                        form = Some(new);
-                    }
-                    Err(e) => {
-                        screen.note(&format!(
-                            "error: cannot show the tool's question ({e}); dismissing it"
-                        ));
-                        settle(&call, &question.request_id, Response::Cancel, &screen).await?;
-                    }
-                }
-                continue;
-            };
-            match call.respond(&question.request_id, reply).await {
-                Ok(()) => {}
-                Err(ClientError::InvalidAnswer {
-                    message,
-                    violations,
-                }) => {
-                    // A script's answer that does not fit: asking again
-                    // would give the same answer.
-                    screen.note(&violations_text(&message, &violations));
-                    failure = Some(Failure::usage(
-                        "--answer does not fit the tool's question; the call was cancelled",
-                    ));
-                    cancelled = true;
-                    call.cancel(Some("the answer given does not fit the question"))
-                        .await?;
-                }
-                Err(e) => settled_badly(e, &screen)?,
-            }
-        }
+        dialogue.ask_next().await?;
         tokio::select! {
-            event = call.next_event() => match event {
+            event = dialogue.call.next_event() => match event {
                 None => break,
-                Some(CallEvent::Update(update)) => screen.update(&update),
-                Some(CallEvent::Log(line)) => {
-                    screen.log(&line);
-                    if let Some(form) = &form {
-                        prompt(&form.prompt());
-                    }
-                }
-                Some(CallEvent::Question(question)) => questions.push_back(question),
-                Some(CallEvent::UnreadableQuestion(why)) => {
-                    screen.note(&format!(
-                        "error: the tool asked a question that cannot be answered ({why}); cancelling the call"
-                    ));
-                    if !cancelled {
-                        cancelled = true;
-                        call.cancel(Some("unreadable question")).await?;
-                    }
-                }
-                Some(_) => {}
+                Some(event) => dialogue.on_event(event).await?,
             },
-            line = next_line(&mut input), if form.is_some() => {
-                let Some(current) = form.as_mut() else { continue };
-                if echo && let Some(line) = &line {
-                    // What a terminal would have shown as it was typed.
-                    eprintln!("{line}");
-                }
-                match current.feed(line.as_deref()) {
-                    Step::Next => prompt(&current.ask()),
-                    Step::Again(why) => {
-                        eprintln!("    ! {why}");
-                        prompt(&current.prompt());
-                    }
-                    Step::Done(reply) => {
-                        if line.is_none() {
-                            eprintln!();
-                        }
-                        let declined = reply == Response::Decline;
-                        match call.respond(current.request_id(), reply).await {
-                            Ok(()) => {
-                                if declined {
-                                    eprintln!("  (declined)");
-                                }
-                                form = None;
-                                screen.resume();
-                            }
-                            Err(ClientError::InvalidAnswer { message, violations }) => {
-                                eprintln!("{}", violations_text(&message, &violations));
-                                current.restart();
-                                prompt(&current.ask());
-                            }
-                            Err(e) => {
-                                form = None;
-                                screen.resume();
-                                settled_badly(e, &screen)?;
-                            }
-                        }
-                    }
-                }
-            },
-            _ = tokio::signal::ctrl_c(), if !cancelled => {
-                cancelled = true;
-                if form.take().is_some() {
-                    eprintln!();
-                    screen.resume();
-                }
-                screen.status("cancelling");
-                call.cancel(Some("cancelled from the command line")).await?;
+            line = next_line(&mut dialogue.input), if dialogue.form.is_some() => {
+                dialogue.on_line(line).await?;
             }
+            _ = tokio::signal::ctrl_c(), if !dialogue.cancelled => dialogue.on_ctrl_c().await?,
         }
     }
+    let Dialogue {
+        call,
+        mut screen,
+        form,
+        failure,
+        ..
+    } = dialogue;
     if form.is_some() {
         // The call ended while its question was being asked.
         eprintln!();
@@ -267,6 +128,257 @@ pub(crate) async fn run(args: CallArgs) -> Result<(), Failure> {
         return Err(failure);
     }
     report(&outcome, args.common.json)
+}
+
+/// How the questions get answered: `--decline`, the `--answer` objects, or
+/// else in the terminal.
+fn answers_of(args: &CallArgs) -> Result<Answers, Failure> {
+    if args.decline {
+        return Ok(Answers::Decline);
+    }
+    if args.answers.is_empty() {
+        return Ok(Answers::Ask);
+    }
+    let mut given = Vec::with_capacity(args.answers.len());
+    for text in &args.answers {
+        match serde_json::from_str::<Value>(text) {
+            Ok(value @ Value::Object(_)) => given.push(value),
+            Ok(_) => return Err(Failure::usage("--answer must be a JSON object")),
+            Err(e) => return Err(Failure::usage(format!("--answer is not valid JSON: {e}"))),
+        }
+    }
+    Ok(Answers::Given(given))
+}
+
+/// The call's params: `--params`, or the pairs typed by the tool's input
+/// schema, or none.
+async fn params_of(args: &CallArgs, client: &Client) -> Result<Value, Failure> {
+    Ok(match &args.params {
+        Some(text) => match serde_json::from_str::<Value>(text) {
+            Ok(value @ Value::Object(_)) => value,
+            Ok(_) => return Err(Failure::usage("--params must be a JSON object")),
+            Err(e) => return Err(Failure::usage(format!("--params is not valid JSON: {e}"))),
+        },
+        None if args.pairs.is_empty() => Value::Object(Map::new()),
+        None => {
+            let schema = client.schema(&args.tool).await?;
+            Value::Object(coerce_pairs(&args.pairs, &schema.input_schema)?)
+        }
+    })
+}
+
+/// A call under way, and the dialogue with the person (or the script)
+/// around it: its questions, asked one at a time, and Ctrl-C.
+struct Dialogue {
+    call: Call,
+    answers: Answers,
+    screen: Screen,
+    /// Questions waiting for the one being asked.
+    questions: VecDeque<Question>,
+    /// The question being asked in the terminal.
+    form: Option<Form>,
+    /// Lines of stdin, once a question is asked there.
+    input: Option<mpsc::Receiver<String>>,
+    /// How many questions were answered (the next `--answer` to give).
+    asked: usize,
+    cancelled: bool,
+    /// Piped answers are not echoed by a terminal: echo them, so the
+    /// transcript on stderr reads as a dialogue.
+    echo: bool,
+    /// Why the call was cancelled by haip itself, reported instead of the outcome.
+    failure: Option<Failure>,
+}
+
+impl Dialogue {
+    fn new(call: Call, answers: Answers, screen: Screen) -> Dialogue {
+        Dialogue {
+            call,
+            answers,
+            screen,
+            questions: VecDeque::new(),
+            form: None,
+            input: None,
+            asked: 0,
+            cancelled: false,
+            echo: !std::io::stdin().is_terminal(),
+            failure: None,
+        }
+    }
+
+    /// The next questions, once the one being asked is answered: answered
+    /// at once (`--answer`, `--decline`), or the next one asked.
+    async fn ask_next(&mut self) -> Result<(), Failure> {
+        while self.form.is_none()
+            && !self.cancelled
+            && let Some(question) = self.questions.pop_front()
+        {
+            let reply = match &self.answers {
+                Answers::Ask => None,
+                Answers::Decline => Some(Response::Decline),
+                Answers::Given(given) => {
+                    let content = given.get(self.asked).or(given.last()).cloned();
+                    Some(Response::Accept(content.unwrap_or_default()))
+                }
+            };
+            self.asked += 1;
+            match reply {
+                None => self.ask(&question).await?,
+                Some(reply) => self.answer(&question, reply).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts asking `question` in the terminal (or dismisses one that
+    /// cannot be shown).
+    async fn ask(&mut self, question: &Question) -> Result<(), Failure> {
+        match Form::new(question) {
+            Ok(new) => {
+                self.screen.pause();
+                eprintln!("{}", new.intro());
+                prompt(&new.ask());
+                self.input.get_or_insert_with(read_stdin);
+                self.form = Some(new);
+                Ok(())
+            }
+            Err(e) => {
+                self.screen.note(&format!(
+                    "error: cannot show the tool's question ({e}); dismissing it"
+                ));
+                settle(
+                    &self.call,
+                    &question.request_id,
+                    Response::Cancel,
+                    &self.screen,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Answers `question` with what the command line gave.
+    async fn answer(&mut self, question: &Question, reply: Response) -> Result<(), Failure> {
+        match self.call.respond(&question.request_id, reply).await {
+            Ok(()) => Ok(()),
+            Err(ClientError::InvalidAnswer {
+                message,
+                violations,
+            }) => {
+                // A script's answer that does not fit: asking again
+                // would give the same answer.
+                self.screen.note(&violations_text(&message, &violations));
+                self.failure = Some(Failure::usage(
+                    "--answer does not fit the tool's question; the call was cancelled",
+                ));
+                self.cancelled = true;
+                self.call
+                    .cancel(Some("the answer given does not fit the question"))
+                    .await?;
+                Ok(())
+            }
+            Err(e) => settled_badly(e, &self.screen),
+        }
+    }
+
+    /// An event of the call.
+    async fn on_event(&mut self, event: CallEvent) -> Result<(), Failure> {
+        match event {
+            CallEvent::Update(update) => self.screen.update(&update),
+            CallEvent::Log(line) => {
+                self.screen.log(&line);
+                if let Some(form) = &self.form {
+                    prompt(&form.prompt());
+                }
+            }
+            CallEvent::Question(question) => self.questions.push_back(question),
+            CallEvent::UnreadableQuestion(why) => {
+                self.screen.note(&format!(
+                    "error: the tool asked a question that cannot be answered ({why}); cancelling the call"
+                ));
+                if !self.cancelled {
+                    self.cancelled = true;
+                    self.call.cancel(Some("unreadable question")).await?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A line typed (or piped) for the question being asked; `None` once
+    /// stdin ended.
+    async fn on_line(&mut self, line: Option<String>) -> Result<(), Failure> {
+        let Some(current) = self.form.as_mut() else {
+            return Ok(());
+        };
+        if self.echo
+            && let Some(line) = &line
+        {
+            // What a terminal would have shown as it was typed.
+            eprintln!("{line}");
+        }
+        match current.feed(line.as_deref()) {
+            Step::Next => prompt(&current.ask()),
+            Step::Again(why) => {
+                eprintln!("    ! {why}");
+                prompt(&current.prompt());
+            }
+            Step::Done(reply) => {
+                if line.is_none() {
+                    eprintln!();
+                }
+                return self.reply(reply).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the answer the person gave to the question being asked; asks
+    /// it again if the tool refuses the answer.
+    async fn reply(&mut self, reply: Response) -> Result<(), Failure> {
+        let Some(current) = self.form.as_mut() else {
+            return Ok(());
+        };
+        let declined = reply == Response::Decline;
+        match self.call.respond(current.request_id(), reply).await {
+            Ok(()) => {
+                if declined {
+                    eprintln!("  (declined)");
+                }
+                self.form = None;
+                self.screen.resume();
+                Ok(())
+            }
+            Err(ClientError::InvalidAnswer {
+                message,
+                violations,
+            }) => {
+                eprintln!("{}", violations_text(&message, &violations));
+                current.restart();
+                prompt(&current.ask());
+                Ok(())
+            }
+            Err(e) => {
+                self.form = None;
+                self.screen.resume();
+                settled_badly(e, &self.screen)
+            }
+        }
+    }
+
+    /// Ctrl-C: the question being asked is dropped, and the call cancelled.
+    async fn on_ctrl_c(&mut self) -> Result<(), Failure> {
+        self.cancelled = true;
+        if self.form.take().is_some() {
+            eprintln!();
+            self.screen.resume();
+        }
+        self.screen.status("cancelling");
+        self.call
+            .cancel(Some("cancelled from the command line"))
+            .await?;
+        Ok(())
+    }
 }
 
 /// Asks a person before a tool that declares itself destructive is called

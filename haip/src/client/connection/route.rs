@@ -109,108 +109,119 @@ fn answer_taken(routes: &mut Routes, call_id: &str) {
 pub(super) fn route(routes: &Mutex<Routes>, outgoing: &mpsc::Sender<Message>, inbound: Inbound) {
     let Inbound { event, payload, .. } = inbound;
     match event {
-        EventType::ToolUpdate => {
-            // `log` and `input_request` are taken as sent, before the typed
-            // decoder (which keeps only objects): a malformed question must
-            // still reach its call, as an UnreadableQuestion.
-            let mut payload = payload;
-            let log = payload.remove("log");
-            let input_request = payload.remove("input_request");
-            let talks = log.is_some() || input_request.is_some();
-            // An update that cannot be read is progress lost, nothing more:
-            // the call still ends with its TOOL_DONE. A log line or a
-            // question needs only its call id.
-            let (call_id, update) = match ToolUpdate::from_payload(payload) {
-                Ok(update) => (update.call_id.clone(), Some(update)),
-                Err(e) => match e.call_id {
-                    Some(call_id) if talks => (call_id, None),
-                    _ => return,
-                },
-            };
-            let mut verdict = false;
-            let event = match (input_request, log, update) {
-                (Some(request), _, _) => question(request),
-                (None, Some(log), _) => CallEvent::Log(log_line(log)),
-                (None, None, Some(update)) => {
-                    if update.status == UpdateStatus::WaitingInput {
-                        CallEvent::UnreadableQuestion(
-                            "WAITING_INPUT without an input_request".to_owned(),
-                        )
-                    } else {
-                        // A plain RUNNING (not progress) is what the server
-                        // sends after taking an answer (docs/protocol.md §6.11).
-                        verdict = update.status == UpdateStatus::Running
-                            && update.progress.is_none()
-                            && update.partial.is_none();
-                        CallEvent::Update(Update {
-                            status: update.status.as_str().to_owned(),
-                            progress: update.progress.and_then(|p| p.as_f64()),
-                            partial: update.partial,
-                        })
-                    }
-                }
-                (None, None, None) => return,
-            };
-            let mut routes = lock(routes);
-            if verdict {
-                answer_taken(&mut routes, &call_id);
-            }
-            if let Some(waiter) = routes.calls.get(&call_id) {
-                waiter.inbox.push(event);
-            }
-        }
-        EventType::ToolDone => {
-            // A TOOL_DONE that cannot be read still ends its call, as an error.
-            let (call_id, outcome) = match ToolDone::from_payload(payload) {
-                Ok(done) => (done.call_id, Ok(Outcome::from(done.outcome))),
-                Err(e) => match e.call_id.clone() {
-                    Some(call_id) => (call_id, Err(protocol_error(e))),
-                    None => return,
-                },
-            };
-            // Answers still pending are not settled here: an answer the
-            // server took had its RUNNING before this TOOL_DONE (docs/protocol.md
-            // §6.9), so a pending one was sent after the call ended, or is
-            // not handled yet; either way its verdict is an ERROR
-            // (REQUEST_NOT_FOUND) still on its way.
-            let mut routes = lock(routes);
-            if let Some(waiter) = routes.calls.remove(&call_id) {
-                waiter.inbox.end();
-                let _ = waiter.done.send(outcome);
-            }
-        }
+        EventType::ToolUpdate => tool_update(routes, payload),
+        EventType::ToolDone => tool_done(routes, payload),
         EventType::ToolList | EventType::ToolSchema => {
             if let Some((_, reply)) = lock(routes).requests.pop_front() {
                 let _ = reply.send(Ok(payload));
             }
         }
-        EventType::Error => {
-            let Ok(error) = payload::Error::from_payload(payload) else {
-                return;
-            };
-            let mut routes = lock(routes);
-            if let Some(related) = &error.related_id
-                && let Some(at) = routes.answers.iter().position(|a| a.id == *related)
-                && let Some(pending) = routes.answers.remove(at)
-            {
-                let err = answer_error(error, &pending);
-                let _ = pending.reply.send(Err(err));
-                return;
-            }
-            let front = routes.requests.front().map(|(id, _)| id.as_str());
-            if error.related_id.is_some()
-                && error.related_id.as_deref() == front
-                && let Some((_, reply)) = routes.requests.pop_front()
-            {
-                let _ = reply.send(Err(server_error(error)));
-            }
-        }
+        EventType::Error => error(routes, payload),
         EventType::Ping => {
             if let Ok(ping) = Ping::from_payload(payload) {
                 let _ = outgoing.try_send(message(&new_id(), Channel::System, &ping.pong()));
             }
         }
         _ => {}
+    }
+}
+
+/// A `TOOL_UPDATE`: progress, a log line or a question, to its call; a
+/// plain `RUNNING` also settles the answer the server took.
+fn tool_update(routes: &Mutex<Routes>, mut payload: Map<String, Value>) {
+    // `log` and `input_request` are taken as sent, before the typed
+    // decoder (which keeps only objects): a malformed question must
+    // still reach its call, as an UnreadableQuestion.
+    let log = payload.remove("log");
+    let input_request = payload.remove("input_request");
+    let talks = log.is_some() || input_request.is_some();
+    // An update that cannot be read is progress lost, nothing more:
+    // the call still ends with its TOOL_DONE. A log line or a
+    // question needs only its call id.
+    let (call_id, update) = match ToolUpdate::from_payload(payload) {
+        Ok(update) => (update.call_id.clone(), Some(update)),
+        Err(e) => match e.call_id {
+            Some(call_id) if talks => (call_id, None),
+            _ => return,
+        },
+    };
+    let mut verdict = false;
+    let event = match (input_request, log, update) {
+        (Some(request), _, _) => question(request),
+        (None, Some(log), _) => CallEvent::Log(log_line(log)),
+        (None, None, Some(update)) => {
+            // A plain RUNNING (not progress) is what the server
+            // sends after taking an answer (docs/protocol.md §6.11).
+            verdict = update.status == UpdateStatus::Running
+                && update.progress.is_none()
+                && update.partial.is_none();
+            progress_event(update)
+        }
+        (None, None, None) => return,
+    };
+    let mut routes = lock(routes);
+    if verdict {
+        answer_taken(&mut routes, &call_id);
+    }
+    if let Some(waiter) = routes.calls.get(&call_id) {
+        waiter.inbox.push(event);
+    }
+}
+
+/// What an update with neither a log line nor a question means to its call.
+fn progress_event(update: ToolUpdate) -> CallEvent {
+    if update.status == UpdateStatus::WaitingInput {
+        return CallEvent::UnreadableQuestion("WAITING_INPUT without an input_request".to_owned());
+    }
+    CallEvent::Update(Update {
+        status: update.status.as_str().to_owned(),
+        progress: update.progress.and_then(|p| p.as_f64()),
+        partial: update.partial,
+    })
+}
+
+/// A `TOOL_DONE` ends its call; one that cannot be read, as an error.
+fn tool_done(routes: &Mutex<Routes>, payload: Map<String, Value>) {
+    let (call_id, outcome) = match ToolDone::from_payload(payload) {
+        Ok(done) => (done.call_id, Ok(Outcome::from(done.outcome))),
+        Err(e) => match e.call_id.clone() {
+            Some(call_id) => (call_id, Err(protocol_error(e))),
+            None => return,
+        },
+    };
+    // Answers still pending are not settled here: an answer the
+    // server took had its RUNNING before this TOOL_DONE (docs/protocol.md
+    // §6.9), so a pending one was sent after the call ended, or is
+    // not handled yet; either way its verdict is an ERROR
+    // (REQUEST_NOT_FOUND) still on its way.
+    let mut routes = lock(routes);
+    if let Some(waiter) = routes.calls.remove(&call_id) {
+        waiter.inbox.end();
+        let _ = waiter.done.send(outcome);
+    }
+}
+
+/// An `ERROR` about a pending answer or the oldest pending request goes
+/// to it; any other is dropped.
+fn error(routes: &Mutex<Routes>, payload: Map<String, Value>) {
+    let Ok(error) = payload::Error::from_payload(payload) else {
+        return;
+    };
+    let mut routes = lock(routes);
+    if let Some(related) = &error.related_id
+        && let Some(at) = routes.answers.iter().position(|a| a.id == *related)
+        && let Some(pending) = routes.answers.remove(at)
+    {
+        let err = answer_error(error, &pending);
+        let _ = pending.reply.send(Err(err));
+        return;
+    }
+    let front = routes.requests.front().map(|(id, _)| id.as_str());
+    if error.related_id.is_some()
+        && error.related_id.as_deref() == front
+        && let Some((_, reply)) = routes.requests.pop_front()
+    {
+        let _ = reply.send(Err(server_error(error)));
     }
 }
 

@@ -33,6 +33,15 @@ fn envelope(ty: &str, payload: Value) -> String {
 
 #[test]
 fn every_payload_round_trips() {
+    hai_round_trips();
+    tool_discovery_round_trips();
+    call_payloads_round_trip();
+    run_payloads_round_trip();
+    system_payloads_round_trip();
+}
+
+/// `HAI`, with every capability.
+fn hai_round_trips() {
     let mut caps = Capabilities {
         binary_frames: Some(true),
         flow_control: Some(FlowControl {
@@ -55,6 +64,10 @@ fn every_payload_round_trips() {
         ..Hai::new()
     };
     assert_eq!(round_trip(&hai), hai);
+}
+
+/// `TOOL_LIST` and `TOOL_SCHEMA`, requests and answers.
+fn tool_discovery_round_trips() {
     assert_eq!(round_trip(&ToolListRequest {}), ToolListRequest {});
     let list = ToolList {
         tools: vec![
@@ -110,6 +123,10 @@ fn every_payload_round_trips() {
         ..schema
     };
     assert_eq!(round_trip(&schema), schema);
+}
+
+/// A call's payloads: `TOOL_CALL`, `TOOL_CANCEL`, `TOOL_UPDATE`, `TOOL_DONE`.
+fn call_payloads_round_trip() {
     let call = ToolCall {
         run_id: Some("r-1".into()),
         ..ToolCall::new("c-1", "echo", json!({"message": "hi"}))
@@ -143,6 +160,10 @@ fn every_payload_round_trips() {
     ] {
         assert_eq!(round_trip(&done), done);
     }
+}
+
+/// `RUN_STARTED`, `RUN_FINISHED`, `RUN_CANCEL`, `RUN_ERROR`.
+fn run_payloads_round_trip() {
     let started = RunStarted {
         run_id: Some("r".into()),
         thread_id: Some("t".into()),
@@ -166,6 +187,10 @@ fn every_payload_round_trips() {
         detail: Some(map(json!({"k": "v"}))),
     };
     assert_eq!(round_trip(&run_error), run_error);
+}
+
+/// `PING`/`PONG`, `REPLAY_REQUEST`, `ERROR` and flow control.
+fn system_payloads_round_trip() {
     assert_eq!(round_trip(&Ping::new("n")), Ping::new("n"));
     assert_eq!(round_trip(&Ping::new("n").pong()), Ping::new("n").pong());
     for replay in [
@@ -205,6 +230,14 @@ fn every_payload_round_trips() {
 /// What the server writes is exactly what docs/protocol.md §3.1 and §6.10 show.
 #[test]
 fn encoding_matches_the_spec_examples() {
+    hai_encoding_matches_the_spec();
+    tool_done_encoding_matches_the_spec();
+    update_and_list_encoding_match_the_spec();
+    other_encodings_match_the_spec();
+}
+
+/// `HAI` as docs/protocol.md §3.1 shows it.
+fn hai_encoding_matches_the_spec() {
     let hai = Hai {
         capabilities: Some(Capabilities {
             binary_frames: Some(true),
@@ -239,7 +272,10 @@ fn encoding_matches_the_spec_examples() {
         ..Hai::new()
     };
     assert!(invalid.to_value().get("last_rx_seq").is_none());
+}
 
+/// `TOOL_DONE` of each status, with and without a result.
+fn tool_done_encoding_matches_the_spec() {
     let text = |json: Vec<u8>| String::from_utf8(json).unwrap();
     let done = ToolDone::ok("c-1", Some(json!({"echoed": "Hello, HAIP Server!"})));
     assert_eq!(
@@ -267,6 +303,11 @@ fn encoding_matches_the_spec_examples() {
         text(done.to_json()),
         r#"{"call_id":"c","status":"CANCELLED"}"#
     );
+}
+
+/// `TOOL_UPDATE` and `TOOL_LIST`.
+fn update_and_list_encoding_match_the_spec() {
+    let text = |json: Vec<u8>| String::from_utf8(json).unwrap();
     let update = ToolUpdate {
         progress: Some(40.into()),
         partial: Some(json!({"rows_done": 400})),
@@ -310,6 +351,11 @@ fn encoding_matches_the_spec_examples() {
             r#"{"name":"wipe","title":"Wipe","annotations":{"destructiveHint":true},"icons":[{"src":"w.svg"}]}]}"#
         )
     );
+}
+
+/// `PONG`, `REPLAY_REQUEST`, `ERROR`, `TOOL_CALL`, and non-ASCII text.
+fn other_encodings_match_the_spec() {
+    let text = |json: Vec<u8>| String::from_utf8(json).unwrap();
     assert_eq!(text(Ping::default().pong().to_json()), "{}");
     assert_eq!(
         text(

@@ -486,14 +486,7 @@ impl Rewriter<'_> {
             Some(Value::Object(props)) => props,
             _ => Map::new(),
         };
-        let required: Vec<String> = match s.remove("required") {
-            Some(Value::Array(list)) => list
-                .into_iter()
-                .filter_map(|r| r.as_str().map(str::to_owned))
-                .filter(|r| props.contains_key(r))
-                .collect(),
-            _ => Vec::new(),
-        };
+        let required = required_of(&mut s, &props);
         let extra = s.remove("additionalProperties");
         if props.is_empty()
             && let Some(Value::Object(values)) = &extra
@@ -512,53 +505,10 @@ impl Rewriter<'_> {
         }
         let mut out = json_map("type", json!("object"));
         let mut notes = Vec::new();
-        let mut out_props = Map::new();
-        let mut optional_names = Vec::new();
-        for (name, sub) in &props {
-            let at = format!("{ptr}/properties/{}", escape(name));
-            let is_required = required.contains(name);
-            match self.node(sub, &at, depth + 1) {
-                Out::Cut => {
-                    if is_required {
-                        self.problem(
-                            &at,
-                            "a recursive type with no end (every level requires the next)",
-                            "make the recursion optional (`Option<Box<T>>`) or a list",
-                            true,
-                        );
-                    }
-                }
-                Out::Schema(mut child) => {
-                    self.properties += 1;
-                    if !is_required {
-                        self.optional += 1;
-                        if self.target == Target::OpenAiStrict {
-                            child = nullable_map(child);
-                            optional_names.push(json!(name));
-                        }
-                    }
-                    out_props.insert(name.clone(), Value::Object(child));
-                }
-            }
-        }
+        let (out_props, optional_names) = self.properties_of(&props, &required, ptr, depth);
         let free_form = props.is_empty() && !matches!(extra, Some(Value::Bool(false)));
         if free_form && !ptr.is_empty() {
-            let (reason, refused) = match self.target {
-                Target::Portable => (
-                    "an object with no declared properties: Gemini refuses it, other providers get no shape to fill",
-                    false,
-                ),
-                _ => (
-                    "an object with no declared properties: strict mode closes it, so a model can only send `{}`",
-                    false,
-                ),
-            };
-            self.problem(
-                ptr,
-                reason,
-                "describe its members with a struct, or use a map of a known value type",
-                refused,
-            );
+            self.free_form_problem(ptr);
         }
         if matches!(extra, Some(Value::Object(_))) && !props.is_empty() {
             notes.push("Other members are accepted too.".to_owned());
@@ -596,6 +546,68 @@ impl Rewriter<'_> {
             }
         }
         self.finish(s, out, notes, false)
+    }
+
+    /// An object's properties, rewritten in their order, and the names of
+    /// the optional ones that strict mode lists as required (nullable).
+    fn properties_of(
+        &mut self,
+        props: &Map<String, Value>,
+        required: &[String],
+        ptr: &str,
+        depth: usize,
+    ) -> (Map<String, Value>, Vec<Value>) {
+        let mut out_props = Map::new();
+        let mut optional_names = Vec::new();
+        for (name, sub) in props {
+            let at = format!("{ptr}/properties/{}", escape(name));
+            let is_required = required.contains(name);
+            match self.node(sub, &at, depth + 1) {
+                Out::Cut => {
+                    if is_required {
+                        self.problem(
+                            &at,
+                            "a recursive type with no end (every level requires the next)",
+                            "make the recursion optional (`Option<Box<T>>`) or a list",
+                            true,
+                        );
+                    }
+                }
+                Out::Schema(mut child) => {
+                    self.properties += 1;
+                    if !is_required {
+                        self.optional += 1;
+                        if self.target == Target::OpenAiStrict {
+                            child = nullable_map(child);
+                            optional_names.push(json!(name));
+                        }
+                    }
+                    out_props.insert(name.clone(), Value::Object(child));
+                }
+            }
+        }
+        (out_props, optional_names)
+    }
+
+    /// An object below the top with no declared properties: what each
+    /// target makes of it.
+    fn free_form_problem(&mut self, ptr: &str) {
+        let (reason, refused) = match self.target {
+            Target::Portable => (
+                "an object with no declared properties: Gemini refuses it, other providers get no shape to fill",
+                false,
+            ),
+            _ => (
+                "an object with no declared properties: strict mode closes it, so a model can only send `{}`",
+                false,
+            ),
+        };
+        self.problem(
+            ptr,
+            reason,
+            "describe its members with a struct, or use a map of a known value type",
+            refused,
+        );
     }
 
     /// A map (`additionalProperties` schema, no properties) as a list of
@@ -969,6 +981,19 @@ fn json_map(key: &str, value: Value) -> Map<String, Value> {
     let mut map = Map::new();
     map.insert(key.into(), value);
     map
+}
+
+/// An object's `required`, taken out of `s`: the names it lists that are
+/// properties, in its order.
+fn required_of(s: &mut Map<String, Value>, props: &Map<String, Value>) -> Vec<String> {
+    match s.remove("required") {
+        Some(Value::Array(list)) => list
+            .into_iter()
+            .filter_map(|r| r.as_str().map(str::to_owned))
+            .filter(|r| props.contains_key(r))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// openai-strict: a schema that also takes `null`.

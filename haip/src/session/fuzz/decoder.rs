@@ -2,6 +2,7 @@
 //! bytes, strings and mutated envelopes.
 
 use super::*;
+use crate::protocol::DecodeError;
 
 /// `decode(text)` agrees with reading `text` as a `serde_json::Value`, where
 /// that reading succeeds (docs/protocol.md §2.2 steps 2–5, §2.1 leniency). (The
@@ -10,16 +11,7 @@ use super::*;
 pub(super) fn check_decode(text: &str) -> Result<(), String> {
     let decoded = decode(text);
     if let Err(err) = &decoded {
-        ensure!(
-            err.code == ErrorCode::INVALID_MESSAGE || err.code == ErrorCode::UNSUPPORTED_TYPE,
-            "decode failed with {}: {:?}",
-            err.code,
-            clip(text, 200)
-        );
-        ensure!(
-            err.detail.is_object(),
-            "an error detail that is no object: {err}"
-        );
+        check_refusal(err, text)?;
     }
     let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(text) else {
         if let Ok(v) = serde_json::from_str::<Value>(text) {
@@ -83,6 +75,36 @@ pub(super) fn check_decode(text: &str) -> Result<(), String> {
     }
     let inbound =
         decoded.map_err(|e| format!("decode refused ({e}) a valid envelope: {}", shown()))?;
+    check_fields(&inbound, &obj, event, payload, id, text)
+}
+
+/// Any refusal: a code of the decoder's, and a detail object.
+fn check_refusal(err: &DecodeError, text: &str) -> Result<(), String> {
+    ensure!(
+        err.code == ErrorCode::INVALID_MESSAGE || err.code == ErrorCode::UNSUPPORTED_TYPE,
+        "decode failed with {}: {:?}",
+        err.code,
+        clip(text, 200)
+    );
+    ensure!(
+        err.detail.is_object(),
+        "an error detail that is no object: {err}"
+    );
+    Ok(())
+}
+
+/// A decoded envelope holds what a plain reading of it (`obj`) finds:
+/// its event, payload, id, channel (or the event's default) and the other
+/// envelope fields.
+fn check_fields(
+    inbound: &Inbound,
+    obj: &Map<String, Value>,
+    event: EventType,
+    payload: &Map<String, Value>,
+    id: Option<String>,
+    text: &str,
+) -> Result<(), String> {
+    let shown = || clip(text, 200);
     let string = |key: &str| match obj.get(key) {
         Some(Value::String(s)) => Some(s.clone()),
         _ => None,

@@ -472,7 +472,12 @@ pub(super) fn other() -> impl Strategy<Value = Kind> {
 }
 
 pub(super) fn env() -> impl Strategy<Value = Env> {
-    let kinds = Union::new_weighted(vec![
+    (ids(), kinds(), generic_fields()).prop_map(|(id, kind, generic)| assemble(id, kind, generic))
+}
+
+/// The kinds of envelope, weighted.
+fn kinds() -> impl Strategy<Value = Kind> {
+    Union::new_weighted(vec![
         (10, tool_call().boxed()),
         (3, tool_cancel().boxed()),
         (4, run_event().boxed()),
@@ -482,15 +487,37 @@ pub(super) fn env() -> impl Strategy<Value = Env> {
         (1, flow_update().boxed()),
         (2, hai().boxed()),
         (2, other().boxed()),
-    ]);
-    let ids = pick(vec![
+    ])
+}
+
+/// Envelope ids: unique, numeric, absent, shared, odd.
+fn ids() -> BoxedStrategy<Id> {
+    pick(vec![
         (8, Id::Unique),
         (2, Id::Numeric),
         (3, Id::Absent),
         (1, Id::Shared(1)),
         (1, Id::Shared(2)),
         (1, Id::Odd),
-    ]);
+    ])
+}
+
+/// The fields any envelope may carry, each `None` when left out: channel,
+/// seq, run_id, thread_id, crit, an unknown field; and the binary frame it
+/// may announce: its `bin_len`, whether `payload.data` makes it base64, and
+/// what follows it.
+type Generic = (
+    Option<Value>,
+    Option<Value>,
+    Option<Value>,
+    Option<Value>,
+    Option<Value>,
+    Option<Value>,
+    Option<(Value, bool, Option<Follow>)>,
+);
+
+/// The fields of [`Generic`], weighted.
+fn generic_fields() -> impl Strategy<Value = Generic> {
     let channels = pick(vec![
         (8, None),
         (1, Some(json!("USER"))),
@@ -541,49 +568,43 @@ pub(super) fn env() -> impl Strategy<Value = Env> {
         (3, None),
     ]);
     let bins = prop::option::weighted(0.15, (bin_lens, prop::bool::weighted(0.2), follows));
-    (
-        ids,
-        kinds,
-        (channels, seqs, run_ids, thread_ids, crits, extras, bins),
-    )
-        .prop_map(
-            |(
-                id,
-                (event, mut payload, mut fields),
-                (channel, seq, run_id, thread_id, crit, extra, bin),
-            )| {
-                let generic = [
-                    ("channel", channel),
-                    ("seq", seq),
-                    ("run_id", run_id),
-                    ("thread_id", thread_id),
-                    ("crit", crit),
-                    ("xtra", extra),
-                ];
-                for (key, value) in generic {
-                    if let Some(value) = value
-                        && !fields.iter().any(|(k, _)| *k == key)
-                    {
-                        fields.push((key, value));
-                    }
-                }
-                let mut follow = None;
-                if let Some((bin_len, data, then)) = bin {
-                    fields.push(("bin_len", bin_len));
-                    follow = then;
-                    if data {
-                        payload.insert("data".into(), json!("YWJj"));
-                    }
-                }
-                Env {
-                    id,
-                    event,
-                    payload,
-                    fields,
-                    follow,
-                }
-            },
-        )
+    (channels, seqs, run_ids, thread_ids, crits, extras, bins)
+}
+
+/// One envelope of a kind, with the generic fields its kind does not set
+/// itself.
+fn assemble(id: Id, (event, mut payload, mut fields): Kind, generic: Generic) -> Env {
+    let (channel, seq, run_id, thread_id, crit, extra, bin) = generic;
+    let generic = [
+        ("channel", channel),
+        ("seq", seq),
+        ("run_id", run_id),
+        ("thread_id", thread_id),
+        ("crit", crit),
+        ("xtra", extra),
+    ];
+    for (key, value) in generic {
+        if let Some(value) = value
+            && !fields.iter().any(|(k, _)| *k == key)
+        {
+            fields.push((key, value));
+        }
+    }
+    let mut follow = None;
+    if let Some((bin_len, data, then)) = bin {
+        fields.push(("bin_len", bin_len));
+        follow = then;
+        if data {
+            payload.insert("data".into(), json!("YWJj"));
+        }
+    }
+    Env {
+        id,
+        event,
+        payload,
+        fields,
+        follow,
+    }
 }
 
 /// A binary message, relative to the frame the model says is awaited.
