@@ -47,6 +47,9 @@ pub enum Error {
     Mcp {
         /// What went wrong.
         reason: String,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A nonsensical setting.
     #[error("invalid setting `{setting}`: {reason}")]
@@ -72,8 +75,11 @@ pub enum Error {
     Redis {
         /// The URL, as configured.
         url: String,
-        /// What went wrong.
+        /// What went wrong: the text of `source`.
         reason: String,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The listen address could not be bound.
     #[error("cannot listen on `{addr}`: {source}")]
@@ -86,4 +92,42 @@ pub enum Error {
     /// Another I/O failure.
     #[error(transparent)]
     Io(#[from] io::Error),
+}
+
+impl Error {
+    /// [`Error::Redis`] for `url`: its reason is the cause's text (a cause
+    /// known only as text becomes an error holding that text).
+    pub(crate) fn redis(
+        url: impl Into<String>,
+        cause: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Error {
+        let source = cause.into();
+        Error::Redis {
+            url: url.into(),
+            reason: source.to_string(),
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_redis_error_says_what_it_said_and_keeps_its_cause() {
+        let error = Error::redis("redis://127.0.0.1:1/", "no answer");
+        assert_eq!(
+            error.to_string(),
+            "Redis at `redis://127.0.0.1:1/`: no answer"
+        );
+        let source = error.source().expect("the cause is kept");
+        assert_eq!(source.to_string(), "no answer");
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let error = Error::redis("redis://h/", io);
+        assert_eq!(error.to_string(), "Redis at `redis://h/`: refused");
+        let source = error.source().expect("the cause is kept");
+        assert!(source.downcast_ref::<std::io::Error>().is_some());
+    }
 }

@@ -22,7 +22,6 @@ pub(super) fn authenticate<'h, B>(
         .auth
         .as_ref()
         .and_then(|_| token_from_parts(req.headers(), req.uri()));
-    #[cfg(feature = "oauth")]
     let peer = req.extensions().get::<PeerAddr>().map(|p| p.0);
     async move {
         let Some(auth) = &hub.auth else {
@@ -30,13 +29,10 @@ pub(super) fn authenticate<'h, B>(
         };
         // OAuth counts what a token it does not know yet costs against the
         // request's peer, which the `Authenticator` trait does not carry.
-        #[cfg(feature = "oauth")]
-        let identified = match &hub.oauth {
-            Some(oauth) => oauth.identify_from(token.as_deref(), peer).await,
-            None => auth.identify(token.as_deref()).await,
-        };
-        #[cfg(not(feature = "oauth"))]
-        let identified = auth.identify(token.as_deref()).await;
+        let identified = hub
+            .oauth
+            .identify(auth.as_ref(), token.as_deref(), peer)
+            .await;
         match identified {
             Ok(caller) => Ok(Some(Arc::new(caller))),
             Err(e) => {

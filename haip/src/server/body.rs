@@ -136,14 +136,6 @@ impl Reader {
     }
 }
 
-impl Reservation {
-    /// The bytes counted.
-    #[cfg(feature = "mcp")]
-    pub(super) fn bytes(&self) -> usize {
-        self.bytes
-    }
-}
-
 /// Why a body could not be read, before its first byte or after.
 pub(super) enum Refused {
     /// The declared length is not a number: `400`.
@@ -193,39 +185,55 @@ impl Reader {
             reserved_up_front: declared.is_some(),
         })
     }
+}
 
-    /// Reads the rest of the body into one buffer (at most `max` bytes).
-    #[cfg(feature = "mcp")]
-    pub(super) async fn read_rest(&mut self) -> Result<Bytes, Stopped> {
-        // A declared length is allocated once (it fits the limit): a body
-        // held while its request runs takes its own size, not up to twice.
-        let declared = if self.reserved_up_front {
-            self.reservation.bytes()
-        } else {
-            0
-        };
-        let mut whole = bytes::BytesMut::new();
-        let mut first: Option<Bytes> = None;
-        while let Some(chunk) = self.chunk().await? {
-            // A body in one frame is not copied.
-            match first.take() {
-                None if whole.is_empty() => first = Some(chunk),
-                None => whole.extend_from_slice(&chunk),
-                Some(earlier) => {
-                    whole.reserve(declared.max(earlier.len() + chunk.len()));
-                    whole.extend_from_slice(&earlier);
-                    whole.extend_from_slice(&chunk);
-                }
-            }
+/// A body read whole and held while its request runs, as `/mcp` reads its
+/// bodies (feature `mcp`).
+#[cfg(feature = "mcp")]
+mod whole {
+    use bytes::Bytes;
+
+    use super::{Reader, Reservation, Stopped};
+
+    impl Reservation {
+        /// The bytes counted.
+        pub(in crate::server) fn bytes(&self) -> usize {
+            self.bytes
         }
-        Ok(first.unwrap_or_else(|| whole.freeze()))
     }
 
-    /// The body budget's reservation for this body, to be held on while
-    /// what was read is in use.
-    #[cfg(feature = "mcp")]
-    pub(super) fn into_reservation(self) -> Reservation {
-        self.reservation
+    impl Reader {
+        /// Reads the rest of the body into one buffer (at most `max` bytes).
+        pub(in crate::server) async fn read_rest(&mut self) -> Result<Bytes, Stopped> {
+            // A declared length is allocated once (it fits the limit): a body
+            // held while its request runs takes its own size, not up to twice.
+            let declared = if self.reserved_up_front {
+                self.reservation.bytes()
+            } else {
+                0
+            };
+            let mut whole = bytes::BytesMut::new();
+            let mut first: Option<Bytes> = None;
+            while let Some(chunk) = self.chunk().await? {
+                // A body in one frame is not copied.
+                match first.take() {
+                    None if whole.is_empty() => first = Some(chunk),
+                    None => whole.extend_from_slice(&chunk),
+                    Some(earlier) => {
+                        whole.reserve(declared.max(earlier.len() + chunk.len()));
+                        whole.extend_from_slice(&earlier);
+                        whole.extend_from_slice(&chunk);
+                    }
+                }
+            }
+            Ok(first.unwrap_or_else(|| whole.freeze()))
+        }
+
+        /// The body budget's reservation for this body, to be held on while
+        /// what was read is in use.
+        pub(in crate::server) fn into_reservation(self) -> Reservation {
+            self.reservation
+        }
     }
 }
 

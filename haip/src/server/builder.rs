@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use super::compose::{Given, Mount};
 use super::guard::Cors;
+use super::with_mcp::McpGiven;
+use super::with_oauth::OAuthSetting;
+use super::with_redis::Cluster;
 use super::{Config, Server};
 use crate::Error;
 use crate::auth::{Authenticator, Jwt};
@@ -30,13 +33,8 @@ pub struct ServerBuilder {
     state: StateMap,
     auth: AuthSetting,
     cors_origins: Vec<String>,
-    #[cfg(feature = "mcp")]
-    mcp_imports: Vec<crate::mcp::McpImport>,
-    #[cfg(feature = "mcp")]
-    mcp_endpoint: Option<bool>,
-    /// `mcp_sessions` / `HAIP_MCP_SESSIONS` (default on).
-    #[cfg(feature = "mcp")]
-    mcp_sessions: Option<bool>,
+    /// MCP servers to import, and how `/mcp` is served (feature `mcp`).
+    mcp: McpGiven,
     /// `redis` / `HAIP_REDIS_URL`: sessions shared through this Redis server.
     redis_url: Option<String>,
     /// `instance_id` / `HAIP_INSTANCE_ID`.
@@ -68,11 +66,9 @@ enum AuthSetting {
     Hs256(String),
     PublicKey(Vec<u8>),
     Custom(Arc<dyn Authenticator>),
-    #[cfg(feature = "oauth")]
-    OAuth(crate::auth::OAuth),
-    /// `HAIP_OAUTH_ISSUER` in a build without the `oauth` feature.
-    #[cfg(not(feature = "oauth"))]
-    OAuthUnavailable,
+    /// An OAuth resource server (`oauth`, `HAIP_OAUTH_ISSUER`; a build
+    /// without the `oauth` feature refuses it).
+    OAuth(OAuthSetting),
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -92,10 +88,7 @@ impl std::fmt::Debug for ServerBuilder {
                     AuthSetting::Hs256(_) => "jwt hs256",
                     AuthSetting::PublicKey(_) => "jwt public key",
                     AuthSetting::Custom(_) => "custom",
-                    #[cfg(feature = "oauth")]
-                    AuthSetting::OAuth(_) => "oauth",
-                    #[cfg(not(feature = "oauth"))]
-                    AuthSetting::OAuthUnavailable => "oauth (unavailable)",
+                    AuthSetting::OAuth(oauth) => oauth.name(),
                 },
             )
             .field("cors_origins", &self.cors_origins)
@@ -166,94 +159,34 @@ impl ServerBuilder {
         if flag("HAIP_TOOL_SCHEMA_LEGACY") {
             self.config.session.tool_schema_legacy_field = true;
         }
-        #[cfg(feature = "mcp")]
-        match std::env::var("HAIP_MCP_SESSIONS").as_deref().map(str::trim) {
-            Ok("1") => self.mcp_sessions = Some(true),
-            Ok("0") => self.mcp_sessions = Some(false),
-            _ => {}
-        }
-        let set = |name| {
-            std::env::var(name)
-                .ok()
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
-        if let Some(url) = set("HAIP_REDIS_URL") {
+        self.mcp.read_env();
+        if let Some(url) = env_value("HAIP_REDIS_URL") {
             self.redis_url = Some(url);
         }
-        if let Some(id) = set("HAIP_INSTANCE_ID") {
+        if let Some(id) = env_value("HAIP_INSTANCE_ID") {
             self.instance_id = Some(id);
         }
-        let list = |name| {
-            set(name).map(|v: String| {
-                v.split(',')
-                    .map(|s| s.trim().to_owned())
-                    .filter(|s| !s.is_empty())
-                    .collect::<Vec<_>>()
-            })
-        };
-        if let Some(origins) = list("HAIP_CORS_ALLOWED_ORIGINS") {
+        if let Some(origins) = env_list("HAIP_CORS_ALLOWED_ORIGINS") {
             self.cors_origins = origins;
         }
-        if let Some(hosts) = list("HAIP_ALLOWED_HOSTS") {
+        if let Some(hosts) = env_list("HAIP_ALLOWED_HOSTS") {
             self.config.allowed_hosts = hosts;
         }
-        if let Some(key) = set("HAIP_REQUEST_STATE_KEY") {
+        if let Some(key) = env_value("HAIP_REQUEST_STATE_KEY") {
             self.config.request_state_key = Some(key.into_bytes());
         }
-        if let Some(addr) = set("HAIP_METRICS_ADDR") {
-            #[cfg(feature = "metrics")]
-            {
-                self.config.metrics_addr = Some(addr);
-            }
-            #[cfg(not(feature = "metrics"))]
-            tracing::warn!(%addr, "HAIP_METRICS_ADDR is set, but haip was built without its `metrics` feature: no /metrics");
+        if let Some(addr) = env_value("HAIP_METRICS_ADDR") {
+            self.config.metrics_addr.set_from_env(addr);
         }
-        if let Some(endpoint) =
-            set("HAIP_OTLP_ENDPOINT").or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"))
-        {
-            self.traces.endpoint = Some(endpoint);
-        }
-        for name in ["HAIP_TRACE_SAMPLING", "OTEL_TRACES_SAMPLER_ARG"] {
-            if let Some(ratio) = set(name) {
-                match ratio.parse::<f64>() {
-                    Ok(ratio) => self.traces.sampling = Some(ratio),
-                    Err(_) => self.traces.bad_sampling = Some((name, ratio)),
-                }
-                break;
-            }
-        }
-        if let Some(service) = set("OTEL_SERVICE_NAME") {
-            self.traces.service = Some(service);
-        }
-        if let Some(name) = set("HAIP_SCHEMA_PROFILE") {
+        self.traces.read_env();
+        if let Some(name) = env_value("HAIP_SCHEMA_PROFILE") {
             match name.parse() {
                 Ok(profile) => self.config.session.schema_profile = profile,
                 Err(_) => self.bad_schema_profile = Some(name),
             }
         }
-        if let Some(issuer) = set("HAIP_OAUTH_ISSUER") {
-            #[cfg(feature = "oauth")]
-            {
-                let mut oauth = crate::auth::OAuth::issuer(issuer);
-                if let Some(resource) = set("HAIP_OAUTH_RESOURCE") {
-                    oauth = oauth.resource(resource);
-                }
-                if let Some(audience) = set("HAIP_OAUTH_AUDIENCE") {
-                    oauth = oauth.audience(audience);
-                }
-                if let (Some(id), Some(secret)) =
-                    (set("HAIP_OAUTH_CLIENT_ID"), set("HAIP_OAUTH_CLIENT_SECRET"))
-                {
-                    oauth = oauth.introspection(id, secret);
-                }
-                self.auth = AuthSetting::OAuth(oauth);
-            }
-            #[cfg(not(feature = "oauth"))]
-            {
-                let _ = issuer;
-                self.auth = AuthSetting::OAuthUnavailable;
-            }
+        if let Some(issuer) = env_value("HAIP_OAUTH_ISSUER") {
+            self.auth = AuthSetting::OAuth(OAuthSetting::from_env(issuer, env_value));
         }
         self
     }
@@ -399,7 +332,7 @@ impl ServerBuilder {
     /// ```
     #[cfg(feature = "oauth")]
     pub fn oauth(mut self, oauth: crate::auth::OAuth) -> Self {
-        self.auth = AuthSetting::OAuth(oauth);
+        self.auth = AuthSetting::OAuth(OAuthSetting(oauth));
         self
     }
 
@@ -537,49 +470,6 @@ impl ServerBuilder {
         self
     }
 
-    /// Sends a span of every tool call to this OpenTelemetry collector, over
-    /// OTLP/HTTP (protobuf): its base URL, `/v1/traces` added (feature
-    /// `otel`; [`from_env`](Self::from_env) reads `HAIP_OTLP_ENDPOINT`, else
-    /// the standard `OTEL_EXPORTER_OTLP_ENDPOINT`). Off by default.
-    ///
-    /// Each call gets a `tool.call` span (attributes after the GenAI
-    /// conventions: `gen_ai.tool.name`, `gen_ai.tool.call.id`, the outcome,
-    /// `error.type`), with children for validation, the wait in the queue,
-    /// each question and an MCP import's upstream call. A `traceparent` in
-    /// the call's `_meta` (HAIP `TOOL_CALL` payload, MCP request) makes it a
-    /// child of the caller's span. Spans are exported in batches by a task
-    /// of the server's: a call never waits for the collector, and when it is
-    /// slow or gone spans are dropped and counted
-    /// (`haip_trace_spans_dropped_total`).
-    ///
-    /// ```no_run
-    /// # fn demo() -> Result<(), haip::Error> {
-    /// let server = haip::Server::builder()
-    ///     .otlp_endpoint("http://127.0.0.1:4318")
-    ///     .trace_sampling(0.1)
-    ///     .build()?;
-    /// # Ok(()) }
-    /// ```
-    #[cfg(feature = "otel")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
-    pub fn otlp_endpoint(mut self, url: impl Into<String>) -> Self {
-        self.traces.endpoint = Some(url.into());
-        self
-    }
-
-    /// The share of calls traced, 0 to 1 (default 1: every call), when the
-    /// caller sent no `traceparent`; a caller's `traceparent` decides for its
-    /// calls (its trace sampled: traced; not: not). A call left out makes no
-    /// span at all. `HAIP_TRACE_SAMPLING`, else the standard
-    /// `OTEL_TRACES_SAMPLER_ARG`, with [`from_env`](Self::from_env).
-    #[cfg(feature = "otel")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
-    pub fn trace_sampling(mut self, ratio: f64) -> Self {
-        self.traces.sampling = Some(ratio);
-        self.traces.bad_sampling = None;
-        self
-    }
-
     /// Serves `GET /metrics` on this address (`host:port`, port 0 for a free
     /// one) instead of the server's own, where it then answers `404`
     /// (feature `metrics`; `HAIP_METRICS_ADDR` with
@@ -598,7 +488,7 @@ impl ServerBuilder {
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn metrics_addr(mut self, addr: impl Into<String>) -> Self {
-        self.config.metrics_addr = Some(addr.into());
+        self.config.metrics_addr.addr = Some(addr.into());
         self
     }
 
@@ -757,107 +647,6 @@ impl ServerBuilder {
     /// ```
     pub fn layer(mut self, layer: impl crate::layer::Layer) -> Self {
         self.layers.push(Arc::new(layer));
-        self
-    }
-
-    /// Imports the tools of an MCP server run as a child process (see
-    /// [`McpImport::stdio`](crate::mcp::McpImport::stdio)). Feature `mcp`.
-    ///
-    /// ```no_run
-    /// # fn demo() -> Result<(), haip::Error> {
-    /// let server = haip::Server::builder()
-    ///     .mcp_stdio("npx", ["-y", "@modelcontextprotocol/server-everything"])
-    ///     .build()?;
-    /// # Ok(()) }
-    /// ```
-    #[cfg(feature = "mcp")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
-    pub fn mcp_stdio<C, I, A>(self, command: C, args: I) -> Self
-    where
-        C: Into<std::ffi::OsString>,
-        I: IntoIterator<Item = A>,
-        A: Into<std::ffi::OsString>,
-    {
-        self.mcp(crate::mcp::McpImport::stdio(command, args))
-    }
-
-    /// Imports the tools of an MCP server reached over Streamable HTTP (see
-    /// [`McpImport::http`](crate::mcp::McpImport::http)). Feature `mcp`.
-    #[cfg(feature = "mcp")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
-    pub fn mcp_http(self, url: impl Into<String>) -> Self {
-        self.mcp(crate::mcp::McpImport::http(url))
-    }
-
-    /// Imports the tools of an MCP server, with options (a name prefix, the
-    /// restart back-off, ...). Feature `mcp`.
-    #[cfg(feature = "mcp")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
-    pub fn mcp(mut self, import: crate::mcp::McpImport) -> Self {
-        self.mcp_imports.push(import);
-        self
-    }
-
-    /// Serve the registry to MCP clients over Streamable HTTP at `/mcp`, with
-    /// the server's authentication (default on with the `mcp` feature).
-    #[cfg(feature = "mcp")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
-    pub fn mcp_endpoint(mut self, enabled: bool) -> Self {
-        self.mcp_endpoint = Some(enabled);
-        self
-    }
-
-    /// Serve clients of MCP revisions before 2026-07-28 at `/mcp` in MCP
-    /// sessions held by this server (default `true`); `false` serves every
-    /// request on its own (`HAIP_MCP_SESSIONS=0` with
-    /// [`from_env`](Self::from_env)). Feature `mcp`.
-    ///
-    /// One endpoint serves each revision as it expects. A client that sends
-    /// `initialize` (MCP 2025-11-25 and earlier: what most hosts speak) gets
-    /// a **session** on this instance (`Mcp-Session-Id`), which serves every
-    /// later request of that client: elicitation (`ctx.ask`,
-    /// `ctx.confirm`), sampling, roots, `notifications/tools/list_changed`
-    /// (on the client's `GET` stream) and `logging/setLevel` work, and a
-    /// `DELETE` ends the session (`204`). `max_sessions` bounds the live
-    /// sessions and `max_inflight_calls` the calls of each. A request of
-    /// MCP 2026-07-28 or later (no `initialize`, the revision in its
-    /// `_meta`) is served **on its own** whatever this setting says:
-    /// questions go in rounds, registry changes on `subscriptions/listen`
-    /// streams, and any instance answers it.
-    ///
-    /// **Several instances**: a session lives on the instance that opened
-    /// it, with Redis ([`redis`](Self::redis)) too (Redis shares HAIP
-    /// sessions and MCP tasks, not MCP sessions), so a load balancer in
-    /// front of several instances must keep each MCP client on one instance
-    /// (sticky sessions, for example by the `Mcp-Session-Id` header). A
-    /// request naming a session that another instance holds is answered
-    /// `404`, and the client starts a new session.
-    ///
-    /// **`false`** (every request stateless): the client sees no
-    /// `Mcp-Session-Id`; any instance behind a load balancer answers any
-    /// request, even one that never saw the client's `initialize`. A result
-    /// with nothing before it comes back as `application/json`; progress
-    /// (`ctx.progress`) and log lines (`ctx.log`) of a call come on that
-    /// call's response stream (SSE) before its result. What needs the
-    /// server to reach a pre-2026-07-28 client outside the request it is
-    /// answering does not work: `ctx.ask` and `ctx.confirm` fail at once
-    /// with [`AskError::Failed`](crate::AskError::Failed) and `ctx.sample`
-    /// with [`SampleError::Failed`](crate::SampleError::Failed), saying that
-    /// the client has no session and that `mcp_sessions(true)` gives it one
-    /// (its answer would arrive as a new POST that no instance is waiting
-    /// for); no `notifications/tools/list_changed` is sent (the `tools`
-    /// capability does not claim `listChanged`), `logging/setLevel` lasts
-    /// for its own request only (a level in a request's `_meta` is
-    /// honoured), `notifications/cancelled` is not seen (a call is cancelled
-    /// when its client closes the response stream), `GET` and `DELETE` are
-    /// `405`. [`max_sessions`](Self::max_sessions) bounds the MCP requests
-    /// being served at once, and
-    /// [`max_inflight_calls`](Self::max_inflight_calls) has nothing to bound
-    /// (one call per request).
-    #[cfg(feature = "mcp")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
-    pub fn mcp_sessions(mut self, enabled: bool) -> Self {
-        self.mcp_sessions = Some(enabled);
         self
     }
 
@@ -1061,12 +850,8 @@ impl ServerBuilder {
                 reason: format!("a sampling ratio is a number from 0 to 1, not {value:?}"),
             });
         }
-        #[cfg(feature = "mcp")]
-        for import in &self.mcp_imports {
-            import.validate()?;
-        }
+        self.mcp.validate()?;
         let auth = self.authenticator_for()?;
-        let registry = Registry::default();
         let tools = Given {
             builtins: self.builtins,
             annotated: self.annotated,
@@ -1076,36 +861,7 @@ impl ServerBuilder {
             filter: self.tag_filter,
         }
         .tools()?;
-        let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-        for (tool, origin) in tools {
-            if let Some(first) = seen.get(tool.name()) {
-                return Err(Error::DuplicateTool {
-                    name: tool.name().to_owned(),
-                    first: first.clone(),
-                    second: origin,
-                });
-            }
-            check_state(&tool, &self.state)?;
-            // Said once, at start: clients of the default profile will not
-            // see this tool (`haip lint` says the same before deploy).
-            let profile = self.config.session.schema_profile;
-            if tool.advertised_input_schema(profile).is_none() {
-                let why: Vec<&str> = tool
-                    .schema_problems(profile)
-                    .iter()
-                    .filter(|p| p.refused)
-                    .map(|p| p.reason.as_str())
-                    .collect();
-                tracing::warn!(
-                    tool = tool.name(),
-                    %profile,
-                    why = %why.join("; "),
-                    "the default schema profile cannot describe this tool; its clients will not see it"
-                );
-            }
-            seen.insert(tool.name().to_owned(), origin);
-            registry.register(tool);
-        }
+        let registry = register(tools, &self.state, self.config.session.schema_profile)?;
         let instance = self.instance_id.clone().unwrap_or_else(|| {
             format!("haip-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
         });
@@ -1120,63 +876,27 @@ impl ServerBuilder {
             self.config.task_limits(),
             Arc::clone(&shared.clock),
         ));
-        #[cfg(feature = "redis")]
-        let cluster = match &self.redis_url {
-            Some(url) => {
-                let store = crate::cluster::RedisSessionStore::new(
-                    url,
-                    &instance,
-                    self.config.session.replay_window_time,
-                    self.config
-                        .session
-                        .replay_window_messages
-                        .saturating_mul(crate::session::REPLAY_HARD_CAP_FACTOR),
-                )
-                .map_err(|reason| Error::Redis {
-                    url: url.clone(),
-                    reason,
-                })?;
-                let store = Arc::new(store);
-                shared.store = Arc::new(crate::cluster::SharedRedisStore(Arc::clone(&store)));
-                // Task records in Redis too, on the session store's
-                // connection once `start` connects it.
-                shared.tasks = crate::cluster::tasks::RedisTaskStore::attach(
-                    &store,
-                    self.config.task_limits(),
-                    Arc::clone(&shared.clock),
-                );
-                Some(store)
-            }
-            None => None,
-        };
-        #[cfg(not(feature = "redis"))]
-        if let Some(url) = &self.redis_url {
-            return Err(Error::Redis {
-                url: url.clone(),
-                reason: "haip was built without its `redis` feature".to_owned(),
-            });
-        }
+        let cluster = Cluster::new(
+            self.redis_url.as_deref(),
+            &instance,
+            &self.config.session,
+            self.config.task_limits(),
+            &mut shared,
+        )?;
         Ok(Server {
             shared: Arc::new(shared),
             instance: Arc::from(instance),
-            #[cfg(feature = "redis")]
             cluster,
             config: Arc::new(self.config),
             auth,
-            #[cfg(feature = "oauth")]
             oauth: match &self.auth {
-                AuthSetting::OAuth(oauth) => Some(oauth.clone()),
-                _ => None,
+                AuthSetting::OAuth(oauth) => oauth.resource_server(),
+                _ => Default::default(),
             },
             cors: Cors {
                 origins: self.cors_origins,
             },
-            #[cfg(feature = "mcp")]
-            mcp: super::McpSettings {
-                imports: self.mcp_imports.into_iter().map(Arc::new).collect(),
-                endpoint: self.mcp_endpoint.unwrap_or(true),
-                sessions: self.mcp_sessions.unwrap_or(true),
-            },
+            mcp: self.mcp.settings(),
         })
     }
 
@@ -1184,17 +904,7 @@ impl ServerBuilder {
         let jwt = match &self.auth {
             AuthSetting::Off => return Ok(None),
             AuthSetting::Custom(custom) => return Ok(Some(Arc::clone(custom))),
-            #[cfg(feature = "oauth")]
-            AuthSetting::OAuth(oauth) => return Ok(Some(Arc::new(oauth.clone()))),
-            #[cfg(not(feature = "oauth"))]
-            AuthSetting::OAuthUnavailable => {
-                return Err(Error::InvalidConfig {
-                    setting: "HAIP_OAUTH_ISSUER",
-                    reason: "haip was built without its `oauth` feature; enable it to be an \
-                             OAuth resource server"
-                        .to_owned(),
-                });
-            }
+            AuthSetting::OAuth(oauth) => return oauth.authenticator().map(Some),
             AuthSetting::Hs256(secret) => Jwt::hs256(secret)?,
             AuthSetting::PublicKey(pem) => Jwt::public_key_pem(pem)?,
         };
@@ -1210,6 +920,206 @@ impl ServerBuilder {
     }
 }
 
+/// Traces of calls (feature `otel`).
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+impl ServerBuilder {
+    /// Sends a span of every tool call to this OpenTelemetry collector, over
+    /// OTLP/HTTP (protobuf): its base URL, `/v1/traces` added (feature
+    /// `otel`; [`from_env`](Self::from_env) reads `HAIP_OTLP_ENDPOINT`, else
+    /// the standard `OTEL_EXPORTER_OTLP_ENDPOINT`). Off by default.
+    ///
+    /// Each call gets a `tool.call` span (attributes after the GenAI
+    /// conventions: `gen_ai.tool.name`, `gen_ai.tool.call.id`, the outcome,
+    /// `error.type`), with children for validation, the wait in the queue,
+    /// each question and an MCP import's upstream call. A `traceparent` in
+    /// the call's `_meta` (HAIP `TOOL_CALL` payload, MCP request) makes it a
+    /// child of the caller's span. Spans are exported in batches by a task
+    /// of the server's: a call never waits for the collector, and when it is
+    /// slow or gone spans are dropped and counted
+    /// (`haip_trace_spans_dropped_total`).
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), haip::Error> {
+    /// let server = haip::Server::builder()
+    ///     .otlp_endpoint("http://127.0.0.1:4318")
+    ///     .trace_sampling(0.1)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn otlp_endpoint(mut self, url: impl Into<String>) -> Self {
+        self.traces.endpoint = Some(url.into());
+        self
+    }
+
+    /// The share of calls traced, 0 to 1 (default 1: every call), when the
+    /// caller sent no `traceparent`; a caller's `traceparent` decides for its
+    /// calls (its trace sampled: traced; not: not). A call left out makes no
+    /// span at all. `HAIP_TRACE_SAMPLING`, else the standard
+    /// `OTEL_TRACES_SAMPLER_ARG`, with [`from_env`](Self::from_env).
+    pub fn trace_sampling(mut self, ratio: f64) -> Self {
+        self.traces.sampling = Some(ratio);
+        self.traces.bad_sampling = None;
+        self
+    }
+}
+
+/// The MCP bridge (feature `mcp`): servers whose tools are imported, and
+/// `/mcp`, where MCP clients reach the registry.
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+impl ServerBuilder {
+    /// Imports the tools of an MCP server run as a child process (see
+    /// [`McpImport::stdio`](crate::mcp::McpImport::stdio)). Feature `mcp`.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), haip::Error> {
+    /// let server = haip::Server::builder()
+    ///     .mcp_stdio("npx", ["-y", "@modelcontextprotocol/server-everything"])
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn mcp_stdio<C, I, A>(self, command: C, args: I) -> Self
+    where
+        C: Into<std::ffi::OsString>,
+        I: IntoIterator<Item = A>,
+        A: Into<std::ffi::OsString>,
+    {
+        self.mcp(crate::mcp::McpImport::stdio(command, args))
+    }
+
+    /// Imports the tools of an MCP server reached over Streamable HTTP (see
+    /// [`McpImport::http`](crate::mcp::McpImport::http)). Feature `mcp`.
+    pub fn mcp_http(self, url: impl Into<String>) -> Self {
+        self.mcp(crate::mcp::McpImport::http(url))
+    }
+
+    /// Imports the tools of an MCP server, with options (a name prefix, the
+    /// restart back-off, ...). Feature `mcp`.
+    pub fn mcp(mut self, import: crate::mcp::McpImport) -> Self {
+        self.mcp.imports.push(import);
+        self
+    }
+
+    /// Serve the registry to MCP clients over Streamable HTTP at `/mcp`, with
+    /// the server's authentication (default on with the `mcp` feature).
+    pub fn mcp_endpoint(mut self, enabled: bool) -> Self {
+        self.mcp.endpoint = Some(enabled);
+        self
+    }
+
+    /// Serve clients of MCP revisions before 2026-07-28 at `/mcp` in MCP
+    /// sessions held by this server (default `true`); `false` serves every
+    /// request on its own (`HAIP_MCP_SESSIONS=0` with
+    /// [`from_env`](Self::from_env)). Feature `mcp`.
+    ///
+    /// One endpoint serves each revision as it expects. A client that sends
+    /// `initialize` (MCP 2025-11-25 and earlier: what most hosts speak) gets
+    /// a **session** on this instance (`Mcp-Session-Id`), which serves every
+    /// later request of that client: elicitation (`ctx.ask`,
+    /// `ctx.confirm`), sampling, roots, `notifications/tools/list_changed`
+    /// (on the client's `GET` stream) and `logging/setLevel` work, and a
+    /// `DELETE` ends the session (`204`). `max_sessions` bounds the live
+    /// sessions and `max_inflight_calls` the calls of each. A request of
+    /// MCP 2026-07-28 or later (no `initialize`, the revision in its
+    /// `_meta`) is served **on its own** whatever this setting says:
+    /// questions go in rounds, registry changes on `subscriptions/listen`
+    /// streams, and any instance answers it.
+    ///
+    /// **Several instances**: a session lives on the instance that opened
+    /// it, with Redis ([`redis`](Self::redis)) too (Redis shares HAIP
+    /// sessions and MCP tasks, not MCP sessions), so a load balancer in
+    /// front of several instances must keep each MCP client on one instance
+    /// (sticky sessions, for example by the `Mcp-Session-Id` header). A
+    /// request naming a session that another instance holds is answered
+    /// `404`, and the client starts a new session.
+    ///
+    /// **`false`** (every request stateless): the client sees no
+    /// `Mcp-Session-Id`; any instance behind a load balancer answers any
+    /// request, even one that never saw the client's `initialize`. A result
+    /// with nothing before it comes back as `application/json`; progress
+    /// (`ctx.progress`) and log lines (`ctx.log`) of a call come on that
+    /// call's response stream (SSE) before its result. What needs the
+    /// server to reach a pre-2026-07-28 client outside the request it is
+    /// answering does not work: `ctx.ask` and `ctx.confirm` fail at once
+    /// with [`AskError::Failed`](crate::AskError::Failed) and `ctx.sample`
+    /// with [`SampleError::Failed`](crate::SampleError::Failed), saying that
+    /// the client has no session and that `mcp_sessions(true)` gives it one
+    /// (its answer would arrive as a new POST that no instance is waiting
+    /// for); no `notifications/tools/list_changed` is sent (the `tools`
+    /// capability does not claim `listChanged`), `logging/setLevel` lasts
+    /// for its own request only (a level in a request's `_meta` is
+    /// honoured), `notifications/cancelled` is not seen (a call is cancelled
+    /// when its client closes the response stream), `GET` and `DELETE` are
+    /// `405`. [`max_sessions`](Self::max_sessions) bounds the MCP requests
+    /// being served at once, and
+    /// [`max_inflight_calls`](Self::max_inflight_calls) has nothing to bound
+    /// (one call per request).
+    pub fn mcp_sessions(mut self, enabled: bool) -> Self {
+        self.mcp.sessions = Some(enabled);
+        self
+    }
+}
+
+/// The registry of `tools`: each name once (else an error naming both
+/// origins), each tool given the state it needs. A tool the default schema
+/// `profile` cannot describe is said once, at start: its clients will not
+/// see it (`haip lint` says the same before deploy).
+fn register(
+    tools: Vec<(Tool, String)>,
+    state: &StateMap,
+    profile: SchemaProfile,
+) -> Result<Registry, Error> {
+    let registry = Registry::default();
+    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for (tool, origin) in tools {
+        if let Some(first) = seen.get(tool.name()) {
+            return Err(Error::DuplicateTool {
+                name: tool.name().to_owned(),
+                first: first.clone(),
+                second: origin,
+            });
+        }
+        check_state(&tool, state)?;
+        if tool.advertised_input_schema(profile).is_none() {
+            let why: Vec<&str> = tool
+                .schema_problems(profile)
+                .iter()
+                .filter(|p| p.refused)
+                .map(|p| p.reason.as_str())
+                .collect();
+            tracing::warn!(
+                tool = tool.name(),
+                %profile,
+                why = %why.join("; "),
+                "the default schema profile cannot describe this tool; its clients will not see it"
+            );
+        }
+        seen.insert(tool.name().to_owned(), origin);
+        registry.register(tool);
+    }
+    Ok(registry)
+}
+
+/// The value of the environment variable `name`, trimmed; `None` when it
+/// is unset or empty.
+fn env_value(name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// The comma-separated list in the environment variable `name`.
+fn env_list(name: &str) -> Option<Vec<String>> {
+    env_value(name).map(|v| {
+        v.split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    })
+}
+
 /// A tool that needs state the server lacks is refused.
 pub(super) fn check_state(tool: &Tool, state: &StateMap) -> Result<(), Error> {
     match tool.required_state().iter().find(|r| !state.contains(r.id)) {
@@ -1222,6 +1132,29 @@ pub(super) fn check_state(tool: &Tool, state: &StateMap) -> Result<(), Error> {
 }
 
 impl TraceSettings {
+    /// `HAIP_OTLP_ENDPOINT` (else `OTEL_EXPORTER_OTLP_ENDPOINT`),
+    /// `HAIP_TRACE_SAMPLING` (else `OTEL_TRACES_SAMPLER_ARG`) and
+    /// `OTEL_SERVICE_NAME`.
+    fn read_env(&mut self) {
+        if let Some(endpoint) =
+            env_value("HAIP_OTLP_ENDPOINT").or_else(|| env_value("OTEL_EXPORTER_OTLP_ENDPOINT"))
+        {
+            self.endpoint = Some(endpoint);
+        }
+        for name in ["HAIP_TRACE_SAMPLING", "OTEL_TRACES_SAMPLER_ARG"] {
+            if let Some(ratio) = env_value(name) {
+                match ratio.parse::<f64>() {
+                    Ok(ratio) => self.sampling = Some(ratio),
+                    Err(_) => self.bad_sampling = Some((name, ratio)),
+                }
+                break;
+            }
+        }
+        if let Some(service) = env_value("OTEL_SERVICE_NAME") {
+            self.service = Some(service);
+        }
+    }
+
     /// The server's tracer: off without an endpoint.
     fn tracer(&self) -> Result<crate::otel::Tracer, Error> {
         let Some(endpoint) = &self.endpoint else {

@@ -1,11 +1,8 @@
 use std::time::Duration;
 
+use super::metrics::MetricsConfig;
 use crate::Error;
 use crate::session::{SessionConfig, invalid};
-
-/// The polling interval MCP task clients are advised.
-#[cfg(feature = "mcp")]
-const TASK_POLL_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Every setting of docs/protocol.md §18 this server implements, with its default.
 #[derive(Debug, Clone)]
@@ -45,12 +42,11 @@ pub(crate) struct Config {
     pub(crate) handshake_timeout: Duration,
     pub(crate) max_connections_per_peer: Option<usize>,
     pub(crate) limit_loopback_peers: bool,
-    /// Serve the browser inspector at `/inspector`.
-    #[cfg(feature = "inspector")]
+    /// Serve the browser inspector at `/inspector` (feature `inspector`:
+    /// without it, nothing turns this on).
     pub(crate) inspector: bool,
-    /// Serve `/metrics` on this address instead of the server's.
-    #[cfg(feature = "metrics")]
-    pub(crate) metrics_addr: Option<String>,
+    /// Where `/metrics` is served (feature `metrics`).
+    pub(crate) metrics_addr: MetricsConfig,
 }
 
 impl Default for Config {
@@ -78,32 +74,13 @@ impl Default for Config {
             handshake_timeout: Duration::from_secs(10),
             max_connections_per_peer: Some(1024),
             limit_loopback_peers: false,
-            #[cfg(feature = "inspector")]
             inspector: false,
-            #[cfg(feature = "metrics")]
-            metrics_addr: None,
+            metrics_addr: Default::default(),
         }
     }
 }
 
 impl Config {
-    /// The MCP tasks settings. The tasks running on one instance are
-    /// bounded as the calls of its sessions are: at most `max_sessions` ×
-    /// `max_inflight_calls`, and never over 65 536.
-    #[cfg(feature = "mcp")]
-    pub(crate) fn task_settings(&self) -> crate::mcp::tasks::TaskSettings {
-        crate::mcp::tasks::TaskSettings {
-            ttl: self.task_ttl,
-            poll_interval: TASK_POLL_INTERVAL,
-            max_per_client: self.max_tasks_per_client,
-            max_running: self
-                .session
-                .max_sessions
-                .saturating_mul(self.session.max_inflight_calls)
-                .clamp(1, 65_536),
-        }
-    }
-
     /// The records of MCP tasks' limits: the server's, and each caller's
     /// share of them (its bytes, and as large a share of the records).
     pub(crate) fn task_limits(&self) -> crate::session::tasks::TaskLimits {

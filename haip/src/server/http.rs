@@ -18,7 +18,8 @@ use super::driver;
 use super::guard;
 use super::hub::{Crowded, Hub, PeerGuard};
 use super::reply::{Body, error_response, full, is_true_header, json_response, not_found};
-use crate::auth::{AuthError, redact_uri};
+use super::with_mcp::{self, CORS_EXPOSED_HEADERS, CORS_METHODS, CORS_REQUEST_HEADERS};
+use crate::auth::{AuthError, Caller, redact_uri};
 use crate::protocol::{Channel, EventType, Outgoing, now_millis};
 use crate::session::{Session, TransportKind};
 use crate::transport::frame::{Unit, WriteMeter, Writer};
@@ -64,7 +65,18 @@ pub(crate) async fn route(
         tracing::debug!(code = refusal.code(), reason = %refusal.message(), "request refused at the front door");
         return Ok(with_cors(refused(&refusal, &path), &hub, origin.as_deref()));
     }
-    let response = match (req.method().clone(), path.as_str()) {
+    let response = dispatch(req, &path, &hub, over_peer_limit).await;
+    Ok(with_cors(response, &hub, origin.as_deref()))
+}
+
+/// The route of a request the front door let in, by method and `path`.
+async fn dispatch(
+    req: Request<RequestBody>,
+    path: &str,
+    hub: &Arc<Hub>,
+    over_peer_limit: bool,
+) -> Response<Body> {
+    match (req.method().clone(), path) {
         (Method::GET, "/health") => {
             let mut health = hub.shared.stats.health();
             health["instance"] = Value::from(&*hub.instance);
@@ -73,7 +85,7 @@ pub(crate) async fn route(
         (Method::GET, "/" | "/haip" | "/haip/websocket")
             if over_peer_limit && is_websocket_upgrade(&req) =>
         {
-            upgrade(req, &hub, true).await
+            upgrade(req, hub, true).await
         }
         _ if over_peer_limit => {
             let mut response = error_response(
@@ -92,62 +104,13 @@ pub(crate) async fn route(
         #[cfg(feature = "inspector")]
         (Method::GET, "/inspector") if hub.config.inspector => inspector_page(),
         // Public like `/health`: how to get a token (RFC 9728, docs/protocol.md §17.1).
-        #[cfg(feature = "oauth")]
-        (Method::GET, path)
-            if hub.oauth.is_some() && path.starts_with("/.well-known/oauth-protected-resource") =>
-        {
-            protected_resource(&hub)
-        }
-        (Method::GET, "/stats") => match authenticate(&hub, &req).await {
-            Ok(_) => {
-                let replay_bytes = hub.shared.replay.used();
-                let mut stats = hub.shared.stats.stats(replay_bytes);
-                stats["instance"] = Value::from(&*hub.instance);
-                #[cfg(feature = "oauth")]
-                if let Some(oauth) = &hub.oauth {
-                    stats["oauth"] = oauth.stats();
-                }
-                #[cfg(feature = "redis")]
-                if let Some(cluster) = &hub.cluster {
-                    stats["cluster"] = cluster.stats().await;
-                    // Connections other instances relay here: counted in
-                    // `activeConnections`, and in the totals where their
-                    // clients are.
-                    stats["cluster"]["relayedConnections"] = Value::from(
-                        hub.shared
-                            .stats
-                            .relayed_connections
-                            .load(std::sync::atomic::Ordering::Relaxed),
-                    );
-                }
-                json_response(StatusCode::OK, &stats)
-            }
-            Err(e) => unauthorized(&hub, &e),
-        },
-        // The same rule as `/stats`: authenticated when authentication is on.
-        #[cfg(feature = "metrics")]
-        (Method::GET, "/metrics") if hub.config.metrics_addr.is_none() => {
-            match authenticate(&hub, &req).await {
-                // The series name every tool: only a caller shown them all
-                // may read them here (`metrics_addr` serves them apart).
-                Ok(caller) if hides_tools_from(&hub, caller.as_deref()) => error_response(
-                    StatusCode::FORBIDDEN,
-                    "/metrics names every tool, and this token is not allowed to see them all: use a token with every tool's scopes, or serve /metrics on its own port (metrics_addr / HAIP_METRICS_ADDR)",
-                    "FORBIDDEN",
-                ),
-                Ok(_) => {
-                    let mut response = Response::new(full(hub.metrics.render()));
-                    response.headers_mut().insert(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static(super::metrics::CONTENT_TYPE),
-                    );
-                    response
-                }
-                Err(e) => unauthorized(&hub, &e),
-            }
+        (Method::GET, path) if hub.oauth.serves(path) => hub.oauth.metadata(&hub.shared),
+        (Method::GET, "/stats") => stats(authenticate(hub, &req).await, hub).await,
+        (Method::GET, "/metrics") if hub.config.metrics_addr.on_main_port() => {
+            metrics(authenticate(hub, &req).await, hub)
         }
         (Method::GET, "/" | "/haip" | "/haip/websocket") if is_websocket_upgrade(&req) => {
-            upgrade(req, &hub, false).await
+            upgrade(req, hub, false).await
         }
         // Only the paths above speak WebSocket (docs/protocol.md §15.5): an upgrade
         // anywhere else must not open an SSE or HTTP-streaming session.
@@ -157,7 +120,7 @@ pub(crate) async fn route(
             &json!({"error": "This endpoint speaks HAIP over WebSocket; send a WebSocket upgrade", "code": "UPGRADE_REQUIRED"}),
         ),
         (Method::GET, "/haip/sse") => {
-            open_stream(req, &hub, Framing::Sse { done_marker: false }).await
+            open_stream(req, hub, Framing::Sse { done_marker: false }).await
         }
         (Method::GET, "/haip/stream") => {
             let framing = if accepts_event_stream(&req) {
@@ -165,19 +128,57 @@ pub(crate) async fn route(
             } else {
                 Framing::Ndjson
             };
-            open_stream(req, &hub, framing).await
+            open_stream(req, hub, framing).await
         }
         (Method::POST, "/haip/stream") if !is_upstream_post(&req) => {
-            open_stream(req, &hub, Framing::Ndjson).await
+            open_stream(req, hub, Framing::Ndjson).await
         }
         (Method::POST, "/haip/sse" | "/haip/message" | "/haip/handshake" | "/haip/stream") => {
-            super::upstream::upstream(req, &hub).await
+            super::upstream::upstream(req, hub).await
         }
-        #[cfg(feature = "mcp")]
-        (_, "/mcp") if hub.mcp.is_some() => super::mcp::endpoint(req, &hub).await,
+        (_, "/mcp") if hub.mcp.is_some() => mcp_endpoint(req, hub).await,
         _ => not_found(),
-    };
-    Ok(with_cors(response, &hub, origin.as_deref()))
+    }
+}
+
+/// `GET /stats`: the server's counters, for a request `authenticated`
+/// (when authentication is on).
+async fn stats(authenticated: Result<Option<Arc<Caller>>, AuthError>, hub: &Hub) -> Response<Body> {
+    if let Err(e) = authenticated {
+        return unauthorized(hub, &e);
+    }
+    let replay_bytes = hub.shared.replay.used();
+    let mut stats = hub.shared.stats.stats(replay_bytes);
+    stats["instance"] = Value::from(&*hub.instance);
+    hub.oauth.stats(&mut stats);
+    hub.cluster.stats(&hub.shared, &mut stats).await;
+    json_response(StatusCode::OK, &stats)
+}
+
+/// `GET /metrics` on the server's own port: the same rule as `/stats`,
+/// for a request `authenticated` when authentication is on.
+fn metrics(authenticated: Result<Option<Arc<Caller>>, AuthError>, hub: &Hub) -> Response<Body> {
+    match authenticated {
+        // The series name every tool: only a caller shown them all
+        // may read them here (`metrics_addr` serves them apart).
+        Ok(caller) if hides_tools_from(hub, caller.as_deref()) => error_response(
+            StatusCode::FORBIDDEN,
+            "/metrics names every tool, and this token is not allowed to see them all: use a token with every tool's scopes, or serve /metrics on its own port (metrics_addr / HAIP_METRICS_ADDR)",
+            "FORBIDDEN",
+        ),
+        Ok(_) => hub.metrics.response(),
+        Err(e) => unauthorized(hub, &e),
+    }
+}
+
+// `/mcp`, when it is served.
+#[cfg(feature = "mcp")]
+use super::mcp::endpoint as mcp_endpoint;
+
+/// Without the `mcp` feature, `/mcp` is never served (`hub.mcp` is `None`).
+#[cfg(not(feature = "mcp"))]
+async fn mcp_endpoint(_req: Request<RequestBody>, _hub: &Arc<Hub>) -> Response<Body> {
+    not_found()
 }
 
 /// The path a route is chosen by. haip's own listener serves its routes
@@ -196,7 +197,6 @@ fn local_path(prefix: &str, own_listener: bool, path: &str) -> Option<String> {
 }
 
 /// Whether some tool is hidden from `caller` in lists (its scopes).
-#[cfg(feature = "metrics")]
 fn hides_tools_from(hub: &Hub, caller: Option<&crate::auth::Caller>) -> bool {
     caller.is_some()
         && hub
@@ -226,17 +226,9 @@ fn refused(refusal: &guard::Refusal, path: &str) -> Response<Body> {
 /// `/mcp` a JSON-RPC error, as MCP clients expect.
 fn shutting_down(path: &str) -> Response<Body> {
     const MESSAGE: &str = "The server is shutting down";
-    #[cfg(feature = "mcp")]
-    if path == "/mcp" {
-        let body = json!({
-            "jsonrpc": "2.0",
-            "id": null,
-            "error": {"code": super::mcp::SERVER_BUSY, "message": MESSAGE},
-        });
-        return json_response(StatusCode::SERVICE_UNAVAILABLE, &body);
+    if let Some(response) = with_mcp::shutting_down(path, MESSAGE) {
+        return response;
     }
-    #[cfg(not(feature = "mcp"))]
-    let _ = path;
     error_response(StatusCode::SERVICE_UNAVAILABLE, MESSAGE, "SHUTTING_DOWN")
 }
 
@@ -264,22 +256,6 @@ fn inspector_page() -> Response<Body> {
     );
     response
 }
-
-// CORS methods, request headers and exposed response headers: HAIP's, plus
-// Streamable HTTP MCP's (for `/mcp`) when that endpoint is compiled in.
-#[cfg(not(feature = "mcp"))]
-const CORS_METHODS: &str = "GET, POST, OPTIONS";
-#[cfg(feature = "mcp")]
-const CORS_METHODS: &str = "GET, POST, DELETE, OPTIONS";
-#[cfg(not(feature = "mcp"))]
-const CORS_REQUEST_HEADERS: &str =
-    "Authorization, Content-Type, Cache-Control, X-HAIP-Message, X-HAIP-Binary, X-HAIP-Session";
-#[cfg(feature = "mcp")]
-const CORS_REQUEST_HEADERS: &str = "Authorization, Content-Type, Cache-Control, Accept, X-HAIP-Message, X-HAIP-Binary, X-HAIP-Session, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID";
-#[cfg(not(feature = "mcp"))]
-const CORS_EXPOSED_HEADERS: &str = "X-HAIP-Session";
-#[cfg(feature = "mcp")]
-const CORS_EXPOSED_HEADERS: &str = "X-HAIP-Session, Mcp-Session-Id";
 
 fn preflight() -> Response<Body> {
     let mut response = Response::new(full(Bytes::new()));
@@ -315,28 +291,6 @@ fn with_cors(mut response: Response<Body>, hub: &Hub, origin: Option<&str>) -> R
         );
         h.append(header::VARY, HeaderValue::from_static("Origin"));
     }
-    response
-}
-
-/// The protected resource metadata (RFC 9728): the resource, its issuer,
-/// and every scope a tool here requires.
-#[cfg(feature = "oauth")]
-fn protected_resource(hub: &Hub) -> Response<Body> {
-    let Some(oauth) = &hub.oauth else {
-        return not_found();
-    };
-    let mut scopes: Vec<String> = hub.shared.config.required_scopes.clone();
-    for tool in hub.shared.registry.snapshot().tools() {
-        scopes.extend(tool.scopes().iter().cloned());
-    }
-    scopes.sort_unstable();
-    scopes.dedup();
-    let mut response = json_response(StatusCode::OK, &oauth.metadata(&scopes));
-    // Browser-based hosts read it cross-origin; it holds nothing secret.
-    response.headers_mut().insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
     response
 }
 

@@ -10,6 +10,10 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
+use super::metrics::Metrics;
+use super::with_mcp::McpDoor;
+use super::with_oauth::ResourceServer;
+use super::with_redis::{Cluster, Published};
 use crate::auth::Authenticator;
 use crate::context::share::{CallerKey, ShareGuard, Shares};
 use crate::session::Shared;
@@ -24,11 +28,7 @@ pub(crate) struct Hub {
     /// until answered (`max_inflight_body_bytes`).
     pub(crate) bodies: super::body::BodyBudget,
     /// Bytes of `/mcp` answers not yet taken (`max_inflight_answer_bytes`).
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) answers: Arc<super::answer::AnswerBudget>,
-    /// Large `/mcp` requests being parsed: `max(1, cores / 2)` at once.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
-    pub(crate) parsers: Arc<tokio::sync::Semaphore>,
     /// Open connections per peer address (`max_connections_per_peer`).
     pub(crate) peers: Peers,
     /// Connected sessions per caller (`max_sessions_per_caller`).
@@ -37,8 +37,7 @@ pub(crate) struct Hub {
     /// The protected resource metadata's URL, in OAuth mode (docs/protocol.md §17.1).
     pub(crate) resource_metadata: Option<String>,
     /// The OAuth resource server, when on.
-    #[cfg(feature = "oauth")]
-    pub(crate) oauth: Option<crate::auth::OAuth>,
+    pub(crate) oauth: ResourceServer,
     pub(crate) cors: super::guard::Cors,
     /// The `Host` names the server answers to (`guard.rs`).
     pub(crate) hosts: super::guard::Hosts,
@@ -53,14 +52,11 @@ pub(crate) struct Hub {
     /// This instance's name.
     pub(crate) instance: Arc<str>,
     /// The shared session store, when sessions are shared through Redis.
-    #[cfg(feature = "redis")]
-    pub(crate) cluster: Option<Arc<crate::cluster::RedisSessionStore>>,
+    pub(crate) cluster: Cluster,
     /// The Streamable HTTP MCP endpoint at `/mcp`, when enabled.
-    #[cfg(feature = "mcp")]
-    pub(crate) mcp: Option<crate::mcp::export::McpHttp>,
+    pub(crate) mcp: Option<McpDoor>,
     /// What `GET /metrics` shows.
-    #[cfg(feature = "metrics")]
-    pub(crate) metrics: super::metrics::Metrics,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl Hub {
@@ -155,9 +151,8 @@ impl Drop for ConnectionGuard {
 #[derive(Default)]
 pub(crate) struct Sessions {
     open: Arc<Mutex<HashMap<String, Entry>>>,
-    /// Where they are published for the other instances (feature `redis`).
-    #[cfg(feature = "redis")]
-    pub(crate) cluster: Option<Arc<crate::cluster::RedisSessionStore>>,
+    /// Where they are published for the other instances (`with_redis.rs`).
+    cluster: Cluster,
 }
 
 struct Entry {
@@ -167,10 +162,7 @@ struct Entry {
 
 impl Sessions {
     /// An empty table whose sessions are published through `cluster`.
-    #[cfg(feature = "redis")]
-    pub(crate) fn shared_through(
-        cluster: Option<Arc<crate::cluster::RedisSessionStore>>,
-    ) -> Sessions {
+    pub(crate) fn shared_through(cluster: Cluster) -> Sessions {
         Sessions {
             open: Arc::default(),
             cluster,
@@ -184,35 +176,17 @@ impl Sessions {
         subject: Option<String>,
         inbound: mpsc::Sender<Unit>,
     ) -> SessionEntryGuard {
-        #[cfg(feature = "redis")]
-        if let Some(cluster) = &self.cluster {
-            cluster.stream_opened(id, subject.as_deref());
-        }
-        self.lock().insert(
-            id.to_owned(),
-            Entry {
-                subject: subject.clone(),
-                inbound,
-            },
-        );
+        let published = self.cluster.publish(id, subject.as_deref());
+        self.lock()
+            .insert(id.to_owned(), Entry { subject, inbound });
         SessionEntryGuard {
             open: Arc::clone(&self.open),
             id: id.to_owned(),
-            #[cfg(feature = "redis")]
-            cluster: self.cluster.clone().map(|c| (c, subject)),
+            published,
         }
     }
 
-    /// Open session `id`, if `subject` opened it.
-    #[cfg(feature = "redis")]
-    pub(crate) fn exact(&self, subject: Option<&str>, id: &str) -> Option<mpsc::Sender<Unit>> {
-        let open = self.lock();
-        let entry = open.get(id)?;
-        (entry.subject.as_deref() == subject).then(|| entry.inbound.clone())
-    }
-
     /// How many open sessions `subject` has here.
-    #[cfg(feature = "redis")]
     pub(crate) fn count_of(&self, subject: Option<&str>) -> usize {
         let open = self.lock();
         open.values()
@@ -247,12 +221,23 @@ impl Sessions {
     }
 }
 
+/// What the links other instances open here ask of the table (`links.rs`).
+#[cfg(feature = "redis")]
+impl Sessions {
+    /// Open session `id`, if `subject` opened it.
+    pub(crate) fn exact(&self, subject: Option<&str>, id: &str) -> Option<mpsc::Sender<Unit>> {
+        let open = self.lock();
+        let entry = open.get(id)?;
+        (entry.subject.as_deref() == subject).then(|| entry.inbound.clone())
+    }
+}
+
 /// Removes a stream session from [`Sessions`] when its connection ends.
 pub(crate) struct SessionEntryGuard {
     open: Arc<Mutex<HashMap<String, Entry>>>,
     id: String,
-    #[cfg(feature = "redis")]
-    cluster: Option<(Arc<crate::cluster::RedisSessionStore>, Option<String>)>,
+    /// Its publication for the other instances.
+    published: Published,
 }
 
 impl Drop for SessionEntryGuard {
@@ -261,10 +246,7 @@ impl Drop for SessionEntryGuard {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.id);
-        #[cfg(feature = "redis")]
-        if let Some((cluster, subject)) = &self.cluster {
-            cluster.stream_closed(&self.id, subject.as_deref());
-        }
+        self.published.withdraw(&self.id);
     }
 }
 

@@ -40,24 +40,38 @@ use std::sync::Arc;
 use crate::transport::body::RequestBody;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::HeaderMap;
 use hyper::header::{self, HeaderValue};
+use hyper::http::Extensions;
 use hyper::{Method, Request, Response, StatusCode};
+use serde_json::Map;
 use serde_json::Value;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::access::{authenticate, caller_key, unauthorized};
 use super::answer::{AnswerBody, Outflow};
-use super::body::{Reader, Refused, Stopped};
+use super::body::{Reader, Refused, Reservation, Stopped};
 use super::hub::Hub;
 use super::reply::{Body, not_found};
+use super::with_mcp::McpDoor;
 use crate::auth::{Caller, query_param};
+use crate::context::share::CallerKey;
 use crate::mcp::export::{Handshake, LargeArguments, McpProfile};
-use crate::mcp::inbound::{self, INVALID_REQUEST, Refusal};
+use crate::mcp::inbound::{self, Checked, INVALID_REQUEST, Refusal};
 use crate::mcp::listen::ListenTicket;
 use crate::schema::SchemaProfile;
 use crate::session::LARGE_PARAMS;
 
-pub(super) use crate::protocol::jsonrpc::SERVER_BUSY;
+use crate::protocol::jsonrpc::SERVER_BUSY;
+
+/// A message as checked once: its method and id (or the JSON-RPC error
+/// refusing it), a large call's arguments split off from the rest, and the
+/// called tool's name when its scopes matter.
+type Examined = (
+    Result<Checked, Refusal>,
+    Option<(Vec<u8>, Map<String, Value>)>,
+    Option<String>,
+);
 
 /// Serves one `/mcp` request.
 pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Response<Body> {
@@ -70,73 +84,71 @@ pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
     };
     // Whom the pools count the request against, and the most one may hold.
     let key = caller_key(hub, &req, caller.as_deref());
-    // `?schema_profile=`: the profile `tools/list` answers in (docs/protocol.md §6.14).
     let mut req = req;
-    if let Some(name) = query_param(req.uri().query(), "schema_profile") {
-        match name.parse::<SchemaProfile>() {
-            Ok(profile) => {
-                req.extensions_mut().insert(McpProfile(profile));
-            }
-            Err(_) => {
-                let message = format!(
-                    "Unknown schema profile {:?} in ?schema_profile=; expected one of: {}",
-                    inbound::quote(&name),
-                    SchemaProfile::ALL.map(SchemaProfile::name).join(", ")
-                );
-                return rpc_error(
-                    StatusCode::BAD_REQUEST,
-                    &Refusal::new(400, INVALID_REQUEST, message),
-                );
-            }
-        }
+    if let Some(refused) = choose_profile(&mut req) {
+        return refused;
     }
     let outflow = req.extensions().get::<Arc<Outflow>>().cloned();
     if req.method() != Method::POST {
         // `GET` (a session's stream) and `DELETE`: no body to read, and no
         // service of their own.
-        let admission = match mcp.admit(&req, key) {
+        let admission = match mcp.http.admit(&req, key) {
             Ok(admission) => admission,
             Err(why) => return busy_answering(why, None),
         };
-        let response = mcp.handle(req, caller, admission, None).await;
+        let response = mcp.http.handle(req, caller, admission, None).await;
         return answered(response, hub, outflow, None);
     }
     if let Some(refused) = unacceptable(&req) {
         return refused;
     }
+    post(req, hub, mcp, caller, key, outflow).await
+}
 
-    let (parts, body) = req.into_parts();
-    let max = hub
-        .config
-        .max_body_bytes
-        .min(hub.shared.config.max_message_bytes);
-    let mut reader = match Reader::start(
-        &parts.headers,
-        body,
-        &hub.bodies,
-        hub.config.body_read_timeout,
-        max,
-    ) {
-        Ok(reader) => reader,
-        Err(Refused::BadLength) => {
-            return closing(rpc_error(
-                StatusCode::BAD_REQUEST,
-                &Refusal::new(400, INVALID_REQUEST, "Content-Length is not a number"),
-            ));
+/// `?schema_profile=`: the profile `tools/list` answers in (docs/protocol.md
+/// §6.14), put in the request's extensions; the refusal of a name no
+/// profile has.
+fn choose_profile(req: &mut Request<RequestBody>) -> Option<Response<Body>> {
+    let name = query_param(req.uri().query(), "schema_profile")?;
+    match name.parse::<SchemaProfile>() {
+        Ok(profile) => {
+            req.extensions_mut().insert(McpProfile(profile));
+            None
         }
-        Err(Refused::Stopped(stopped)) => return stopped_response(stopped, hub, max),
-    };
-    let bytes = match reader.read_rest().await {
-        Ok(bytes) => bytes,
-        Err(stopped) => return stopped_response(stopped, hub, max),
-    };
-    let mut reservation = reader.into_reservation();
+        Err(_) => {
+            let message = format!(
+                "Unknown schema profile {:?} in ?schema_profile=; expected one of: {}",
+                inbound::quote(&name),
+                SchemaProfile::ALL.map(SchemaProfile::name).join(", ")
+            );
+            Some(rpc_error(
+                StatusCode::BAD_REQUEST,
+                &Refusal::new(400, INVALID_REQUEST, message),
+            ))
+        }
+    }
+}
 
+/// Serves a `POST`: its body read within the budgets, checked once, the
+/// caller's scopes and the pools applied, then handed to the MCP server.
+async fn post(
+    req: Request<RequestBody>,
+    hub: &Arc<Hub>,
+    mcp: &McpDoor,
+    caller: Option<Arc<Caller>>,
+    key: CallerKey,
+    outflow: Option<Arc<Outflow>>,
+) -> Response<Body> {
+    let (mut parts, body) = req.into_parts();
+    let (bytes, mut reservation) = match read(&parts.headers, body, hub).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
+    };
     // A large message is checked off the workers, and parsed by the MCP
     // server with a permit, so that few are parsed at once.
     let large = bytes.len() > LARGE_PARAMS;
     let permit = if large {
-        Some(parse_permit(hub).await)
+        Some(parse_permit(&mcp.parsers).await)
     } else {
         None
     };
@@ -144,54 +156,7 @@ pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
     let scoped = caller.is_some()
         && (!hub.shared.config.required_scopes.is_empty()
             || hub.shared.registry.snapshot().scoped());
-    // A large call's arguments are parsed here too, off the workers, and
-    // left out of what the MCP server parses on them; so is its tool's name
-    // when its scopes matter.
-    let (checked, split, name) = if large {
-        let owned = bytes.clone();
-        // What of the arguments travels in `Mcp-Param-*` headers too (the
-        // `x-mcp-header` properties of the schema the client was shown)
-        // stays in the message the MCP server checks the headers against.
-        let registry = hub.shared.registry.clone();
-        let profile = parts
-            .extensions
-            .get::<McpProfile>()
-            .map_or(hub.shared.config.schema_profile, |p| p.0);
-        tokio::task::spawn_blocking(move || {
-            let checked = inbound::check(&owned);
-            let call = matches!(&checked, Ok(c) if c.method.as_deref() == Some("tools/call"));
-            let name = (scoped && call).then(|| call_name(&owned)).flatten();
-            let split = match &checked {
-                Ok(c) if c.method.as_deref() == Some("tools/call") => {
-                    inbound::split_arguments(&owned, |name| {
-                        registry
-                            .get(name)
-                            .and_then(|tool| {
-                                tool.advertised_input_schema(profile)
-                                    .map(inbound::header_paths)
-                            })
-                            .unwrap_or_default()
-                    })
-                }
-                _ => None,
-            };
-            (checked, split, name)
-        })
-        .await
-        .unwrap_or_else(|_| {
-            let broken = Refusal::new(
-                400,
-                inbound::PARSE_ERROR,
-                "Parse error: the body could not be read",
-            );
-            (Err(broken), None, None)
-        })
-    } else {
-        let checked = inbound::check(&bytes);
-        let call = matches!(&checked, Ok(c) if c.method.as_deref() == Some("tools/call"));
-        let name = (scoped && call).then(|| call_name(&bytes)).flatten();
-        (checked, None, name)
-    };
+    let (checked, split, name) = examine(&bytes, large, scoped, hub, &parts.extensions).await;
     let checked = match checked {
         Ok(checked) => checked,
         Err(refusal) => {
@@ -213,7 +178,6 @@ pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
     if let Some(method) = checked.method.as_deref() {
         hub.shared.stats.mcp_request(method);
     }
-    let mut parts = parts;
     match checked.method.as_deref() {
         // In session mode it opens a session: its service is the session's.
         Some("initialize") => {
@@ -223,7 +187,7 @@ pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
         // before the MCP server acknowledges it: one over the limit is
         // refused before anything is sent (`mcp/listen.rs`).
         Some("subscriptions/listen") if checked.id.is_some() => {
-            match mcp.listen(&hub.shared.registry, &key) {
+            match mcp.http.listen(&hub.shared.registry, &key) {
                 Ok(listening) => {
                     parts.extensions.insert(ListenTicket::new(listening));
                 }
@@ -245,21 +209,110 @@ pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
     let req = Request::from_parts(parts, Full::new(bytes));
     // Its place among the sessions or the requests being served, and its
     // caller's share of them.
-    let admission = match mcp.admit(&req, key) {
+    let admission = match mcp.http.admit(&req, key) {
         Ok(admission) => admission,
         Err(why) => {
             let id = checked.method.as_ref().and(checked.id.clone());
             return busy_answering(why, id);
         }
     };
-    let response = mcp.handle(req, caller, admission, permit).await;
+    let response = mcp.http.handle(req, caller, admission, permit).await;
     answered(response, hub, outflow, Some(reservation))
 }
 
+/// Reads a `POST`'s body whole (one JSON-RPC message, at most
+/// `max_message_bytes`), with its place in the body budget; `Err` is the
+/// JSON-RPC error that refuses it.
+async fn read(
+    headers: &HeaderMap,
+    body: RequestBody,
+    hub: &Hub,
+) -> Result<(Bytes, Reservation), Response<Body>> {
+    let max = hub
+        .config
+        .max_body_bytes
+        .min(hub.shared.config.max_message_bytes);
+    let mut reader = match Reader::start(
+        headers,
+        body,
+        &hub.bodies,
+        hub.config.body_read_timeout,
+        max,
+    ) {
+        Ok(reader) => reader,
+        Err(Refused::BadLength) => {
+            return Err(closing(rpc_error(
+                StatusCode::BAD_REQUEST,
+                &Refusal::new(400, INVALID_REQUEST, "Content-Length is not a number"),
+            )));
+        }
+        Err(Refused::Stopped(stopped)) => return Err(stopped_response(stopped, hub, max)),
+    };
+    match reader.read_rest().await {
+        Ok(bytes) => Ok((bytes, reader.into_reservation())),
+        Err(stopped) => Err(stopped_response(stopped, hub, max)),
+    }
+}
+
+/// Checks the message once. A `large` call's arguments are parsed here
+/// too, off the workers, and left out of what the MCP server parses on
+/// them; so is its tool's name when its scopes matter (`scoped`).
+async fn examine(
+    bytes: &Bytes,
+    large: bool,
+    scoped: bool,
+    hub: &Hub,
+    extensions: &Extensions,
+) -> Examined {
+    if !large {
+        let checked = inbound::check(bytes);
+        let call = matches!(&checked, Ok(c) if c.method.as_deref() == Some("tools/call"));
+        let name = (scoped && call).then(|| call_name(bytes)).flatten();
+        return (checked, None, name);
+    }
+    let owned = bytes.clone();
+    // What of the arguments travels in `Mcp-Param-*` headers too (the
+    // `x-mcp-header` properties of the schema the client was shown)
+    // stays in the message the MCP server checks the headers against.
+    let registry = hub.shared.registry.clone();
+    let profile = extensions
+        .get::<McpProfile>()
+        .map_or(hub.shared.config.schema_profile, |p| p.0);
+    tokio::task::spawn_blocking(move || {
+        let checked = inbound::check(&owned);
+        let call = matches!(&checked, Ok(c) if c.method.as_deref() == Some("tools/call"));
+        let name = (scoped && call).then(|| call_name(&owned)).flatten();
+        let split = match &checked {
+            Ok(c) if c.method.as_deref() == Some("tools/call") => {
+                inbound::split_arguments(&owned, |name| {
+                    registry
+                        .get(name)
+                        .and_then(|tool| {
+                            tool.advertised_input_schema(profile)
+                                .map(inbound::header_paths)
+                        })
+                        .unwrap_or_default()
+                })
+            }
+            _ => None,
+        };
+        (checked, split, name)
+    })
+    .await
+    .unwrap_or_else(|_| {
+        let broken = Refusal::new(
+            400,
+            inbound::PARSE_ERROR,
+            "Parse error: the body could not be read",
+        );
+        (Err(broken), None, None)
+    })
+}
+
 /// A permit to parse one large message (`max(1, cores / 2)` server-wide).
-async fn parse_permit(hub: &Hub) -> OwnedSemaphorePermit {
+async fn parse_permit(parsers: &Arc<Semaphore>) -> OwnedSemaphorePermit {
     // The semaphore is never closed.
-    Arc::clone(&hub.parsers)
+    Arc::clone(parsers)
         .acquire_owned()
         .await
         .expect("the parsers' semaphore is never closed")
@@ -270,7 +323,7 @@ fn answered(
     response: Response<Body>,
     hub: &Hub,
     outflow: Option<Arc<Outflow>>,
-    request: Option<super::body::Reservation>,
+    request: Option<Reservation>,
 ) -> Response<Body> {
     let budget = Arc::clone(&hub.answers);
     let shared = Arc::clone(&hub.shared);

@@ -1,25 +1,111 @@
-//! `GET /metrics` (feature `metrics`): the server's metrics in the
-//! Prometheus (OpenMetrics) text format, for a Prometheus server to scrape.
+//! `GET /metrics` (feature `metrics`; `without_metrics.rs` takes this
+//! file's place without it): the server's metrics in the Prometheus
+//! (OpenMetrics) text format, for a Prometheus server to scrape, on the
+//! server's own port or on one of its own (`metrics_addr`).
 //!
 //! The per-call families (`haip_tool_calls_*`, durations, queue waits, MCP
 //! requests, questions) are recorded as calls go (`stats/metrics.rs`); the
 //! rest is read from the server's counters (those behind `/stats`) at each
 //! scrape, so it costs the calls nothing.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Response};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
+use super::reply::{Body, full, not_found};
+use super::with_redis::Cluster;
+use crate::Error;
 use crate::session::Shared;
 use crate::stats::Transport;
 
 /// The `Content-Type` of the exposition.
-pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Where `/metrics` is served: `metrics_addr` (`HAIP_METRICS_ADDR`), else
+/// the server's own port.
+#[derive(Clone, Default)]
+pub(crate) struct MetricsConfig {
+    pub(super) addr: Option<String>,
+}
+
+impl std::fmt::Debug for MetricsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.addr.fmt(f)
+    }
+}
+
+impl MetricsConfig {
+    /// `HAIP_METRICS_ADDR`.
+    pub(super) fn set_from_env(&mut self, addr: String) {
+        self.addr = Some(addr);
+    }
+
+    /// Whether the server's own port serves `/metrics` (else it answers `404` there).
+    pub(super) fn on_main_port(&self) -> bool {
+        self.addr.is_none()
+    }
+}
+
+/// `/metrics` on a port of its own (`metrics_addr`), bound at start.
+pub(super) struct Port(Option<TcpListener>);
+
+impl Port {
+    /// Binds `metrics_addr`, if set.
+    pub(super) async fn bind(config: &MetricsConfig) -> Result<Port, Error> {
+        let Some(addr) = &config.addr else {
+            return Ok(Port(None));
+        };
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: addr.clone(),
+                source,
+            })?;
+        Ok(Port(Some(listener)))
+    }
+
+    /// The address bound, if any.
+    pub(super) fn addr(&self) -> Result<Option<SocketAddr>, Error> {
+        match &self.0 {
+            Some(listener) => Ok(Some(listener.local_addr()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Serves `metrics` on the port bound, if any, on `tracker` until
+    /// `shutdown`; `timeout`: the handshake timeout.
+    pub(super) fn serve(
+        self,
+        metrics: &Arc<Metrics>,
+        timeout: Duration,
+        tracker: &TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Result<(), Error> {
+        if let Some(listener) = self.0 {
+            tracing::info!(addr = %listener.local_addr()?, "haip metrics at /metrics");
+            tracker.spawn(serve_separately(
+                listener,
+                Arc::clone(metrics),
+                timeout,
+                tracker.clone(),
+                shutdown,
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// What `/metrics` shows: the call families and the server's counters.
 pub(crate) struct Metrics {
@@ -27,7 +113,7 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new(shared: &Arc<Shared>, store: Option<Arc<dyn StoreCounts>>) -> Metrics {
+    pub(crate) fn new(shared: &Arc<Shared>, cluster: &Cluster) -> Metrics {
         let mut registry = Registry::with_prefix("haip");
         let calls = &shared.stats.metrics;
         registry.register(
@@ -62,30 +148,34 @@ impl Metrics {
         );
         registry.register_collector(Box::new(Counters {
             shared: Arc::clone(shared),
-            store,
+            cluster: cluster.clone(),
         }));
         Metrics { registry }
     }
 
     /// The exposition, as of now.
-    pub(crate) fn render(&self) -> String {
+    fn render(&self) -> String {
         let mut out = String::with_capacity(8 * 1024);
         // Writing to a `String` cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
-}
 
-/// What a shared session store counts of its own work (feature `redis`).
-pub(crate) trait StoreCounts: Send + Sync + 'static {
-    /// Round trips to the store, and those that failed.
-    fn round_trips(&self) -> (u64, u64);
+    /// The answer to `GET /metrics`: the exposition, as of now.
+    pub(super) fn response(&self) -> Response<Body> {
+        let mut response = Response::new(full(self.render()));
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+        response
+    }
 }
 
 /// The server's counters, read at each scrape.
 struct Counters {
     shared: Arc<Shared>,
-    store: Option<Arc<dyn StoreCounts>>,
+    /// The shared session store's round trips, with Redis.
+    cluster: Cluster,
 }
 
 impl std::fmt::Debug for Counters {
@@ -114,6 +204,41 @@ fn gauge(
     metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
 }
 
+/// A family of gauges, one per row: `label` is the row's first part.
+fn gauges(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    label: &str,
+    rows: &[(&str, u64)],
+) -> Result<(), std::fmt::Error> {
+    let zero = ConstGauge::new(0i64);
+    let mut family = encoder.encode_descriptor(name, help, None, zero.metric_type())?;
+    for &(value_of, value) in rows {
+        let labels = [(label, value_of)];
+        let value = i64::try_from(value).unwrap_or(i64::MAX);
+        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// A family of counters, one per row: `label` is the row's first part.
+fn counters(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    label: &str,
+    rows: &[(&str, u64)],
+) -> Result<(), std::fmt::Error> {
+    let zero = ConstCounter::new(0u64);
+    let mut family = encoder.encode_descriptor(name, help, None, zero.metric_type())?;
+    for &(value_of, value) in rows {
+        let labels = [(label, value_of)];
+        ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
 impl Collector for Counters {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let stats = &self.shared.stats;
@@ -127,85 +252,57 @@ impl Collector for Counters {
             "Tool calls received and not ended yet",
             total - ok - failed - cancelled,
         )?;
-        let connections = stats.active_connections.load(Relaxed);
-        let parked = stats.detached_sessions.load(Relaxed);
-        {
-            let zero = ConstGauge::new(0i64);
-            let mut family = encoder.encode_descriptor(
-                "sessions",
-                "HAIP sessions: on a connection, or parked awaiting resumption",
-                None,
-                zero.metric_type(),
-            )?;
-            for (state, value) in [("connected", connections), ("parked", parked)] {
-                let labels = [("state", state)];
-                let value = i64::try_from(value).unwrap_or(i64::MAX);
-                ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        {
-            let zero = ConstGauge::new(0i64);
-            let mut family = encoder.encode_descriptor(
-                "connections",
-                "Open HAIP connections, by transport (relayed: served here for another instance)",
-                None,
-                zero.metric_type(),
-            )?;
-            let by = |t: Transport| stats.connections_on(t);
-            let rows = [
+        gauges(
+            &mut encoder,
+            "sessions",
+            "HAIP sessions: on a connection, or parked awaiting resumption",
+            "state",
+            &[
+                ("connected", stats.active_connections.load(Relaxed)),
+                ("parked", stats.detached_sessions.load(Relaxed)),
+            ],
+        )?;
+        let by = |t: Transport| stats.connections_on(t);
+        gauges(
+            &mut encoder,
+            "connections",
+            "Open HAIP connections, by transport (relayed: served here for another instance)",
+            "transport",
+            &[
                 ("websocket", by(Transport::WebSocket)),
                 ("sse", by(Transport::Sse)),
                 ("stream", by(Transport::Stream)),
                 ("relayed", stats.relayed_connections.load(Relaxed)),
-            ];
-            for (transport, value) in rows {
-                let labels = [("transport", transport)];
-                let value = i64::try_from(value).unwrap_or(i64::MAX);
-                ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
-            }
-        }
+            ],
+        )?;
         counter(
             &mut encoder,
             "connections_opened",
             "HAIP connections accepted since start",
             stats.total_connections.load(Relaxed),
         )?;
-        {
-            let zero = ConstCounter::new(0u64);
-            let mut family = encoder.encode_descriptor(
-                "connections_closed",
-                "Connections closed or refused by the server, by reason",
-                None,
-                zero.metric_type(),
-            )?;
-            let rows = [
+        counters(
+            &mut encoder,
+            "connections_closed",
+            "Connections closed or refused by the server, by reason",
+            "reason",
+            &[
                 ("too_slow", stats.closed_too_slow.load(Relaxed)),
                 ("idle", stats.closed_idle.load(Relaxed)),
                 ("body_timeout", stats.closed_body_timeout.load(Relaxed)),
                 ("per_peer_cap", stats.refused_per_peer.load(Relaxed)),
-            ];
-            for (reason, value) in rows {
-                let labels = [("reason", reason)];
-                ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        {
-            let zero = ConstCounter::new(0u64);
-            let mut family = encoder.encode_descriptor(
-                "bytes",
-                "HAIP envelope bytes received from and written to clients",
-                None,
-                zero.metric_type(),
-            )?;
-            let rows = [
+            ],
+        )?;
+        counters(
+            &mut encoder,
+            "bytes",
+            "HAIP envelope bytes received from and written to clients",
+            "direction",
+            &[
                 ("in", stats.bytes_in.load(Relaxed)),
                 ("out", stats.bytes_out.load(Relaxed)),
-            ];
-            for (direction, value) in rows {
-                let labels = [("direction", direction)];
-                ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
-            }
-        }
+            ],
+        )?;
         counter(
             &mut encoder,
             "messages_received",
@@ -224,24 +321,31 @@ impl Collector for Counters {
             "Bytes the sessions' replay windows hold",
             self.shared.replay.used(),
         )?;
+        self.encode_exports(&mut encoder)
+    }
+}
+
+impl Counters {
+    /// What leaves the server beside its answers: spans of calls, and round
+    /// trips to the shared session store.
+    fn encode_exports(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         if self.shared.tracer.on() {
             counter(
-                &mut encoder,
+                encoder,
                 "trace_spans_dropped",
                 "Spans of calls not exported: the export queue was full or the collector failed",
                 self.shared.tracer.dropped(),
             )?;
         }
-        if let Some(store) = &self.store {
-            let (trips, failed) = store.round_trips();
+        if let Some((trips, failed)) = self.cluster.round_trips() {
             counter(
-                &mut encoder,
+                encoder,
                 "store_round_trips",
                 "Round trips to the shared session store (Redis)",
                 trips,
             )?;
             counter(
-                &mut encoder,
+                encoder,
                 "store_errors",
                 "Round trips to the shared session store that failed or timed out",
                 failed,
@@ -251,23 +355,18 @@ impl Collector for Counters {
     }
 }
 
-#[cfg(feature = "redis")]
-impl StoreCounts for crate::cluster::RedisSessionStore {
-    fn round_trips(&self) -> (u64, u64) {
-        crate::cluster::RedisSessionStore::round_trips(self)
-    }
-}
-
 /// Concurrent connections to a separate metrics port, at most.
 const METRICS_CONNECTIONS: usize = 16;
 
 /// Serves `GET /metrics` alone on `listener` (`metrics_addr`) until
 /// `shutdown`: every other request is `404`. A client slower than the
-/// handshake timeout, or beyond [`METRICS_CONNECTIONS`] at once, is dropped.
-pub(super) async fn serve_separately(
-    listener: tokio::net::TcpListener,
-    hub: Arc<super::Hub>,
-    shutdown: tokio_util::sync::CancellationToken,
+/// handshake `timeout`, or beyond [`METRICS_CONNECTIONS`] at once, is dropped.
+async fn serve_separately(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    timeout: Duration,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
 ) {
     use hyper::service::service_fn;
     use hyper_util::rt::{TokioIo, TokioTimer};
@@ -286,27 +385,16 @@ pub(super) async fn serve_separately(
         let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
             continue; // dropped: enough scrapes at once
         };
-        let hub = Arc::clone(&hub);
-        let timeout = hub.config.handshake_timeout;
+        let metrics = Arc::clone(&metrics);
         let shutdown = shutdown.clone();
-        hub.tracker.clone().spawn(async move {
+        tracker.spawn(async move {
             let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let hub = Arc::clone(&hub);
-                async move {
-                    let response =
-                        if req.method() == hyper::Method::GET && req.uri().path() == "/metrics" {
-                            let mut response =
-                                hyper::Response::new(super::reply::full(hub.metrics.render()));
-                            response.headers_mut().insert(
-                                hyper::header::CONTENT_TYPE,
-                                hyper::header::HeaderValue::from_static(CONTENT_TYPE),
-                            );
-                            response
-                        } else {
-                            super::reply::not_found()
-                        };
-                    Ok::<_, std::convert::Infallible>(response)
-                }
+                let response = if req.method() == Method::GET && req.uri().path() == "/metrics" {
+                    metrics.response()
+                } else {
+                    not_found()
+                };
+                std::future::ready(Ok::<_, std::convert::Infallible>(response))
             });
             // One scrape per connection: an idle client holds no permit.
             let conn = hyper::server::conn::http1::Builder::new()

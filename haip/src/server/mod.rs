@@ -16,11 +16,22 @@ mod inspector;
 mod links;
 #[cfg(feature = "mcp")]
 mod mcp;
-#[cfg(feature = "metrics")]
-mod metrics;
 mod reply;
 mod service;
 mod upstream;
+
+// Each optional subsystem's server side is one module, chosen whole by its
+// feature: the subsystem's file, or in its place one with the same names
+// holding nothing (and saying, where the builder was told to use it, that
+// the feature is missing). The rest of the server names them alike.
+#[cfg_attr(not(feature = "metrics"), path = "without_metrics.rs")]
+mod metrics;
+#[cfg_attr(not(feature = "mcp"), path = "without_mcp.rs")]
+mod with_mcp;
+#[cfg_attr(not(feature = "oauth"), path = "without_oauth.rs")]
+mod with_oauth;
+#[cfg_attr(not(feature = "redis"), path = "without_redis.rs")]
+mod with_redis;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -46,6 +57,9 @@ use crate::tool::Tool;
 use builder::check_state;
 use guard::Cors;
 use hub::{Hub, Peers, Sessions};
+use with_mcp::McpSettings;
+use with_oauth::ResourceServer;
+use with_redis::Cluster;
 
 /// Serves every `#[haip_tool]` function linked into the binary on `HAIP_ADDR`
 /// (default `127.0.0.1:8080`) until Ctrl-C or SIGTERM, then shuts down gracefully.
@@ -90,25 +104,13 @@ pub struct Server {
     /// This instance's name (`/health`, `/stats`, the shared session store).
     instance: Arc<str>,
     /// The shared session store, when sessions are shared through Redis.
-    #[cfg(feature = "redis")]
-    cluster: Option<Arc<crate::cluster::RedisSessionStore>>,
+    cluster: Cluster,
     auth: Option<Arc<dyn Authenticator>>,
     /// The OAuth resource server, when it is how clients authenticate.
-    #[cfg(feature = "oauth")]
-    oauth: Option<crate::auth::OAuth>,
+    oauth: ResourceServer,
     cors: Cors,
-    #[cfg(feature = "mcp")]
+    /// The MCP bridge: servers to import, and whether `/mcp` is served.
     mcp: McpSettings,
-}
-
-/// The MCP bridge's settings: servers to import, and whether `/mcp` is served.
-#[cfg(feature = "mcp")]
-#[derive(Debug, Clone)]
-pub(crate) struct McpSettings {
-    pub(crate) imports: Vec<Arc<crate::mcp::McpImport>>,
-    pub(crate) endpoint: bool,
-    /// `/mcp` holds MCP sessions instead of serving each request on its own.
-    pub(crate) sessions: bool,
 }
 
 impl std::fmt::Debug for Server {
@@ -215,159 +217,38 @@ impl Server {
         bound: Bound,
         named: Option<String>,
     ) -> Result<(Arc<Hub>, ServerHandle), Error> {
-        #[cfg(feature = "redis")]
-        if let Some(cluster) = &self.cluster {
-            cluster
-                .connect(&self.shared, self.shared.shutdown.child_token())
-                .await
-                .map_err(|reason| Error::Redis {
-                    url: cluster.url().to_owned(),
-                    reason,
-                })?;
-            tracing::info!(
-                instance = cluster.instance(),
-                url = cluster.url(),
-                "sessions shared through Redis"
-            );
-        }
+        self.cluster.connect(&self.shared).await?;
+        self.cluster.announce();
         let prefix: Arc<str> = Arc::from(self.config.path_prefix.as_str());
         // `/metrics` on a port of its own (`metrics_addr`).
-        #[cfg(feature = "metrics")]
-        let metrics_listener = match &self.config.metrics_addr {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| Error::Bind {
-                        addr: addr.clone(),
-                        source,
-                    })?,
-            ),
-            None => None,
-        };
-        #[cfg(feature = "metrics")]
-        let metrics_addr = match &metrics_listener {
-            Some(listener) => Some(listener.local_addr()?),
-            None => None,
-        };
-        #[cfg(not(feature = "metrics"))]
-        let metrics_addr = None;
+        let metrics_port = metrics::Port::bind(&self.config.metrics_addr).await?;
+        let metrics_addr = metrics_port.addr()?;
         let hosts = guard::Hosts::new(&self.config.allowed_hosts, bound.is_local());
-        if self.auth.is_none() && !self.config.allow_unauthenticated {
-            match &bound {
-                Bound::Tcp(addr) if !addr.ip().is_loopback() => {
-                    return Err(Error::UnauthenticatedBind {
-                        addr: named.unwrap_or_else(|| addr.to_string()),
-                    });
-                }
-                Bound::Embedded if !hosts.only_loopback() => {
-                    return Err(Error::UnauthenticatedBind {
-                        addr: format!(
-                            "the hosts of allowed_hosts ({})",
-                            self.config.allowed_hosts.join(", ")
-                        ),
-                    });
-                }
-                _ => {}
-            }
-        }
-        // OAuth: the resource is this server's `/mcp` unless configured
-        // (on loopback only), and the issuer's keys are fetched now.
-        #[cfg(feature = "oauth")]
-        if let Some(oauth) = &self.oauth {
-            let default = match &bound {
-                Bound::Tcp(addr) if addr.ip().is_loopback() => {
-                    Some(format!("http://{addr}{prefix}/mcp"))
-                }
-                Bound::Tcp(_) => None,
-                Bound::Unix(_) | Bound::Embedded if oauth.resource_url().is_none() => {
-                    return Err(Error::InvalidConfig {
-                        setting: "oauth_resource",
-                        reason: format!(
-                            "a server {} does not know the URL clients reach its /mcp at: \
-                             tell it (OAuth::resource, HAIP_OAUTH_RESOURCE), e.g. \
-                             https://tools.example.com{prefix}/mcp: tokens must name it",
-                            bound.describe()
-                        ),
-                    });
-                }
-                Bound::Unix(_) | Bound::Embedded => None,
-            };
-            oauth.prepare(default)?;
-            let warm = oauth.clone();
-            tokio::spawn(async move { warm.warm_up().await });
-            tracing::info!(
-                issuer = oauth.issuer_url(),
-                resource = oauth.resource_url().unwrap_or_default(),
-                "OAuth resource server"
-            );
-        }
+        self.check_reach(&bound, named, &hosts)?;
+        self.oauth.prepare(&bound, &prefix)?;
         if self.auth.is_none() {
             let scoped = self.shared.registry.snapshot().scoped();
             if scoped || !self.shared.config.required_scopes.is_empty() {
                 tracing::info!("authentication is off: tool scopes are not enforced");
             }
         }
-        #[cfg(feature = "oauth")]
-        let resource_metadata = self
-            .oauth
-            .as_ref()
-            .and_then(|oauth| resource_metadata(oauth, &prefix));
-        #[cfg(not(feature = "oauth"))]
-        let resource_metadata = None;
         announce(&self, &bound, &prefix);
         let tracker = self.shared.runner.tasks().clone();
-        #[cfg(feature = "mcp")]
-        let mcp = self.mcp.endpoint.then(|| {
-            let key = self.config.request_state_key.clone().unwrap_or_else(|| {
-                // Random: no other instance can read this one's states.
-                let mut key = uuid::Uuid::new_v4().as_bytes().to_vec();
-                key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-                key
-            });
-            // The key's length was checked by `build`.
-            let rounds = crate::mcp::mrtr::Rounds::new(&key, self.config.request_state_ttl)
-                .expect("request_state_key was checked when the server was built");
-            crate::mcp::export::McpHttp::new(
-                &self.shared,
-                self.config.max_body_bytes,
-                self.mcp.sessions,
-                self.config.max_sessions_per_caller,
-                Arc::new(rounds),
-                crate::mcp::tasks::Tasks::new(&self.shared, self.config.task_settings()),
-            )
-        });
-        #[cfg(feature = "metrics")]
-        let metrics = {
-            #[cfg(feature = "redis")]
-            let store = self
-                .cluster
-                .clone()
-                .map(|c| c as Arc<dyn metrics::StoreCounts>);
-            #[cfg(not(feature = "redis"))]
-            let store = None;
-            metrics::Metrics::new(&self.shared, store)
-        };
+        let mcp = self.mcp.door(&self.config, &self.shared);
+        let metrics = Arc::new(metrics::Metrics::new(&self.shared, &self.cluster));
         let hub = Arc::new(Hub {
-            #[cfg(feature = "metrics")]
             metrics,
             config: Arc::clone(&self.config),
             shared: Arc::clone(&self.shared),
-            #[cfg(feature = "redis")]
             sessions: Sessions::shared_through(self.cluster.clone()),
-            #[cfg(not(feature = "redis"))]
-            sessions: Sessions::default(),
             bodies: body::BodyBudget::new(self.config.max_inflight_body_bytes),
             answers: Arc::new(answer::AnswerBudget::new(
                 self.config.max_inflight_answer_bytes,
             )),
-            parsers: Arc::new(tokio::sync::Semaphore::new(
-                (std::thread::available_parallelism().map_or(1, usize::from) / 2).max(1),
-            )),
             peers: Peers::default(),
             session_shares: crate::context::share::Shares::new(self.config.max_sessions_per_caller),
             auth: self.auth,
-            resource_metadata,
-            #[cfg(feature = "oauth")]
+            resource_metadata: self.oauth.metadata_url(&prefix),
             oauth: self.oauth,
             cors: self.cors,
             hosts,
@@ -375,33 +256,27 @@ impl Server {
             own_listener: !matches!(bound, Bound::Embedded),
             tracker: tracker.clone(),
             instance: self.instance,
-            #[cfg(feature = "redis")]
             cluster: self.cluster,
-            #[cfg(feature = "mcp")]
             mcp,
         });
         // Links other instances open to this one are served from now on.
         #[cfg(feature = "redis")]
-        if let Some(incoming) = hub.cluster.as_ref().and_then(|c| c.take_incoming()) {
+        if let Some(incoming) = hub.cluster.take_incoming() {
             tracker.spawn(links::serve(Arc::clone(&hub), incoming));
         }
-        #[cfg(feature = "metrics")]
-        if let Some(listener) = metrics_listener {
-            tracing::info!(addr = %listener.local_addr()?, "haip metrics at /metrics");
-            tracker.spawn(metrics::serve_separately(
-                listener,
-                Arc::clone(&hub),
-                self.shared.shutdown.child_token(),
-            ));
-        }
+        metrics_port.serve(
+            &hub.metrics,
+            self.config.handshake_timeout,
+            &tracker,
+            self.shared.shutdown.child_token(),
+        )?;
         // Spans of calls go to the collector from now on (feature `otel`).
         self.shared
             .tracer
             .start_export(&tracker, self.shared.shutdown.child_token());
         // Imported MCP tools are in the registry when serving starts (or their
         // first connection attempt has failed and is being retried).
-        #[cfg(feature = "mcp")]
-        crate::mcp::start_imports(&self.mcp.imports, &self.shared, &tracker).await;
+        self.mcp.start_imports(&self.shared, &tracker).await;
         let local_addr = match bound {
             Bound::Tcp(addr) => Some(addr),
             _ => None,
@@ -416,6 +291,33 @@ impl Server {
             }),
         };
         Ok((hub, handle))
+    }
+
+    /// Refuses to serve without authentication where others than this
+    /// machine may reach the server (a TCP address that is not loopback, or
+    /// a host application whose allowed hosts are not all loopback names),
+    /// unless `allow_unauthenticated`. `named`: the address as configured.
+    fn check_reach(
+        &self,
+        bound: &Bound,
+        named: Option<String>,
+        hosts: &guard::Hosts,
+    ) -> Result<(), Error> {
+        if self.auth.is_some() || self.config.allow_unauthenticated {
+            return Ok(());
+        }
+        match bound {
+            Bound::Tcp(addr) if !addr.ip().is_loopback() => Err(Error::UnauthenticatedBind {
+                addr: named.unwrap_or_else(|| addr.to_string()),
+            }),
+            Bound::Embedded if !hosts.only_loopback() => Err(Error::UnauthenticatedBind {
+                addr: format!(
+                    "the hosts of allowed_hosts ({})",
+                    self.config.allowed_hosts.join(", ")
+                ),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Binds and serves until Ctrl-C or SIGTERM, then shuts down gracefully:
@@ -439,7 +341,7 @@ impl Server {
     /// the network: sessions shared through Redis, imported MCP servers.
     pub(crate) fn into_shared(self) -> Result<Arc<Shared>, Error> {
         #[cfg(feature = "redis")]
-        if self.cluster.is_some() {
+        if self.cluster.0.is_some() {
             return Err(Error::InvalidConfig {
                 setting: "redis",
                 reason: "haip::testing runs sessions in memory: build the server without Redis"
@@ -455,69 +357,6 @@ impl Server {
         }
         Ok(self.shared)
     }
-}
-
-#[cfg(feature = "mcp")]
-impl Server {
-    /// Serves the registry to an MCP client on stdin and stdout (imported MCP
-    /// servers included) until stdin closes, or Ctrl-C / SIGTERM; then cancels
-    /// running calls and stops imported servers. No HAIP listener is opened.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), haip::Error> {
-    /// haip::Server::builder()
-    ///     .annotated_tools()
-    ///     .builtin_tools()
-    ///     .build()?
-    ///     .run_mcp_stdio()
-    ///     .await
-    /// # }
-    /// ```
-    pub async fn run_mcp_stdio(self) -> Result<(), Error> {
-        use rmcp::ServiceExt;
-        // Tasks live in Redis when sessions would.
-        #[cfg(feature = "redis")]
-        if let Some(cluster) = &self.cluster {
-            cluster
-                .connect(&self.shared, self.shared.shutdown.child_token())
-                .await
-                .map_err(|reason| Error::Redis {
-                    url: cluster.url().to_owned(),
-                    reason,
-                })?;
-        }
-        let tracker = self.shared.runner.tasks().clone();
-        self.shared
-            .tracer
-            .start_export(&tracker, self.shared.shutdown.child_token());
-        crate::mcp::start_imports(&self.mcp.imports, &self.shared, &tracker).await;
-        let tasks = crate::mcp::tasks::Tasks::new(&self.shared, self.config.task_settings());
-        let service = crate::mcp::export::ExportService::new(Arc::clone(&self.shared), None, tasks);
-        let result = match service
-            .serve_with_ct(rmcp::transport::stdio(), self.shared.shutdown.child_token())
-            .await
-        {
-            Ok(running) => {
-                tokio::select! {
-                    _ = running.waiting() => {}
-                    () = shutdown_signal() => {}
-                }
-                Ok(())
-            }
-            Err(e) => Err(Error::Mcp {
-                reason: format!("the MCP client did not initialize: {e}"),
-            }),
-        };
-        self.shared.shutdown.cancel();
-        tracker.close();
-        tracker.wait().await;
-        result
-    }
-}
-
-#[cfg(feature = "mcp")]
-async fn shutdown_signal() {
-    ShutdownSignal::new().recv().await;
 }
 
 /// Ctrl-C or SIGTERM. SIGTERM is caught from when this is made, so a server
@@ -615,39 +454,6 @@ impl Bound {
             Bound::Unix(_) | Bound::Embedded => true,
         }
     }
-
-    #[cfg(feature = "oauth")]
-    fn describe(&self) -> String {
-        match self {
-            Bound::Tcp(addr) => format!("on {addr}"),
-            Bound::Unix(path) => format!("on the Unix socket {path}"),
-            Bound::Embedded => "embedded as a service".to_owned(),
-        }
-    }
-}
-
-/// The URL `WWW-Authenticate` names for the protected resource metadata:
-/// the well-known location of RFC 9728, or under `prefix` when the
-/// resource's path is (the copy a nested service always serves).
-#[cfg(feature = "oauth")]
-fn resource_metadata(oauth: &crate::auth::OAuth, prefix: &str) -> Option<String> {
-    let rfc = oauth.metadata_url()?;
-    if prefix.is_empty() {
-        return Some(rfc);
-    }
-    let resource = oauth.resource_url()?;
-    let scheme_end = resource.find("://")? + 3;
-    let path_start = resource[scheme_end..]
-        .find('/')
-        .map_or(resource.len(), |i| scheme_end + i);
-    let (origin, path) = resource.split_at(path_start);
-    match path.strip_prefix(prefix) {
-        Some(rest) if rest.is_empty() || rest.starts_with('/') => Some(format!(
-            "{origin}{prefix}/.well-known/oauth-protected-resource{}",
-            rest.trim_end_matches('/')
-        )),
-        _ => Some(rfc),
-    }
 }
 
 /// The lines a person reads when the server starts: where to connect.
@@ -669,10 +475,7 @@ fn announce(server: &Server, bound: &Bound, prefix: &str) {
         }
     };
     let log_url = format!("ws://{base}/haip");
-    #[cfg(feature = "mcp")]
-    let mcp_url = server.mcp.endpoint.then(|| format!("http://{base}/mcp"));
-    #[cfg(not(feature = "mcp"))]
-    let mcp_url: Option<String> = None;
+    let mcp_url = server.mcp.url(&base);
     if tracing::dispatcher::has_been_set() {
         let mcp = mcp_url.as_deref().map(tracing::field::display);
         tracing::info!(url = %log_url, mcp, "haip listening");
@@ -683,7 +486,7 @@ fn announce(server: &Server, bound: &Bound, prefix: &str) {
             eprintln!("haip MCP endpoint at {mcp_url}");
         }
     }
-    #[cfg(feature = "inspector")]
+    // Never on without the `inspector` feature.
     if server.config.inspector {
         let inspector_url = format!("http://{base}/inspector");
         if tracing::dispatcher::has_been_set() {
@@ -692,8 +495,6 @@ fn announce(server: &Server, bound: &Bound, prefix: &str) {
             eprintln!("haip inspector at {inspector_url}");
         }
     }
-    #[cfg(not(feature = "inspector"))]
-    let _ = server;
 }
 
 async fn accept_loop(listener: Listener, hub: Arc<Hub>) {
@@ -907,34 +708,5 @@ impl ServerHandle {
         }
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[cfg(feature = "oauth")]
-    #[test]
-    fn www_authenticate_names_the_metadata_under_the_prefix_when_the_resource_is() {
-        use super::resource_metadata;
-        use crate::auth::OAuth;
-        let oauth = OAuth::issuer("https://idp.example.com")
-            .resource("https://tools.example.com/agent/mcp");
-        assert_eq!(
-            resource_metadata(&oauth, "").as_deref(),
-            Some("https://tools.example.com/.well-known/oauth-protected-resource/agent/mcp")
-        );
-        assert_eq!(
-            resource_metadata(&oauth, "/agent").as_deref(),
-            Some("https://tools.example.com/agent/.well-known/oauth-protected-resource/mcp")
-        );
-        // A resource elsewhere than under the prefix: the RFC 9728 location.
-        assert_eq!(
-            resource_metadata(&oauth, "/other").as_deref(),
-            Some("https://tools.example.com/.well-known/oauth-protected-resource/agent/mcp")
-        );
-        assert_eq!(
-            resource_metadata(&oauth, "/ag").as_deref(),
-            Some("https://tools.example.com/.well-known/oauth-protected-resource/agent/mcp")
-        );
     }
 }

@@ -97,13 +97,7 @@ impl HaipService {
     /// the copy under the prefix, which the service always serves). `None`
     /// without OAuth.
     pub fn well_known_path(&self) -> Option<String> {
-        #[cfg(feature = "oauth")]
-        if let Some(oauth) = &self.hub.oauth {
-            let url = oauth.metadata_url()?;
-            let start = url.find("/.well-known/")?;
-            return Some(url[start..].to_owned());
-        }
-        None
+        self.hub.oauth.well_known_path()
     }
 }
 

@@ -42,7 +42,7 @@ pub(super) async fn upstream(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
         .map(str::to_owned);
     let query_session = query_param(req.uri().query(), "session");
     let (parts, body) = req.into_parts();
-    let mut reader = match Reader::start(
+    let reader = match Reader::start(
         &parts.headers,
         body,
         &hub.bodies,
@@ -61,62 +61,104 @@ pub(super) async fn upstream(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
     };
 
     // The first envelope may name the target session: read up to it.
-    let mut splitter = Splitter::default();
-    let mut ready: Vec<String> = Vec::new();
-    let mut ended = false;
-    while ready.is_empty() && !ended {
-        match reader.chunk().await {
-            // Binary bodies have no consumer (no application hook): read, dropped.
-            Ok(Some(_)) if binary => {}
-            Ok(Some(data)) => splitter.push(&data, &mut ready),
-            Ok(None) => ended = true,
-            Err(stopped) => return stopped_response(stopped, hub),
+    let mut envelopes = Envelopes {
+        reader,
+        splitter: Splitter::default(),
+        ready: Vec::new(),
+        ended: false,
+        binary,
+    };
+    while envelopes.ready.is_empty() && !envelopes.ended {
+        if let Err(stopped) = envelopes.read().await {
+            return stopped_response(stopped, hub);
         }
     }
-    if ended && !binary {
-        std::mem::take(&mut splitter).finish(&mut ready);
-    }
-    let envelope_session = ready.first().and_then(|t| envelope_session(t));
+    let envelope_session = envelopes.ready.first().and_then(|t| envelope_session(t));
     let candidates = [
         envelope_session.as_deref(),
         header_session.as_deref(),
         query_session.as_deref(),
     ];
-    let local = hub
-        .sessions
-        .target(subject.as_deref(), candidates.into_iter().flatten());
-    let target = match local {
-        Some(target) => Target::Here(target),
-        None => match elsewhere(hub, subject.as_deref(), &candidates).await {
-            Ok(Some(link)) => Target::There(link),
-            found => {
-                let response = match found {
-                    Err(reason) => unavailable(reason),
-                    _ => error_response(
-                        StatusCode::NOT_FOUND,
-                        "Session not found",
-                        "SESSION_NOT_FOUND",
-                    ),
-                };
-                // The rest of the body was not read: the connection cannot be reused.
-                return if ended { response } else { closing(response) };
-            }
-        },
+    let target = match target(hub, subject.as_deref(), &candidates).await {
+        Ok(target) => target,
+        // The rest of the body was not read: the connection cannot be reused.
+        Err(response) if envelopes.ended => return response,
+        Err(response) => return closing(response),
     };
-    if ready.is_empty() && ended {
+    if envelopes.ready.is_empty() && envelopes.ended {
         return ok();
     }
-    let mut sink = match target {
+    let sink = match target {
         Target::Here(target) => match Batch::open(&target).await {
             Some((envelopes, done)) => Sink::Here(envelopes, done),
             None => return gone(),
         },
         Target::There(link) => Sink::There(link),
     };
-    let max_message = config.session.max_message_bytes;
+    deliver(envelopes, sink, hub).await
+}
+
+/// The envelopes of an upstream POST body, as they arrive.
+struct Envelopes {
+    reader: Reader,
+    splitter: Splitter,
+    /// Envelopes read and not handed over yet.
+    ready: Vec<String>,
+    /// The body has been read to its end.
+    ended: bool,
+    /// Binary bodies have no consumer (no application hook): read, dropped.
+    binary: bool,
+}
+
+impl Envelopes {
+    /// Reads one more chunk of the body, its envelopes to `ready`.
+    async fn read(&mut self) -> Result<(), Stopped> {
+        match self.reader.chunk().await? {
+            Some(_) if self.binary => {}
+            Some(data) => self.splitter.push(&data, &mut self.ready),
+            None => {
+                self.ended = true;
+                if !self.binary {
+                    std::mem::take(&mut self.splitter).finish(&mut self.ready);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The session the envelopes go to: the first of `candidates` open here
+/// for `subject`, else its only one here, else one on another instance;
+/// else the answer saying why there is none.
+async fn target(
+    hub: &Hub,
+    subject: Option<&str>,
+    candidates: &[Option<&str>; 3],
+) -> Result<Target, Response<Body>> {
+    if let Some(target) = hub
+        .sessions
+        .target(subject, candidates.iter().copied().flatten())
+    {
+        return Ok(Target::Here(target));
+    }
+    let local = || hub.sessions.count_of(subject);
+    match hub.cluster.elsewhere(subject, candidates, local).await {
+        Ok(Some(link)) => Ok(Target::There(link)),
+        Ok(None) => Err(error_response(
+            StatusCode::NOT_FOUND,
+            "Session not found",
+            "SESSION_NOT_FOUND",
+        )),
+        Err(reason) => Err(unavailable(reason)),
+    }
+}
+
+/// Hands the envelopes to `sink` as they arrive, each held to the same size
+/// as any other message; answers once they have all been handled.
+async fn deliver(mut envelopes: Envelopes, mut sink: Sink, hub: &Hub) -> Response<Body> {
+    let max_message = hub.config.session.max_message_bytes;
     loop {
-        for text in ready.drain(..) {
-            // Each envelope is held to the same size as any other message.
+        for text in envelopes.ready.drain(..) {
             let element = if text.len() > max_message {
                 Element::TooLarge
             } else {
@@ -126,22 +168,14 @@ pub(super) async fn upstream(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
             if !sink.send(element).await {
                 return gone();
             }
-            reader.paused += waited.elapsed();
+            envelopes.reader.paused += waited.elapsed();
         }
-        if ended {
+        if envelopes.ended {
             break;
         }
-        match reader.chunk().await {
-            Ok(Some(_)) if binary => {}
-            Ok(Some(data)) => splitter.push(&data, &mut ready),
-            Ok(None) => {
-                ended = true;
-                if !binary {
-                    std::mem::take(&mut splitter).finish(&mut ready);
-                }
-            }
-            // What was handed over stays handled; the rest is refused.
-            Err(stopped) => return stopped_response(stopped, hub),
+        // What was handed over stays handled; the rest is refused.
+        if let Err(stopped) = envelopes.read().await {
+            return stopped_response(stopped, hub);
         }
     }
     sink.finish().await
@@ -152,7 +186,6 @@ enum Target {
     /// A stream session on this instance.
     Here(mpsc::Sender<Unit>),
     /// One on another instance, through this link (feature `redis`).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     There(crate::session::link::Link),
 }
 
@@ -209,46 +242,6 @@ impl Sink {
             }
         }
     }
-}
-
-/// The session on another instance an upstream POST goes to, when this one
-/// has none for it (docs/protocol.md §15.4 across the cluster); `Err` says why the
-/// other instances cannot be asked.
-#[cfg(feature = "redis")]
-async fn elsewhere(
-    hub: &Hub,
-    subject: Option<&str>,
-    candidates: &[Option<&str>],
-) -> Result<Option<crate::session::link::Link>, &'static str> {
-    use crate::session::link::{LinkOpen, LinkPurpose};
-    let Some(cluster) = &hub.cluster else {
-        return Ok(None);
-    };
-    let named: Vec<&str> = candidates.iter().flatten().copied().collect();
-    let local = hub.sessions.count_of(subject);
-    let Some((session, instance)) = cluster.locate(subject, &named, local).await? else {
-        return Ok(None);
-    };
-    let open = LinkOpen {
-        subject: subject.map(str::to_owned),
-        caller: None,
-        purpose: LinkPurpose::Post { session },
-        greeted: None,
-    };
-    Arc::clone(cluster)
-        .open_link(instance, open)
-        .await
-        .map(Some)
-        .map_err(crate::session::ResumeRefused::reason)
-}
-
-#[cfg(not(feature = "redis"))]
-async fn elsewhere(
-    _hub: &Hub,
-    _subject: Option<&str>,
-    _candidates: &[Option<&str>],
-) -> Result<Option<crate::session::link::Link>, &'static str> {
-    Ok(None)
 }
 
 /// `503`: the session may be on another instance, which cannot be reached.
