@@ -25,6 +25,7 @@ mod mcp_support;
 mod redis_support;
 mod support;
 
+mod admission;
 mod ask;
 mod auth;
 mod calls;

@@ -24,6 +24,7 @@ use crate::schema::Violations;
 use crate::stats::{Ended, Stats, Throttle};
 use crate::tool::{StateMap, Tool, ToolError};
 
+pub(crate) mod admit;
 pub(crate) mod event;
 
 pub(crate) use event::{CallEvent, CallKey, Outcome, Rendered, Validation};
@@ -254,21 +255,14 @@ async fn validate(
 pub(crate) async fn check_large(
     limiter: &Arc<Semaphore>,
     tool: Tool,
-    mut params: Value,
+    params: Value,
     max_violations: usize,
 ) -> Validation {
     let Ok(permit) = Arc::clone(limiter).acquire_owned().await else {
         return Validation::Failed;
     };
-    let checked = tokio::task::spawn_blocking(move || {
-        let found = tool.check_params(&mut params, max_violations);
-        if found.is_empty() {
-            Validation::Valid(params)
-        } else {
-            Validation::Invalid(found)
-        }
-    })
-    .await;
+    let checked =
+        tokio::task::spawn_blocking(move || admit::check(&tool, params, max_violations)).await;
     drop(permit);
     checked.unwrap_or(Validation::Failed)
 }
@@ -588,6 +582,15 @@ pub(crate) fn invalid_params(tool: &str, found: &Violations) -> ToolFailure {
         format!("Invalid params for tool {tool}"),
     );
     counted(failure.with_details(found.details()), found)
+}
+
+/// `INTERNAL_ERROR`: the check of `tool`'s params failed (its validator
+/// panicked).
+pub(crate) fn check_failed(tool: &str) -> ToolFailure {
+    ToolFailure::new(
+        ErrorCode::INTERNAL_ERROR,
+        format!("Internal error validating params for tool {tool}"),
+    )
 }
 
 /// `failure` with the count of the violations its details list: `total`, or

@@ -192,22 +192,15 @@ impl Next {
                 let check = exec::check_large(&validators, tool.clone(), params, max_violations);
                 Box::pin(check).await
             } else {
-                let found = tool.check_params(&mut params, max_violations);
-                if found.is_empty() {
-                    Validation::Valid(params)
-                } else {
-                    Validation::Invalid(found)
-                }
+                exec::admit::check(&tool, params, max_violations)
             };
             ctx.trace().child("tool.validate", validating);
             params = match verdict {
                 Validation::Valid(params) => params,
                 Validation::Invalid(found) => return Err(ToolError::violated(tool.name(), found)),
                 Validation::Failed => {
-                    return Err(ToolError::new(
-                        ErrorCode::INTERNAL_ERROR,
-                        format!("Internal error validating params for tool {}", tool.name()),
-                    ));
+                    let failure = exec::check_failed(tool.name());
+                    return Err(ToolError::new(failure.code, failure.message));
                 }
             };
         }

@@ -56,9 +56,11 @@ use super::reply::{Body, not_found};
 use super::with_mcp::McpDoor;
 use crate::auth::{Caller, query_param};
 use crate::context::share::CallerKey;
+use crate::exec::admit::{Arrival, Check};
 use crate::mcp::export::{Handshake, LargeArguments, McpProfile};
 use crate::mcp::inbound::{self, Checked, INVALID_REQUEST, Refusal};
 use crate::mcp::listen::ListenTicket;
+use crate::otel::Door;
 use crate::schema::SchemaProfile;
 use crate::session::LARGE_PARAMS;
 
@@ -425,10 +427,20 @@ fn forbidden_call(
     checked: &inbound::Checked,
     name: &str,
 ) -> Option<Response<Body>> {
-    let config = &hub.shared.config;
-    let snapshot = hub.shared.registry.snapshot();
-    let tool = snapshot.get(name)?;
-    let forbidden = config.forbidden(Some(caller), tool)?;
+    // Refused here, the call is counted here: admission's scopes step.
+    let clock = &hub.shared.clock;
+    let now = || clock.now();
+    let call_id = checked.id.as_ref().map(ToString::to_string);
+    let forbidden = hub.shared.gate(&now).screen(Arrival {
+        tool: Some(name),
+        call_id: &call_id.as_deref().unwrap_or_default(),
+        session: None,
+        door: Door::McpHttp,
+        meta: None,
+        caller: Some(caller),
+        received: now(),
+        check: Check::Later,
+    })?;
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": checked.id.clone().unwrap_or_default(),

@@ -1,6 +1,7 @@
 //! Tool calls inside a session: admission, queueing, progress, cancellation and
 //! the one `TOOL_DONE` every accepted call ends with (docs/protocol.md §6.4–§6.7).
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -15,6 +16,7 @@ use crate::context::{
     Answer, AskError, LogLine, MAX_OPEN_QUESTIONS, PendingQuestion, Progress, ProgressSlot,
     too_many_questions,
 };
+use crate::exec::admit::{Admitted, Arrival, CallBook, Check, Refused};
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Render, Validation};
 use crate::otel::{CallSpan, Door, QuestionSpan};
 use crate::protocol::payload::{
@@ -23,7 +25,7 @@ use crate::protocol::payload::{
 };
 use crate::protocol::{Channel, ErrorCode, EventType, Inbound, Outgoing, Prepared};
 use crate::schema::Form;
-use crate::stats::{Ended, Throttle, UNKNOWN_TOOL};
+use crate::stats::{Ended, Throttle};
 use crate::tool::Tool;
 
 /// One accepted call.
@@ -37,7 +39,9 @@ pub(crate) struct Call {
     state: State,
     cancel: CancellationToken,
     slot: Arc<ProgressSlot>,
-    received: Instant,
+    /// Its bookkeeping (its counters, its span) until it ends: `None` once
+    /// its `TOOL_DONE` is issued.
+    book: Option<CallBook>,
     /// The call's timeout while it runs, the end of its grace period while it
     /// is cancelled (see `session::timers`).
     pub(super) deadline: Option<Instant>,
@@ -54,8 +58,13 @@ pub(crate) struct Call {
     large: bool,
     /// Its questions waiting for an answer (docs/protocol.md §6.11).
     questions: Vec<Question>,
-    /// Its span (feature `otel`).
-    span: CallSpan,
+}
+
+impl Call {
+    /// Its span while it is owed a `TOOL_DONE`.
+    fn span(&self) -> Option<&CallSpan> {
+        self.book.as_ref().map(CallBook::span)
+    }
 }
 
 /// A question of a call, put to the client and not yet answered.
@@ -77,6 +86,14 @@ enum State {
     Done,
 }
 
+/// Whom the answers about a call go to: the request's envelope id, the run
+/// and the thread the call is part of.
+struct Addressed {
+    request_id: Option<String>,
+    run_id: Option<String>,
+    thread_id: Option<String>,
+}
+
 impl Session {
     /// A `TOOL_CALL` (docs/protocol.md §6.4), its payload decoded from `msg` (step 1,
     /// the call id, included: see `InboundEvent::decode_with`).
@@ -90,112 +107,77 @@ impl Session {
         let ToolCall {
             call_id,
             tool: name,
-            mut params,
+            params,
             run_id: payload_run_id,
             meta,
         } = call;
-        // The envelope's run id first, else the payload's (the upstream CLI).
-        let run_id = run_id.or(payload_run_id);
-        let about = |out: Outgoing| Outgoing {
-            run_id: run_id.clone(),
-            thread_id: thread_id.clone(),
-            ..out
+        let to = Addressed {
+            request_id: id,
+            // The envelope's run id first, else the payload's (the upstream CLI).
+            run_id: run_id.or(payload_run_id),
+            thread_id,
         };
         // Step 2: duplicates of an active call get an ERROR and nothing else.
         if self.active_ids.contains_key(&call_id) {
             self.error_about(
                 ErrorCode::INVALID_MESSAGE,
                 "Duplicate call_id",
-                id.as_deref(),
+                to.request_id.as_deref(),
                 Some(json!({ "call_id": call_id, "reason": "duplicate call_id" })),
-                run_id.as_deref(),
-                thread_id.as_deref(),
+                to.run_id.as_deref(),
+                to.thread_id.as_deref(),
             );
             return;
         }
-        let received = self.shared.clock.now();
-        // Step 3: lookup.
-        let tool = name.as_deref().and_then(|n| self.shared.registry.get(n));
-        let tool_name = tool.as_ref().map_or(UNKNOWN_TOOL, |t| t.name());
-        self.shared.stats.call_started(tool_name);
-        let span = self.shared.tracer.call(
-            tool_name,
-            &call_id,
-            Some(&self.id),
-            match self.transport {
-                super::TransportKind::WebSocket => Door::WebSocket,
-                super::TransportKind::Stream => Door::Stream,
-            },
-            meta.as_ref(),
-        );
-        drop(meta);
-        let Some(tool) = tool else {
-            let (message, similar) = match &name {
-                Some(n) => self.tool_not_found(n),
-                None => ("Tool name missing".to_owned(), Vec::new()),
-            };
-            let mut detail = json!({ "call_id": call_id, "tool": name });
-            let mut failure = ToolFailure::new(ErrorCode::TOOL_NOT_FOUND, message.clone());
-            if !similar.is_empty() {
-                detail["did_you_mean"] = json!(similar);
-                failure = failure.with_details(json!({ "did_you_mean": similar }));
-            }
-            self.error_about(
-                ErrorCode::TOOL_NOT_FOUND,
-                message,
-                id.as_deref(),
-                Some(detail),
-                run_id.as_deref(),
-                thread_id.as_deref(),
-            );
-            self.push(about(tool_done(ToolDone::failed(call_id, failure))));
-            let ended = Ended::failed(&ErrorCode::TOOL_NOT_FOUND);
-            let latency = self.shared.clock.now().saturating_duration_since(received);
-            self.shared
-                .stats
-                .call_ended(UNKNOWN_TOOL, ended, Some(latency));
-            span.end(ended);
-            return;
-        };
-        // The caller's scopes (docs/protocol.md §17.1): refused before its params are
-        // looked at.
-        if let Some(forbidden) = self.config().forbidden(self.caller.as_deref(), &tool) {
-            let failure = ToolFailure::new(ErrorCode::FORBIDDEN, forbidden.message())
-                .with_details(forbidden.details());
-            self.push(about(tool_done(ToolDone::failed(call_id, failure))));
-            let ended = Ended::failed(&ErrorCode::FORBIDDEN);
-            let latency = self.shared.clock.now().saturating_duration_since(received);
-            self.shared
-                .stats
-                .call_ended(tool.name(), ended, Some(latency));
-            span.end(ended);
-            return;
-        }
-        // Step 4: validate (`params` absent or null is `{}` already); large
-        // params off the session task (docs/protocol.md §18.1).
-        // With layers, params are checked after them, in the call's task
-        // (the layers may refuse the call first, or rewrite its params).
+        // Steps 3–4: lookup, scopes, params (checked here unless large or
+        // layered: large params off the session task, docs/protocol.md §18.1;
+        // with layers, after them, in the call's task).
         let size = self.inbound_len;
         let large = size > LARGE_PARAMS;
         let layered = self.shared.runner.layered();
-        if !large && !layered {
-            let validating = span.mark();
-            let found = tool.check_params(&mut params, self.config().max_violations);
-            span.child("tool.validate", validating);
-            if !found.is_empty() {
-                let failure = exec::invalid_params(tool.name(), &found);
-                self.push(about(tool_done(ToolDone::failed(call_id, failure))));
-                let ended = Ended::failed(&ErrorCode::INVALID_PARAMS);
-                let latency = self.shared.clock.now().saturating_duration_since(received);
-                self.shared
-                    .stats
-                    .call_ended(tool.name(), ended, Some(latency));
-                span.end(ended);
-                return;
-            }
+        let clock = &self.shared.clock;
+        let now = || clock.now();
+        let arrival = Arrival {
+            tool: name.as_deref(),
+            call_id: &call_id,
+            session: Some(&self.id),
+            door: match self.transport {
+                super::TransportKind::WebSocket => Door::WebSocket,
+                super::TransportKind::Stream => Door::Stream,
+            },
+            meta: meta.as_ref(),
+            caller: self.caller.as_deref(),
+            received: now(),
+            check: if large || layered {
+                Check::Later
+            } else {
+                Check::Now
+            },
+        };
+        let admitted =
+            self.shared
+                .gate(&now)
+                .admit(arrival, params, |_, _| Ok::<_, Infallible>(()));
+        drop(meta);
+        match admitted {
+            Ok(admitted) => self.place(admitted, call_id, to, size),
+            Err(refused) => self.refuse_call(refused, call_id, name.as_deref(), to),
         }
-        // Step 5: admit. A call being validated waits like a queued one, and
-        // the params of waiting calls are bounded in bytes as well as in number.
+    }
+
+    /// Step 5: an admitted call starts, waits in the queue, or has its large
+    /// params checked off the session task first; or, when too many wait
+    /// already, is refused with `RATE_LIMITED`. A call being validated waits
+    /// like a queued one, and the params of waiting calls are bounded in
+    /// bytes as well as in number.
+    fn place(&mut self, admitted: Admitted<()>, call_id: String, to: Addressed, size: usize) {
+        let Admitted {
+            tool,
+            params,
+            book,
+            door: (),
+        } = admitted;
+        let (large, layered) = (size > LARGE_PARAMS, self.shared.runner.layered());
         let config = &self.shared.config;
         let max_violations = config.max_violations;
         let start_now = (!large || layered)
@@ -204,16 +186,8 @@ impl Session {
         let too_many = self.waiting.len() + self.validating >= config.max_queued_calls
             || self.held_bytes.saturating_add(size) > config.max_queued_bytes;
         if !start_now && too_many {
-            let failure =
-                ToolFailure::new(ErrorCode::RATE_LIMITED, "Too many tool calls in flight");
-            self.push(about(tool_done(ToolDone::failed(call_id, failure))));
-            let ended = Ended::failed(&ErrorCode::RATE_LIMITED);
-            let latency = self.shared.clock.now().saturating_duration_since(received);
-            self.shared
-                .stats
-                .call_ended(tool.name(), ended, Some(latency));
-            span.end(ended);
-            return;
+            let refused = book.refuse(Refused::Busy, self.shared.clock.now());
+            return self.refuse_call(refused, call_id, None, to);
         }
         let key = CallKey(self.next_key);
         self.next_key += 1;
@@ -232,12 +206,12 @@ impl Session {
             call_id,
             tool,
             params: None,
-            run_id,
-            thread_id,
+            run_id: to.run_id,
+            thread_id: to.thread_id,
             state: State::Queued,
             cancel: cancel.clone(),
             slot: Arc::new(ProgressSlot::default()),
-            received,
+            book: Some(book),
             deadline: None,
             cancel_reason: None,
             progress_pending: false,
@@ -245,7 +219,6 @@ impl Session {
             queued_sent: false,
             large,
             questions: Vec::new(),
-            span,
         };
         if large && !layered {
             call.state = State::Validating;
@@ -277,7 +250,65 @@ impl Session {
         }
     }
 
-    /// Puts an admitted call at the end of the queue (`QUEUED` unless said already).
+    /// Says a refusal (counted already): the call's one `TOOL_DONE ERROR`,
+    /// after an `ERROR` too for an unknown tool (docs/protocol.md §6.4).
+    fn refuse_call(
+        &mut self,
+        refused: Refused,
+        call_id: String,
+        name: Option<&str>,
+        to: Addressed,
+    ) {
+        let failure = self.refused_failure(refused, name);
+        if failure.code == ErrorCode::TOOL_NOT_FOUND {
+            let mut detail = json!({ "call_id": call_id, "tool": name });
+            if let Some(similar) = failure.details.as_ref() {
+                detail["did_you_mean"] = similar["did_you_mean"].clone();
+            }
+            self.error_about(
+                ErrorCode::TOOL_NOT_FOUND,
+                failure.message.clone(),
+                to.request_id.as_deref(),
+                Some(detail),
+                to.run_id.as_deref(),
+                to.thread_id.as_deref(),
+            );
+        }
+        self.push(Outgoing {
+            run_id: to.run_id,
+            thread_id: to.thread_id,
+            ..tool_done(ToolDone::failed(call_id, failure))
+        });
+    }
+
+    /// The `TOOL_DONE` failure of a call refused at admission.
+    fn refused_failure(&self, refused: Refused, name: Option<&str>) -> ToolFailure {
+        match refused {
+            Refused::UnknownTool => {
+                let Some(name) = name else {
+                    return ToolFailure::new(ErrorCode::TOOL_NOT_FOUND, "Tool name missing");
+                };
+                let (message, similar) = self.tool_not_found(name);
+                let failure = ToolFailure::new(ErrorCode::TOOL_NOT_FOUND, message);
+                if similar.is_empty() {
+                    failure
+                } else {
+                    failure.with_details(json!({ "did_you_mean": similar }))
+                }
+            }
+            Refused::Forbidden(forbidden) => {
+                ToolFailure::new(ErrorCode::FORBIDDEN, forbidden.message())
+                    .with_details(forbidden.details())
+            }
+            Refused::InvalidParams(tool, found) => exec::invalid_params(tool.name(), &found),
+            Refused::CheckFailed(tool) => exec::check_failed(tool.name()),
+            Refused::Busy => {
+                ToolFailure::new(ErrorCode::RATE_LIMITED, "Too many tool calls in flight")
+            }
+            Refused::Door(never) => match never {},
+        }
+    }
+
     /// `Tool <name> not found`, naming at most three tools the caller sees
     /// that it may have meant; and those names (`Snapshot::not_found`).
     pub(super) fn tool_not_found(&self, name: &str) -> (String, Vec<String>) {
@@ -288,6 +319,7 @@ impl Session {
             .not_found(name, name, |t| self.config().shows(caller, t))
     }
 
+    /// Puts an admitted call at the end of the queue (`QUEUED` unless said already).
     fn enqueue(&mut self, key: CallKey, size: usize) {
         let Some(call) = self.calls.get_mut(&key) else {
             return;
@@ -321,7 +353,9 @@ impl Session {
             return;
         }
         self.validating -= 1;
-        call.span.since_start("tool.validate");
+        if let Some(span) = call.span() {
+            span.since_start("tool.validate");
+        }
         let name = call.tool.name().to_owned();
         if !matches!(verdict, Validation::Valid(_)) {
             // The call ends here: its params are no longer held.
@@ -376,16 +410,16 @@ impl Session {
         // A call that waits holds its params' bytes (queued, or validated
         // off the session); one started at once never held them.
         let waited = call.held > 0;
-        if waited {
-            call.span.since_start("tool.queue");
+        if waited && let Some(span) = call.span() {
+            span.since_start("tool.queue");
         }
         #[cfg(feature = "metrics")]
-        if waited {
+        if waited && let Some(book) = &call.book {
             let waited = self
                 .shared
                 .clock
                 .now()
-                .saturating_duration_since(call.received);
+                .saturating_duration_since(book.received());
             self.shared.stats.call_waited(call.tool.name(), waited);
         }
         call.state = State::Running;
@@ -409,7 +443,7 @@ impl Session {
             },
             inline: !call.large,
             peer: None,
-            trace: call.span.link(),
+            trace: call.span().map(CallSpan::link).unwrap_or_default(),
             unchecked: self.shared.runner.layered().then_some(exec::Unchecked {
                 max_violations: config.max_violations,
                 large: call.large,
@@ -564,11 +598,7 @@ impl Session {
             question.span.end("cancelled");
         }
         call.state = State::Done;
-        let latency = self
-            .shared
-            .clock
-            .now()
-            .saturating_duration_since(call.received);
+        let now = self.shared.clock.now();
         let about = |done: Outgoing| Outgoing {
             run_id: call.run_id.clone(),
             thread_id: call.thread_id.clone(),
@@ -615,9 +645,9 @@ impl Session {
                 )
             }
         };
+        let latency = call.book.take().map(|book| book.finish(ended, now));
+        let latency = latency.unwrap_or_default();
         let stats = &self.shared.stats;
-        stats.call_ended(call.tool.name(), ended, Some(latency));
-        std::mem::take(&mut call.span).end(ended);
         let subject = self.subject.as_deref();
         let (tool, id) = (call.tool.name(), &call.call_id);
         stats.access("haip", tool, id, subject, ended, latency, env.len());
@@ -755,7 +785,7 @@ impl Session {
                         request_id,
                         form,
                         reply,
-                        span: call.span.question(),
+                        span: call.span().map(CallSpan::question).unwrap_or_default(),
                     },
                 )),
                 Err(size) => {
@@ -957,10 +987,8 @@ impl Drop for Session {
         self.shared.replay.sub(self.window_cost());
         for call in self.calls.values_mut() {
             call.cancel.cancel();
-            if call.state != State::Done {
-                let tool = call.tool.name();
-                self.shared.stats.call_ended(tool, Ended::Cancelled, None);
-                std::mem::take(&mut call.span).end(Ended::Cancelled);
+            if let Some(book) = call.book.take() {
+                book.abandon();
             }
         }
     }

@@ -191,25 +191,8 @@ impl SessionConfig {
         &self,
         caller: Option<&crate::context::Caller>,
         tool: &crate::Tool,
-    ) -> Option<Forbidden> {
-        let caller = caller?;
-        if tool.scopes().is_empty() && self.required_scopes.is_empty() {
-            return None;
-        }
-        let mut required: Vec<String> = self
-            .required_scopes
-            .iter()
-            .chain(tool.scopes())
-            .cloned()
-            .collect();
-        required.sort_unstable();
-        required.dedup();
-        let missing: Vec<String> = caller
-            .missing(&required)
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
-        (!missing.is_empty()).then_some(Forbidden { required, missing })
+    ) -> Option<crate::exec::admit::Forbidden> {
+        crate::exec::admit::forbidden(&self.required_scopes, caller, tool)
     }
 
     /// Whether `caller` is shown `tool` in lists and schemas.
@@ -219,31 +202,5 @@ impl SessionConfig {
         tool: &crate::Tool,
     ) -> bool {
         !self.hide_forbidden_tools || self.forbidden(caller, tool).is_none()
-    }
-}
-
-/// A call refused for want of scopes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Forbidden {
-    /// Every scope the tool requires (its own and the server's), sorted.
-    pub(crate) required: Vec<String>,
-    /// Those the caller lacks.
-    pub(crate) missing: Vec<String>,
-}
-
-impl Forbidden {
-    /// `Missing scope(s): a b`.
-    pub(crate) fn message(&self) -> String {
-        let noun = if self.missing.len() == 1 {
-            "scope"
-        } else {
-            "scopes"
-        };
-        format!("Missing {noun}: {}", self.missing.join(" "))
-    }
-
-    /// `{"required": [..], "missing": [..]}`.
-    pub(crate) fn details(&self) -> serde_json::Value {
-        serde_json::json!({ "required": self.required, "missing": self.missing })
     }
 }

@@ -39,8 +39,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Caller;
 use crate::context::LogLevel;
+use crate::exec::admit::{CallBook, Gate};
 use crate::exec::{self, CallKey, CallRunner};
 use crate::hash::{FastMap, FastSet};
+use crate::otel::CallSpan;
 use crate::protocol::payload::{
     self, Hai, InboundEvent, LastRxSeq, Payload, ReplayRequest, RunStarted, ToolSchemaRequest,
 };
@@ -77,7 +79,7 @@ pub(crate) struct Shared {
     pub(crate) config: SessionConfig,
     pub(crate) registry: Registry,
     pub(crate) state: Arc<StateMap>,
-    pub(crate) stats: Stats,
+    pub(crate) stats: Arc<Stats>,
     /// Cancelled when the server shuts down.
     pub(crate) shutdown: CancellationToken,
     /// Sessions by id, live or parked, for resumption.
@@ -99,12 +101,25 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// What calls are admitted against: the server's tools, rules and
+    /// counters; `now` is the door's clock (a session's is [`Self::clock`]).
+    pub(crate) fn gate<'a>(&'a self, now: &'a dyn Fn() -> std::time::Instant) -> Gate<'a> {
+        Gate {
+            registry: &self.registry,
+            stats: &self.stats,
+            tracer: &self.tracer,
+            required_scopes: &self.config.required_scopes,
+            max_violations: self.config.max_violations,
+            now,
+        }
+    }
+
     pub(crate) fn new(config: SessionConfig, registry: Registry, state: StateMap) -> Shared {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Shared {
             registry,
             state: Arc::new(state),
-            stats: Stats::new(),
+            stats: Arc::new(Stats::new()),
             shutdown: CancellationToken::new(),
             store: Arc::new(InMemorySessionStore::default()),
             runner: CallRunner::new(cores / 2),
@@ -480,7 +495,8 @@ impl Session {
     pub(crate) fn end_lost_calls(&mut self, call_ids: Vec<String>) {
         for call_id in call_ids {
             // Which tool it ran died with its instance.
-            self.shared.stats.call_started(crate::stats::UNKNOWN_TOOL);
+            let now = self.shared.clock.now();
+            let book = CallBook::open(&self.shared.stats, None, now, CallSpan::default());
             let failure = payload::ToolFailure::new(
                 ErrorCode::INTERNAL_ERROR,
                 "instance lost: the server running this call stopped",
@@ -496,11 +512,7 @@ impl Session {
                     .store
                     .record(&self.id, Record::CallClosed { call_id: &call_id });
             }
-            self.shared.stats.call_ended(
-                crate::stats::UNKNOWN_TOOL,
-                crate::stats::Ended::failed(&ErrorCode::INTERNAL_ERROR),
-                None,
-            );
+            book.finish_untimed(crate::stats::Ended::failed(&ErrorCode::INTERNAL_ERROR));
         }
     }
 

@@ -16,9 +16,9 @@ use super::calls::{Call, Stop, can_of, result_of, stopping};
 use super::render::error_result;
 use crate::context::ProgressSlot;
 use crate::context::share::CallerKey;
+use crate::exec::admit::CallBook;
 use crate::exec::{CallEvent, Outcome};
 use crate::mcp::tasks::{NOTE_EVERY, TaskPeer, Tasks, share_of};
-use crate::otel::CallSpan;
 use crate::protocol::json_len;
 use crate::session::Shared;
 use crate::session::tasks::{TaskEnd, TaskStatus};
@@ -67,8 +67,7 @@ impl ExportService {
             subject,
             permit,
             round,
-            received,
-            span: call_span,
+            book,
             ..
         } = call;
         let request_id = context.id.clone();
@@ -89,7 +88,7 @@ impl ExportService {
                         .await
                     {
                         Stop::Outcome(outcome) if required => {
-                            let call = Ending::new(request_id, received, subject, call_span);
+                            let call = Ending::new(request_id, subject, book);
                             let caller = admission.caller();
                             return self.ended_task(tool, &peer, caller, outcome, call).await;
                         }
@@ -105,7 +104,7 @@ impl ExportService {
                 // Answered as any call: the request ends the span.
                 return AsTask::Stopped(Stop::Outcome(outcome));
             }
-            let call = Ending::new(request_id, received, subject, call_span);
+            let call = Ending::new(request_id, subject, book);
             let caller = admission.caller();
             return self.ended_task(tool, &peer, caller, outcome, call).await;
         }
@@ -128,7 +127,7 @@ impl ExportService {
         let shared = Arc::clone(&self.shared);
         let tasks = Arc::clone(&self.tasks);
         let tool = tool.clone();
-        let ending = Ending::new(request_id, received, subject, call_span);
+        let ending = Ending::new(request_id, subject, book);
         self.shared.runner.tasks().spawn(async move {
             let stop = follow(&tasks, &peer, &mut events, &slot, &cancel).await;
             if matches!(stop, Stop::TimedOut) {
@@ -260,39 +259,34 @@ fn task_end(shared: &Shared, tool: &Tool, stop: Stop, cancelled: bool) -> (Ended
     (ended, end)
 }
 
-/// What a call that became a task keeps for its end: the metrics, its span
-/// and its access-log line, counted once, wherever it ends.
+/// What a call that became a task keeps for its end: its book, and what its
+/// access-log line says, counted once, wherever it ends.
 struct Ending {
     request_id: RequestId,
-    received: Instant,
     subject: Option<Arc<str>>,
-    span: CallSpan,
+    book: CallBook,
 }
 
 impl Ending {
-    /// Takes the call's span from the request, which no longer ends it.
+    /// Takes the call's book from the request, which no longer ends it.
     fn new(
         request_id: RequestId,
-        received: Instant,
         subject: Option<Arc<str>>,
-        span: &mut CallSpan,
+        book: &mut Option<CallBook>,
     ) -> Ending {
         Ending {
             request_id,
-            received,
             subject,
-            span: std::mem::take(span),
+            book: book.take().expect("a call becomes a task once"),
         }
     }
 
     /// The call of `tool` ended so, with `end` its task's record.
     fn count(self, shared: &Shared, tool: &Tool, ended: Ended, end: &TaskEnd) {
         let bytes = json_len(&end.result) + json_len(&end.error);
-        let latency = self.received.elapsed();
-        let stats = &shared.stats;
-        stats.call_ended(tool.name(), ended, Some(latency));
-        self.span.end(ended);
+        let latency = self.book.finish(ended, shared.clock.now());
         let (id, who) = (&self.request_id, self.subject.as_deref());
+        let stats = &shared.stats;
         stats.access("mcp-task", tool.name(), id, who, ended, latency, bytes);
     }
 }

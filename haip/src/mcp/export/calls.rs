@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ProgressNotificationParam, ProtocolVersion,
@@ -21,10 +20,11 @@ use super::render::{
     success_result,
 };
 use crate::context::{Caller, Peer, ProgressSlot};
+use crate::exec::admit::CallBook;
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy};
 use crate::mcp::mrtr::{BadState, Can, RoundPeer};
 use crate::mcp::peer::SessionPeer;
-use crate::otel::CallSpan;
+use crate::otel::TraceLink;
 use crate::protocol::payload::ToolOutcome;
 use crate::protocol::{ErrorCode, json_len};
 use crate::session::Shared;
@@ -43,10 +43,17 @@ pub(super) struct Call<'a> {
     /// Held until the tool's task has stopped.
     pub(super) permit: OwnedSemaphorePermit,
     pub(super) round: Option<Arc<RoundPeer>>,
-    pub(super) received: Instant,
-    /// The call's span: ended by the request, or by the task the call
-    /// becomes.
-    pub(super) span: &'a mut CallSpan,
+    /// The call's bookkeeping: ended by the request, or taken by the task
+    /// the call becomes.
+    pub(super) book: &'a mut Option<CallBook>,
+}
+
+impl Call<'_> {
+    /// What the call's tool sees of its trace.
+    fn link(&self) -> TraceLink {
+        let book = self.book.as_ref();
+        book.map(|book| book.span().link()).unwrap_or_default()
+    }
 }
 
 /// How an exported call stopped, before it becomes a `CallToolResult`.
@@ -129,9 +136,9 @@ impl ExportService {
             peer: Some(Arc::new(crate::mcp::peer::Counted {
                 inner: peer,
                 stats: Arc::clone(&self.shared),
-                trace: call.span.link(),
+                trace: call.link(),
             })),
-            trace: call.span.link(),
+            trace: call.link(),
             unchecked: self.shared.runner.layered().then_some(exec::Unchecked {
                 max_violations: config.max_violations,
                 large: call.large,

@@ -25,7 +25,6 @@ pub(crate) use http::{Handshake, LargeArguments, McpHttp, McpProfile};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::time::Instant;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, InputRequiredResult,
@@ -35,7 +34,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::Value;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use self::as_task::AsTask;
@@ -43,14 +42,15 @@ use self::calls::{Call, Stop, result_of};
 use self::http::{Held, LargeRequest, McpCaller, SERVING};
 use self::logs::{log_level, per_request};
 use self::render::{error_result, invalid_params_result, mcp_tool};
-use super::mrtr::Rounds;
+use super::mrtr::{BadState, RoundPeer, Rounds};
 use super::tasks::Tasks;
 use crate::context::{Caller, LogLevel};
-use crate::exec::Validation;
+use crate::exec;
+use crate::exec::admit::{Admitted, Arrival, Check, DoorRule, Refused};
 use crate::otel::Door;
 use crate::protocol::{ErrorCode, json_len};
 use crate::session::Shared;
-use crate::stats::{Ended, UNKNOWN_TOOL};
+use crate::stats::Ended;
 use crate::tool::TaskSupport;
 
 /// One MCP session's view of the registry.
@@ -310,157 +310,56 @@ impl ServerHandler for ExportService {
         mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let stats = &self.shared.stats;
-        let received = Instant::now();
-        let tool = self.shared.registry.get(&request.name);
-        let tool_name = tool.as_ref().map_or(UNKNOWN_TOOL, |t| t.name());
-        stats.call_started(tool_name);
-        let over_http = context
-            .extensions
-            .get::<hyper::http::request::Parts>()
-            .is_some();
-        let mut span = self.shared.tracer.call(
-            tool_name,
-            &context.id,
-            Some(&self.session_id),
-            if over_http {
-                Door::McpHttp
-            } else {
-                Door::McpStdio
+        let caller = caller_of(&context);
+        let subject = caller.as_ref().map(|c| Arc::<str>::from(c.subject()));
+        let admitted = self
+            .admit_call(
+                &mut request,
+                &context,
+                caller.as_deref(),
+                subject.as_deref(),
+            )
+            .await;
+        let (
+            Admitted {
+                tool,
+                params,
+                book,
+                door: round,
             },
-            Some(&context.meta.0.0),
-        );
-        let Some(tool) = tool else {
-            let ended = Ended::failed(&ErrorCode::TOOL_NOT_FOUND);
-            stats.call_ended(UNKNOWN_TOOL, ended, Some(received.elapsed()));
-            span.end(ended);
-            let caller = caller_of(&context);
-            let (message, _) = self.shared.registry.snapshot().not_found(
-                &request.name,
-                &super::inbound::quote(&request.name),
-                |t| self.shared.config.shows(caller.as_deref(), t),
-            );
-            return Err(McpError::invalid_params(message, None));
+            Place {
+                permit,
+                large,
+                takes_tasks,
+            },
+        ) = match admitted {
+            Ok(admitted) => admitted,
+            Err(answer) => return *answer,
         };
-        // The caller's scopes (docs/protocol.md §17.1). Over HTTP the front door has
-        // answered `403` already; this holds for every other way in.
-        if let Some(forbidden) = self
-            .shared
-            .config
-            .forbidden(caller_of(&context).as_deref(), &tool)
-        {
-            let ended = Ended::failed(&ErrorCode::FORBIDDEN);
-            stats.call_ended(tool.name(), ended, Some(received.elapsed()));
-            span.end(ended);
-            return Err(McpError::invalid_request(
-                forbidden.message(),
-                Some(forbidden.details()),
-            ));
-        }
-        // A tool that always runs as a task needs a client that takes tasks.
-        let takes_tasks = context
-            .client_capabilities()
-            .is_some_and(|caps| caps.supports_tasks());
-        if tool.task_support() == TaskSupport::Required && !takes_tasks {
-            let ended = Ended::failed(&ErrorCode::INVALID_MESSAGE);
-            stats.call_ended(tool.name(), ended, Some(received.elapsed()));
-            span.end(ended);
-            return Err(McpError::missing_required_client_capability(
-                rmcp::model::ClientCapabilities::builder()
-                    .enable_tasks()
-                    .build(),
-            ));
-        }
-        let as_task = takes_tasks && tool.task_support() != TaskSupport::Forbidden;
-        // A large call's arguments come parsed already, beside the message.
-        let parsed = context
-            .extensions
-            .get::<hyper::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<LargeArguments>())
-            .and_then(LargeArguments::take);
-        let params = Value::Object(parsed.or(request.arguments.take()).unwrap_or_default());
-        let subject = subject_of(&context);
-        // Without sessions, a 2026-07-28 client takes questions by rounds:
-        // the answers its retry brings (checked before anything runs).
-        let round = match self.round_peer(&tool, &params, subject.as_deref(), &request, &context) {
-            Ok(round) => round,
-            Err(bad) => {
-                let ended = Ended::failed(&ErrorCode::INVALID_PARAMS);
-                stats.call_ended(tool.name(), ended, Some(received.elapsed()));
-                span.end(ended);
-                return Err(McpError::invalid_params(bad.0, None));
-            }
-        };
+        let now = || self.shared.clock.now();
         let arguments = round.as_ref().map(|_| params.clone());
-        let max_violations = self.shared.config.max_violations;
-        let large = context
-            .extensions
-            .get::<hyper::http::request::Parts>()
-            .is_some_and(|parts| parts.extensions.get::<LargeRequest>().is_some());
-        // Large params are validated off the runtime's workers, a few at once.
-        // With layers, params are checked after them, in the call's task.
-        let layered = self.shared.runner.layered();
-        let validating = span.mark();
-        let validation = if layered {
-            Validation::Valid(params)
-        } else if large {
-            self.shared
-                .runner
-                .validate_large(tool.clone(), params, max_violations)
-                .await
-        } else {
-            let mut params = params;
-            let found = tool.check_params(&mut params, max_violations);
-            if found.is_empty() {
-                Validation::Valid(params)
-            } else {
-                Validation::Invalid(found)
-            }
-        };
-        if !layered {
-            span.child("tool.validate", validating);
-        }
-        let params = match validation {
-            Validation::Valid(params) => params,
-            Validation::Failed => {
-                let ended = Ended::failed(&ErrorCode::INTERNAL_ERROR);
-                stats.call_ended(tool.name(), ended, Some(received.elapsed()));
-                span.end(ended);
-                let text = format!("Internal error validating params for tool {}", tool.name());
-                return Ok(error_result(text, None).into());
-            }
-            Validation::Invalid(found) => {
-                let ended = Ended::failed(&ErrorCode::INVALID_PARAMS);
-                stats.call_ended(tool.name(), ended, Some(received.elapsed()));
-                span.end(ended);
-                return Ok(invalid_params_result(&tool, &found).into());
-            }
-        };
-        let Ok(permit) = Arc::clone(&self.inflight).try_acquire_owned() else {
-            let ended = Ended::failed(&ErrorCode::RATE_LIMITED);
-            stats.call_ended(tool.name(), ended, Some(received.elapsed()));
-            span.end(ended);
-            return Ok(error_result("Too many tool calls in flight".to_owned(), None).into());
-        };
+        let mut book = Some(book);
         let call = Call {
             tool: &tool,
             params,
             large,
             subject: subject.clone(),
-            caller: caller_of(&context),
+            caller,
             context: &context,
             permit,
             round: round.clone(),
-            received,
-            span: &mut span,
+            book: &mut book,
         };
+        let as_task = takes_tasks && tool.task_support() != TaskSupport::Forbidden;
         let stop = if as_task {
             match self.run_as_task(call).await {
                 AsTask::Task(result) => return Ok(CallToolResponse::Task(result)),
                 AsTask::Refused(result) => {
-                    let ended = Ended::failed(&ErrorCode::INTERNAL_ERROR);
-                    stats.call_ended(tool.name(), ended, Some(received.elapsed()));
-                    span.end(ended);
+                    // Unless the task ended and was counted before it
+                    // could not be kept.
+                    if let Some(book) = book.take() {
+                        book.finish(Ended::failed(&ErrorCode::INTERNAL_ERROR), now());
+                    }
                     return Ok(result.into());
                 }
                 AsTask::Stopped(stop) => stop,
@@ -468,23 +367,23 @@ impl ServerHandler for ExportService {
         } else {
             self.run(call).await
         };
+        let book = book.expect("a call that did not become a task keeps its book");
         if let (Stop::InputRequired, Some(round), Some(rounds), Some(arguments)) =
             (&stop, &round, &self.rounds, &arguments)
         {
             // Not an end: the call goes on with the client's retry.
-            stats.calls_total.fetch_sub(1, Relaxed);
+            book.suspend();
             let (requests, state) =
                 round.input_required(rounds, tool.name(), arguments, subject.as_deref());
             let result = InputRequiredResult::new(Some(requests), Some(state));
             return Ok(CallToolResponse::InputRequired(result));
         }
         let (ended, result) = result_of(&self.shared, &tool, stop);
-        let latency = received.elapsed();
-        stats.call_ended(tool.name(), ended, Some(latency));
-        span.end(ended);
+        let latency = book.finish(ended, now());
         if tracing::enabled!(target: "haip::access", tracing::Level::INFO) {
             let bytes = json_len(&result);
             let who = subject.as_deref();
+            let stats = &self.shared.stats;
             stats.access("mcp", tool.name(), &context.id, who, ended, latency, bytes);
         }
         // A call that failed after a question its client could not take
@@ -533,6 +432,159 @@ impl ServerHandler for ExportService {
         self.tasks
             .cancel(&request.task_id, subject.as_deref())
             .await
+    }
+}
+
+impl ExportService {
+    /// Admits a `tools/call` (with the export's own rules: tasks, rounds),
+    /// checks large params off the runtime's workers, and takes a place
+    /// among the session's calls in flight; or answers the refusal.
+    async fn admit_call(
+        &self,
+        request: &mut CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+        caller: Option<&Caller>,
+        subject: Option<&str>,
+    ) -> Result<(Admitted<Option<Arc<RoundPeer>>>, Place), Box<Answer>> {
+        let parts = context.extensions.get::<hyper::http::request::Parts>();
+        // A large call's arguments come parsed already, beside the message.
+        let parsed = parts
+            .and_then(|parts| parts.extensions.get::<LargeArguments>())
+            .and_then(LargeArguments::take);
+        let params = Value::Object(parsed.or(request.arguments.take()).unwrap_or_default());
+        let large = parts.is_some_and(|parts| parts.extensions.get::<LargeRequest>().is_some());
+        // With layers, params are checked after them, in the call's task;
+        // large ones off the runtime's workers, a few at once.
+        let layered = self.shared.runner.layered();
+        let takes_tasks = context
+            .client_capabilities()
+            .is_some_and(|caps| caps.supports_tasks());
+        let clock = &self.shared.clock;
+        let now = || clock.now();
+        let arrival = Arrival {
+            tool: Some(&request.name),
+            call_id: &context.id,
+            session: Some(&self.session_id),
+            door: if parts.is_some() {
+                Door::McpHttp
+            } else {
+                Door::McpStdio
+            },
+            meta: Some(&context.meta.0.0),
+            caller,
+            received: now(),
+            check: if layered || large {
+                Check::Later
+            } else {
+                Check::Now
+            },
+        };
+        let admitted = self
+            .shared
+            .gate(&now)
+            .admit(arrival, params, |tool, params| {
+                // A tool that always runs as a task needs a client that takes them.
+                if tool.task_support() == TaskSupport::Required && !takes_tasks {
+                    return Err(Rule::NeedsTasks);
+                }
+                // Without sessions, a 2026-07-28 client takes questions by
+                // rounds: the answers its retry brings, checked before anything
+                // runs.
+                let round = self.round_peer(tool, params, subject, request, context);
+                round.map_err(Rule::BadState)
+            });
+        let refused = |refused| Err(Box::new(self.refused(refused, &request.name, caller)));
+        let mut admitted = match admitted {
+            Ok(admitted) => admitted,
+            Err(why) => return refused(why),
+        };
+        if large && !layered {
+            let validating = admitted.book.span().mark();
+            let (tool, params) = (admitted.tool.clone(), std::mem::take(&mut admitted.params));
+            let max_violations = self.shared.config.max_violations;
+            let runner = &self.shared.runner;
+            let verdict = runner.validate_large(tool, params, max_violations).await;
+            admitted.book.span().child("tool.validate", validating);
+            admitted = match admitted.checked(verdict, now()) {
+                Ok(admitted) => admitted,
+                Err(why) => return refused(why),
+            };
+        }
+        let Ok(permit) = Arc::clone(&self.inflight).try_acquire_owned() else {
+            return refused(admitted.book.refuse(Refused::Busy, now()));
+        };
+        let place = Place {
+            permit,
+            large,
+            takes_tasks,
+        };
+        Ok((admitted, place))
+    }
+
+    /// The answer to a call refused at admission (counted already): a
+    /// JSON-RPC error where the request itself was wrong, else a tool
+    /// result with `isError`.
+    fn refused(&self, refused: Refused<Rule>, name: &str, caller: Option<&Caller>) -> Answer {
+        match refused {
+            Refused::UnknownTool => {
+                let quoted = super::inbound::quote(name);
+                let (message, _) = self
+                    .shared
+                    .registry
+                    .snapshot()
+                    .not_found(name, &quoted, |t| self.shared.config.shows(caller, t));
+                Err(McpError::invalid_params(message, None))
+            }
+            // Over HTTP the front door has answered `403` already; this
+            // holds for every other way in.
+            Refused::Forbidden(forbidden) => Err(McpError::invalid_request(
+                forbidden.message(),
+                Some(forbidden.details()),
+            )),
+            Refused::Door(Rule::NeedsTasks) => Err(McpError::missing_required_client_capability(
+                rmcp::model::ClientCapabilities::builder()
+                    .enable_tasks()
+                    .build(),
+            )),
+            Refused::Door(Rule::BadState(bad)) => Err(McpError::invalid_params(bad.0, None)),
+            Refused::InvalidParams(tool, found) => Ok(invalid_params_result(&tool, &found).into()),
+            Refused::CheckFailed(tool) => {
+                Ok(error_result(exec::check_failed(tool.name()).message, None).into())
+            }
+            Refused::Busy => {
+                Ok(error_result("Too many tool calls in flight".to_owned(), None).into())
+            }
+        }
+    }
+}
+
+/// The answer to a `tools/call`.
+type Answer = Result<CallToolResponse, McpError>;
+
+/// What an admitted call holds besides its admission.
+struct Place {
+    /// Its place among the session's calls in flight.
+    permit: OwnedSemaphorePermit,
+    /// Its params are large.
+    large: bool,
+    /// Its client takes tasks.
+    takes_tasks: bool,
+}
+
+/// The export's own reasons to refuse a call at admission.
+enum Rule {
+    /// The tool runs only as a task; the client does not take tasks.
+    NeedsTasks,
+    /// The `requestState` of a retry does not verify.
+    BadState(BadState),
+}
+
+impl DoorRule for Rule {
+    fn code(&self) -> ErrorCode {
+        match self {
+            Rule::NeedsTasks => ErrorCode::INVALID_MESSAGE,
+            Rule::BadState(_) => ErrorCode::INVALID_PARAMS,
+        }
     }
 }
 
