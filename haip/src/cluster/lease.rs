@@ -52,9 +52,9 @@ impl RedisSessionStore {
         // A relayed connection is counted where its client is connected,
         // not again where its session runs.
         let active = stats.active_connections.load(Relaxed);
-        let relayed = stats.relayed_connections.load(Relaxed);
+        let relayed = stats.relayed_now();
         let opened = stats.total_connections.load(Relaxed);
-        let relayed_total = stats.relayed_total.load(Relaxed);
+        let relayed_total = stats.relayed_total();
         serde_json::json!({
             "activeConnections": active.saturating_sub(relayed),
             "detachedSessions": stats.detached_sessions.load(Relaxed),

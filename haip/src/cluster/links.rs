@@ -98,7 +98,7 @@ impl RedisSessionStore {
             return;
         };
         if kind == tasks::SIGNAL {
-            tasks::deliver(&self.tasks, body);
+            self.tasks.deliver(body);
             return;
         }
         if kind == b'O' {

@@ -67,7 +67,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -87,6 +87,7 @@ mod links;
 mod messages;
 mod restore;
 mod scripts;
+#[cfg_attr(not(feature = "mcp"), path = "without_tasks.rs")]
 pub(crate) mod tasks;
 mod writer;
 
@@ -155,7 +156,7 @@ pub(crate) struct RedisSessionStore {
     epoch: std::time::Instant,
     /// The task store sharing this connection, if any (its signals come
     /// through this instance's channel).
-    tasks: OnceLock<Weak<tasks::RedisTaskStore>>,
+    tasks: tasks::Attached,
 }
 
 impl RedisSessionStore {
@@ -199,7 +200,7 @@ impl RedisSessionStore {
             incoming,
             incoming_rx: std::sync::Mutex::new(Some(incoming_rx)),
             epoch: std::time::Instant::now(),
-            tasks: OnceLock::new(),
+            tasks: Default::default(),
         })
     }
 
@@ -282,9 +283,7 @@ impl RedisSessionStore {
         // Subscribed before anyone may open a link here.
         let pubsub = self.subscribe().await.map_err(|e| e.to_string())?;
         tasks.spawn(Arc::clone(self).listen(pubsub, shutdown.clone()));
-        if let Some(task_store) = self.tasks.get().and_then(Weak::upgrade) {
-            tasks.spawn(task_store.refresh(shutdown.clone()));
-        }
+        self.tasks.start(tasks, shutdown.clone());
         tasks.spawn(Arc::clone(self).refresh_lease(conn, shutdown));
         Ok(())
     }

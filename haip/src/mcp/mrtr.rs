@@ -27,8 +27,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
-// `Can` is also named from here by the MCP export.
-pub(crate) use super::peer::Can;
+use super::peer::Can;
 use super::peer::{Keyed, Taken};
 
 /// The server's side of rounds: the key `requestState` is signed with, and

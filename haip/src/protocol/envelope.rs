@@ -396,7 +396,6 @@ pub(crate) fn to_json_within<T: serde::Serialize + ?Sized>(
 }
 
 /// The length of `value`'s JSON, counted without building it.
-#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
     let mut counted = Counter(0);
     let _ = serde_json::to_writer(&mut counted, value);

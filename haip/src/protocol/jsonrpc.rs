@@ -15,6 +15,7 @@ pub(crate) const METHOD_NOT_FOUND: i32 = -32601;
 #[cfg(feature = "mcp")]
 pub(crate) const INVALID_PARAMS: i32 = -32602;
 /// The server failed (a task that failed, a result not kept).
+#[cfg(feature = "mcp")]
 pub(crate) const INTERNAL_ERROR: i32 = -32603;
 /// Implementation-defined: the server is busy (a pool is full, or it is
 /// shutting down); try again later.

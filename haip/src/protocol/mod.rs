@@ -27,7 +27,6 @@ pub mod payload;
 
 pub use annotations::{Icon, IconTheme, ToolAnnotations};
 pub use code::ErrorCode;
-#[cfg_attr(not(feature = "mcp"), allow(unused_imports))]
 pub(crate) use envelope::json_len;
 pub use envelope::{Envelope, Outgoing};
 pub(crate) use envelope::{Prepared, to_json_within};

@@ -1052,30 +1052,31 @@ mod tests {
     #[test]
     fn wrong_types_say_what_they_are_and_what_was_expected() {
         let schema = args();
-        assert_eq!(
-            one(&schema, with("ratio", json!("1"))),
-            at("/ratio", "\"1\" is a string; expected a number")
-        );
-        assert_eq!(
-            one(&schema, with("whole", json!(1.5))),
-            at("/whole", "1.5 is not a whole number; expected an integer")
-        );
-        assert_eq!(
-            one(&schema, with("flag", json!(1))),
-            at("/flag", "1 is an integer; expected true or false")
-        );
-        assert_eq!(
-            one(&schema, with("word", Value::Null)),
-            at("/word", "null is not allowed here; expected a string")
-        );
-        assert_eq!(
-            one(&schema, with("note", json!(5))),
-            at("/note", "5 is an integer; expected a string or null")
-        );
-        assert_eq!(
-            one(&schema, with("small", json!({}))),
-            at("/small", "{} is an object; expected an array")
-        );
+        for (key, value, message) in [
+            ("ratio", json!("1"), "\"1\" is a string; expected a number"),
+            (
+                "whole",
+                json!(1.5),
+                "1.5 is not a whole number; expected an integer",
+            ),
+            ("flag", json!(1), "1 is an integer; expected true or false"),
+            (
+                "word",
+                Value::Null,
+                "null is not allowed here; expected a string",
+            ),
+            (
+                "note",
+                json!(5),
+                "5 is an integer; expected a string or null",
+            ),
+            ("small", json!({}), "{} is an object; expected an array"),
+        ] {
+            assert_eq!(
+                one(&schema, with(key, value)),
+                at(&format!("/{key}"), message)
+            );
+        }
     }
 
     #[test]
@@ -1087,20 +1088,14 @@ mod tests {
             one(&schema, params),
             at("/period", "\"period\" is a required property")
         );
-        assert_eq!(
-            one(&schema, with("peroid", json!("day"))),
-            at(
-                "/peroid",
-                "unexpected property \"peroid\"; did you mean \"period\"?"
-            )
-        );
-        assert_eq!(
-            one(&schema, with("Maybe-Period", json!("day"))),
-            at(
-                "/Maybe-Period",
-                "unexpected property \"Maybe-Period\"; did you mean \"maybe_period\"?"
-            )
-        );
+        // A near miss: the property meant.
+        for (key, meant) in [("peroid", "period"), ("Maybe-Period", "maybe_period")] {
+            let message = format!("unexpected property \"{key}\"; did you mean \"{meant}\"?");
+            assert_eq!(
+                one(&schema, with(key, json!("day"))),
+                at(&format!("/{key}"), &message)
+            );
+        }
         let closed = json!({
             "type": "object",
             "properties": {"a": {}, "b": {}},
@@ -1172,22 +1167,24 @@ mod tests {
     #[test]
     fn bounds_say_the_range() {
         let schema = args();
-        assert_eq!(
-            one(&schema, with("n", json!(11))),
-            at("/n", "11 is too large; expected 1 to 10")
-        );
-        assert_eq!(
-            one(&schema, with("n", json!(0))),
-            at("/n", "0 is too small; expected 1 to 10")
-        );
-        assert_eq!(
-            one(&schema, with("small", json!([1, 300]))),
-            at("/small/1", "300 is too large; expected 0 to 255")
-        );
-        assert_eq!(
-            one(&schema, with("count", json!(-1))),
-            at("/count", "-1 is too small; expected 0 or more")
-        );
+        for (key, value, path, message) in [
+            ("n", json!(11), "/n", "11 is too large; expected 1 to 10"),
+            ("n", json!(0), "/n", "0 is too small; expected 1 to 10"),
+            (
+                "small",
+                json!([1, 300]),
+                "/small/1",
+                "300 is too large; expected 0 to 255",
+            ),
+            (
+                "count",
+                json!(-1),
+                "/count",
+                "-1 is too small; expected 0 or more",
+            ),
+        ] {
+            assert_eq!(one(&schema, with(key, value)), at(path, message));
+        }
         let open = json!({"minimum": 0});
         assert_eq!(
             one(&open, json!(-1)).1,
@@ -1249,25 +1246,29 @@ mod tests {
     #[test]
     fn item_counts_and_repeats_say_what_fits() {
         let schema = args();
-        assert_eq!(
-            one(&schema, with("short", json!([]))),
-            at("/short", "[] has no items; expected 1 to 2 items")
-        );
-        assert_eq!(
-            one(&schema, with("short", json!(["a", "b", "c"]))),
-            at(
-                "/short",
-                "[\"a\",\"b\",\"c\"] has 3 items; expected 1 to 2 items"
-            )
-        );
-        assert_eq!(
-            one(&schema, with("pair", json!([1]))),
-            at("/pair", "[1] has 1 item; expected exactly 2 items")
-        );
-        assert_eq!(
-            one(&schema, with("set", json!([1, 2, 1]))),
-            at("/set", "[1,2,1] repeats 1; expected each item once")
-        );
+        for (key, value, message) in [
+            ("short", json!([]), "[] has no items; expected 1 to 2 items"),
+            (
+                "short",
+                json!(["a", "b", "c"]),
+                "[\"a\",\"b\",\"c\"] has 3 items; expected 1 to 2 items",
+            ),
+            (
+                "pair",
+                json!([1]),
+                "[1] has 1 item; expected exactly 2 items",
+            ),
+            (
+                "set",
+                json!([1, 2, 1]),
+                "[1,2,1] repeats 1; expected each item once",
+            ),
+        ] {
+            assert_eq!(
+                one(&schema, with(key, value)),
+                at(&format!("/{key}"), message)
+            );
+        }
         let props = json!({"type": "object", "minProperties": 1});
         assert_eq!(
             one(&props, json!({})).1,

@@ -8,7 +8,7 @@
 
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// The input schema for params deserialised into `T`.
 pub fn input_schema_for<T: JsonSchema>() -> Value {
@@ -57,18 +57,27 @@ fn strip_root(schema: &mut Value) {
 /// that does not say otherwise, walking only schema positions (never `enum`,
 /// `const`, `default` or `examples` data, never a `properties` map as such).
 pub(crate) fn close_objects(schema: &mut Value) {
+    walk_schemas(schema, &mut |obj| {
+        if obj.get("properties").is_some_and(Value::is_object)
+            && !obj.contains_key("additionalProperties")
+            && !obj.contains_key("unevaluatedProperties")
+        {
+            obj.insert("additionalProperties".into(), Value::Bool(false));
+        }
+    });
+}
+
+/// Calls `f` on every schema object inside `schema`, `schema` included,
+/// walking only schema positions (never `enum`, `const`, `default` or
+/// `examples` data).
+pub(crate) fn walk_schemas(schema: &mut Value, f: &mut impl FnMut(&mut Map<String, Value>)) {
     let Value::Object(obj) = schema else { return };
-    if obj.get("properties").is_some_and(Value::is_object)
-        && !obj.contains_key("additionalProperties")
-        && !obj.contains_key("unevaluatedProperties")
-    {
-        obj.insert("additionalProperties".into(), Value::Bool(false));
-    }
+    f(obj);
     for (key, value) in obj.iter_mut() {
         match key.as_str() {
             "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
                 if let Value::Object(map) = value {
-                    map.values_mut().for_each(close_objects);
+                    map.values_mut().for_each(|v| walk_schemas(v, f));
                 }
             }
             "items"
@@ -82,12 +91,12 @@ pub(crate) fn close_objects(schema: &mut Value) {
             | "unevaluatedItems"
             | "unevaluatedProperties"
             | "additionalItems" => match value {
-                Value::Array(list) => list.iter_mut().for_each(close_objects),
-                other => close_objects(other),
+                Value::Array(list) => list.iter_mut().for_each(|v| walk_schemas(v, f)),
+                other => walk_schemas(other, f),
             },
             "allOf" | "anyOf" | "oneOf" | "prefixItems" => {
                 if let Value::Array(list) = value {
-                    list.iter_mut().for_each(close_objects);
+                    list.iter_mut().for_each(|v| walk_schemas(v, f));
                 }
             }
             _ => {}

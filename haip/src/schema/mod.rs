@@ -8,8 +8,8 @@ mod profile;
 
 pub(crate) use form::Form;
 pub use generate::{input_schema_for, output_schema_for};
-pub(crate) use profile::Profiles;
 pub(crate) use profile::args::normalize as normalize_params;
+pub(crate) use profile::{Profiles, refusals};
 pub use profile::{SchemaProblem, SchemaProfile, UnknownProfile};
 
 use std::collections::BinaryHeap;

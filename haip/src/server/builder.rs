@@ -11,7 +11,7 @@ use super::with_redis::Cluster;
 use super::{Config, Server};
 use crate::Error;
 use crate::auth::{Authenticator, Jwt};
-use crate::schema::SchemaProfile;
+use crate::schema::{SchemaProfile, refusals};
 use crate::session::Shared;
 use crate::tool::{Registry, StateMap, TagFilter, Tool};
 
@@ -871,18 +871,13 @@ impl ServerBuilder {
             let stack = crate::layer::Stack::new(self.layers, shared.runner.validators_handle());
             shared.runner.set_around(Arc::new(stack));
         }
-        shared.tasks = Arc::new(crate::session::tasks::InMemoryTaskStore::new(
-            &instance,
-            self.config.task_limits(),
-            Arc::clone(&shared.clock),
-        ));
         let cluster = Cluster::new(
             self.redis_url.as_deref(),
             &instance,
             &self.config.session,
-            self.config.task_limits(),
             &mut shared,
         )?;
+        super::with_mcp::keep_tasks(&instance, &self.config, &cluster, &mut shared);
         Ok(Server {
             shared: Arc::new(shared),
             instance: Arc::from(instance),
@@ -1082,12 +1077,7 @@ fn register(
         }
         check_state(&tool, state)?;
         if tool.advertised_input_schema(profile).is_none() {
-            let why: Vec<&str> = tool
-                .schema_problems(profile)
-                .iter()
-                .filter(|p| p.refused)
-                .map(|p| p.reason.as_str())
-                .collect();
+            let why = refusals(tool.schema_problems(profile));
             tracing::warn!(
                 tool = tool.name(),
                 %profile,

@@ -81,23 +81,6 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The records of MCP tasks' limits: the server's, and each caller's
-    /// share of them (its bytes, and as large a share of the records).
-    pub(crate) fn task_limits(&self) -> crate::session::tasks::TaskLimits {
-        use crate::session::tasks::{MAX_TASKS, TaskLimits};
-        TaskLimits {
-            ttl: self.task_ttl,
-            max_tasks: MAX_TASKS,
-            max_bytes: self.max_task_bytes,
-            max_tasks_per_caller: TaskLimits::tasks_per_caller(
-                self.max_task_bytes,
-                self.max_task_bytes_per_client,
-                self.max_tasks_per_client,
-            ),
-            max_bytes_per_caller: self.max_task_bytes_per_client,
-        }
-    }
-
     /// Rejects nonsensical settings, naming the first bad one (docs/protocol.md §18):
     /// the sessions' first, then the server's own.
     pub(crate) fn validate(&self) -> Result<(), Error> {

@@ -4,7 +4,6 @@
 //! they are for. Either is served as if the client had come here itself.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -243,14 +242,13 @@ struct RelayedCount<'a>(&'a crate::stats::Stats);
 
 impl<'a> RelayedCount<'a> {
     fn new(stats: &'a crate::stats::Stats) -> RelayedCount<'a> {
-        stats.relayed_connections.fetch_add(1, Relaxed);
-        stats.relayed_total.fetch_add(1, Relaxed);
+        stats.relay_opened();
         RelayedCount(stats)
     }
 }
 
 impl Drop for RelayedCount<'_> {
     fn drop(&mut self) {
-        self.0.relayed_connections.fetch_sub(1, Relaxed);
+        self.0.relay_closed();
     }
 }

@@ -49,7 +49,8 @@ use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::access::{authenticate, caller_key, unauthorized};
-use super::answer::{AnswerBody, Outflow};
+use super::answer::Outflow;
+use super::answer::counted::AnswerBody;
 use super::body::{Reader, Refused, Reservation, Stopped};
 use super::hub::Hub;
 use super::reply::{Body, not_found};

@@ -16,7 +16,8 @@ use std::time::Duration;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Response};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
@@ -184,59 +185,61 @@ impl std::fmt::Debug for Counters {
     }
 }
 
-fn counter(
-    encoder: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    value: u64,
-) -> Result<(), std::fmt::Error> {
-    let metric = ConstCounter::new(value);
-    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+/// What a metric the scrape reads is: a counter (it only rises) or a gauge.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
 }
 
-fn gauge(
-    encoder: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    value: u64,
-) -> Result<(), std::fmt::Error> {
-    let metric = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
-    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
-}
-
-/// A family of gauges, one per row: `label` is the row's first part.
-fn gauges(
-    encoder: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    label: &str,
-    rows: &[(&str, u64)],
-) -> Result<(), std::fmt::Error> {
-    let zero = ConstGauge::new(0i64);
-    let mut family = encoder.encode_descriptor(name, help, None, zero.metric_type())?;
-    for &(value_of, value) in rows {
-        let labels = [(label, value_of)];
-        let value = i64::try_from(value).unwrap_or(i64::MAX);
-        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+impl Kind {
+    fn metric_type(self) -> MetricType {
+        match self {
+            Kind::Counter => MetricType::Counter,
+            Kind::Gauge => MetricType::Gauge,
+        }
     }
-    Ok(())
-}
 
-/// A family of counters, one per row: `label` is the row's first part.
-fn counters(
-    encoder: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    label: &str,
-    rows: &[(&str, u64)],
-) -> Result<(), std::fmt::Error> {
-    let zero = ConstCounter::new(0u64);
-    let mut family = encoder.encode_descriptor(name, help, None, zero.metric_type())?;
-    for &(value_of, value) in rows {
-        let labels = [(label, value_of)];
-        ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+    /// `value` as a metric of this kind.
+    fn encode(self, value: u64, encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        match self {
+            Kind::Counter => ConstCounter::new(value).encode(encoder),
+            Kind::Gauge => {
+                ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(encoder)
+            }
+        }
     }
-    Ok(())
+
+    /// One metric of this kind: `name`, `help` and its `value`.
+    fn one(
+        self,
+        encoder: &mut DescriptorEncoder<'_>,
+        name: &str,
+        help: &str,
+        value: u64,
+    ) -> Result<(), std::fmt::Error> {
+        self.encode(
+            value,
+            encoder.encode_descriptor(name, help, None, self.metric_type())?,
+        )
+    }
+
+    /// A family of this kind, one metric per row: `label` is the row's first
+    /// part.
+    fn by(
+        self,
+        encoder: &mut DescriptorEncoder<'_>,
+        name: &str,
+        help: &str,
+        label: &str,
+        rows: &[(&str, u64)],
+    ) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(name, help, None, self.metric_type())?;
+        for &(value_of, value) in rows {
+            self.encode(value, family.encode_family(&[(label, value_of)])?)?;
+        }
+        Ok(())
+    }
 }
 
 impl Collector for Counters {
@@ -246,13 +249,13 @@ impl Collector for Counters {
         let failed = stats.calls_failed.load(Relaxed);
         let cancelled = stats.calls_cancelled.load(Relaxed);
         let total = stats.calls_total.load(Relaxed).max(ok + failed + cancelled);
-        gauge(
+        Kind::Gauge.one(
             &mut encoder,
             "calls_in_flight",
             "Tool calls received and not ended yet",
             total - ok - failed - cancelled,
         )?;
-        gauges(
+        Kind::Gauge.by(
             &mut encoder,
             "sessions",
             "HAIP sessions: on a connection, or parked awaiting resumption",
@@ -263,7 +266,7 @@ impl Collector for Counters {
             ],
         )?;
         let by = |t: Transport| stats.connections_on(t);
-        gauges(
+        Kind::Gauge.by(
             &mut encoder,
             "connections",
             "Open HAIP connections, by transport (relayed: served here for another instance)",
@@ -272,16 +275,16 @@ impl Collector for Counters {
                 ("websocket", by(Transport::WebSocket)),
                 ("sse", by(Transport::Sse)),
                 ("stream", by(Transport::Stream)),
-                ("relayed", stats.relayed_connections.load(Relaxed)),
+                ("relayed", stats.relayed_now()),
             ],
         )?;
-        counter(
+        Kind::Counter.one(
             &mut encoder,
             "connections_opened",
             "HAIP connections accepted since start",
             stats.total_connections.load(Relaxed),
         )?;
-        counters(
+        Kind::Counter.by(
             &mut encoder,
             "connections_closed",
             "Connections closed or refused by the server, by reason",
@@ -293,29 +296,29 @@ impl Collector for Counters {
                 ("per_peer_cap", stats.refused_per_peer.load(Relaxed)),
             ],
         )?;
-        counters(
+        Kind::Counter.by(
             &mut encoder,
             "bytes",
             "HAIP envelope bytes received from and written to clients",
             "direction",
             &[
-                ("in", stats.bytes_in.load(Relaxed)),
-                ("out", stats.bytes_out.load(Relaxed)),
+                ("in", stats.traffic.bytes_in.load(Relaxed)),
+                ("out", stats.traffic.bytes_out.load(Relaxed)),
             ],
         )?;
-        counter(
+        Kind::Counter.one(
             &mut encoder,
             "messages_received",
             "HAIP envelopes received",
             stats.total_messages.load(Relaxed),
         )?;
-        gauge(
+        Kind::Gauge.one(
             &mut encoder,
             "outbound_bytes",
             "Encoded envelopes waiting for sockets, all sessions",
             stats.outbound_bytes.load(Relaxed),
         )?;
-        gauge(
+        Kind::Gauge.one(
             &mut encoder,
             "replay_bytes",
             "Bytes the sessions' replay windows hold",
@@ -330,7 +333,7 @@ impl Counters {
     /// trips to the shared session store.
     fn encode_exports(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         if self.shared.tracer.on() {
-            counter(
+            Kind::Counter.one(
                 encoder,
                 "trace_spans_dropped",
                 "Spans of calls not exported: the export queue was full or the collector failed",
@@ -338,13 +341,13 @@ impl Counters {
             )?;
         }
         if let Some((trips, failed)) = self.cluster.round_trips() {
-            counter(
+            Kind::Counter.one(
                 encoder,
                 "store_round_trips",
                 "Round trips to the shared session store (Redis)",
                 trips,
             )?;
-            counter(
+            Kind::Counter.one(
                 encoder,
                 "store_errors",
                 "Round trips to the shared session store that failed or timed out",

@@ -189,8 +189,8 @@ impl Server {
     /// headers are held to loopback names unless
     /// [`allowed_hosts`](ServerBuilder::allowed_hosts) names others (`"*"`
     /// for any), a server whose allowed hosts are not all loopback names
-    /// needs authentication (or `allow_unauthenticated`), and OAuth needs
-    /// its [`resource`](crate::auth::OAuth::resource) URL.
+    /// needs authentication (or `allow_unauthenticated`), and OAuth
+    /// (feature `oauth`) needs its resource URL (`OAuth::resource`).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), haip::Error> {

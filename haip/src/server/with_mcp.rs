@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use super::config::Config;
 use super::reply::{Body, json_response};
+use super::with_redis::Cluster;
 use super::{Server, ShutdownSignal};
 use crate::Error;
 use crate::mcp::McpImport;
@@ -23,6 +24,7 @@ use crate::mcp::export::McpHttp;
 use crate::mcp::tasks::{TaskSettings, Tasks};
 use crate::protocol::jsonrpc::SERVER_BUSY;
 use crate::session::Shared;
+use crate::session::tasks::{InMemoryTaskStore, MAX_TASKS, TaskLimits};
 
 /// The polling interval MCP task clients are advised.
 const TASK_POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -146,6 +148,33 @@ pub(super) fn shutting_down(path: &str, message: &str) -> Option<Response<Body>>
         });
         json_response(StatusCode::SERVICE_UNAVAILABLE, &body)
     })
+}
+
+/// Keeps the records of MCP tasks where the sessions are: in the shared
+/// store when there is one (`cluster`), else in memory.
+pub(super) fn keep_tasks(instance: &str, config: &Config, cluster: &Cluster, shared: &mut Shared) {
+    let limits = task_limits(config);
+    let clock = Arc::clone(&shared.clock);
+    shared.tasks = match cluster.task_store(limits, Arc::clone(&clock)) {
+        Some(store) => store,
+        None => Arc::new(InMemoryTaskStore::new(instance, limits, clock)),
+    };
+}
+
+/// The records of MCP tasks' limits: the server's, and each caller's
+/// share of them (its bytes, and as large a share of the records).
+fn task_limits(config: &Config) -> TaskLimits {
+    TaskLimits {
+        ttl: config.task_ttl,
+        max_tasks: MAX_TASKS,
+        max_bytes: config.max_task_bytes,
+        max_tasks_per_caller: TaskLimits::tasks_per_caller(
+            config.max_task_bytes,
+            config.max_task_bytes_per_client,
+            config.max_tasks_per_client,
+        ),
+        max_bytes_per_caller: config.max_task_bytes_per_client,
+    }
 }
 
 /// The MCP tasks settings. The tasks running on one instance are bounded

@@ -7,7 +7,6 @@
 //! The links other instances open here are served by `links.rs`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -15,7 +14,6 @@ use tokio::sync::mpsc;
 use crate::Error;
 use crate::cluster::RedisSessionStore;
 use crate::session::link::{IncomingLink, Link, LinkOpen, LinkPurpose};
-use crate::session::tasks::TaskLimits;
 use crate::session::{ResumeRefused, SessionConfig, Shared};
 
 /// The shared session store, when sessions are shared through Redis.
@@ -24,15 +22,12 @@ pub(crate) struct Cluster(pub(super) Option<Arc<RedisSessionStore>>);
 
 impl Cluster {
     /// The store at `url` (`redis`, `HAIP_REDIS_URL`), when one is given:
-    /// `shared` keeps its sessions there from now on, and its MCP task
-    /// records too, on the store's connection once it is connected.
-    /// `session`: the sessions' settings; `tasks`: the limits of the task
-    /// records.
+    /// `shared` keeps its sessions there from now on, on the store's
+    /// connection once it is connected. `session`: the sessions' settings.
     pub(super) fn new(
         url: Option<&str>,
         instance: &str,
         session: &SessionConfig,
-        tasks: TaskLimits,
         shared: &mut Shared,
     ) -> Result<Cluster, Error> {
         let Some(url) = url else {
@@ -49,9 +44,22 @@ impl Cluster {
         .map_err(|reason| Error::redis(url, reason))?;
         let store = Arc::new(store);
         shared.store = Arc::new(crate::cluster::SharedRedisStore(Arc::clone(&store)));
-        shared.tasks =
-            crate::cluster::tasks::RedisTaskStore::attach(&store, tasks, Arc::clone(&shared.clock));
         Ok(Cluster(Some(store)))
+    }
+
+    /// Where MCP task records are kept when sessions are shared: in the
+    /// same store, on its connection once it is connected; `None` when
+    /// they are not.
+    #[cfg(feature = "mcp")]
+    pub(super) fn task_store(
+        &self,
+        limits: crate::session::tasks::TaskLimits,
+        clock: Arc<dyn crate::session::Clock>,
+    ) -> Option<Arc<dyn crate::session::tasks::TaskStore>> {
+        let store = self.0.as_ref()?;
+        Some(crate::cluster::tasks::RedisTaskStore::attach(
+            store, limits, clock,
+        ))
     }
 
     /// Connects to Redis, failing, with the URL and the reason, when it
@@ -100,8 +108,7 @@ impl Cluster {
             return;
         };
         stats["cluster"] = store.stats().await;
-        stats["cluster"]["relayedConnections"] =
-            Value::from(shared.stats.relayed_connections.load(Relaxed));
+        stats["cluster"]["relayedConnections"] = Value::from(shared.stats.relayed_now());
     }
 
     /// The store's round trips so far, and those that failed (`/metrics`).

@@ -8,6 +8,7 @@ use tokio_util::task::TaskTracker;
 
 use super::config::Config;
 use super::reply::Body;
+use super::with_redis::Cluster;
 use crate::Error;
 use crate::session::Shared;
 
@@ -53,6 +54,15 @@ impl McpSettings {
     pub(super) fn url(&self, _base: &str) -> Option<String> {
         None
     }
+}
+
+/// No MCP tasks, and no records of them to keep.
+pub(super) fn keep_tasks(
+    _instance: &str,
+    _config: &Config,
+    _cluster: &Cluster,
+    _shared: &mut Shared,
+) {
 }
 
 /// There is no `/mcp` to reach: `Hub::mcp` is always `None`.

@@ -9,7 +9,6 @@ use serde_json::Value;
 
 use crate::Error;
 use crate::session::link::Link;
-use crate::session::tasks::TaskLimits;
 use crate::session::{SessionConfig, Shared};
 
 /// No shared session store.
@@ -22,7 +21,6 @@ impl Cluster {
         url: Option<&str>,
         _instance: &str,
         _session: &SessionConfig,
-        _tasks: TaskLimits,
         _shared: &mut Shared,
     ) -> Result<Cluster, Error> {
         match url {
@@ -32,6 +30,16 @@ impl Cluster {
             )),
             None => Ok(Cluster),
         }
+    }
+
+    /// No shared store: MCP task records are kept in memory.
+    #[cfg(feature = "mcp")]
+    pub(super) fn task_store(
+        &self,
+        _limits: crate::session::tasks::TaskLimits,
+        _clock: Arc<dyn crate::session::Clock>,
+    ) -> Option<Arc<dyn crate::session::tasks::TaskStore>> {
+        None
     }
 
     /// Nothing to connect to.

@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde_json::{Map, Number, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::{Action, Pending, Record, Session};
+use super::{Action, Pending, Session};
 use tokio::sync::oneshot;
 
 use crate::context::{
@@ -192,15 +192,7 @@ impl Session {
         let key = CallKey(self.next_key);
         self.next_key += 1;
         self.active_ids.insert(call_id.clone(), key);
-        if self.shared.store.records() {
-            self.shared.store.record(
-                &self.id,
-                Record::CallOpened {
-                    call_id: &call_id,
-                    last_rx_seq: self.last_rx_seq,
-                },
-            );
-        }
+        self.record_call_opened(&call_id);
         let cancel = CancellationToken::new();
         let mut call = Call {
             call_id,
@@ -653,11 +645,7 @@ impl Session {
         stats.access("haip", tool, id, subject, ended, latency, env.len());
         let call_id = call.call_id.clone();
         self.active_ids.remove(&call_id);
-        if self.shared.store.records() {
-            self.shared
-                .store
-                .record(&self.id, Record::CallClosed { call_id: &call_id });
-        }
+        self.record_call_closed(&call_id);
         self.push_prepared(env, None);
     }
 

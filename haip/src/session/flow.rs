@@ -58,6 +58,7 @@ impl InboundCredit {
     /// credit_messages credit_bytes`, `;`-separated. A session restored
     /// from it ([`InboundCredit::restore_owed`]) returns the credit the
     /// client spent here, and holds it to what it has left.
+    #[cfg(any(test, feature = "redis"))]
     pub(crate) fn owed(&self) -> String {
         use std::fmt::Write;
         let mut out = String::new();
@@ -79,6 +80,7 @@ impl InboundCredit {
 
     /// Takes back what [`InboundCredit::owed`] recorded; what does not
     /// read as it writes is left out (the channel starts afresh).
+    #[cfg(any(test, feature = "redis"))]
     pub(crate) fn restore_owed(&mut self, owed: &str) {
         for entry in owed.split(';') {
             if self.channels.len() >= MAX_TRACKED_CHANNELS {
@@ -199,6 +201,7 @@ impl OutboundGate {
 
     /// The paused channels' names, sorted, comma-separated (what a shared
     /// store records).
+    #[cfg(feature = "redis")]
     pub(crate) fn paused_names(&self) -> String {
         let mut names: Vec<&str> = self.paused.iter().map(|c| c.as_str()).collect();
         names.sort_unstable();

@@ -16,8 +16,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use crate::session::TransportKind;
-
 /// Bytes a link holds in one direction before its reader takes them (a
 /// single larger message is taken alone). A writer waits for room; the
 /// instance delivering another's messages cannot wait, and ends a link whose
@@ -29,12 +27,13 @@ pub(crate) const LINK_BYTES: u32 = 4 << 20;
 const MESSAGE_OVERHEAD: usize = 64;
 
 /// What a link is opened for.
+#[cfg(feature = "redis")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum LinkPurpose {
     /// Relay a client connection whose first envelope, `hai`, resumes a
     /// session the other instance runs.
     Connection {
-        transport: TransportKind,
+        transport: super::TransportKind,
         hai: String,
     },
     /// Deliver the envelopes of an upstream POST to stream `session`.
@@ -42,6 +41,7 @@ pub(crate) enum LinkPurpose {
 }
 
 /// The first message of a link.
+#[cfg(feature = "redis")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LinkOpen {
     /// The subject the client authenticated as.
@@ -69,6 +69,7 @@ pub(crate) enum LinkMessage {
     /// The client showed it is there without sending an envelope.
     Activity,
     /// A keep-alive frame for the client.
+    #[cfg(feature = "redis")]
     KeepAlive,
     /// The end of the link. To the relaying side: close the client's
     /// connection with `code` and `reason`; to the running side: the client
@@ -80,10 +81,12 @@ pub(crate) enum LinkMessage {
     /// POST's envelopes.
     Done(u16),
     /// Nothing to say but that the sender is alive.
+    #[cfg(feature = "redis")]
     Heartbeat,
 }
 
 /// A link another instance opened to this one, for the server to serve.
+#[cfg(feature = "redis")]
 pub(crate) struct IncomingLink {
     pub(crate) link: Link,
     pub(crate) open: LinkOpen,
@@ -102,6 +105,7 @@ impl LinkMessage {
 }
 
 /// One direction of a link: in order, bounded by bytes ([`LINK_BYTES`]).
+#[cfg(any(test, feature = "redis"))]
 pub(crate) fn channel() -> (LinkSender, LinkReceiver) {
     let (tx, rx) = mpsc::unbounded_channel();
     let room = Arc::new(Semaphore::new(LINK_BYTES as usize));
@@ -128,6 +132,7 @@ impl LinkSender {
     }
 
     /// Sends if there is room now; false if not, or the reader has gone.
+    #[cfg(feature = "redis")]
     pub(crate) fn try_send(&self, message: LinkMessage) -> bool {
         let weight = message.weight();
         match Arc::clone(&self.room).try_acquire_many_owned(weight) {
@@ -149,6 +154,7 @@ impl LinkReceiver {
     }
 
     /// The next message if one is waiting.
+    #[cfg(feature = "redis")]
     pub(crate) fn try_recv(&mut self) -> Option<LinkMessage> {
         self.rx.try_recv().ok().map(|(message, _room)| message)
     }

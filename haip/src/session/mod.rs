@@ -17,13 +17,15 @@ mod config;
 mod flow;
 #[cfg(test)]
 mod fuzz;
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) mod link;
+mod record;
 mod refused;
 mod replay;
 mod resume;
+#[cfg(feature = "redis")]
+mod shared_store;
 mod store;
-#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+#[cfg(feature = "mcp")]
 pub(crate) mod tasks;
 #[cfg(test)]
 mod tests;
@@ -39,10 +41,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Caller;
 use crate::context::LogLevel;
-use crate::exec::admit::{CallBook, Gate};
+use crate::exec::admit::Gate;
 use crate::exec::{self, CallKey, CallRunner};
 use crate::hash::{FastMap, FastSet};
-use crate::otel::CallSpan;
 use crate::protocol::payload::{
     self, Hai, InboundEvent, LastRxSeq, Payload, ReplayRequest, RunStarted, ToolSchemaRequest,
 };
@@ -62,17 +63,21 @@ pub(crate) use clock::{CountingIds, FakeClock};
 pub(crate) use config::{SessionConfig, invalid};
 use flow::{Amount, InboundCredit, OutboundGate, Owed};
 pub(crate) use refused::ResumeRefused;
-#[allow(unused_imports)] // the shared store's (feature `redis`)
+#[cfg(feature = "redis")]
 pub(crate) use replay::REPLAY_HARD_CAP_FACTOR;
 use replay::{ReplayBudget, ReplayWindow};
 pub(crate) use resume::ResumeRequest;
 pub(crate) use store::{
-    Attached, InMemorySessionStore, NotRestored, Record, SessionStore, Snapshot, Takeover,
-    next_event,
+    Attached, InMemorySessionStore, SessionStore, Takeover, TakeoverAddress, next_event,
 };
-#[allow(unused_imports)] // the shared store's (feature `redis`)
-pub(crate) use store::{StoreFuture, TakeoverAddress, Takeovers};
 use timers::{Deadlines, Timers};
+
+// The shared store's (feature `redis`).
+#[cfg(feature = "redis")]
+pub(crate) use {
+    shared_store::{NotRestored, Record, Snapshot},
+    store::{StoreFuture, Takeovers},
+};
 
 /// What a session shares with the rest of the server.
 pub(crate) struct Shared {
@@ -95,6 +100,7 @@ pub(crate) struct Shared {
     pub(crate) ids: Arc<dyn IdSource>,
     /// The records of MCP tasks (kept where sessions are: shared by the
     /// instances when the session store is).
+    #[cfg(feature = "mcp")]
     pub(crate) tasks: Arc<dyn tasks::TaskStore>,
     /// Spans of calls (feature `otel`; off unless an endpoint is set).
     pub(crate) tracer: crate::otel::Tracer,
@@ -126,6 +132,7 @@ impl Shared {
             replay: ReplayBudget::new(config.replay_budget_bytes),
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
+            #[cfg(feature = "mcp")]
             tasks: Arc::new(tasks::InMemoryTaskStore::new(
                 "local",
                 tasks::TaskLimits::default(),
@@ -371,149 +378,12 @@ impl Session {
             awaited: None,
             received_any: false,
         };
-        if session.shared.store.records() {
-            let subject = session.subject.clone();
-            session.shared.store.record(
-                &session.id,
-                Record::Opened {
-                    subject: subject.as_deref(),
-                },
-            );
-        }
+        session.record_opened();
         let hai = session.hai_payload();
         session.push(Outgoing::new(Channel::System, EventType::Hai, hai));
         let now = session.shared.clock.now();
         session.connected(now);
         session
-    }
-
-    /// A fresh session for a connection relayed from another instance,
-    /// whose client was greeted there: its `HAI` is not sent (what comes
-    /// next is the client's resumption of the session it is after). It is
-    /// the session the client was greeted with (`greeted`: its id and next
-    /// `seq`), so that a refused resumption leaves the client on a session
-    /// it knows (docs/protocol.md §11.3).
-    #[cfg(feature = "redis")]
-    pub(crate) fn relayed(
-        shared: Arc<Shared>,
-        transport: TransportKind,
-        caller: Option<Arc<Caller>>,
-        greeted: Option<(String, u64)>,
-    ) -> Session {
-        let mut session = Session::new(shared, transport, caller);
-        session.outbox.clear();
-        session.new_envelopes = 0;
-        let unsent = std::mem::take(&mut session.new_bytes);
-        session
-            .shared
-            .stats
-            .outbound_bytes
-            .fetch_sub(unsent as u64, Relaxed);
-        if let Some((id, next_seq)) = greeted {
-            let made = std::mem::replace(&mut session.id, Arc::from(id));
-            session.next_seq = next_seq.max(1);
-            if session.shared.store.records() {
-                // Recorded as it was made: it is the greeted one instead.
-                session.shared.store.remove(&made);
-                let subject = session.subject.clone();
-                session.shared.store.record(
-                    &session.id,
-                    Record::Adopted {
-                        subject: subject.as_deref(),
-                    },
-                );
-            }
-        }
-        session
-    }
-
-    /// The `seq` the next committed envelope gets.
-    pub(crate) fn next_seq(&self) -> u64 {
-        self.next_seq
-    }
-
-    /// A session another instance held, rebuilt from what a shared store
-    /// recorded of it ([`Snapshot`]), on a connection from now on, its
-    /// outbox empty. Its window holds the recorded envelopes; the calls it
-    /// owed a `TOOL_DONE` died with that instance: [`Session::resumed`] is
-    /// to follow, then [`Session::end_lost_calls`].
-    pub(crate) fn restore(
-        shared: Arc<Shared>,
-        transport: TransportKind,
-        id: &str,
-        snapshot: Snapshot,
-    ) -> (Session, Vec<String>) {
-        let mut session = Session::new(Arc::clone(&shared), transport, None);
-        // The fresh id and its HAI go: this is the recorded session.
-        session.outbox.clear();
-        session.new_envelopes = 0;
-        let unsent = std::mem::take(&mut session.new_bytes);
-        shared
-            .stats
-            .outbound_bytes
-            .fetch_sub(unsent as u64, Relaxed);
-        session.id = Arc::from(id);
-        session.subject = snapshot.subject.map(Arc::from);
-        session.next_seq = snapshot.next_seq.max(1);
-        session.last_rx_seq = snapshot.last_rx_seq;
-        for channel in &snapshot.paused {
-            session.gate.pause(channel);
-        }
-        session.inbound_credit.restore_owed(&snapshot.owed);
-        let now = shared.clock.now();
-        for (seq, text) in snapshot.window {
-            session.window.keep(seq, text, now, &shared.replay);
-        }
-        if shared.store.records() {
-            let subject = session.subject.clone();
-            shared.store.record(
-                id,
-                Record::Opened {
-                    subject: subject.as_deref(),
-                },
-            );
-            session.record_paused();
-        }
-        (session, snapshot.open_calls)
-    }
-
-    /// Records which channels are paused, for a shared store.
-    fn record_paused(&self) {
-        if self.shared.store.records() {
-            let channels = self.gate.paused_names();
-            self.shared.store.record(
-                &self.id,
-                Record::Paused {
-                    channels: &channels,
-                },
-            );
-        }
-    }
-
-    /// Ends calls that died with the instance that ran them: each gets its
-    /// one `TOOL_DONE`, `ERROR` `INTERNAL_ERROR` "instance lost".
-    pub(crate) fn end_lost_calls(&mut self, call_ids: Vec<String>) {
-        for call_id in call_ids {
-            // Which tool it ran died with its instance.
-            let now = self.shared.clock.now();
-            let book = CallBook::open(&self.shared.stats, None, now, CallSpan::default());
-            let failure = payload::ToolFailure::new(
-                ErrorCode::INTERNAL_ERROR,
-                "instance lost: the server running this call stopped",
-            );
-            let done = payload::ToolDone::failed(call_id.clone(), failure);
-            self.push(Outgoing::new(
-                Channel::Agent,
-                EventType::ToolDone,
-                done.into_value(),
-            ));
-            if self.shared.store.records() {
-                self.shared
-                    .store
-                    .record(&self.id, Record::CallClosed { call_id: &call_id });
-            }
-            book.finish_untimed(crate::stats::Ended::failed(&ErrorCode::INTERNAL_ERROR));
-        }
     }
 
     /// The next thing the driver is to do, in the order the session decided them.
@@ -724,16 +594,7 @@ impl Session {
             self.shared.clock.now(),
             &self.shared.replay,
         );
-        if self.shared.store.records() {
-            self.shared.store.record(
-                &self.id,
-                Record::Committed {
-                    seq,
-                    envelope: &text,
-                    last_rx_seq: self.last_rx_seq,
-                },
-            );
-        }
+        self.record_committed(seq, &text);
         Some(text)
     }
 
@@ -824,6 +685,7 @@ impl Session {
         #[cfg(feature = "metrics")]
         self.shared
             .stats
+            .traffic
             .bytes_in
             .fetch_add(text_len as u64, Relaxed);
         let strict_envelope = self.shared.config.strict_envelope;
@@ -898,11 +760,8 @@ impl Session {
         }
         // A client that gets its credit back is owed it wherever the
         // session is restored (one without returns is owed nothing).
-        if returns && self.shared.store.records() {
-            let owed = self.inbound_credit.owed();
-            self.shared
-                .store
-                .record(&self.id, Record::Owed { owed: &owed });
+        if returns {
+            self.record_owed();
         }
         control
     }

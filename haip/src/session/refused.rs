@@ -13,31 +13,39 @@ pub(crate) enum ResumeRefused {
     UnknownSession,
     /// The session belongs to another subject.
     SubjectMismatch,
+    /// No instance listens where the session's owner should: it died and its
+    /// lease has not expired yet, or it lost its subscription for a moment.
+    Unreachable,
+    /// A `HAI` asking to resume that is not the connection's first message.
+    NotFirstMessage,
+    // Only a store shared by several instances (feature `redis`) restores
+    // a session from elsewhere or relays to the instance that runs it: the
+    // reasons below are its.
     /// Another instance is restoring the session (and will say so in a
     /// moment, or give up within its claim).
     #[cfg(feature = "redis")]
     BeingResumed,
-    /// No instance listens where the session's owner should: it died and its
-    /// lease has not expired yet, or it lost its subscription for a moment.
-    Unreachable,
     /// Another instance holds the session, and this store cannot reach it.
+    #[cfg(feature = "redis")]
     HeldElsewhere,
     /// Another live instance holds the session, and the connection has no
     /// `HAI` to relay to it.
+    #[cfg(feature = "redis")]
     HeldByLiveInstance,
     /// The shared store did not answer.
     #[cfg(feature = "redis")]
     StoreUnavailable,
     /// The shared store did not answer in time.
+    #[cfg(feature = "redis")]
     StoreTimedOut,
     /// Records of the session were lost while the store was away: it is
     /// never restored from a gap.
     #[cfg(feature = "redis")]
     RecordsLost,
-    /// A `HAI` asking to resume that is not the connection's first message.
-    NotFirstMessage,
-    /// This server shuts down before it could answer: nothing is sent, the
+    /// This server shuts down before it could answer (while a resumption
+    /// waits for the instance holding the session): nothing is sent, the
     /// connection closes with the others and its client resumes elsewhere.
+    #[cfg(feature = "redis")]
     ShuttingDown,
 }
 
@@ -49,17 +57,21 @@ impl ResumeRefused {
             ResumeRefused::WindowExceeded => "window exceeded",
             ResumeRefused::UnknownSession => "unknown session",
             ResumeRefused::SubjectMismatch => "subject mismatch",
+            ResumeRefused::Unreachable => "the instance holding the session is unreachable",
+            ResumeRefused::NotFirstMessage => "not first message",
             #[cfg(feature = "redis")]
             ResumeRefused::BeingResumed => "session being resumed elsewhere",
-            ResumeRefused::Unreachable => "the instance holding the session is unreachable",
+            #[cfg(feature = "redis")]
             ResumeRefused::HeldElsewhere => "session held by another instance",
+            #[cfg(feature = "redis")]
             ResumeRefused::HeldByLiveInstance => "session held by another live instance",
             #[cfg(feature = "redis")]
             ResumeRefused::StoreUnavailable => "session store unavailable",
+            #[cfg(feature = "redis")]
             ResumeRefused::StoreTimedOut => "session store timed out",
             #[cfg(feature = "redis")]
             ResumeRefused::RecordsLost => "records lost while the session store was away",
-            ResumeRefused::NotFirstMessage => "not first message",
+            #[cfg(feature = "redis")]
             ResumeRefused::ShuttingDown => "server shutdown",
         }
     }

@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, mpsc, oneshot};
 
+#[cfg(feature = "redis")]
+use super::shared_store::{NotRestored, Record, Snapshot};
 use super::{ResumeRefused, Session};
 use crate::exec::CallEvent;
 
@@ -234,6 +236,7 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
     }
     /// Notes a change to session `id` that resuming it elsewhere needs.
     /// Never blocks (a shared store queues it).
+    #[cfg(feature = "redis")]
     fn record(&self, _id: &str, _record: Record<'_>) {}
     /// Whether [`SessionStore::record`] keeps anything (the session core
     /// skips building records otherwise).
@@ -255,11 +258,18 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
     fn wait_written(&self, _ticket: u64) -> StoreFuture<()> {
         Box::pin(std::future::ready(()))
     }
+    /// Whether another instance has restored session `id` since this one
+    /// recorded it: what it made here must not reach its client, and it
+    /// ends here.
+    fn fenced(&self, _id: &str) -> bool {
+        false
+    }
     /// Session `id`, known to no instance alive, as last recorded, for a
     /// client of `subject`; or why not, which may be that a live instance
     /// runs it. Restoring claims it: this instance runs it from then on, and
     /// what any other instance still records of it is refused
     /// ([`SessionStore::fenced`]).
+    #[cfg(feature = "redis")]
     fn restore(
         &self,
         _id: &str,
@@ -269,14 +279,9 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
             ResumeRefused::UnknownSession,
         ))))
     }
-    /// Whether another instance has restored session `id` since this one
-    /// recorded it: what it made here must not reach its client, and it
-    /// ends here.
-    fn fenced(&self, _id: &str) -> bool {
-        false
-    }
     /// Opens a link to the live instance `owner` (a store shared by several
     /// instances); `Err` says why it cannot be reached.
+    #[cfg(feature = "redis")]
     fn link(
         &self,
         _owner: &str,
@@ -287,6 +292,7 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
     /// How long the lease of instance `owner` lasts unless refreshed; `None`
     /// once it has expired (the instance is taken for dead: its sessions may
     /// be restored). `Err` when the store cannot say.
+    #[cfg(feature = "redis")]
     fn lease_left(
         &self,
         _owner: &str,
@@ -295,68 +301,8 @@ pub(crate) trait SessionStore: Send + Sync + 'static {
     }
 }
 
-/// Why [`SessionStore::restore`] gave no snapshot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum NotRestored {
-    /// The `RESUME_FAILED` reason.
-    Refused(ResumeRefused),
-    /// The live instance with this id runs the session: relay to it.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    Elsewhere(String),
-}
-
 /// A boxed future of a [`SessionStore`].
 pub(crate) type StoreFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
-
-/// A change to a session, for a store that can restore it elsewhere.
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(crate) enum Record<'a> {
-    /// The session began, on behalf of `subject` (`None`: authentication off).
-    Opened { subject: Option<&'a str> },
-    /// The session, begun on another instance (which greeted its client,
-    /// then relayed the connection here), runs here from now on.
-    Adopted { subject: Option<&'a str> },
-    /// Envelope `seq` was committed; `last_rx_seq` is the highest inbound
-    /// `seq` seen so far.
-    Committed {
-        seq: u64,
-        envelope: &'a bytes::Bytes,
-        last_rx_seq: u64,
-    },
-    /// A call was accepted: it is owed a `TOOL_DONE`. `last_rx_seq` is the
-    /// highest inbound `seq` seen then (its `TOOL_CALL`'s, if it had one): a
-    /// session restored elsewhere owes the call, and must not ask for it
-    /// again.
-    CallOpened { call_id: &'a str, last_rx_seq: u64 },
-    /// Its `TOOL_DONE` was issued.
-    CallClosed { call_id: &'a str },
-    /// The channels paused now (`PAUSE_CHANNEL`), comma-separated: pause
-    /// state survives resumption (docs/protocol.md §12.2).
-    Paused { channels: &'a str },
-    /// The flow-control credit the client is owed (`InboundCredit::owed`):
-    /// a session restored elsewhere returns it, as this one would have.
-    Owed { owed: &'a str },
-}
-
-/// A session as a shared store last recorded it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Snapshot {
-    /// Its subject.
-    pub(crate) subject: Option<String>,
-    /// Its committed envelopes still kept, with their `seq`s, oldest first.
-    pub(crate) window: Vec<(u64, bytes::Bytes)>,
-    /// The next `seq` it would have committed.
-    pub(crate) next_seq: u64,
-    /// The highest inbound `seq` it had seen.
-    pub(crate) last_rx_seq: u64,
-    /// Calls that were owed a `TOOL_DONE` when it was last recorded.
-    pub(crate) open_calls: Vec<String>,
-    /// The channels it had paused.
-    pub(crate) paused: Vec<String>,
-    /// The flow-control credit it owed its client (`InboundCredit::owed`).
-    pub(crate) owed: String,
-}
 
 /// The default [`SessionStore`]: a map in this process.
 #[derive(Default)]
@@ -364,23 +310,25 @@ pub(crate) struct InMemorySessionStore {
     sessions: Mutex<HashMap<String, TakeoverAddress>>,
 }
 
+// The Redis store keeps the sessions of its instance in one (feature `redis`).
+#[cfg(feature = "redis")]
 impl InMemorySessionStore {
     /// Whether no session is registered.
-    #[cfg(feature = "redis")]
     pub(crate) fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
 
     /// Forgets session `id` if `address` is still where it is found (not a
     /// session registered under its id since).
-    #[cfg(feature = "redis")]
     pub(crate) fn remove_if(&self, id: &str, address: &TakeoverAddress) {
         let mut sessions = self.lock();
         if sessions.get(id).is_some_and(|found| found.same(address)) {
             sessions.remove(id);
         }
     }
+}
 
+impl InMemorySessionStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, TakeoverAddress>> {
         // Entries are whole values: a panic elsewhere cannot leave one half-written.
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())

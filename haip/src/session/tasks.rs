@@ -43,7 +43,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use super::StoreFuture;
+use super::store::StoreFuture;
 
 /// A task's status, as MCP names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +55,9 @@ pub(crate) enum TaskStatus {
     Cancelled,
 }
 
-#[cfg_attr(not(feature = "redis"), allow(dead_code))] // the shared store's
+/// A status as the shared store (feature `redis`) writes and reads it: the
+/// name MCP gives it.
+#[cfg(feature = "redis")]
 impl TaskStatus {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -77,7 +79,9 @@ impl TaskStatus {
             _ => return None,
         })
     }
+}
 
+impl TaskStatus {
     /// Completed, failed or cancelled: nothing changes it any more.
     pub(crate) fn is_terminal(self) -> bool {
         matches!(
@@ -198,7 +202,7 @@ pub(crate) enum TaskSignal {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum TaskStoreError {
     /// The store is unreachable (a shared store's server is away).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg(feature = "redis")]
     Unavailable,
     /// Full: too many tasks, or too many bytes kept (the message says which).
     Full(String),
@@ -209,6 +213,7 @@ pub(crate) enum TaskStoreError {
 impl std::fmt::Display for TaskStoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            #[cfg(feature = "redis")]
             TaskStoreError::Unavailable => f.write_str("the task store is unavailable"),
             TaskStoreError::Full(why) => f.write_str(why),
             TaskStoreError::Unknown => f.write_str("no such task"),

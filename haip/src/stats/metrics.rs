@@ -1,12 +1,13 @@
-//! What `/metrics` counts per tool (feature `metrics`): the call families
-//! the runtime records into as calls end, start and ask. Everything else
-//! `/metrics` shows is read from the server's counters when it is scraped
-//! (`server/metrics.rs`).
+//! What only `/metrics` counts (feature `metrics`): the call families the
+//! runtime records into as calls end, start and ask, and the envelope bytes
+//! to and from clients ([`Traffic`]). Everything else `/metrics` shows is
+//! read from the server's counters when it is scraped (`server/metrics.rs`).
 //!
 //! Labels are bounded: a tool label is a registered tool's name (`unknown`
 //! for a call naming none), an error code is one compiled into the program
 //! (`OTHER` for one made at run time), an MCP method one of the known ones.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -40,6 +41,15 @@ pub(crate) struct MethodLabels {
 pub(crate) struct QuestionLabels {
     /// `asked`, `answered`, `declined` or `cancelled`.
     pub(crate) outcome: &'static str,
+}
+
+/// Envelope bytes to and from clients, all connections.
+#[derive(Debug, Default)]
+pub(crate) struct Traffic {
+    /// Received from clients.
+    pub(crate) bytes_in: AtomicU64,
+    /// Written to clients.
+    pub(crate) bytes_out: AtomicU64,
 }
 
 type Histograms = Family<ToolLabels, Histogram, fn() -> Histogram>;

@@ -37,26 +37,30 @@ pub(crate) struct Stats {
     pub(crate) closed_body_timeout: AtomicU64,
     /// Connections refused beyond `max_connections_per_peer`.
     pub(crate) refused_per_peer: AtomicU64,
-    /// Of the connections counted, those another instance relays here (its
-    /// client is connected there, and counted there too).
-    #[cfg_attr(not(any(feature = "redis", feature = "metrics")), allow(dead_code))]
-    pub(crate) relayed_connections: AtomicU64,
     /// Open connections by transport ([`Transport`]).
     connections: [AtomicU64; 3],
-    /// Envelope bytes received from clients (feature `metrics`).
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) bytes_in: AtomicU64,
-    /// Envelope bytes written to clients (feature `metrics`).
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) bytes_out: AtomicU64,
-    /// Of the connections counted since start, those relayed here.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) relayed_total: AtomicU64,
     latency_micros_sum: AtomicU64,
     latency_count: AtomicU64,
+    /// Of the connections counted, those another instance relays here.
+    #[cfg(feature = "redis")]
+    relayed: Relayed,
+    /// Envelope bytes to and from clients.
+    #[cfg(feature = "metrics")]
+    pub(crate) traffic: metrics::Traffic,
     /// What `/metrics` counts per tool.
     #[cfg(feature = "metrics")]
     pub(crate) metrics: metrics::CallMetrics,
+}
+
+/// Connections another instance relays here: their clients are connected
+/// there, and counted there too (feature `redis`).
+#[cfg(feature = "redis")]
+#[derive(Debug, Default)]
+struct Relayed {
+    /// Open now.
+    open: AtomicU64,
+    /// Opened since start.
+    total: AtomicU64,
 }
 
 /// A client's value in a log line, cut after [`Brief::CHARS`] characters:
@@ -136,13 +140,13 @@ impl Stats {
             closed_idle: AtomicU64::new(0),
             closed_body_timeout: AtomicU64::new(0),
             refused_per_peer: AtomicU64::new(0),
-            relayed_connections: AtomicU64::new(0),
             connections: Default::default(),
-            bytes_in: AtomicU64::new(0),
-            bytes_out: AtomicU64::new(0),
-            relayed_total: AtomicU64::new(0),
             latency_micros_sum: AtomicU64::new(0),
             latency_count: AtomicU64::new(0),
+            #[cfg(feature = "redis")]
+            relayed: Relayed::default(),
+            #[cfg(feature = "metrics")]
+            traffic: metrics::Traffic::default(),
             #[cfg(feature = "metrics")]
             metrics: metrics::CallMetrics::default(),
         }
@@ -322,6 +326,40 @@ impl Stats {
             stats["memoryUsage"] = json!({ "rss": rss });
         }
         stats
+    }
+}
+
+/// The connections other instances relay here.
+#[cfg(feature = "redis")]
+impl Stats {
+    /// A connection another instance relays here opened (counted in
+    /// [`Stats::active_connections`] too); [`Stats::relay_closed`] follows.
+    pub(crate) fn relay_opened(&self) {
+        self.relayed.open.fetch_add(1, Relaxed);
+        self.relayed.total.fetch_add(1, Relaxed);
+    }
+
+    /// A relayed connection closed.
+    pub(crate) fn relay_closed(&self) {
+        self.relayed.open.fetch_sub(1, Relaxed);
+    }
+
+    /// Relayed connections open now.
+    pub(crate) fn relayed_now(&self) -> u64 {
+        self.relayed.open.load(Relaxed)
+    }
+
+    /// Relayed connections opened since start.
+    pub(crate) fn relayed_total(&self) -> u64 {
+        self.relayed.total.load(Relaxed)
+    }
+}
+
+/// Without the feature `redis` no instance relays connections here.
+#[cfg(all(feature = "metrics", not(feature = "redis")))]
+impl Stats {
+    pub(crate) fn relayed_now(&self) -> u64 {
+        0
     }
 }
 

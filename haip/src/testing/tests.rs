@@ -23,6 +23,19 @@ where
         .unwrap()
 }
 
+/// Fails unless a call of `tool` (params `{}`) fails with `code`.
+async fn assert_fails(server: &TestServer, tool: &str, code: &str) {
+    let err = server.call(tool, json!({})).await.unwrap_err();
+    assert_eq!(err.code(), Some(code), "{err}");
+}
+
+/// Fails unless less than `limit` has passed since `started`.
+#[track_caller]
+fn assert_within(started: Instant, limit: Duration) {
+    let elapsed = started.elapsed();
+    assert!(elapsed < limit, "{elapsed:?}");
+}
+
 /// `add`, `steps` (progress, logs), `ask` (a question), `wait` (until
 /// cancelled or released), `panics`, `slow` (past its 50 ms timeout).
 fn server(gate: Arc<Notify>) -> TestServer {
@@ -124,13 +137,8 @@ async fn a_call_gives_its_result_and_a_failure_its_code() {
     let violations = err.details().unwrap().as_array().unwrap();
     let paths: Vec<&Value> = violations.iter().map(|v| &v["path"]).collect();
     assert_eq!(paths, [&json!("/a"), &json!("/b")], "{violations:?}");
-    let err = server.call("nope", json!({})).await.unwrap_err();
-    assert_eq!(err.code(), Some("TOOL_NOT_FOUND"), "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        started.elapsed()
-    );
+    assert_fails(&server, "nope", "TOOL_NOT_FOUND").await;
+    assert_within(started, Duration::from_secs(1));
     server.shutdown().await.unwrap();
 }
 
@@ -279,13 +287,8 @@ async fn a_released_call_ends_with_its_result() {
 async fn a_tool_past_its_timeout_ends_timeout() {
     let server = server(Arc::default());
     let started = Instant::now();
-    let err = server.call("slow", json!({})).await.unwrap_err();
-    assert_eq!(err.code(), Some("TIMEOUT"), "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
+    assert_fails(&server, "slow", "TIMEOUT").await;
+    assert_within(started, Duration::from_secs(2));
     server.shutdown().await.unwrap();
 }
 
@@ -316,8 +319,7 @@ async fn waiting_for_what_never_comes_ends_with_the_call() {
 #[tokio::test]
 async fn a_panic_is_an_error_and_the_session_goes_on() {
     let server = server(Arc::default());
-    let err = server.call("panics", json!({})).await.unwrap_err();
-    assert_eq!(err.code(), Some("INTERNAL_ERROR"), "{err}");
+    assert_fails(&server, "panics", "INTERNAL_ERROR").await;
     assert_eq!(
         server.call("add", json!({"a": 1, "b": 1})).await.unwrap(),
         json!(2.0)
@@ -371,11 +373,7 @@ async fn a_client_dropped_mid_call_does_not_hold_the_shutdown() {
     drop((call, client));
     let started = Instant::now();
     server.shutdown().await.unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        started.elapsed()
-    );
+    assert_within(started, Duration::from_secs(1));
 }
 
 #[tokio::test]
@@ -403,8 +401,7 @@ async fn a_caller_is_who_the_tools_see_and_its_scopes_count() {
         server.call("whoami", json!({})).await.unwrap(),
         json!("alice")
     );
-    let err = server.call("admin", json!({})).await.unwrap_err();
-    assert_eq!(err.code(), Some("FORBIDDEN"), "{err}");
+    assert_fails(&server, "admin", "FORBIDDEN").await;
     let admin = server
         .client_as(Caller::new("root").with_scopes(["admin"]))
         .await

@@ -7,7 +7,6 @@ mod extract;
 mod registry;
 mod tags;
 
-use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -185,22 +184,9 @@ impl Tool {
             timeout: None,
             handler: None,
             required_state: Vec::new(),
-            marks: Marks::default(),
+            marks: Default::default(),
             definition: None,
         }
-    }
-
-    /// The tool's mark of type `M`, if an adapter gave it one
-    /// ([`ToolBuilder::mark`]).
-    #[allow(dead_code)] // only adapters that mark tools read marks
-    pub(crate) fn mark<M: Any + Send + Sync>(&self) -> Option<&M> {
-        self.inner.marks.get()
-    }
-
-    /// Whether both are clones of the same tool (not merely the same name).
-    #[allow(dead_code)] // used by adapters that manage their own tools (the MCP import)
-    pub(crate) fn same(&self, other: &Tool) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// The `#[haip_tool]` function it was built from, if any (edits keep it).
@@ -359,17 +345,55 @@ impl Tool {
 /// Marks on a tool, one per type: what an adapter records about a tool for
 /// itself (the MCP import's "results are MCP content blocks"), without the
 /// calls layer knowing what they mean.
+#[cfg(feature = "mcp")]
 #[derive(Default, Clone)]
-struct Marks(Vec<Arc<dyn Any + Send + Sync>>);
+struct Marks(Vec<Arc<dyn std::any::Any + Send + Sync>>);
 
-impl Marks {
-    fn insert<M: Any + Send + Sync>(&mut self, mark: M) {
-        self.0.retain(|m| !m.is::<M>());
-        self.0.push(Arc::new(mark));
+/// Without the `mcp` feature no adapter marks tools: a tool holds none.
+#[cfg(not(feature = "mcp"))]
+#[derive(Default, Clone)]
+struct Marks;
+
+/// What the MCP bridge keeps on the tools it imports, and how it tells its
+/// own tools from others of the same name.
+#[cfg(feature = "mcp")]
+mod for_mcp {
+    use std::any::Any;
+    use std::sync::Arc;
+
+    use super::{Marks, Tool, ToolBuilder};
+
+    impl Marks {
+        fn insert<M: Any + Send + Sync>(&mut self, mark: M) {
+            self.0.retain(|m| !m.is::<M>());
+            self.0.push(Arc::new(mark));
+        }
+
+        fn get<M: Any>(&self) -> Option<&M> {
+            self.0.iter().find_map(|m| m.downcast_ref())
+        }
     }
 
-    fn get<M: Any>(&self) -> Option<&M> {
-        self.0.iter().find_map(|m| m.downcast_ref())
+    impl Tool {
+        /// The tool's mark of type `M`, if an adapter gave it one
+        /// ([`ToolBuilder::mark`]).
+        pub(crate) fn mark<M: Any + Send + Sync>(&self) -> Option<&M> {
+            self.inner.marks.get()
+        }
+
+        /// Whether both are clones of the same tool (not merely the same name).
+        pub(crate) fn same(&self, other: &Tool) -> bool {
+            Arc::ptr_eq(&self.inner, &other.inner)
+        }
+    }
+
+    impl ToolBuilder {
+        /// Gives the tool a mark an adapter reads back with [`Tool::mark`] (one
+        /// per type: a second of the same type replaces the first).
+        pub(crate) fn mark<M: Any + Send + Sync>(mut self, mark: M) -> Self {
+            self.marks.insert(mark);
+            self
+        }
     }
 }
 
@@ -584,14 +608,6 @@ impl ToolBuilder {
         F: Fn(Value, Context) -> Result<Value, ToolError> + Send + Sync + 'static,
     {
         self.handler = Some(Arc::new(Blocking(Arc::new(handler))));
-        self
-    }
-
-    /// Gives the tool a mark an adapter reads back with [`Tool::mark`] (one
-    /// per type: a second of the same type replaces the first).
-    #[allow(dead_code)] // only adapters that mark tools call this
-    pub(crate) fn mark<M: Any + Send + Sync>(mut self, mark: M) -> Self {
-        self.marks.insert(mark);
         self
     }
 

@@ -241,8 +241,9 @@ impl Registry {
     }
 
     /// Changes the tool list in one step: readers see it before or after `f`,
-    /// never half-way. `f` must keep names unique.
-    #[allow(dead_code)] // used by adapters that manage their own tools (the MCP import)
+    /// never half-way. `f` must keep names unique. Used by the MCP import,
+    /// which adds and removes the tools it manages.
+    #[cfg(feature = "mcp")]
     pub(crate) fn edit<R>(&self, f: impl FnOnce(&mut Vec<Tool>) -> R) -> R {
         let mut guard = self.current.write().unwrap_or_else(|e| e.into_inner());
         let mut tools = guard.tools.clone();

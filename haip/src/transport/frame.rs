@@ -121,7 +121,11 @@ impl WriteMeter {
         let gauge = &self.shared.stats.outbound_bytes;
         gauge.fetch_sub(bytes as u64, Relaxed);
         #[cfg(feature = "metrics")]
-        self.shared.stats.bytes_out.fetch_add(bytes as u64, Relaxed);
+        self.shared
+            .stats
+            .traffic
+            .bytes_out
+            .fetch_add(bytes as u64, Relaxed);
         self.drained.notify_one();
     }
 }

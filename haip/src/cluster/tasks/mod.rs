@@ -86,7 +86,7 @@ mod scripts;
 #[cfg(test)]
 mod tests;
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use redis::AsyncCommands;
@@ -94,6 +94,7 @@ use redis::aio::ConnectionManager;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use self::encoding::{decode_get, decode_signal, encode_signal, fields_of, questions_of, strings};
 use self::ledger::{Creating, Ledger, Parts, State, lock};
@@ -180,7 +181,7 @@ impl RedisTaskStore {
             signals,
             signals_rx: Mutex::new(Some(signals_rx)),
         });
-        let _ = cluster.tasks.set(Arc::downgrade(&store));
+        let _ = cluster.tasks.0.set(Arc::downgrade(&store));
         store
     }
 
@@ -572,11 +573,30 @@ impl TaskStore for RedisTaskStore {
     }
 }
 
-/// Hands a task signal's message body to the task store attached to a
-/// session store (none: the server serves no tasks through it).
-pub(super) fn deliver(tasks: &std::sync::OnceLock<Weak<RedisTaskStore>>, body: &[u8]) {
-    match tasks.get().and_then(Weak::upgrade) {
-        Some(tasks) => tasks.receive(body),
-        None => tracing::debug!("a task signal for a server without tasks dropped"),
+/// The task store attached to a session store ([`RedisTaskStore::attach`]),
+/// if any: its signals come through the session store's channel, and its
+/// refresher starts when the session store connects.
+#[derive(Default)]
+pub(super) struct Attached(OnceLock<Weak<RedisTaskStore>>);
+
+impl Attached {
+    fn store(&self) -> Option<Arc<RedisTaskStore>> {
+        self.0.get().and_then(Weak::upgrade)
+    }
+
+    /// Starts the attached store's refresher on `tasks`, until `shutdown`.
+    pub(super) fn start(&self, tasks: &TaskTracker, shutdown: CancellationToken) {
+        if let Some(store) = self.store() {
+            tasks.spawn(store.refresh(shutdown));
+        }
+    }
+
+    /// Hands a task signal's message body to the attached store (none: the
+    /// server serves no tasks through it).
+    pub(super) fn deliver(&self, body: &[u8]) {
+        match self.store() {
+            Some(tasks) => tasks.receive(body),
+            None => tracing::debug!("a task signal for a server without tasks dropped"),
+        }
     }
 }

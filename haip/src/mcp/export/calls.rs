@@ -22,7 +22,8 @@ use super::render::{
 use crate::context::{Caller, Peer, ProgressSlot};
 use crate::exec::admit::CallBook;
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy};
-use crate::mcp::mrtr::{BadState, Can, RoundPeer};
+use crate::mcp::mrtr::{BadState, RoundPeer};
+use crate::mcp::peer::Can;
 use crate::mcp::peer::SessionPeer;
 use crate::otel::TraceLink;
 use crate::protocol::payload::ToolOutcome;
@@ -156,6 +157,9 @@ impl ExportService {
         let slot = Arc::new(ProgressSlot::default());
         // Server shutdown cancels the call as well as the client's cancellation.
         let cancel = self.shared.shutdown.child_token();
+        // So does the request's end before its answer (its future dropped:
+        // the client went away); after the answer, cancelling changes nothing.
+        let _cancel_on_drop = cancel.clone().drop_guard();
         let context = call.context;
         let round = call.round.clone();
         let peer: Arc<dyn Peer> = match &round {

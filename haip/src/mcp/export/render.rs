@@ -8,7 +8,7 @@ use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::{Map, Value};
 
 use crate::content::Shape;
-use crate::mcp::import::McpContent;
+use crate::mcp::import::{McpContent, set_title_hints_icons};
 use crate::protocol::payload::ToolFailure;
 use crate::schema::SchemaProfile;
 use crate::tool::Tool;
@@ -31,21 +31,7 @@ pub(crate) fn mcp_tool(tool: &Tool, profile: SchemaProfile) -> Option<rmcp::mode
     {
         out.output_schema = Some(Arc::new(output.clone()));
     }
-    // docs/protocol.md §6.13: the same fields one to one.
-    out.title = tool.title().map(str::to_owned);
-    let hints = tool.annotations();
-    if !hints.is_empty() {
-        out.annotations = Some(rmcp::model::ToolAnnotations::from_raw(
-            None, // the title goes in `Tool.title`, not the older `annotations.title`
-            hints.read_only_hint,
-            hints.destructive_hint,
-            hints.idempotent_hint,
-            hints.open_world_hint,
-        ));
-    }
-    if !tool.icons().is_empty() {
-        out.icons = Some(tool.icons().iter().map(mcp_icon).collect());
-    }
+    set_title_hints_icons(&mut out, tool);
     // MCP has no field for tags; `_meta` is where a server says more about
     // a tool, under a key of its own. (HAIP's `TOOL_LIST` has no such place.)
     if !tool.tags().is_empty() {
@@ -59,20 +45,6 @@ pub(crate) fn mcp_tool(tool: &Tool, profile: SchemaProfile) -> Option<rmcp::mode
 
 /// The `_meta` key of a tool's tags in `tools/list`.
 pub(crate) const TAGS_META: &str = "haip/tags";
-
-/// A haip icon as an MCP icon (docs/protocol.md §6.13: the same fields).
-fn mcp_icon(icon: &crate::protocol::Icon) -> rmcp::model::Icon {
-    let mut out = rmcp::model::Icon::new(icon.src.clone());
-    out.mime_type = icon.mime_type.clone();
-    if !icon.sizes.is_empty() {
-        out.sizes = Some(icon.sizes.clone());
-    }
-    out.theme = icon.theme.map(|theme| match theme {
-        crate::protocol::IconTheme::Light => rmcp::model::IconTheme::Light,
-        crate::protocol::IconTheme::Dark => rmcp::model::IconTheme::Dark,
-    });
-    out
-}
 
 /// The schema of a tool's structured results: its output schema, or for a
 /// tool returning `Rich<T>`, `T`'s; `None` for content-only results.

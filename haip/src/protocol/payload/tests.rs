@@ -31,6 +31,39 @@ fn envelope(ty: &str, payload: Value) -> String {
     json!({"id": "e-1", "type": ty, "payload": payload}).to_string()
 }
 
+/// The capabilities of the `HAI` docs/protocol.md §3.1 shows.
+fn spec_capabilities() -> Capabilities {
+    Capabilities {
+        binary_frames: Some(true),
+        flow_control: Some(FlowControl {
+            initial_credit_messages: Some(1000),
+            initial_credit_bytes: Some(1_048_576),
+        }),
+        max_concurrent_runs: Some(10),
+        signed_envelopes: Some(false),
+        ..Capabilities::default()
+    }
+}
+
+/// A `TOOL_LIST` of `echo` (with a description), `bare` (nothing but its
+/// name), and `last`.
+fn echo_bare_and(last: ToolListItem) -> ToolList {
+    ToolList {
+        tools: vec![
+            ToolListItem {
+                name: "echo".into(),
+                description: "Echo back the input".into(),
+                ..ToolListItem::default()
+            },
+            ToolListItem {
+                name: "bare".into(),
+                ..ToolListItem::default()
+            },
+            last,
+        ],
+    }
+}
+
 #[test]
 fn every_payload_round_trips() {
     hai_round_trips();
@@ -43,17 +76,10 @@ fn every_payload_round_trips() {
 /// `HAI`, with every capability.
 fn hai_round_trips() {
     let mut caps = Capabilities {
-        binary_frames: Some(true),
-        flow_control: Some(FlowControl {
-            initial_credit_messages: Some(1000),
-            initial_credit_bytes: Some(1_048_576),
-        }),
-        max_concurrent_runs: Some(10),
-        signed_envelopes: Some(false),
         tool_input: Some(true),
         log_level: Some("debug".into()),
         schema_profile: Some("openai-strict".into()),
-        other: Map::new(),
+        ..spec_capabilities()
     };
     caps.other.insert("x_custom".into(), json!({"a": [1]}));
     let hai = Hai {
@@ -69,43 +95,27 @@ fn hai_round_trips() {
 /// `TOOL_LIST` and `TOOL_SCHEMA`, requests and answers.
 fn tool_discovery_round_trips() {
     assert_eq!(round_trip(&ToolListRequest {}), ToolListRequest {});
-    let list = ToolList {
-        tools: vec![
-            ToolListItem {
-                name: "echo".into(),
-                description: "Echo back the input".into(),
-                ..ToolListItem::default()
-            },
-            ToolListItem {
-                name: "bare".into(),
-                ..ToolListItem::default()
-            },
-            ToolListItem {
-                name: "delete_repo".into(),
-                description: "Delete a repository".into(),
-                title: Some("Delete a repository".into()),
-                annotations: ToolAnnotations::new().destructive(true).open_world(false),
-                icons: vec![
-                    Icon::new("https://example.com/trash.svg")
-                        .with_mime_type("image/svg+xml")
-                        .with_sizes(["48x48", "any"])
-                        .with_theme(crate::protocol::IconTheme::Dark),
-                    Icon::new("data:image/png;base64,AAAA"),
-                ],
-            },
+    let list = echo_bare_and(ToolListItem {
+        name: "delete_repo".into(),
+        description: "Delete a repository".into(),
+        title: Some("Delete a repository".into()),
+        annotations: ToolAnnotations::new().destructive(true).open_world(false),
+        icons: vec![
+            Icon::new("https://example.com/trash.svg")
+                .with_mime_type("image/svg+xml")
+                .with_sizes(["48x48", "any"])
+                .with_theme(crate::protocol::IconTheme::Dark),
+            Icon::new("data:image/png;base64,AAAA"),
         ],
-    };
+    });
     assert_eq!(round_trip(&list), list);
-    let request = ToolSchemaRequest {
-        tool: "echo".into(),
-        profile: None,
-    };
-    assert_eq!(round_trip(&request), request);
-    let request = ToolSchemaRequest {
-        tool: "echo".into(),
-        profile: Some("full".into()),
-    };
-    assert_eq!(round_trip(&request), request);
+    for profile in [None, Some("full".into())] {
+        let request = ToolSchemaRequest {
+            tool: "echo".into(),
+            profile,
+        };
+        assert_eq!(round_trip(&request), request);
+    }
     let schema = ToolSchema {
         tool: "echo".into(),
         input_schema: json!({"type": "object"}),
@@ -239,16 +249,7 @@ fn encoding_matches_the_spec_examples() {
 /// `HAI` as docs/protocol.md §3.1 shows it.
 fn hai_encoding_matches_the_spec() {
     let hai = Hai {
-        capabilities: Some(Capabilities {
-            binary_frames: Some(true),
-            flow_control: Some(FlowControl {
-                initial_credit_messages: Some(1000),
-                initial_credit_bytes: Some(1_048_576),
-            }),
-            max_concurrent_runs: Some(10),
-            signed_envelopes: Some(false),
-            ..Capabilities::default()
-        }),
+        capabilities: Some(spec_capabilities()),
         ..Hai::new()
     };
     assert_eq!(
@@ -322,26 +323,13 @@ fn update_and_list_encoding_match_the_spec() {
         text(queued.to_json()),
         r#"{"call_id":"c-65","status":"QUEUED"}"#
     );
-    let list = ToolList {
-        tools: vec![
-            ToolListItem {
-                name: "echo".into(),
-                description: "Echo back the input".into(),
-                ..ToolListItem::default()
-            },
-            ToolListItem {
-                name: "bare".into(),
-                ..ToolListItem::default()
-            },
-            ToolListItem {
-                name: "wipe".into(),
-                title: Some("Wipe".into()),
-                annotations: ToolAnnotations::new().destructive(true),
-                icons: vec![Icon::new("w.svg")],
-                ..ToolListItem::default()
-            },
-        ],
-    };
+    let list = echo_bare_and(ToolListItem {
+        name: "wipe".into(),
+        title: Some("Wipe".into()),
+        annotations: ToolAnnotations::new().destructive(true),
+        icons: vec![Icon::new("w.svg")],
+        ..ToolListItem::default()
+    });
     // Only what is there; a tool that declares nothing has no
     // `title`, `annotations` or `icons` (docs/protocol.md §6.2, §6.13).
     assert_eq!(

@@ -9,6 +9,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::schema::generate::walk_schemas;
+
 /// How deep the walk follows `$ref`s and nesting (values deeper than this
 /// are validated as they are).
 const MAX_DEPTH: usize = 64;
@@ -18,7 +20,7 @@ const MAX_DEPTH: usize = 64;
 pub(crate) fn needed(schema: &Value) -> bool {
     let mut found = false;
     let mut copy = schema.clone();
-    super::rewrite::walk_schemas(&mut copy, &mut |node| {
+    walk_schemas(&mut copy, &mut |node| {
         let optional = match (node.get("properties"), node.get("required")) {
             (Some(Value::Object(props)), Some(Value::Array(required))) => {
                 props.keys().any(|k| !required.iter().any(|r| r == k))

@@ -160,6 +160,16 @@ pub struct SchemaProblem {
     pub refused: bool,
 }
 
+/// Why a profile cannot serve a tool: the reasons of those of its
+/// `problems` that refuse it.
+pub(crate) fn refusals(problems: &[SchemaProblem]) -> Vec<&str> {
+    problems
+        .iter()
+        .filter(|p| p.refused)
+        .map(|p| p.reason.as_str())
+        .collect()
+}
+
 /// One tool's schemas under every profile, computed once when it is built.
 #[derive(Debug)]
 pub(crate) struct Profiles {

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value, json};
 
 use super::SchemaProblem;
+use crate::schema::generate::walk_schemas;
 
 /// What a rewrite produces a schema for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +20,10 @@ pub(crate) enum Target {
 /// How many times a recursive type is expanded inside itself (portable and
 /// anthropic-strict, which cannot refer back): four levels in all.
 pub(crate) const UNROLL: usize = 3;
+
+/// How many `$ref`s in a row are followed before the reference counts as
+/// unresolved.
+const MAX_HOPS: usize = 32;
 
 /// OpenAI strict mode's limits.
 const OPENAI_MAX_DEPTH: usize = 10;
@@ -115,43 +120,6 @@ pub(crate) fn output(full: &Value) -> Value {
     schema
 }
 
-/// Calls `f` on every schema object inside `schema`, `schema` included,
-/// walking only schema positions (never `enum`, `const`, `default` or
-/// `examples` data).
-pub(crate) fn walk_schemas(schema: &mut Value, f: &mut impl FnMut(&mut Map<String, Value>)) {
-    let Value::Object(obj) = schema else { return };
-    f(obj);
-    for (key, value) in obj.iter_mut() {
-        match key.as_str() {
-            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
-                if let Value::Object(map) = value {
-                    map.values_mut().for_each(|v| walk_schemas(v, f));
-                }
-            }
-            "items"
-            | "additionalProperties"
-            | "not"
-            | "if"
-            | "then"
-            | "else"
-            | "contains"
-            | "propertyNames"
-            | "unevaluatedItems"
-            | "unevaluatedProperties"
-            | "additionalItems" => match value {
-                Value::Array(list) => list.iter_mut().for_each(|v| walk_schemas(v, f)),
-                other => walk_schemas(other, f),
-            },
-            "allOf" | "anyOf" | "oneOf" | "prefixItems" => {
-                if let Value::Array(list) = value {
-                    list.iter_mut().for_each(|v| walk_schemas(v, f));
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
 /// A rewritten node, or the point where a recursive type stops being
 /// described.
 enum Out {
@@ -184,6 +152,17 @@ impl Rewriter<'_> {
             fix: fix.to_owned(),
             refused,
         });
+    }
+
+    /// A `$ref` at `ptr` that names nothing here (or starts a chain longer
+    /// than [`MAX_HOPS`]).
+    fn unresolved(&mut self, ptr: &str, reference: &Value) {
+        self.problem(
+            ptr,
+            &format!("cannot resolve the reference {reference}"),
+            "refer only to definitions of the same schema (`#/$defs/...`)",
+            true,
+        );
     }
 
     fn strict(&self) -> bool {
@@ -220,13 +199,8 @@ impl Rewriter<'_> {
                 .as_str()
                 .and_then(|r| self.resolve(r))
                 .map(|(name, target)| (name, target.clone()));
-            let Some((name, target)) = resolved.filter(|_| hops <= 32) else {
-                self.problem(
-                    ptr,
-                    &format!("cannot resolve the reference {reference}"),
-                    "refer only to definitions of the same schema (`#/$defs/...`)",
-                    true,
-                );
+            let Some((name, target)) = resolved.filter(|_| hops <= MAX_HOPS) else {
+                self.unresolved(ptr, &reference);
                 break;
             };
             if self.target == Target::OpenAiStrict && self.cyclic.contains(&name) {
@@ -241,10 +215,7 @@ impl Rewriter<'_> {
                 self.stack.truncate(self.stack.len() - pushed);
                 return Out::Cut;
             }
-            // The definition's keywords, then the use site's on top.
-            let mut merged = target.as_object().cloned().unwrap_or_default();
-            merged.extend(s);
-            s = merged;
+            s = under(&target, s);
             self.stack.push(name);
             pushed += 1;
         }
@@ -334,18 +305,9 @@ impl Rewriter<'_> {
         while let Some(reference) = s.remove("$ref") {
             hops += 1;
             match reference.as_str().and_then(|r| self.resolve(r)) {
-                Some((_, target)) if hops <= 32 => {
-                    let mut merged = target.as_object().cloned().unwrap_or_default();
-                    merged.extend(s);
-                    s = merged;
-                }
+                Some((_, target)) if hops <= MAX_HOPS => s = under(target, s),
                 _ => {
-                    self.problem(
-                        ptr,
-                        &format!("cannot resolve the reference {reference}"),
-                        "refer only to definitions of the same schema (`#/$defs/...`)",
-                        true,
-                    );
+                    self.unresolved(ptr, &reference);
                     break;
                 }
             }
@@ -907,52 +869,58 @@ impl Rewriter<'_> {
 
     /// The limits a whole schema must keep in the strict profiles.
     fn limits(&mut self) {
-        match self.target {
-            Target::Portable => {}
-            Target::OpenAiStrict => {
-                if self.properties > OPENAI_MAX_PROPERTIES {
-                    let reason = format!(
-                        "{} properties in all (OpenAI strict mode takes {OPENAI_MAX_PROPERTIES})",
-                        self.properties
-                    );
-                    self.problem("", &reason, "split the tool", true);
-                }
-                if self.enum_values > OPENAI_MAX_ENUM_VALUES {
-                    let reason = format!(
-                        "{} enum values in all (OpenAI strict mode takes {OPENAI_MAX_ENUM_VALUES})",
-                        self.enum_values
-                    );
-                    self.problem("", &reason, "use a string for long lists of choices", true);
-                }
-            }
-            Target::AnthropicStrict => {
-                if self.optional > ANTHROPIC_MAX_OPTIONAL {
-                    let reason = format!(
-                        "{} optional properties (Anthropic strict tool use takes {ANTHROPIC_MAX_OPTIONAL})",
-                        self.optional
-                    );
-                    self.problem(
-                        "",
-                        &reason,
+        let (provider, limits) = match self.target {
+            Target::Portable => return,
+            Target::OpenAiStrict => (
+                "OpenAI strict mode",
+                [
+                    (
+                        self.properties,
+                        OPENAI_MAX_PROPERTIES,
+                        "properties in all",
+                        "split the tool",
+                    ),
+                    (
+                        self.enum_values,
+                        OPENAI_MAX_ENUM_VALUES,
+                        "enum values in all",
+                        "use a string for long lists of choices",
+                    ),
+                ],
+            ),
+            Target::AnthropicStrict => (
+                "Anthropic strict tool use",
+                [
+                    (
+                        self.optional,
+                        ANTHROPIC_MAX_OPTIONAL,
+                        "optional properties",
                         "make some of them required, or split the tool",
-                        true,
-                    );
-                }
-                if self.unions > ANTHROPIC_MAX_UNIONS {
-                    let reason = format!(
-                        "{} properties with a choice of types (Anthropic strict tool use takes {ANTHROPIC_MAX_UNIONS})",
-                        self.unions
-                    );
-                    self.problem(
-                        "",
-                        &reason,
+                    ),
+                    (
+                        self.unions,
+                        ANTHROPIC_MAX_UNIONS,
+                        "properties with a choice of types",
                         "use fewer enums with data, or split the tool",
-                        true,
-                    );
-                }
+                    ),
+                ],
+            ),
+        };
+        for (count, max, what, fix) in limits {
+            if count > max {
+                let reason = format!("{count} {what} ({provider} takes {max})");
+                self.problem("", &reason, fix, true);
             }
         }
     }
+}
+
+/// A definition `$ref`'d to: its keywords, then those of the use site, `s`,
+/// on top.
+fn under(definition: &Value, s: Map<String, Value>) -> Map<String, Value> {
+    let mut merged = definition.as_object().cloned().unwrap_or_default();
+    merged.extend(s);
+    merged
 }
 
 /// The note for bounds a target cannot express (`unit` after the numbers).

@@ -25,8 +25,9 @@
 //! - `park.rs`: a session whose connection is gone, kept running until it
 //!   is resumed or expires;
 //! - `resume.rs`: resuming another session from a connection: taking it over
-//!   on this instance, restoring one no live instance holds, or finding the
-//!   instance that runs it;
+//!   on this instance; with a shared store (feature `redis`,
+//!   `resume/restore.rs`), restoring one no live instance holds, or finding
+//!   the instance that runs it;
 //! - `relay.rs`: a connection relayed to the instance running its session.
 //!
 //! [`WRITER_BUDGET`]: crate::transport::frame::WRITER_BUDGET

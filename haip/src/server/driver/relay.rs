@@ -103,17 +103,20 @@ impl Relayed<'_> {
     /// The server shuts down: the session goes on there, parked, and the
     /// client resumes it.
     async fn shut_down(&mut self) {
+        self.close(1001, 1001, "server shutdown").await;
+    }
+
+    /// Ends the relay from this side, for `reason`: the link closes with
+    /// `link_code`, the client's connection with `code`.
+    async fn close(&mut self, link_code: u16, code: u16, reason: &'static str) {
         let _ = self
             .link
             .send(LinkMessage::Close {
-                code: 1001,
-                reason: "server shutdown".into(),
+                code: link_code,
+                reason: reason.into(),
             })
             .await;
-        self.writer.send(Frame::Close {
-            code: 1001,
-            reason: "server shutdown",
-        });
+        self.writer.send(Frame::Close { code, reason });
     }
 
     /// What the running side sent (`None`: the link is lost); `Break` when
@@ -129,6 +132,7 @@ impl Relayed<'_> {
                     return ControlFlow::Break(());
                 }
             }
+            #[cfg(feature = "redis")]
             Some(LinkMessage::KeepAlive) => {
                 self.writer.send(Frame::KeepAlive);
             }
@@ -173,17 +177,7 @@ impl Relayed<'_> {
 
     async fn close_too_slow(&mut self) {
         self.shared.stats.closed_too_slow.fetch_add(1, Relaxed);
-        let _ = self
-            .link
-            .send(LinkMessage::Close {
-                code: 0,
-                reason: "too slow".into(),
-            })
-            .await;
-        self.writer.send(Frame::Close {
-            code: 1008,
-            reason: "too slow",
-        });
+        self.close(0, 1008, "too slow").await;
     }
 
     /// Answers the POST whose envelopes are all on the link, if any.

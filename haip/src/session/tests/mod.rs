@@ -156,4 +156,5 @@ mod clock;
 mod delivery;
 mod input;
 mod questions;
+#[cfg(feature = "redis")]
 mod restore;
