@@ -55,15 +55,7 @@ pub struct Context {
 }
 
 struct Inner {
-    call_id: String,
-    session_id: Arc<str>,
-    cancel: CancellationToken,
-    progress: Option<ProgressSink>,
-    state: Option<Arc<StateMap>>,
-    caller: Option<Arc<Caller>>,
-    /// Who answers questions and sampling requests when the session does not
-    /// (the MCP export's client).
-    peer: Option<Arc<dyn Peer>>,
+    parts: Parts,
     /// Questions made so far, for their default keys.
     questions: AtomicUsize,
     /// The trace the call runs in (feature `otel`), carried on by an MCP
@@ -71,35 +63,40 @@ struct Inner {
     trace: crate::otel::TraceLink,
 }
 
+/// What a call's context is made of (the runner makes one per call).
+pub(crate) struct Parts {
+    /// The call's id.
+    pub(crate) call_id: String,
+    /// Its session's id (empty: none).
+    pub(crate) session_id: Arc<str>,
+    /// Cancelled when the call is.
+    pub(crate) cancel: CancellationToken,
+    /// Where its progress, log lines and questions go (`None`: nowhere).
+    pub(crate) progress: Option<ProgressSink>,
+    /// The server's shared state.
+    pub(crate) state: Option<Arc<StateMap>>,
+    /// Who called, when authentication is on.
+    pub(crate) caller: Option<Arc<Caller>>,
+    /// Who answers questions and sampling requests when the session does not
+    /// (the MCP export's client).
+    pub(crate) peer: Option<Arc<dyn Peer>>,
+}
+
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
-            .field("call_id", &self.inner.call_id)
-            .field("session_id", &self.inner.session_id)
+            .field("call_id", &self.inner.parts.call_id)
+            .field("session_id", &self.inner.parts.session_id)
             .field("cancelled", &self.is_cancelled())
             .finish()
     }
 }
 
 impl Context {
-    pub(crate) fn new(
-        call_id: String,
-        session_id: Arc<str>,
-        cancel: CancellationToken,
-        progress: Option<ProgressSink>,
-        state: Option<Arc<StateMap>>,
-        caller: Option<Arc<Caller>>,
-        peer: Option<Arc<dyn Peer>>,
-    ) -> Context {
+    pub(crate) fn new(parts: Parts) -> Context {
         Context {
             inner: Arc::new(Inner {
-                call_id,
-                session_id,
-                cancel,
-                progress,
-                state,
-                caller,
-                peer,
+                parts,
                 questions: AtomicUsize::new(0),
                 trace: crate::otel::TraceLink::default(),
             }),
@@ -131,33 +128,33 @@ impl Context {
     /// ```
     pub fn detached(call_id: impl Into<String>) -> (Context, CancellationHandle) {
         let cancel = CancellationToken::new();
-        let ctx = Context::new(
-            call_id.into(),
-            Arc::from(""),
-            cancel.clone(),
-            None,
-            None,
-            None,
-            None,
-        );
+        let ctx = Context::new(Parts {
+            call_id: call_id.into(),
+            session_id: Arc::from(""),
+            cancel: cancel.clone(),
+            progress: None,
+            state: None,
+            caller: None,
+            peer: None,
+        });
         (ctx, CancellationHandle(cancel))
     }
 
     /// The call's id (the `call_id` of its `TOOL_CALL`).
     pub fn call_id(&self) -> &str {
-        &self.inner.call_id
+        &self.inner.parts.call_id
     }
 
     /// The id of the session that made the call.
     pub fn session_id(&self) -> &str {
-        &self.inner.session_id
+        &self.inner.parts.session_id
     }
 
     /// The authenticated subject of the session that made the call (the
     /// token's `sub`, or what a custom authenticator returned); `None` when
     /// authentication is off.
     pub fn subject(&self) -> Option<&str> {
-        self.inner.caller.as_deref().map(Caller::subject)
+        self.inner.parts.caller.as_deref().map(Caller::subject)
     }
 
     /// Who made the call: the subject, the scopes its token grants and its
@@ -178,13 +175,13 @@ impl Context {
     /// }
     /// ```
     pub fn caller(&self) -> Option<&Caller> {
-        self.inner.caller.as_deref()
+        self.inner.parts.caller.as_deref()
     }
 
     /// The application state of type `T` registered with
     /// [`ServerBuilder::state`](crate::ServerBuilder::state), if any.
     pub fn state<T: Send + Sync + 'static>(&self) -> Option<State<T>> {
-        self.inner.state.as_ref()?.get::<T>()
+        self.inner.parts.state.as_ref()?.get::<T>()
     }
 
     /// Reports progress in percent (clamped to 0–100; NaN is ignored).
@@ -199,7 +196,7 @@ impl Context {
         let partial = match serde_json::to_value(partial) {
             Ok(v) => Some(v),
             Err(e) => {
-                tracing::warn!(call_id = %self.inner.call_id, error = %e, "progress partial could not be serialised");
+                tracing::warn!(call_id = %self.inner.parts.call_id, error = %e, "progress partial could not be serialised");
                 None
             }
         };
@@ -209,12 +206,12 @@ impl Context {
     /// Whether the call has been cancelled (by the client, a run cancel, a
     /// timeout or server shutdown).
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancel.is_cancelled()
+        self.inner.parts.cancel.is_cancelled()
     }
 
     /// Completes when the call is cancelled. Use it in `tokio::select!` to stop promptly.
     pub async fn cancelled(&self) {
-        self.inner.cancel.cancelled().await
+        self.inner.parts.cancel.cancelled().await
     }
 
     fn report(&self, percent: f64, partial: Option<Value>) {
@@ -292,10 +289,10 @@ impl Context {
     }
 
     fn send_log(&self, line: LogLine) {
-        match &self.inner.progress {
+        match &self.inner.parts.progress {
             Some(sink) => sink.log(line),
             None => {
-                tracing::debug!(call_id = %self.inner.call_id, level = line.level.as_str(), message = %line.message, "tool log line (no client)")
+                tracing::debug!(call_id = %self.inner.parts.call_id, level = line.level.as_str(), message = %line.message, "tool log line (no client)")
             }
         }
     }
@@ -422,7 +419,7 @@ impl Context {
         form: Arc<Form>,
     ) -> Result<Answer<Value>, AskError> {
         let asked: PeerFuture<Result<Answer<Value>, AskError>> =
-            match (&self.inner.peer, &self.inner.progress) {
+            match (&self.inner.parts.peer, &self.inner.parts.progress) {
                 (Some(peer), _) => peer.ask(key, message, form),
                 (None, Some(sink)) => Box::pin(sink.ask(message, form)),
                 (None, None) => return Err(AskError::Unsupported),
@@ -451,7 +448,7 @@ impl Context {
     /// }
     /// ```
     pub async fn sample(&self, request: SampleRequest) -> Result<Sampled, SampleError> {
-        let Some(peer) = &self.inner.peer else {
+        let Some(peer) = &self.inner.parts.peer else {
             return Err(SampleError::Unsupported);
         };
         let key = request
@@ -482,7 +479,7 @@ impl Context {
     }
 
     pub(crate) async fn list_roots(&self, key: String) -> Result<Vec<Root>, RootsError> {
-        let Some(peer) = &self.inner.peer else {
+        let Some(peer) = &self.inner.parts.peer else {
             return Err(RootsError::Unsupported);
         };
         tokio::select! {
@@ -495,7 +492,7 @@ impl Context {
     /// carries no `progress` (docs/protocol.md §6.5 makes it optional), only what is
     /// `partial`.
     pub(crate) fn report_progress(&self, percent: Option<f64>, partial: Option<Value>) {
-        if let Some(sink) = &self.inner.progress {
+        if let Some(sink) = &self.inner.parts.progress {
             sink.report(Progress {
                 percent: percent.filter(|p| !p.is_nan()).map(percent_number),
                 partial,
@@ -704,15 +701,15 @@ mod tests {
             slot: slot.clone(),
             events: tx,
         };
-        let ctx = Context::new(
-            "c".into(),
-            Arc::from("s"),
-            CancellationToken::new(),
-            Some(sink),
-            None,
-            None,
-            None,
-        );
+        let ctx = Context::new(Parts {
+            call_id: "c".into(),
+            session_id: Arc::from("s"),
+            cancel: CancellationToken::new(),
+            progress: Some(sink),
+            state: None,
+            caller: None,
+            peer: None,
+        });
         (ctx, slot, rx)
     }
 

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::Context;
-use crate::context::{Peer, ProgressSink, ProgressSlot};
+use crate::context::{Parts, Peer, ProgressSink, ProgressSlot};
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
 use crate::protocol::{ErrorCode, to_json_within};
 use crate::schema::Violations;
@@ -146,15 +146,15 @@ impl CallRunner {
             slot,
             events: events.clone(),
         };
-        let ctx = Context::new(
+        let ctx = Context::new(Parts {
             call_id,
             session_id,
-            cancel.clone(),
-            Some(sink),
-            Some(state),
+            cancel: cancel.clone(),
+            progress: Some(sink),
+            state: Some(state),
             caller,
             peer,
-        )
+        })
         .traced(trace);
         let events = events.clone();
         let around = self.around.clone();

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::cache::{canonical, key_of};
 use super::*;
 use crate::ToolAnnotations;
-use crate::context::Caller;
+use crate::context::{Caller, Parts};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -57,15 +57,15 @@ fn context(subject: Option<&str>, cancel: CancellationToken) -> Context {
 }
 
 fn context_of(caller: Option<Caller>, cancel: CancellationToken) -> Context {
-    Context::new(
-        "call-1".to_owned(),
-        Arc::from("session-1"),
+    Context::new(Parts {
+        call_id: "call-1".to_owned(),
+        session_id: Arc::from("session-1"),
         cancel,
-        None,
-        None,
-        caller.map(Arc::new),
-        None,
-    )
+        progress: None,
+        state: None,
+        caller: caller.map(Arc::new),
+        peer: None,
+    })
 }
 
 async fn run(

@@ -89,14 +89,7 @@ impl Session {
         greeted: Option<(String, u64)>,
     ) -> Session {
         let mut session = Session::new(shared, transport, caller);
-        session.outbox.clear();
-        session.new_envelopes = 0;
-        let unsent = std::mem::take(&mut session.new_bytes);
-        session
-            .shared
-            .stats
-            .outbound_bytes
-            .fetch_sub(unsent as u64, Relaxed);
+        session.forget_greeting();
         if let Some((id, next_seq)) = greeted {
             let made = std::mem::replace(&mut session.id, Arc::from(id));
             session.next_seq = next_seq.max(1);
@@ -113,6 +106,16 @@ impl Session {
             }
         }
         session
+    }
+
+    /// Drops what a new session committed of itself (its `HAI`, not yet
+    /// sent): its bytes leave the server's count of unsent ones.
+    fn forget_greeting(&mut self) {
+        self.outbox.clear();
+        self.new_envelopes = 0;
+        let unsent = std::mem::take(&mut self.new_bytes);
+        let stats = &self.shared.stats;
+        stats.outbound_bytes.fetch_sub(unsent as u64, Relaxed);
     }
 
     /// The `seq` the next committed envelope gets.
@@ -133,13 +136,7 @@ impl Session {
     ) -> (Session, Vec<String>) {
         let mut session = Session::new(Arc::clone(&shared), transport, None);
         // The fresh id and its HAI go: this is the recorded session.
-        session.outbox.clear();
-        session.new_envelopes = 0;
-        let unsent = std::mem::take(&mut session.new_bytes);
-        shared
-            .stats
-            .outbound_bytes
-            .fetch_sub(unsent as u64, Relaxed);
+        session.forget_greeting();
         session.id = Arc::from(id);
         session.subject = snapshot.subject.map(Arc::from);
         session.next_seq = snapshot.next_seq.max(1);

@@ -103,26 +103,26 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::context::{ProgressSink, ProgressSlot};
+    use crate::context::{Parts, ProgressSink, ProgressSlot};
     use crate::exec::CallKey;
 
     #[test]
     fn progress_is_routed_by_token_as_percent_and_partial() {
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         let slot = Arc::new(ProgressSlot::default());
-        let ctx = Context::new(
-            "c".into(),
-            Arc::from("s"),
-            CancellationToken::new(),
-            Some(ProgressSink {
+        let ctx = Context::new(Parts {
+            call_id: "c".into(),
+            session_id: Arc::from("s"),
+            cancel: CancellationToken::new(),
+            progress: Some(ProgressSink {
                 key: CallKey(1),
                 slot: Arc::clone(&slot),
                 events: tx,
             }),
-            None,
-            None,
-            None,
-        );
+            state: None,
+            caller: None,
+            peer: None,
+        });
         let router = Arc::new(ProgressRouter::default());
         let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
         // A report that beats the registration is kept and handed over.
