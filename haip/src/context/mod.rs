@@ -539,7 +539,7 @@ pub(crate) struct Progress {
 /// lines are bounded here ([`MAX_UNSENT_LOG_LINES`]), questions by the tool
 /// (each waits for its answer).
 #[derive(Default)]
-pub(crate) struct ProgressSlot {
+pub(crate) struct CallSlot {
     state: Mutex<SlotState>,
 }
 
@@ -573,7 +573,7 @@ pub(crate) fn too_many_questions() -> AskError {
     ))
 }
 
-impl ProgressSlot {
+impl CallSlot {
     /// Takes the latest report, if any.
     pub(crate) fn take(&self) -> Option<Progress> {
         self.state
@@ -613,7 +613,7 @@ impl ProgressSlot {
 
 pub(crate) struct ProgressSink {
     pub(crate) key: CallKey,
-    pub(crate) slot: Arc<ProgressSlot>,
+    pub(crate) slot: Arc<CallSlot>,
     pub(crate) events: mpsc::UnboundedSender<CallEvent>,
 }
 
@@ -687,15 +687,9 @@ mod tests {
 
     /// A context whose progress and log lines go to `slot`, the call
     /// (`CallKey(key)`) being announced on the receiver once per fill.
-    fn reporting(
-        key: u64,
-    ) -> (
-        Context,
-        Arc<ProgressSlot>,
-        mpsc::UnboundedReceiver<CallEvent>,
-    ) {
+    fn reporting(key: u64) -> (Context, Arc<CallSlot>, mpsc::UnboundedReceiver<CallEvent>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let slot = Arc::new(ProgressSlot::default());
+        let slot = Arc::new(CallSlot::default());
         let sink = ProgressSink {
             key: CallKey(key),
             slot: slot.clone(),

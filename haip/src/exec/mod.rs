@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::Context;
-use crate::context::{Parts, Peer, ProgressSink, ProgressSlot};
+use crate::context::{CallSlot, Parts, Peer, ProgressSink};
 use crate::protocol::payload::{ToolFailure, ToolOutcome};
 use crate::protocol::{ErrorCode, to_json_within};
 use crate::schema::Violations;
@@ -283,7 +283,7 @@ pub(crate) struct Start {
     /// Cancelled when the call is (by the client, a timeout, shutdown).
     pub(crate) cancel: CancellationToken,
     /// Where the call's latest progress waits for the session.
-    pub(crate) slot: Arc<ProgressSlot>,
+    pub(crate) slot: Arc<CallSlot>,
     /// The server's shared state, for `State<T>` parameters.
     pub(crate) state: Arc<StateMap>,
     /// The authenticated caller, when authentication is on.

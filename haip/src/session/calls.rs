@@ -13,7 +13,7 @@ use super::{Action, Pending, Session};
 use tokio::sync::oneshot;
 
 use crate::context::{
-    Answer, AskError, LogLine, MAX_OPEN_QUESTIONS, PendingQuestion, Progress, ProgressSlot,
+    Answer, AskError, CallSlot, LogLine, MAX_OPEN_QUESTIONS, PendingQuestion, Progress,
     too_many_questions,
 };
 use crate::exec::admit::{Admitted, Arrival, CallBook, Check, Refused};
@@ -38,7 +38,7 @@ pub(crate) struct Call {
     thread_id: Option<String>,
     state: State,
     cancel: CancellationToken,
-    slot: Arc<ProgressSlot>,
+    slot: Arc<CallSlot>,
     /// Its bookkeeping (its counters, its span) until it ends: `None` once
     /// its `TOOL_DONE` is issued.
     book: Option<CallBook>,
@@ -202,7 +202,7 @@ impl Session {
             thread_id: to.thread_id,
             state: State::Queued,
             cancel: cancel.clone(),
-            slot: Arc::new(ProgressSlot::default()),
+            slot: Arc::new(CallSlot::default()),
             book: Some(book),
             deadline: None,
             cancel_reason: None,

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::ExportService;
 use super::calls::{Call, Stop, can_of, result_of, stopping};
 use super::render::error_result;
-use crate::context::ProgressSlot;
+use crate::context::CallSlot;
 use crate::context::share::CallerKey;
 use crate::exec::admit::CallBook;
 use crate::exec::{CallEvent, Outcome};
@@ -52,7 +52,7 @@ impl ExportService {
             Err(why) => return AsTask::Refused(error_result(why, None)),
         };
         let (events_tx, mut events) = mpsc::unbounded_channel();
-        let slot = Arc::new(ProgressSlot::default());
+        let slot = Arc::new(CallSlot::default());
         let cancel = self.shared.shutdown.child_token();
         let context = call.context;
         let peer = self.tasks.peer(can_of(context), call.round.clone());
@@ -176,7 +176,7 @@ async fn follow(
     tasks: &Tasks,
     peer: &TaskPeer,
     events: &mut mpsc::UnboundedReceiver<CallEvent>,
-    slot: &ProgressSlot,
+    slot: &CallSlot,
     cancel: &CancellationToken,
 ) -> Stop {
     let mut noted: Option<Instant> = None;

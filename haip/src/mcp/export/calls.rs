@@ -19,7 +19,7 @@ use super::render::{
     error_result, failure_result, imported, invalid_params_result, passthrough_blocks,
     success_result,
 };
-use crate::context::{Caller, Peer, ProgressSlot};
+use crate::context::{CallSlot, Caller, Peer};
 use crate::exec::admit::CallBook;
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy};
 use crate::mcp::mrtr::{BadState, RoundPeer};
@@ -111,7 +111,7 @@ impl ExportService {
         &self,
         call: &Call<'_>,
         cancel: CancellationToken,
-        slot: Arc<ProgressSlot>,
+        slot: Arc<CallSlot>,
         peer: Arc<dyn Peer>,
     ) -> exec::Start {
         let config = &self.shared.config;
@@ -154,7 +154,7 @@ impl ExportService {
         // Unbounded but small by construction, as in a session: a progress
         // event only when the slot fills, then at most TimedOut and Finished.
         let (events_tx, mut events) = mpsc::unbounded_channel();
-        let slot = Arc::new(ProgressSlot::default());
+        let slot = Arc::new(CallSlot::default());
         // Server shutdown cancels the call as well as the client's cancellation.
         let cancel = self.shared.shutdown.child_token();
         // So does the request's end before its answer (its future dropped:
@@ -242,7 +242,7 @@ impl ExportService {
         &self,
         round: &RoundPeer,
         mut events: mpsc::UnboundedReceiver<CallEvent>,
-        slot: &ProgressSlot,
+        slot: &CallSlot,
         cancel: &CancellationToken,
         permit: OwnedSemaphorePermit,
         logs: &LogRelay<'_>,

@@ -8,7 +8,7 @@ use rmcp::service::{Peer as McpPeer, RequestContext, RoleServer};
 use serde_json::Value;
 
 use super::ExportService;
-use crate::context::{LogLevel, LogLine, ProgressSlot};
+use crate::context::{CallSlot, LogLevel, LogLine};
 use crate::tool::Tool;
 
 impl ExportService {
@@ -40,7 +40,7 @@ pub(super) struct LogRelay<'a> {
 }
 
 impl LogRelay<'_> {
-    pub(super) async fn flush(&self, slot: &ProgressSlot) {
+    pub(super) async fn flush(&self, slot: &CallSlot) {
         let (lines, dropped) = slot.take_logs();
         let dropped = (dropped > 0).then(|| LogLine::dropped(dropped));
         let least = match self.requested {

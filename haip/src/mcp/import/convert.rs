@@ -12,7 +12,7 @@ use crate::protocol::{Icon, IconTheme, ToolAnnotations};
 use crate::tool::{Tool, ToolError};
 
 use super::builder::McpImport;
-use super::forward::{Link, call};
+use super::forward::{Upstream, call};
 
 /// The mark of a tool imported from an MCP server: a `{"content": [...]}`
 /// result holds MCP content blocks, which the MCP export passes on as they are.
@@ -22,7 +22,7 @@ pub(crate) struct McpContent;
 /// Builds the haip tool for one MCP tool.
 pub(super) fn imported_tool(
     import: &McpImport,
-    link: &Arc<Link>,
+    link: &Arc<Upstream>,
     remote: rmcp::model::Tool,
 ) -> Result<Tool, String> {
     let remote_name = remote.name.to_string();

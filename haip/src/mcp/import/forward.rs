@@ -19,7 +19,7 @@ use crate::tool::ToolError;
 use super::progress::ProgressRouter;
 
 /// What an imported tool's handler needs to reach its server.
-pub(super) struct Link {
+pub(super) struct Upstream {
     pub(super) peer: Peer<RoleClient>,
     pub(super) progress: Arc<ProgressRouter>,
     pub(super) label: String,
@@ -28,7 +28,7 @@ pub(super) struct Link {
 /// One call: `tools/call` with a progress token, progress relayed to the
 /// context, cancellation relayed as `notifications/cancelled`.
 pub(super) async fn call(
-    link: &Link,
+    link: &Upstream,
     remote_name: String,
     params: Value,
     ctx: Context,
@@ -93,14 +93,14 @@ pub(super) async fn call(
 }
 
 /// The connection ended while the call waited for its answer.
-fn went_away(link: &Link, remote_name: &str) -> ToolError {
+fn went_away(link: &Upstream, remote_name: &str) -> ToolError {
     ToolError::execution(format!(
         "the MCP server {} went away during the call to `{remote_name}`",
         link.label
     ))
 }
 
-fn mcp_error(link: &Link, remote_name: &str, e: rmcp::ServiceError) -> ToolError {
+fn mcp_error(link: &Upstream, remote_name: &str, e: rmcp::ServiceError) -> ToolError {
     match e {
         rmcp::ServiceError::McpError(data) => {
             let message = format!(

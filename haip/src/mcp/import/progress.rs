@@ -103,13 +103,13 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::context::{Parts, ProgressSink, ProgressSlot};
+    use crate::context::{CallSlot, Parts, ProgressSink};
     use crate::exec::CallKey;
 
     #[test]
     fn progress_is_routed_by_token_as_percent_and_partial() {
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let slot = Arc::new(ProgressSlot::default());
+        let slot = Arc::new(CallSlot::default());
         let ctx = Context::new(Parts {
             call_id: "c".into(),
             session_id: Arc::from("s"),

@@ -19,7 +19,7 @@ use crate::tool::{Registry, Tool};
 
 use super::builder::{McpImport, Source};
 use super::convert::imported_tool;
-use super::forward::Link;
+use super::forward::Upstream;
 use super::progress::ProgressRouter;
 
 /// Starts one supervisor per import and waits (each at most its connect
@@ -102,7 +102,7 @@ async fn connection(
             }
         },
     };
-    let link = Arc::new(Link {
+    let link = Arc::new(Upstream {
         peer: service.peer().clone(),
         progress: Arc::clone(&client.progress),
         label: label.to_owned(),
@@ -196,7 +196,7 @@ async fn connect(
     }
 }
 
-async fn list_tools(link: &Link, import: &McpImport) -> Result<Vec<rmcp::model::Tool>, String> {
+async fn list_tools(link: &Upstream, import: &McpImport) -> Result<Vec<rmcp::model::Tool>, String> {
     match tokio::time::timeout(import.connect_timeout, link.peer.list_all_tools()).await {
         Ok(Ok(tools)) => Ok(tools),
         Ok(Err(e)) => Err(e.to_string()),
@@ -216,7 +216,7 @@ impl Owned {
         &mut self,
         registry: &Registry,
         import: &McpImport,
-        link: &Arc<Link>,
+        link: &Arc<Upstream>,
         listed: Vec<rmcp::model::Tool>,
     ) {
         let label = &link.label;

@@ -25,7 +25,7 @@ use crate::transport::frame::{Batch, Element, Frame, Unit, WRITER_BUDGET, Writer
 
 use super::actions::{Alarm, perform};
 use super::resume::resume_into;
-use super::{Ended, Options};
+use super::{ConnectionEnd, Options};
 
 /// How long the last frames may take once shutdown has cancelled the calls.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -39,7 +39,7 @@ enum Woke {
     /// Nothing more: the session has taken in what came.
     Nothing,
     /// The connection ended.
-    Ended(Ended),
+    ConnectionEnd(ConnectionEnd),
     /// Another connection, or another instance, asks for the session.
     Takeover(Box<Takeover>),
     /// The client asks to resume another session.
@@ -96,7 +96,7 @@ pub(super) async fn drive<S>(
     writer: &Writer,
     shared: &Shared,
     options: &mut Options,
-) -> (Ended, Option<Attached>)
+) -> (ConnectionEnd, Option<Attached>)
 where
     S: Stream<Item = Unit>,
 {
@@ -122,7 +122,7 @@ where
         let session = &mut attached.session;
         match driving.before_wait(session, give_up.as_mut()) {
             // Dropping the session cancels its calls.
-            Some(Ended::HandedOver) => return (Ended::HandedOver, None),
+            Some(ConnectionEnd::HandedOver) => return (ConnectionEnd::HandedOver, None),
             Some(ended) => return (ended, Some(attached)),
             None => {}
         }
@@ -135,7 +135,7 @@ where
                 Woke::Nothing
             }
             // The client is not taking its last envelopes: give up on it.
-            () = &mut give_up, if waits.closing => Woke::Ended(driving.abandoned()),
+            () = &mut give_up, if waits.closing => Woke::ConnectionEnd(driving.abandoned()),
             Some(event) = next_event(&mut attached.events) => {
                 session.handle_event(event);
                 Woke::Nothing
@@ -143,7 +143,7 @@ where
             () = wait_written(shared, waits.awaiting), if waits.awaiting.is_some() => Woke::Nothing,
             request = attached.takeovers.recv(), if !waits.shutting_down => Woke::Takeover(request),
             () = writer.meter.drained(), if waits.writer => Woke::Nothing,
-            () = &mut closed => Woke::Ended(Ended::Gone),
+            () = &mut closed => Woke::ConnectionEnd(ConnectionEnd::Gone),
             element = recv_batch(&mut driving.batch), if waits.input && waits.posting => {
                 driving.on_element(session, element).await
             }
@@ -164,10 +164,10 @@ where
         };
         match woke {
             Woke::Nothing => {}
-            Woke::Ended(ended) => return (ended, Some(attached)),
+            Woke::ConnectionEnd(ended) => return (ended, Some(attached)),
             Woke::Takeover(request) => match hand_over(attached, *request, writer) {
                 Some(kept) => attached = kept,
-                None => return (Ended::HandedOver, None),
+                None => return (ConnectionEnd::HandedOver, None),
             },
             Woke::Resume(request) => {
                 // The rest of a POST that asked to resume goes to the resumed
@@ -177,7 +177,7 @@ where
                     Ok(next) => attached = next,
                     Err(link) => {
                         options.relay = Some((link, driving.batch.take()));
-                        return (Ended::Relayed, None);
+                        return (ConnectionEnd::Relayed, None);
                     }
                 }
             }
@@ -187,7 +187,7 @@ where
 
 /// The client is not reading: when the session's outbox overflowed, the
 /// connection closes `too slow` (the session is kept for resumption).
-fn overflowed(session: &Session, writer: &Writer, shared: &Shared) -> Option<Ended> {
+fn overflowed(session: &Session, writer: &Writer, shared: &Shared) -> Option<ConnectionEnd> {
     let reason = match session.overflow()? {
         Overflow::Queue => "outbound queue overflow",
         Overflow::Bytes => "too slow",
@@ -203,7 +203,7 @@ fn overflowed(session: &Session, writer: &Writer, shared: &Shared) -> Option<End
     shared.stats.closed_too_slow.fetch_add(1, Relaxed);
     // Best effort: a client that starts reading again sees why.
     writer.send(Frame::Close { code: 1008, reason });
-    Some(Ended::TooSlow)
+    Some(ConnectionEnd::TooSlow)
 }
 
 impl<'a> Driving<'a> {
@@ -227,7 +227,11 @@ impl<'a> Driving<'a> {
     /// slow` if the outbox overflowed; the writer is handed what it has room
     /// for; a close decided happens once everything has gone out. Says how
     /// the connection ended, if it did.
-    fn before_wait(&mut self, session: &mut Session, give_up: Pin<&mut Sleep>) -> Option<Ended> {
+    fn before_wait(
+        &mut self,
+        session: &mut Session,
+        give_up: Pin<&mut Sleep>,
+    ) -> Option<ConnectionEnd> {
         if let Some(ended) = overflowed(session, self.writer, self.shared) {
             return Some(ended);
         }
@@ -264,7 +268,7 @@ impl<'a> Driving<'a> {
 
     /// Hands the writer what it has room for, then what the shared store has
     /// recorded; says how the connection ended if it did meanwhile.
-    fn hand_out(&mut self, session: &mut Session) -> Option<Ended> {
+    fn hand_out(&mut self, session: &mut Session) -> Option<ConnectionEnd> {
         // (Envelopes waiting for the store count against the writer's room.)
         while session.has_outbound()
             && self.writer.meter.bytes() + self.unrecorded.bytes < WRITER_BUDGET
@@ -279,16 +283,16 @@ impl<'a> Driving<'a> {
                 continue;
             }
             if !self.writer.send(Frame::Envelope(text)) {
-                return Some(Ended::Gone);
+                return Some(ConnectionEnd::Gone);
             }
         }
         self.hand_out_recorded(session)
     }
 
     /// Hands the writer the envelopes whose records the shared store has
-    /// written; ends the connection ([`Ended::HandedOver`]) when another
+    /// written; ends the connection ([`ConnectionEnd::HandedOver`]) when another
     /// instance restored the session meanwhile.
-    fn hand_out_recorded(&mut self, session: &Session) -> Option<Ended> {
+    fn hand_out_recorded(&mut self, session: &Session) -> Option<ConnectionEnd> {
         if self.unrecorded.envelopes.is_empty() {
             return None;
         }
@@ -298,7 +302,7 @@ impl<'a> Driving<'a> {
             // was refused there, and must not reach the client.
             self.shared.store.hand_off(session.id());
             self.writer.send(moved());
-            return Some(Ended::HandedOver);
+            return Some(ConnectionEnd::HandedOver);
         }
         while self
             .unrecorded
@@ -309,7 +313,7 @@ impl<'a> Driving<'a> {
             let (_, text) = self.unrecorded.envelopes.pop_front().expect("checked");
             self.unrecorded.bytes -= text.len();
             if !self.writer.send(Frame::Envelope(text)) {
-                return Some(Ended::Gone);
+                return Some(ConnectionEnd::Gone);
             }
         }
         None
@@ -317,11 +321,15 @@ impl<'a> Driving<'a> {
 
     /// A close is decided: closes once everything has gone out, or gives the
     /// client [`CLOSE_TIMEOUT`] to take it (`give_up`).
-    fn finish_closing(&mut self, session: &Session, give_up: Pin<&mut Sleep>) -> Option<Ended> {
+    fn finish_closing(
+        &mut self,
+        session: &Session,
+        give_up: Pin<&mut Sleep>,
+    ) -> Option<ConnectionEnd> {
         let (code, reason, keep) = self.close?;
         if !session.has_outbound() && self.unrecorded.envelopes.is_empty() {
             self.writer.send(Frame::Close { code, reason });
-            return Some(Ended::Closed { code, keep });
+            return Some(ConnectionEnd::Closed { code, keep });
         }
         if !self.closing_armed && !self.shutting_down {
             self.closing_armed = true;
@@ -340,9 +348,9 @@ impl<'a> Driving<'a> {
 
     /// How the connection ends when the client did not take its last
     /// envelopes in time.
-    fn abandoned(&self) -> Ended {
+    fn abandoned(&self) -> ConnectionEnd {
         let keep = self.close.is_none_or(|(_, _, keep)| keep);
-        Ended::Abandoned { keep }
+        ConnectionEnd::Abandoned { keep }
     }
 
     /// The next envelope of the POST being handled, or its end (`None`).
@@ -379,7 +387,7 @@ impl<'a> Driving<'a> {
     /// A unit from the connection (`None`: it has ended).
     async fn on_unit(&mut self, session: &mut Session, unit: Option<Unit>) -> Woke {
         let Some(unit) = unit else {
-            return Woke::Ended(Ended::Gone);
+            return Woke::ConnectionEnd(ConnectionEnd::Gone);
         };
         session.touch(self.shared.clock.now());
         let control = match unit {
@@ -396,7 +404,7 @@ impl<'a> Driving<'a> {
                 reason,
                 keep_session: true,
             },
-            Unit::Lost => return Woke::Ended(Ended::Gone),
+            Unit::Lost => return Woke::ConnectionEnd(ConnectionEnd::Gone),
         };
         match control {
             Control::Continue => Woke::Nothing,

@@ -55,7 +55,7 @@ use relay::relay;
 
 /// How the session's connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ended {
+pub(crate) enum ConnectionEnd {
     /// A `Close` frame with this code was handed to the writer; `keep` says
     /// whether the session outlives the connection.
     Closed { code: u16, keep: bool },
@@ -74,14 +74,14 @@ pub(crate) enum Ended {
     Relayed,
 }
 
-impl Ended {
+impl ConnectionEnd {
     /// Whether the session outlives its connection, resumable (docs/protocol.md §11.3):
     /// not after shutdown, a version mismatch or a takeover.
     pub(crate) fn keeps_session(self) -> bool {
         match self {
-            Ended::Closed { keep, .. } | Ended::Abandoned { keep } => keep,
-            Ended::Gone | Ended::TooSlow => true,
-            Ended::HandedOver | Ended::Relayed => false,
+            ConnectionEnd::Closed { keep, .. } | ConnectionEnd::Abandoned { keep } => keep,
+            ConnectionEnd::Gone | ConnectionEnd::TooSlow => true,
+            ConnectionEnd::HandedOver | ConnectionEnd::Relayed => false,
         }
     }
 }
@@ -93,7 +93,7 @@ pub(crate) type OnResumed = Box<dyn FnMut(&str) + Send>;
 pub(crate) struct Options {
     /// Told the session id after the connection resumed another session.
     pub(crate) on_resumed: Option<OnResumed>,
-    /// Set when the loop ended [`Ended::Relayed`]: the link to the instance
+    /// Set when the loop ended [`ConnectionEnd::Relayed`]: the link to the instance
     /// running the session, and the rest of the POST being handled.
     pub(crate) relay: Option<(Link, Option<Batch>)>,
 }
@@ -153,7 +153,8 @@ pub(crate) async fn serve_ws(upgraded: Upgraded, shared: Arc<Shared>, admission:
     if let Some((link, batch)) = options.relay.take() {
         relay(link, batch, &mut conn.inbound, &conn.out, &shared).await;
     }
-    conn.finish(matches!(ended, Ended::Abandoned { .. })).await;
+    conn.finish(matches!(ended, ConnectionEnd::Abandoned { .. }))
+        .await;
 }
 
 /// Runs a stream session until the client goes away (the body is dropped),
@@ -187,7 +188,7 @@ pub(crate) fn attach(session: Session, shared: &Shared) -> Attached {
 }
 
 /// After the connection: parks the session for resumption, or forgets it.
-pub(crate) fn detach(ended: Ended, attached: Option<Attached>, shared: &Shared) {
+pub(crate) fn detach(ended: ConnectionEnd, attached: Option<Attached>, shared: &Shared) {
     let Some(attached) = attached else { return };
     // Detached sessions are bounded like connected ones: beyond
     // `max_sessions` a lost session is not kept.
