@@ -431,10 +431,10 @@ fn forbidden_call(
     // Refused here, the call is counted here: admission's scopes step.
     let clock = &hub.shared.clock;
     let now = || clock.now();
-    let call_id = checked.id.as_ref().map(ToString::to_string);
+    let no_id = Value::Null;
     let forbidden = hub.shared.gate(&now).screen(Arrival {
         tool: Some(name),
-        call_id: &call_id.as_deref().unwrap_or_default(),
+        call_id: checked.id.as_ref().unwrap_or(&no_id),
         session: None,
         door: Door::McpHttp,
         meta: None,

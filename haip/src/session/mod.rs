@@ -984,12 +984,7 @@ impl Session {
             return;
         };
         let Some(input) = tool.advertised_input_schema(profile) else {
-            let why: Vec<&str> = tool
-                .schema_problems(profile)
-                .iter()
-                .filter(|p| p.refused)
-                .map(|p| p.reason.as_str())
-                .collect();
+            let why = crate::schema::refusals(tool.schema_problems(profile));
             self.error(
                 ErrorCode::INVALID_MESSAGE,
                 format!(
