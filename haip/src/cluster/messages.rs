@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 
-use crate::session::TransportKind;
 use crate::session::link::{LinkMessage, LinkOpen, LinkPurpose};
+use crate::stats::Door;
 
 /// Kind, link id and body of a message between instances.
 pub(super) fn split_message(payload: &[u8]) -> Option<(u8, u64, &[u8])> {
@@ -30,10 +30,12 @@ pub(super) fn encode_open(id: u64, from: &str, open: &LinkOpen) -> Vec<u8> {
         body["claims"] = serde_json::Value::Object(caller.claims().clone());
     }
     match &open.purpose {
-        LinkPurpose::Connection { transport, hai } => {
-            body["transport"] = match transport {
-                TransportKind::WebSocket => "ws",
-                TransportKind::Stream => "stream",
+        LinkPurpose::Connection { door, hai } => {
+            // SSE goes as `stream`: a session treats the two alike, and the
+            // connections by door are counted where the client is.
+            body["transport"] = match door {
+                Door::WebSocket => "ws",
+                _ => "stream",
             }
             .into();
             body["hai"] = hai.as_str().into();
@@ -55,13 +57,13 @@ pub(super) fn decode_open(body: &[u8]) -> Option<(String, LinkOpen)> {
             session: session.to_owned(),
         }
     } else {
-        let transport = match value["transport"].as_str()? {
-            "ws" => TransportKind::WebSocket,
-            "stream" => TransportKind::Stream,
+        let door = match value["transport"].as_str()? {
+            "ws" => Door::WebSocket,
+            "stream" => Door::Stream,
             _ => return None,
         };
         LinkPurpose::Connection {
-            transport,
+            door,
             hai: value["hai"].as_str()?.to_owned(),
         }
     };

@@ -30,10 +30,10 @@ use serde_json::{Map, Value};
 
 use super::Validation;
 use crate::context::Caller;
-use crate::otel::{CallSpan, Door, Tracer};
+use crate::otel::{CallSpan, Tracer};
 use crate::protocol::ErrorCode;
 use crate::schema::Violations;
-use crate::stats::{Ended, Stats, UNKNOWN_TOOL};
+use crate::stats::{Door, Ended, Stats, UNKNOWN_TOOL};
 use crate::tool::{Registry, Tool};
 
 /// What a call is admitted against: the server's tools, rules and counters.

@@ -25,14 +25,14 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::Door;
+use crate::stats::{Brief, Door, Ended, Throttle};
 
 impl Door {
     /// `network.protocol.name` and the transport, as the span says them.
     fn names(self) -> (&'static str, &'static str) {
         match self {
             Door::WebSocket => ("haip", "websocket"),
-            Door::Stream => ("haip", "http"),
+            Door::Sse | Door::Stream => ("haip", "http"),
             #[cfg(feature = "mcp")]
             Door::McpHttp => ("mcp", "http"),
             #[cfg(feature = "mcp")]
@@ -40,7 +40,6 @@ impl Door {
         }
     }
 }
-use crate::stats::{Brief, Ended, Throttle};
 
 /// Finished spans waiting for the exporter; more are dropped (and counted).
 const QUEUE: usize = 4096;
@@ -680,6 +679,13 @@ mod tests {
             .call("echo", &"c3", None, Door::Stream, Some(&caller("00")))
             .unwrap();
         assert!(!call.recording());
+    }
+
+    #[test]
+    fn sse_and_http_streaming_are_both_http_to_a_span() {
+        assert_eq!(Door::WebSocket.names(), ("haip", "websocket"));
+        assert_eq!(Door::Sse.names(), ("haip", "http"));
+        assert_eq!(Door::Stream.names(), ("haip", "http"));
     }
 
     #[test]

@@ -25,18 +25,3 @@ pub(crate) use live::{Settings, Tracing};
 pub(crate) use off::{CallSpan, QuestionSpan, TraceLink, Tracer};
 #[cfg(feature = "otel")]
 pub(crate) use on::{CallSpan, QuestionSpan, TraceLink, Tracer};
-
-/// Which door a call came in by, for the span's attributes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Door {
-    /// A HAIP session over WebSocket.
-    WebSocket,
-    /// A HAIP session over SSE or HTTP streaming.
-    Stream,
-    /// MCP over `/mcp` (Streamable HTTP).
-    #[cfg(feature = "mcp")]
-    McpHttp,
-    /// MCP over stdio.
-    #[cfg(feature = "mcp")]
-    McpStdio,
-}

@@ -7,8 +7,7 @@ use std::time::SystemTime;
 #[cfg(feature = "mcp")]
 use serde_json::{Map, Value};
 
-use super::Door;
-use crate::stats::Ended;
+use crate::stats::{Door, Ended};
 
 /// The server's tracer: always off.
 #[derive(Debug, Clone, Default)]

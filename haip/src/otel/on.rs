@@ -6,9 +6,8 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 
-use super::Door;
 use super::live::Tracing;
-use crate::stats::Ended;
+use crate::stats::{Door, Ended};
 
 /// The server's tracer: off unless the feature is on and an OTLP endpoint
 /// is configured. Cheap to clone.

@@ -1,7 +1,6 @@
 //! HTTP routing: WebSocket upgrades, SSE and HTTP-streaming sessions, upstream
 //! POSTs, `/health`, `/stats`, CORS and authentication (docs/protocol.md §15–§17).
 
-use crate::stats::Transport;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -21,7 +20,8 @@ use super::reply::{Body, error_response, full, is_true_header, json_response, no
 use super::with_mcp::{self, CORS_EXPOSED_HEADERS, CORS_METHODS, CORS_REQUEST_HEADERS};
 use crate::auth::{AuthError, Caller, redact_uri};
 use crate::protocol::{Channel, EventType, Outgoing, now_millis};
-use crate::session::{Session, TransportKind};
+use crate::session::Session;
+use crate::stats::Door;
 use crate::transport::frame::{Unit, WriteMeter, Writer};
 use crate::transport::queue::frame_queue;
 use crate::transport::stream::{self, Framing};
@@ -365,9 +365,8 @@ async fn upgrade(mut req: Request<RequestBody>, hub: &Arc<Hub>, refuse: bool) ->
         Ok(caller) => {
             let key = caller_key(hub, &req, caller.as_deref());
             hub.admit(&key).map(|guard| {
-                let guard = guard.on(Transport::WebSocket);
-                let session =
-                    Session::new(Arc::clone(&hub.shared), TransportKind::WebSocket, caller);
+                let guard = guard.on(Door::WebSocket);
+                let session = Session::new(Arc::clone(&hub.shared), Door::WebSocket, caller);
                 driver::Admission::Session(Box::new(session), guard)
             })
         }
@@ -491,11 +490,13 @@ async fn open_stream(
             return response;
         }
     };
-    let guard = guard.on(match framing {
-        Framing::Sse { done_marker: false } => Transport::Sse,
-        _ => Transport::Stream,
-    });
-    let session = Session::new(Arc::clone(&hub.shared), TransportKind::Stream, caller);
+    // `/haip/sse`, or `/haip/stream` in either framing.
+    let door = match framing {
+        Framing::Sse { done_marker: false } => Door::Sse,
+        _ => Door::Stream,
+    };
+    let guard = guard.on(door);
+    let session = Session::new(Arc::clone(&hub.shared), door, caller);
     let session_id = session.id().to_owned();
     let (inbound_tx, inbound_rx) = mpsc::channel(stream::INBOUND_QUEUE);
     let (frames, frames_rx) = frame_queue();

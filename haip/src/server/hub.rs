@@ -1,7 +1,6 @@
 //! What every request handler shares: the session core's state, the open
 //! stream sessions (targets of upstream POSTs), authentication and CORS.
 
-use crate::stats::Transport;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -17,6 +16,7 @@ use super::with_redis::{Cluster, Published};
 use crate::auth::Authenticator;
 use crate::context::share::{CallerKey, ShareGuard, Shares};
 use crate::session::Shared;
+use crate::stats::Door;
 use crate::transport::frame::Unit;
 
 pub(crate) struct Hub {
@@ -76,7 +76,7 @@ impl Hub {
             stats.total_connections.fetch_add(1, Relaxed);
             Ok(ConnectionGuard {
                 shared: Arc::clone(&self.shared),
-                transport: None,
+                door: None,
                 _share: share,
             })
         } else {
@@ -123,17 +123,17 @@ impl Crowded {
 /// One counted connection (`activeConnections`), uncounted when dropped.
 pub(crate) struct ConnectionGuard {
     shared: Arc<Shared>,
-    /// Its transport, once told ([`ConnectionGuard::on`]).
-    transport: Option<Transport>,
+    /// The door it came in by, once told ([`ConnectionGuard::on`]).
+    door: Option<Door>,
     /// Its place in its caller's share.
     _share: ShareGuard,
 }
 
 impl ConnectionGuard {
-    /// Counts the connection on `transport` too (`/metrics`).
-    pub(crate) fn on(mut self, transport: Transport) -> ConnectionGuard {
-        self.shared.stats.connected(transport);
-        self.transport = Some(transport);
+    /// Counts the connection by `door` too (`/metrics`).
+    pub(crate) fn on(mut self, door: Door) -> ConnectionGuard {
+        self.shared.stats.connected(door);
+        self.door = Some(door);
         self
     }
 }
@@ -141,8 +141,8 @@ impl ConnectionGuard {
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         self.shared.stats.active_connections.fetch_sub(1, Relaxed);
-        if let Some(transport) = self.transport {
-            self.shared.stats.disconnected(transport);
+        if let Some(door) = self.door {
+            self.shared.stats.disconnected(door);
         }
     }
 }

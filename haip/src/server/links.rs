@@ -12,10 +12,11 @@ use tokio::sync::mpsc;
 use super::driver;
 use super::hub::Hub;
 use crate::context::share::CallerKey;
+use crate::session::Session;
 use crate::session::link::{
     IncomingLink, Link, LinkMessage, LinkPurpose, LinkReceiver, LinkSender,
 };
-use crate::session::{Session, TransportKind};
+use crate::stats::Door;
 use crate::transport::frame::{Batch, Element, Frame, Unit, WriteMeter, Writer};
 use crate::transport::queue::frame_queue;
 use crate::transport::stream;
@@ -36,10 +37,10 @@ pub(crate) async fn serve(hub: Arc<Hub>, mut incoming: mpsc::Receiver<IncomingLi
         };
         let served = Arc::clone(&hub);
         match open.purpose {
-            LinkPurpose::Connection { transport, hai } => {
+            LinkPurpose::Connection { door, hai } => {
                 let relayed = Relayed {
                     caller: open.caller,
-                    transport,
+                    door,
                     hai,
                     greeted: open.greeted,
                 };
@@ -55,7 +56,7 @@ pub(crate) async fn serve(hub: Arc<Hub>, mut incoming: mpsc::Receiver<IncomingLi
 /// What a relaying instance says of the connection it relays.
 struct Relayed {
     caller: Option<Arc<crate::context::Caller>>,
-    transport: TransportKind,
+    door: Door,
     /// The client's resumption `HAI`.
     hai: String,
     /// The fresh session the client was greeted with there, and its next `seq`.
@@ -69,7 +70,7 @@ struct Relayed {
 async fn connection(hub: Arc<Hub>, link: Link, relayed: Relayed) {
     let Relayed {
         caller,
-        transport,
+        door,
         hai,
         greeted,
     } = relayed;
@@ -91,7 +92,7 @@ async fn connection(hub: Arc<Hub>, link: Link, relayed: Relayed) {
         }
     };
     let _relayed = RelayedCount::new(&hub.shared.stats);
-    let session = Session::relayed(Arc::clone(&hub.shared), transport, caller, greeted);
+    let session = Session::relayed(Arc::clone(&hub.shared), door, caller, greeted);
     let (inbound_tx, inbound_rx) = mpsc::channel(stream::INBOUND_QUEUE);
     let (frames, frames_rx) = frame_queue();
     let meter = WriteMeter::new(Arc::clone(&hub.shared));

@@ -61,9 +61,9 @@ use crate::exec::admit::{Arrival, Check};
 use crate::mcp::export::{Handshake, LargeArguments, McpProfile};
 use crate::mcp::inbound::{self, Checked, INVALID_REQUEST, Refusal};
 use crate::mcp::listen::ListenTicket;
-use crate::otel::Door;
 use crate::schema::SchemaProfile;
 use crate::session::LARGE_PARAMS;
+use crate::stats::Door;
 
 use crate::protocol::jsonrpc::SERVER_BUSY;
 

@@ -29,7 +29,7 @@ use super::reply::{Body, full, not_found};
 use super::with_redis::Cluster;
 use crate::Error;
 use crate::session::Shared;
-use crate::stats::Transport;
+use crate::stats::Door;
 
 /// The `Content-Type` of the exposition.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -265,16 +265,16 @@ impl Collector for Counters {
                 ("parked", stats.detached_sessions.load(Relaxed)),
             ],
         )?;
-        let by = |t: Transport| stats.connections_on(t);
+        let by = |door: Door| stats.connections_on(door);
         Kind::Gauge.by(
             &mut encoder,
             "connections",
             "Open HAIP connections, by transport (relayed: served here for another instance)",
             "transport",
             &[
-                ("websocket", by(Transport::WebSocket)),
-                ("sse", by(Transport::Sse)),
-                ("stream", by(Transport::Stream)),
+                ("websocket", by(Door::WebSocket)),
+                ("sse", by(Door::Sse)),
+                ("stream", by(Door::Stream)),
                 ("relayed", stats.relayed_now()),
             ],
         )?;

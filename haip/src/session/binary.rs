@@ -26,7 +26,7 @@ impl Session {
         first: bool,
     ) -> Control {
         if bin_len > self.config().max_message_bytes as u64 {
-            return self.message_too_large();
+            return self.handle_oversized_message();
         }
         self.awaited = Some(Box::new(Awaited {
             inbound,
@@ -42,7 +42,7 @@ impl Session {
     /// Whether an envelope is waiting for its binary frame (for 10 s of
     /// connected time: then [`Session::handle_timeout`] reports it missing).
     #[cfg(test)]
-    pub(crate) fn awaits_binary(&self) -> bool {
+    pub(crate) fn is_awaiting_binary(&self) -> bool {
         self.awaited.is_some()
     }
 
@@ -81,7 +81,7 @@ impl Session {
     /// The binary frame an envelope waits for did not come (a text message
     /// came first, or the wait ran out): `BINARY_FRAME_ERROR`, and the
     /// envelope is discarded. Nothing happens when none is waiting.
-    pub(crate) fn binary_frame_missing(&mut self) {
+    pub(crate) fn handle_missing_binary(&mut self) {
         if let Some(awaited) = self.awaited.take() {
             self.error(
                 ErrorCode::BINARY_FRAME_ERROR,

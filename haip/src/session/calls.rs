@@ -18,7 +18,7 @@ use crate::context::{
 };
 use crate::exec::admit::{Admitted, Arrival, CallBook, Check, Refused};
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy, Render, Validation};
-use crate::otel::{CallSpan, Door, QuestionSpan};
+use crate::otel::{CallSpan, QuestionSpan};
 use crate::protocol::payload::{
     InputAction, ToolCall, ToolDone, ToolFailure, ToolInput, ToolOutcome, ToolStatus, ToolUpdate,
     UpdateStatus,
@@ -141,10 +141,7 @@ impl Session {
             tool: name.as_deref(),
             call_id: &call_id,
             session: Some(&self.id),
-            door: match self.transport {
-                super::TransportKind::WebSocket => Door::WebSocket,
-                super::TransportKind::Stream => Door::Stream,
-            },
+            door: self.door,
             meta: meta.as_ref(),
             caller: self.caller.as_deref(),
             received: now(),
@@ -935,7 +932,7 @@ impl Session {
     }
 
     /// Graceful shutdown: every active call gets the cancel sequence.
-    pub(crate) fn begin_shutdown(&mut self) {
+    pub(crate) fn handle_shutdown(&mut self) {
         // The connection is about to close for good: a paused channel must not
         // hold back the TOOL_DONEs every call is owed.
         self.gate.resume_all();

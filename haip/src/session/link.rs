@@ -33,7 +33,8 @@ pub(crate) enum LinkPurpose {
     /// Relay a client connection whose first envelope, `hai`, resumes a
     /// session the other instance runs.
     Connection {
-        transport: super::TransportKind,
+        /// The door the client came in by, on the relaying instance.
+        door: crate::stats::Door,
         hai: String,
     },
     /// Deliver the envelopes of an upstream POST to stream `session`.

@@ -4,7 +4,7 @@
 //! Inputs: inbound units ([`Session::handle_text`], [`Session::handle_binary`]),
 //! call events from the call runner ([`Session::handle_event`]) and the passing
 //! of time ([`Session::handle_timeout`]). Outputs: committed envelopes
-//! ([`Session::commit_next`]), what to do next ([`Session::poll_action`]: run a
+//! ([`Session::poll_transmit`]), what to do next ([`Session::poll_action`]: run a
 //! call, validate params, send a keep-alive) and when to wake
 //! ([`Session::poll_timeout`]); each handler returns a [`Control`] (go on,
 //! close, resume another session). It never spawns, never awaits, never reads
@@ -52,7 +52,7 @@ use crate::protocol::{
     Prepared, decode, strict_schema_error,
 };
 use crate::schema::SchemaProfile;
-use crate::stats::Stats;
+use crate::stats::{Door, Stats};
 use crate::tool::{Registry, StateMap};
 
 pub(crate) use calls::Call;
@@ -162,13 +162,6 @@ impl Shared {
     }
 }
 
-/// Which kind of transport carries the session (it changes what `HAI` advertises).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TransportKind {
-    WebSocket,
-    Stream,
-}
-
 /// What the transport must do after handling an input.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Control {
@@ -233,22 +226,27 @@ pub(crate) struct Backlog {
 /// it (`server::driver`, the in-memory carrier of `haip::testing`, the
 /// fuzz harness) feeds it what happened and carries out what it asks for.
 ///
-/// Its contract, by group:
+/// Its contract, by group (inputs are `handle_*`, outputs `poll_*`, and
+/// queries nouns or questions: `backlog`, `is_idle`, `can_resume_from`):
 ///
 /// - **Inputs**, what happened: a client's message (`handle_text`,
 ///   `handle_binary`, and `handle_decoded` for a large one the driver
 ///   decoded off the session's task), a message the transport refused
-///   before reading it (`message_too_large`, `envelope_too_large`), a text
-///   message where a binary frame was due (`binary_frame_missing`),
+///   before reading it (`handle_oversized_message`, or
+///   `handle_oversized_envelope` for one envelope of an upstream POST), a
+///   text message where a binary frame was due (`handle_missing_binary`),
 ///   a running call's event (`handle_event`), time (`handle_timeout(now)`,
-///   and `touch(now)` for any inbound traffic), the connection coming and
-///   going (`connected(now)`, `disconnected`), the registry changing
-///   (`push_tool_list` when `wants_tool_push`), the server stopping
-///   (`begin_shutdown`). An input that ends the connection says so in the
-///   [`Control`] it returns.
+///   and `handle_traffic(now)` for any inbound traffic), the connection
+///   coming and going (`handle_connect(now)`, `handle_disconnect`), another
+///   connection taking the session over (`handle_resume`, then
+///   `handle_connect`; a session restored from a shared store also hears of
+///   the calls lost with its instance, `handle_lost_calls`), a resumption
+///   refused (`handle_resume_refused`), the registry changing
+///   (`handle_tools_changed`), the server stopping (`handle_shutdown`). An
+///   input that ends the connection says so in the [`Control`] it returns.
 /// - **Outputs**, what it asks for, each polled until it has nothing more:
 ///   `poll_action` (start or validate a call, keep a stream alive: the
-///   [`Action`]s the driver carries out on the runner), `commit_next` (the
+///   [`Action`]s the driver carries out on the runner), `poll_transmit` (the
 ///   next envelope, its `seq` and `ts` assigned, to write), and
 ///   `poll_timeout` (when it must next be told the time).
 /// - **Back-pressure**: `backlog` and `has_outbound` (what waits, to pause
@@ -257,13 +255,15 @@ pub(crate) struct Backlog {
 ///
 /// A driver, after each input, polls in this order: `poll_action` until
 /// `None` (actions may commit envelopes, such as a call that ends at
-/// once), then `commit_next` while its writer has room, then `overflow`,
+/// once), then `poll_transmit` while its writer has room, then `overflow`,
 /// then `poll_timeout` to arm its one timer. Nothing the session decides is
 /// lost by polling late: actions and envelopes wait for the next poll.
 pub(crate) struct Session {
     shared: Arc<Shared>,
     id: Arc<str>,
-    transport: TransportKind,
+    /// The door its connection came in by (what `HAI` advertises, and the
+    /// heartbeat, depend on it).
+    door: Door,
     next_seq: u64,
     outbox: VecDeque<Pending>,
     /// Uncommitted envelopes in the outbox, and their bytes.
@@ -326,11 +326,7 @@ pub(crate) struct Session {
 impl Session {
     /// A fresh session, on a connection from now on; its `HAI` is already in
     /// the outbox.
-    pub(crate) fn new(
-        shared: Arc<Shared>,
-        transport: TransportKind,
-        caller: Option<Arc<Caller>>,
-    ) -> Session {
+    pub(crate) fn new(shared: Arc<Shared>, door: Door, caller: Option<Arc<Caller>>) -> Session {
         let window = ReplayWindow::new(replay::Limits::from(&shared.config));
         let inbound_credit = InboundCredit::new(
             Amount {
@@ -345,7 +341,7 @@ impl Session {
         let mut session = Session {
             id: Arc::from(shared.ids.fresh()),
             shared,
-            transport,
+            door,
             next_seq: 1,
             outbox: VecDeque::new(),
             new_envelopes: 0,
@@ -382,7 +378,7 @@ impl Session {
         let hai = session.hai_payload();
         session.push(Outgoing::new(Channel::System, EventType::Hai, hai));
         let now = session.shared.clock.now();
-        session.connected(now);
+        session.handle_connect(now);
         session
     }
 
@@ -406,9 +402,9 @@ impl Session {
         &self.id
     }
 
-    /// The kind of transport the session is on now.
-    pub(crate) fn transport(&self) -> TransportKind {
-        self.transport
+    /// The door the session's connection came in by.
+    pub(crate) fn door(&self) -> Door {
+        self.door
     }
 
     /// The caller connected to the session, when authentication is on.
@@ -438,7 +434,7 @@ impl Session {
             "accept_major": ACCEPT_MAJOR,
             "accept_events": EventType::ALL.iter().map(|e| e.as_str()).collect::<Vec<_>>(),
             "capabilities": {
-                "binary_frames": self.transport == TransportKind::WebSocket,
+                "binary_frames": self.door == Door::WebSocket,
                 "flow_control": {
                     "initial_credit_messages": c.initial_credit_messages,
                     "initial_credit_bytes": c.initial_credit_bytes,
@@ -558,7 +554,7 @@ impl Session {
 
     /// Commits the next envelope (assigns its `seq`, keeps it in the replay
     /// window) and returns its JSON text; replayed envelopes come out unchanged.
-    pub(crate) fn commit_next(&mut self) -> Option<Bytes> {
+    pub(crate) fn poll_transmit(&mut self) -> Option<Bytes> {
         let index = self.next_ready()?;
         if let Some(Pending::Replay(texts)) = self.outbox.get_mut(index) {
             let text = texts.pop_front();
@@ -667,7 +663,7 @@ impl Session {
     // ----- inbound ------------------------------------------------------------
 
     /// Handles one inbound unit (docs/protocol.md §2.2 steps 2–7). Oversized units are
-    /// the transport's to reject (step 1), see [`Session::message_too_large`].
+    /// the transport's to reject (step 1), see [`Session::handle_oversized_message`].
     pub(crate) fn handle_text(&mut self, text: &str) -> Control {
         let decoded = decode_unit(text, self.shared.config.strict_envelope);
         self.handle_decoded(text.len(), decoded)
@@ -681,7 +677,7 @@ impl Session {
         decoded: Result<Inbound, DecodeError>,
     ) -> Control {
         // A text message where a binary frame was due (docs/protocol.md §13).
-        self.binary_frame_missing();
+        self.handle_missing_binary();
         #[cfg(feature = "metrics")]
         self.shared
             .stats
@@ -703,7 +699,7 @@ impl Session {
                 let first = !self.received_any;
                 self.received_any = true;
                 // Two-frame binary: the envelope waits for its body.
-                if self.transport == TransportKind::WebSocket
+                if self.door == Door::WebSocket
                     && let Some(bin_len) = inbound.bin_len
                     && !inbound.payload.contains_key("data")
                 {
@@ -777,8 +773,8 @@ impl Session {
     }
 
     /// Reports an inbound unit over `max_message_bytes`; the transport closes after it.
-    pub(crate) fn message_too_large(&mut self) -> Control {
-        self.envelope_too_large();
+    pub(crate) fn handle_oversized_message(&mut self) -> Control {
+        self.handle_oversized_envelope();
         Control::Close {
             code: 1009,
             reason: "message too large",
@@ -788,7 +784,7 @@ impl Session {
 
     /// Reports an envelope over `max_message_bytes` that is skipped (one
     /// element of an upstream POST: the connection is not at fault).
-    pub(crate) fn envelope_too_large(&mut self) {
+    pub(crate) fn handle_oversized_envelope(&mut self) {
         let limit = self.config().max_message_bytes;
         self.error(
             ErrorCode::MESSAGE_TOO_LARGE,
@@ -878,7 +874,7 @@ impl Session {
             hai.last_rx_seq.is_some() && msg.session.as_deref().is_some_and(|s| s != &*self.id);
         if !resuming {
             self.apply_hai_settings(&hai, msg.id.as_deref());
-            if self.wants_tool_push() {
+            if self.wants_tools_changed() {
                 self.push_tool_list();
             }
         } else if first {
@@ -894,14 +890,14 @@ impl Session {
                 text: None,
             }));
         } else {
-            self.resume_failed(ResumeRefused::NotFirstMessage, msg.id.as_deref(), &hai);
+            self.handle_resume_refused(ResumeRefused::NotFirstMessage, msg.id.as_deref(), &hai);
         }
         Control::Continue
     }
 
     /// Whether registry changes are pushed to this client (`advertise_tools`
     /// on, and `TOOL_LIST` in the `accept_events` of its `HAI`).
-    pub(crate) fn wants_tool_push(&self) -> bool {
+    fn wants_tools_changed(&self) -> bool {
         self.shared.config.advertise_tools
             && self
                 .accept_events
@@ -909,8 +905,16 @@ impl Session {
                 .is_some_and(|set| set.contains(&EventType::ToolList))
     }
 
+    /// The registry changed: sends the current `TOOL_LIST` unsolicited, if
+    /// the client wants registry changes pushed.
+    pub(crate) fn handle_tools_changed(&mut self) {
+        if self.wants_tools_changed() {
+            self.push_tool_list();
+        }
+    }
+
     /// Sends the current `TOOL_LIST` unsolicited.
-    pub(crate) fn push_tool_list(&mut self) {
+    fn push_tool_list(&mut self) {
         let payload = self.tool_list();
         self.push(Outgoing::new(Channel::Agent, EventType::ToolList, payload));
     }
@@ -1067,9 +1071,10 @@ impl Session {
         }
     }
 
-    /// Sends an unsolicited heartbeat `PING`, unless the client filtered them
-    /// out; returns whether it did.
-    pub(crate) fn heartbeat(&mut self) -> bool {
+    /// A heartbeat is due ([`Session::handle_timeout`] says when): sends an
+    /// unsolicited `PING`, unless the client filtered them out; returns
+    /// whether it did.
+    fn handle_heartbeat(&mut self) -> bool {
         if !self.accepts(EventType::Ping) {
             return false;
         }

@@ -4,11 +4,12 @@
 use serde_json::{Value, json};
 
 use super::flow::Amount;
-use super::{ResumeRefused, Session, TransportKind};
+use super::{ResumeRefused, Session};
 use crate::context::LogLevel;
 use crate::protocol::payload::Hai;
 use crate::protocol::{Channel, ErrorCode, EventType, Outgoing, Prepared};
 use crate::schema::SchemaProfile;
+use crate::stats::Door;
 
 /// A client `HAI` asking to resume another session, as the first envelope
 /// on its connection.
@@ -78,9 +79,10 @@ impl Session {
         }
     }
 
-    /// The connection stays on this (fresh) session: `RESUME_FAILED`, and the
+    /// The resumption the client's `HAI` asked for is refused (`reason`): the
+    /// connection stays on this (fresh) session, `RESUME_FAILED`, and the
     /// `HAI` is otherwise processed as usual.
-    pub(crate) fn resume_failed(
+    pub(crate) fn handle_resume_refused(
         &mut self,
         reason: ResumeRefused,
         related_id: Option<&str>,
@@ -97,9 +99,10 @@ impl Session {
 
     /// This session was just taken over by a new connection whose client saw
     /// everything up to `last_rx_seq`: re-send what it missed, unchanged and in
-    /// order, then commit a `HAI` confirming the resumption.
-    pub(crate) fn resumed(&mut self, last_rx_seq: u64, hai: &Hai, transport: TransportKind) {
-        self.transport = transport;
+    /// order, then commit a `HAI` confirming the resumption, as `door` (the new
+    /// connection's) shows it.
+    pub(crate) fn handle_resume(&mut self, last_rx_seq: u64, hai: &Hai, door: Door) {
+        self.door = door;
         self.apply_hai_settings(hai, None);
         let missed = self
             .window

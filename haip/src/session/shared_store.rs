@@ -10,12 +10,13 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::{ResumeRefused, Session, Shared, TransportKind};
+use super::{ResumeRefused, Session, Shared};
 use crate::context::Caller;
 use crate::exec::admit::CallBook;
 use crate::otel::CallSpan;
 use crate::protocol::payload;
 use crate::protocol::{Channel, ErrorCode, EventType, Outgoing};
+use crate::stats::Door;
 
 /// Why [`SessionStore::restore`](super::SessionStore::restore) gave no snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,11 +85,11 @@ impl Session {
     /// it knows (docs/protocol.md §11.3).
     pub(crate) fn relayed(
         shared: Arc<Shared>,
-        transport: TransportKind,
+        door: Door,
         caller: Option<Arc<Caller>>,
         greeted: Option<(String, u64)>,
     ) -> Session {
-        let mut session = Session::new(shared, transport, caller);
+        let mut session = Session::new(shared, door, caller);
         session.forget_greeting();
         if let Some((id, next_seq)) = greeted {
             let made = std::mem::replace(&mut session.id, Arc::from(id));
@@ -126,15 +127,15 @@ impl Session {
     /// A session another instance held, rebuilt from what a shared store
     /// recorded of it ([`Snapshot`]), on a connection from now on, its
     /// outbox empty. Its window holds the recorded envelopes; the calls it
-    /// owed a `TOOL_DONE` died with that instance: [`Session::resumed`] is
-    /// to follow, then [`Session::end_lost_calls`].
+    /// owed a `TOOL_DONE` died with that instance: [`Session::handle_resume`] is
+    /// to follow, then [`Session::handle_lost_calls`].
     pub(crate) fn restore(
         shared: Arc<Shared>,
-        transport: TransportKind,
+        door: Door,
         id: &str,
         snapshot: Snapshot,
     ) -> (Session, Vec<String>) {
-        let mut session = Session::new(Arc::clone(&shared), transport, None);
+        let mut session = Session::new(Arc::clone(&shared), door, None);
         // The fresh id and its HAI go: this is the recorded session.
         session.forget_greeting();
         session.id = Arc::from(id);
@@ -156,7 +157,7 @@ impl Session {
 
     /// Ends calls that died with the instance that ran them: each gets its
     /// one `TOOL_DONE`, `ERROR` `INTERNAL_ERROR` "instance lost".
-    pub(crate) fn end_lost_calls(&mut self, call_ids: Vec<String>) {
+    pub(crate) fn handle_lost_calls(&mut self, call_ids: Vec<String>) {
         for call_id in call_ids {
             // Which tool it ran died with its instance.
             let now = self.shared.clock.now();

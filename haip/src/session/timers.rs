@@ -10,7 +10,7 @@ use std::collections::BinaryHeap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use super::{Action, Control, Session, TransportKind};
+use super::{Action, Control, Session};
 use crate::exec::CallKey;
 
 /// How long an envelope waits for the binary frame it announced (docs/protocol.md §13).
@@ -43,18 +43,19 @@ pub(super) struct Timers {
 pub(super) type Deadlines = BinaryHeap<Reverse<(Instant, CallKey)>>;
 
 impl Session {
-    /// The heartbeat interval on this session's transport (`None`: off).
+    /// The heartbeat interval by this session's door (`None`: off).
     fn heartbeat_interval(&self) -> Option<Duration> {
         let interval = self.config().heartbeat_interval?;
-        Some(match self.transport {
-            TransportKind::WebSocket => interval,
-            TransportKind::Stream => interval.min(STREAM_HEARTBEAT_CAP),
+        Some(if self.door.is_stream() {
+            interval.min(STREAM_HEARTBEAT_CAP)
+        } else {
+            interval
         })
     }
 
     /// A connection carries the session from `now` on (a new one, or one that
     /// resumed it): heartbeat and idle timeout run from here.
-    pub(crate) fn connected(&mut self, now: Instant) {
+    pub(crate) fn handle_connect(&mut self, now: Instant) {
         let heartbeat_at = self.heartbeat_interval().map(|every| now + every);
         let idle_check_at = self.config().idle_timeout.map(|idle| now + idle);
         let binary_due = self.awaited.as_ref().map(|_| now + BINARY_FRAME_WAIT);
@@ -69,13 +70,13 @@ impl Session {
 
     /// The connection is gone: the session runs on, parked, with only its
     /// calls' deadlines.
-    pub(crate) fn disconnected(&mut self) {
+    pub(crate) fn handle_disconnect(&mut self) {
         self.timers = Timers::default();
     }
 
     /// The connection delivered input at `now` (anything: a message, a
     /// frame, a keep-alive), which puts the idle timeout off.
-    pub(crate) fn touch(&mut self, now: Instant) {
+    pub(crate) fn handle_traffic(&mut self, now: Instant) {
         if self.timers.connected {
             self.timers.last_input = Some(now);
         }
@@ -137,14 +138,14 @@ impl Session {
         }
         if self.timers.binary_due.is_some_and(|due| due <= now) {
             self.timers.binary_due = None;
-            self.binary_frame_missing();
+            self.handle_missing_binary();
         }
         if let Some(at) = self.timers.heartbeat_at
             && at <= now
         {
             // The next one a full interval after this one went out.
             self.timers.heartbeat_at = self.heartbeat_interval().map(|every| now + every);
-            if !self.heartbeat() && self.transport == TransportKind::Stream {
+            if !self.handle_heartbeat() && self.door.is_stream() {
                 self.actions.push_back(Action::KeepAlive);
             }
         }

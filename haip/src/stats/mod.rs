@@ -5,8 +5,11 @@ use serde_json::{Value, json};
 
 use crate::protocol::{ErrorCode, HAIP_VERSION, iso8601_millis, now_millis};
 
+mod door;
 #[cfg(feature = "metrics")]
 pub(crate) mod metrics;
+
+pub(crate) use door::Door;
 
 /// The tool label of a call naming no registered tool (or one whose tool is
 /// not known any more: lost with its instance).
@@ -37,8 +40,8 @@ pub(crate) struct Stats {
     pub(crate) closed_body_timeout: AtomicU64,
     /// Connections refused beyond `max_connections_per_peer`.
     pub(crate) refused_per_peer: AtomicU64,
-    /// Open connections by transport ([`Transport`]).
-    connections: [AtomicU64; 3],
+    /// Open HAIP connections by door ([`Door::haip_index`]).
+    connections: [AtomicU64; Door::HAIP_DOORS],
     latency_micros_sum: AtomicU64,
     latency_count: AtomicU64,
     /// Of the connections counted, those another instance relays here.
@@ -79,15 +82,6 @@ impl std::fmt::Display for Brief<'_> {
             None => f.write_str(&text),
         }
     }
-}
-
-/// The transport of a client's connection, for the counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Transport {
-    WebSocket = 0,
-    Sse = 1,
-    /// HTTP streaming (newline-delimited JSON, or SSE framing on `/haip/stream`).
-    Stream = 2,
 }
 
 /// How a call ended, for the counters.
@@ -152,19 +146,24 @@ impl Stats {
         }
     }
 
-    /// A connection on `transport` opened; [`Stats::disconnected`] follows.
-    pub(crate) fn connected(&self, transport: Transport) {
-        self.connections[transport as usize].fetch_add(1, Relaxed);
+    /// A HAIP connection by `door` opened; [`Stats::disconnected`] follows.
+    pub(crate) fn connected(&self, door: Door) {
+        if let Some(i) = door.haip_index() {
+            self.connections[i].fetch_add(1, Relaxed);
+        }
     }
 
-    pub(crate) fn disconnected(&self, transport: Transport) {
-        self.connections[transport as usize].fetch_sub(1, Relaxed);
+    pub(crate) fn disconnected(&self, door: Door) {
+        if let Some(i) = door.haip_index() {
+            self.connections[i].fetch_sub(1, Relaxed);
+        }
     }
 
-    /// Connections open on `transport`.
+    /// HAIP connections open by `door`.
     #[cfg(feature = "metrics")]
-    pub(crate) fn connections_on(&self, transport: Transport) -> u64 {
-        self.connections[transport as usize].load(Relaxed)
+    pub(crate) fn connections_on(&self, door: Door) -> u64 {
+        door.haip_index()
+            .map_or(0, |i| self.connections[i].load(Relaxed))
     }
 
     /// A call of `tool` (a registered tool's name, or [`UNKNOWN_TOOL`]) was

@@ -17,7 +17,8 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::auth::Caller;
 use crate::server::driver;
-use crate::session::{Session, Shared, TransportKind};
+use crate::session::{Session, Shared};
+use crate::stats::Door;
 use crate::transport::frame::{Frame, Unit, WriteMeter, Writer};
 use crate::transport::queue::{FrameReceiver, frame_queue};
 
@@ -199,11 +200,7 @@ pub(super) fn connect(
         meter: Arc::clone(&meter),
     };
     // As the WebSocket route makes it: the caller is who its token named.
-    let session = Session::new(
-        Arc::clone(shared),
-        TransportKind::WebSocket,
-        caller.map(Arc::new),
-    );
+    let session = Session::new(Arc::clone(shared), Door::WebSocket, caller.map(Arc::new));
     let driven = Arc::clone(shared);
     shared.runner.tasks().spawn(async move {
         driver::run_stream(session, inbound, writer, &driven, Box::new(|_| {})).await;

@@ -47,10 +47,9 @@ use super::tasks::Tasks;
 use crate::context::{Caller, LogLevel};
 use crate::exec;
 use crate::exec::admit::{Admitted, Arrival, Check, DoorRule, Refused};
-use crate::otel::Door;
 use crate::protocol::{ErrorCode, json_len};
 use crate::session::Shared;
-use crate::stats::Ended;
+use crate::stats::{Door, Ended};
 use crate::tool::TaskSupport;
 
 /// One MCP session's view of the registry.

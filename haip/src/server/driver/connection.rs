@@ -151,9 +151,7 @@ where
             // Changes are taken even before the client's `HAI` asks for
             // pushes, so that `HAI`'s own push is not followed by a stale one.
             Ok(()) = tool_changes.changed(), if shared.config.advertise_tools => {
-                if session.wants_tool_push() {
-                    session.push_tool_list();
-                }
+                session.handle_tools_changed();
                 Woke::Nothing
             }
             () = &mut timer, if alarm.at.is_some() => {
@@ -273,7 +271,7 @@ impl<'a> Driving<'a> {
         while session.has_outbound()
             && self.writer.meter.bytes() + self.unrecorded.bytes < WRITER_BUDGET
         {
-            let Some(text) = session.commit_next() else {
+            let Some(text) = session.poll_transmit() else {
                 break;
             };
             if self.unrecorded.gated {
@@ -342,7 +340,7 @@ impl<'a> Driving<'a> {
     /// the last frames a little more (`give_up`).
     fn begin_shutdown(&mut self, session: &mut Session, give_up: Pin<&mut Sleep>) {
         self.shutting_down = true;
-        session.begin_shutdown();
+        session.handle_shutdown();
         give_up.reset(Instant::now() + self.shared.config.cancel_grace + CLOSE_TIMEOUT);
     }
 
@@ -356,7 +354,7 @@ impl<'a> Driving<'a> {
     /// The next envelope of the POST being handled, or its end (`None`).
     async fn on_element(&mut self, session: &mut Session, element: Option<Element>) -> Woke {
         match element {
-            Some(Element::TooLarge) => session.envelope_too_large(),
+            Some(Element::TooLarge) => session.handle_oversized_envelope(),
             Some(Element::Envelope(text)) => match handle_text(session, text, self.shared).await {
                 Control::Continue => {}
                 Control::Close {
@@ -389,14 +387,14 @@ impl<'a> Driving<'a> {
         let Some(unit) = unit else {
             return Woke::ConnectionEnd(ConnectionEnd::Gone);
         };
-        session.touch(self.shared.clock.now());
+        session.handle_traffic(self.shared.clock.now());
         let control = match unit {
             Unit::Text(text) => handle_text(session, text, self.shared).await,
             Unit::Batch(next) => {
                 self.batch = Some(next);
                 Control::Continue
             }
-            Unit::TooLarge => session.message_too_large(),
+            Unit::TooLarge => session.handle_oversized_message(),
             Unit::Binary(bytes) => session.handle_binary(&bytes),
             Unit::Activity => Control::Continue,
             Unit::ProtocolError { code, reason } => Control::Close {

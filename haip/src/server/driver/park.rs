@@ -26,7 +26,7 @@ impl Drop for DetachedGuard {
 /// cancelled with nothing sent (and counted as cancelled).
 pub(super) fn park(mut attached: Attached, store: Arc<dyn SessionStore>, shared: &Shared) {
     let keep = shared.config.replay_window_time;
-    attached.session.disconnected();
+    attached.session.handle_disconnect();
     let shutdown = shared.shutdown.clone();
     let shared = Arc::clone(attached.session.shared());
     shared.stats.detached_sessions.fetch_add(1, Relaxed);
@@ -48,7 +48,7 @@ pub(super) fn park(mut attached: Attached, store: Arc<dyn SessionStore>, shared:
         loop {
             perform(&mut attached, &shared, None);
             // Commit whatever is due, so it is kept for replay.
-            while attached.session.commit_next().is_some() {}
+            while attached.session.poll_transmit().is_some() {}
             alarm.arm(&attached.session, timer.as_mut());
             tokio::select! {
                 request = attached.takeovers.recv() => match (*request).answer(attached) {

@@ -65,12 +65,12 @@ pub(super) async fn resume_into(
             shared.store.remove(fresh.session.id());
             // `resumed` carries the seq it was at; the fresh session (only its
             // HAI was sent) ends here.
-            // The confirming HAI describes this connection's transport.
-            let transport = fresh.session.transport();
+            // The confirming HAI describes this connection's door.
+            let door = fresh.session.door();
             resumed
                 .session
-                .resumed(request.last_rx_seq.unwrap_or(0), &request.hai, transport);
-            resumed.session.connected(shared.clock.now());
+                .handle_resume(request.last_rx_seq.unwrap_or(0), &request.hai, door);
+            resumed.session.handle_connect(shared.clock.now());
             tracing::debug!(session = %resumed.session.id(), "session resumed");
             if let Some(on_resumed) = options.on_resumed.as_mut() {
                 on_resumed(resumed.session.id());
@@ -84,9 +84,11 @@ pub(super) async fn resume_into(
         Err(ResumeRefused::ShuttingDown) => Ok(fresh),
         Err(reason) => {
             let mut fresh = fresh;
-            fresh
-                .session
-                .resume_failed(reason, request.related_id.as_deref(), &request.hai);
+            fresh.session.handle_resume_refused(
+                reason,
+                request.related_id.as_deref(),
+                &request.hai,
+            );
             Ok(fresh)
         }
     }

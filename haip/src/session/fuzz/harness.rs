@@ -94,12 +94,12 @@ impl Run {
             .with_time(clock.clone(), Arc::new(RandomIds));
         let shared = Arc::new(shared);
         let (tx, events) = mpsc::unbounded_channel();
-        let transport = if websocket {
-            TransportKind::WebSocket
+        let door = if websocket {
+            Door::WebSocket
         } else {
-            TransportKind::Stream
+            Door::Stream
         };
-        let session = Session::new(Arc::clone(&shared), transport, None);
+        let session = Session::new(Arc::clone(&shared), door, None);
         let mut run = Run {
             session,
             events_tx: tx,
@@ -145,7 +145,7 @@ impl Run {
             return Ok(());
         }
         if bytes.len() > self.config().max_message_bytes {
-            let control = self.session.message_too_large();
+            let control = self.session.handle_oversized_message();
             return self.after(control);
         }
         if let Some(awaiting) = self.awaiting.take() {
@@ -177,7 +177,7 @@ impl Run {
         let limit = self.config().max_message_bytes;
         if text.len() > limit {
             // docs/protocol.md §2.2 step 1 is the transport's.
-            let control = self.session.message_too_large();
+            let control = self.session.handle_oversized_message();
             return self.after(control);
         }
         // Text where a frame was due ends the wait (docs/protocol.md §13).
@@ -310,7 +310,7 @@ impl Run {
     /// (a kept session is resumed and fed again), so feeding continues.
     pub(super) fn after(&mut self, control: Control) -> Result<(), String> {
         if let Control::Resume(request) = control {
-            self.session.resume_failed(
+            self.session.handle_resume_refused(
                 crate::session::ResumeRefused::UnknownSession,
                 request.related_id.as_deref(),
                 &request.hai,
@@ -339,9 +339,9 @@ impl Run {
             None => {}
         }
         ensure!(
-            self.session.awaits_binary() == self.awaiting.is_some(),
+            self.session.is_awaiting_binary() == self.awaiting.is_some(),
             "the session {} a binary frame, the model says otherwise",
-            if self.session.awaits_binary() {
+            if self.session.is_awaiting_binary() {
                 "awaits"
             } else {
                 "does not await"
@@ -399,7 +399,7 @@ impl Run {
     /// Commits and checks everything that may go out.
     pub(super) fn drain(&mut self) -> Result<(), String> {
         self.act();
-        while let Some(text) = self.session.commit_next() {
+        while let Some(text) = self.session.poll_transmit() {
             self.observe(text)?;
         }
         Ok(())
@@ -496,10 +496,10 @@ impl Run {
     /// Winds everything down and checks the whole conversation.
     pub(super) async fn finish(mut self, shutdown: bool) -> Result<(), String> {
         // The transport's wait for a frame runs out.
-        self.session.binary_frame_missing();
+        self.session.handle_missing_binary();
         self.frame_missing();
         if shutdown {
-            self.session.begin_shutdown();
+            self.session.handle_shutdown();
         } else {
             self.gate.close();
         }
@@ -557,7 +557,7 @@ impl Run {
         // No call is active now, and the client resumed every channel: this
         // changes nothing, unless a resume was lost (then the check below
         // would blame the wind-down, not the session).
-        self.session.begin_shutdown();
+        self.session.handle_shutdown();
         self.drain()?;
         let backlog = self.session.backlog();
         ensure!(

@@ -58,13 +58,12 @@ use proptest::strategy::Union;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Semaphore, mpsc};
 
-use super::{
-    Action, Backlog, Clock, Control, FakeClock, Overflow, RandomIds, Session, Shared, TransportKind,
-};
+use super::{Action, Backlog, Clock, Control, FakeClock, Overflow, RandomIds, Session, Shared};
 use crate::Context;
 use crate::exec::CallEvent;
 use crate::protocol::{Channel, ErrorCode, EventType, Inbound, decode, is_binary_envelope};
 use crate::session::SessionConfig as Config;
+use crate::stats::Door;
 use crate::tool::{Registry, Tool, ToolError, builtin};
 
 /// Cases of the decoder-only property (cheap: no session).

@@ -845,7 +845,7 @@ impl Run {
                 self.binary(&bytes)
             }
             Step::FrameMissing => {
-                self.session.binary_frame_missing();
+                self.session.handle_missing_binary();
                 self.frame_missing();
                 self.check()
             }
@@ -871,11 +871,11 @@ impl Run {
                 Ok(())
             }
             Step::Heartbeat => {
-                self.session.heartbeat();
+                self.session.handle_heartbeat();
                 self.check()
             }
             Step::TooLarge => {
-                let control = self.session.message_too_large();
+                let control = self.session.handle_oversized_message();
                 self.after(control)
             }
         }

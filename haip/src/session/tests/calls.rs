@@ -9,8 +9,8 @@ async fn hai_is_first_and_matches_the_spec() {
         Registry::default(),
         Default::default(),
     ));
-    let mut session = Session::new(shared, TransportKind::Stream, None);
-    let hai: Value = serde_json::from_slice(&session.commit_next().unwrap()).unwrap();
+    let mut session = Session::new(shared, Door::Stream, None);
+    let hai: Value = serde_json::from_slice(&session.poll_transmit().unwrap()).unwrap();
     assert_eq!(hai["seq"], "1");
     assert_eq!(hai["channel"], "SYSTEM");
     assert_eq!(hai["payload"]["haip_version"], "1.1.2");
@@ -264,7 +264,7 @@ async fn shutdown_cancels_every_active_call() {
     let (mut h, _gate) = Harness::gated(Config::default());
     h.send(call("a", "gate", json!({})));
     h.send(call("b", "gate", json!({})));
-    h.session.begin_shutdown();
+    h.session.handle_shutdown();
     let out = h.run_until_done(2).await;
     let done: Vec<&Value> = out.iter().filter(|v| v["type"] == "TOOL_DONE").collect();
     for d in done {

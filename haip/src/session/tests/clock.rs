@@ -8,7 +8,7 @@ pub(super) fn on_fake_clock(config: Config) -> (Harness, Arc<FakeClock>) {
     let clock = Arc::new(FakeClock::new());
     let shared = Shared::new(config, Registry::default(), Default::default())
         .with_time(clock.clone(), Arc::new(CountingIds::default()));
-    let session = Session::new(Arc::new(shared), TransportKind::WebSocket, None);
+    let session = Session::new(Arc::new(shared), Door::WebSocket, None);
     let mut h = Harness::on(session, false);
     assert_eq!(h.out()[0]["type"], "HAI");
     (h, clock)
@@ -79,7 +79,7 @@ fn replay_keeps_young_envelopes_and_lets_old_ones_expire_on_the_clock() {
 pub(super) fn on_fake_clock_with(
     config: Config,
     tools: Vec<Tool>,
-    transport: TransportKind,
+    door: Door,
 ) -> (Harness, Arc<FakeClock>) {
     let clock = Arc::new(FakeClock::new());
     let registry = Registry::default();
@@ -88,7 +88,7 @@ pub(super) fn on_fake_clock_with(
     }
     let shared = Shared::new(config, registry, Default::default())
         .with_time(clock.clone(), Arc::new(CountingIds::default()));
-    let session = Session::new(Arc::new(shared), transport, None);
+    let session = Session::new(Arc::new(shared), door, None);
     let mut h = Harness::on(session, false);
     assert_eq!(h.out()[0]["type"], "HAI");
     (h, clock)
@@ -140,7 +140,7 @@ fn a_tool_timeout_ends_the_call_on_the_clock_and_the_slot_waits_for_the_task() {
         ..Config::default()
     };
     let tools = vec![idle_tool("slow")];
-    let (mut h, clock) = on_fake_clock_with(config, tools, TransportKind::WebSocket);
+    let (mut h, clock) = on_fake_clock_with(config, tools, Door::WebSocket);
     h.send(call("c1", "slow", json!({})));
     let start = h.started().pop().expect("the call is started");
     assert_eq!(
@@ -177,7 +177,7 @@ fn a_cancelled_call_gets_its_tool_done_when_the_grace_period_ends() {
         ..Config::default()
     };
     let tools = vec![idle_tool("stuck"), idle_tool("polite")];
-    let (mut h, clock) = on_fake_clock_with(config, tools, TransportKind::WebSocket);
+    let (mut h, clock) = on_fake_clock_with(config, tools, Door::WebSocket);
     h.send(call("c1", "stuck", json!({})));
     h.send(call("c2", "polite", json!({})));
     let started = h.started();
@@ -219,7 +219,7 @@ fn heartbeats_go_out_on_the_interval_and_streams_cap_it() {
         idle_timeout: None,
         ..Config::default()
     };
-    let (mut h, clock) = on_fake_clock_with(config.clone(), vec![], TransportKind::WebSocket);
+    let (mut h, clock) = on_fake_clock_with(config.clone(), vec![], Door::WebSocket);
     let ping = out_at(&mut h, &clock, Duration::from_secs(30));
     assert_eq!(ping.len(), 1);
     assert_eq!(ping[0]["type"], "PING");
@@ -237,7 +237,7 @@ fn heartbeats_go_out_on_the_interval_and_streams_cap_it() {
 
     // On a stream the interval is at most 15 s, and a client that filters
     // PINGs gets a transport keep-alive instead.
-    let (mut h, clock) = on_fake_clock_with(config, vec![], TransportKind::Stream);
+    let (mut h, clock) = on_fake_clock_with(config, vec![], Door::Stream);
     assert_eq!(
         h.session.poll_timeout(),
         Some(clock.now() + STREAM_HEARTBEAT_CAP)
@@ -256,9 +256,9 @@ fn a_connection_idle_for_idle_timeout_is_closed_and_input_puts_it_off() {
         idle_timeout: Some(Duration::from_secs(300)),
         ..Config::default()
     };
-    let (mut h, clock) = on_fake_clock_with(config, vec![], TransportKind::WebSocket);
+    let (mut h, clock) = on_fake_clock_with(config, vec![], Door::WebSocket);
     h.advance(&clock, Duration::from_secs(200));
-    h.session.touch(clock.now());
+    h.session.handle_traffic(clock.now());
     assert_eq!(
         h.advance(&clock, Duration::from_secs(100)),
         Control::Continue
@@ -282,8 +282,8 @@ fn a_connection_idle_for_idle_timeout_is_closed_and_input_puts_it_off() {
     );
     assert_eq!(h.session.poll_timeout(), None, "closed once");
     // Parked, a session has no connection to be idle on, nor heartbeats.
-    let (mut h, clock) = on_fake_clock_with(Config::default(), vec![], TransportKind::WebSocket);
-    h.session.disconnected();
+    let (mut h, clock) = on_fake_clock_with(Config::default(), vec![], Door::WebSocket);
+    h.session.handle_disconnect();
     assert_eq!(h.session.poll_timeout(), None);
     assert_eq!(
         h.advance(&clock, Duration::from_secs(3600)),
@@ -291,7 +291,7 @@ fn a_connection_idle_for_idle_timeout_is_closed_and_input_puts_it_off() {
     );
     assert!(h.out().is_empty());
     // Resumed on a new connection: both run again from then.
-    h.session.connected(clock.now());
+    h.session.handle_connect(clock.now());
     assert_eq!(
         h.session.poll_timeout(),
         Some(clock.now() + Duration::from_secs(30))
@@ -305,16 +305,16 @@ fn a_binary_frame_not_sent_within_10_s_is_reported_missing() {
         idle_timeout: None,
         ..Config::default()
     };
-    let (mut h, clock) = on_fake_clock_with(config, vec![], TransportKind::WebSocket);
+    let (mut h, clock) = on_fake_clock_with(config, vec![], Door::WebSocket);
     h.send(
         json!({"id": "b1", "type": "AUDIO_CHUNK", "bin_len": 3, "payload": {"mime": "audio/wav"}}),
     );
-    assert!(h.session.awaits_binary());
+    assert!(h.session.is_awaiting_binary());
     let error = out_at(&mut h, &clock, Duration::from_secs(10));
     assert_eq!(error.len(), 1, "{error:?}");
     assert_eq!(error[0]["payload"]["code"], "BINARY_FRAME_ERROR");
     assert_eq!(error[0]["payload"]["related_id"], "b1");
-    assert!(!h.session.awaits_binary());
+    assert!(!h.session.is_awaiting_binary());
 }
 
 #[test]
@@ -326,7 +326,7 @@ fn resumption_needs_the_missed_envelopes_still_young_or_among_the_newest() {
         idle_timeout: None,
         ..Config::default()
     };
-    let (mut h, clock) = on_fake_clock_with(config, vec![], TransportKind::WebSocket);
+    let (mut h, clock) = on_fake_clock_with(config, vec![], Door::WebSocket);
     ping(&mut h, 30); // seq 2..=31
     assert_eq!(h.session.can_resume_from(0), Ok(()), "young: all kept");
     assert_eq!(
@@ -346,7 +346,7 @@ fn resumption_needs_the_missed_envelopes_still_young_or_among_the_newest() {
 #[test]
 fn only_calls_with_small_params_are_polled_on_the_session_task() {
     let tools = vec![idle_tool("t")];
-    let (mut h, _clock) = on_fake_clock_with(Config::default(), tools, TransportKind::WebSocket);
+    let (mut h, _clock) = on_fake_clock_with(Config::default(), tools, Door::WebSocket);
     h.send(call("small", "t", json!({"s": "x"})));
     let small = h.started();
     assert_eq!(small.len(), 1);

@@ -19,7 +19,7 @@ async fn version_check_and_resumption_attempts() {
         ("other", Some(3), Some("h"))
     );
     assert!(h.out().is_empty(), "the driver answers, not the session");
-    h.session.resume_failed(
+    h.session.handle_resume_refused(
         crate::session::ResumeRefused::UnknownSession,
         request.related_id.as_deref(),
         &request.hai,
@@ -29,7 +29,7 @@ async fn version_check_and_resumption_attempts() {
     assert_eq!(out[0]["payload"]["related_id"], "h");
     assert_eq!(out[0]["payload"]["detail"]["reason"], "unknown session");
     assert!(
-        !h.session.heartbeat(),
+        !h.session.handle_heartbeat(),
         "the HAI's accept_events still applied"
     );
     // Only the first envelope may resume.
@@ -59,10 +59,10 @@ async fn version_check_and_resumption_attempts() {
 #[tokio::test]
 async fn accept_events_filters_heartbeat_pings_only() {
     let mut h = Harness::new(Config::default(), vec![]);
-    assert!(h.session.heartbeat());
+    assert!(h.session.handle_heartbeat());
     assert_eq!(h.out()[0]["type"], "PING");
     h.send(json!({"type": "HAI", "payload": {"accept_events": ["PONG"]}}));
-    assert!(!h.session.heartbeat(), "filtered out");
+    assert!(!h.session.handle_heartbeat(), "filtered out");
     h.send(json!({"type": "PING", "payload": {}}));
     let out = h.out();
     assert_eq!(out.len(), 1);
@@ -139,7 +139,7 @@ async fn replays_are_fed_one_by_one_and_never_overflow() {
         "replays do not count against the queue"
     );
     let mut seen = 0;
-    while let Some(text) = h.session.commit_next() {
+    while let Some(text) = h.session.poll_transmit() {
         let v: Value = serde_json::from_slice(&text).unwrap();
         seen += 1;
         assert_eq!(v["seq"], seen.to_string(), "re-sent in order, unchanged");
@@ -159,7 +159,7 @@ async fn replay_requests_resend_kept_envelopes_unchanged() {
     h.send(json!({"type": "REPLAY_REQUEST", "payload": {"from_seq": 9}}));
     h.send(json!({"id": "r", "type": "REPLAY_REQUEST", "payload": {"from_seq": "x"}}));
     let mut replayed = Vec::new();
-    while let Some(text) = h.session.commit_next() {
+    while let Some(text) = h.session.poll_transmit() {
         replayed.push(serde_json::from_slice::<Value>(&text).unwrap());
     }
     assert_eq!(replayed[0], originals[0], "byte-identical re-send");
@@ -267,13 +267,10 @@ async fn a_resumed_session_replays_what_the_client_missed_then_confirms() {
     );
     assert_eq!(h.session.can_resume_from(3), Ok(()));
     assert_eq!(h.session.can_resume_from(0), Ok(()));
-    h.session.resumed(
-        1,
-        &crate::protocol::payload::Hai::default(),
-        TransportKind::Stream,
-    );
+    h.session
+        .handle_resume(1, &crate::protocol::payload::Hai::default(), Door::Stream);
     let mut texts = Vec::new();
-    while let Some(text) = h.session.commit_next() {
+    while let Some(text) = h.session.poll_transmit() {
         texts.push(serde_json::from_slice::<Value>(&text).unwrap());
     }
     assert_eq!(texts[0], sent[0], "missed envelopes come back unchanged");
@@ -310,7 +307,7 @@ async fn shutdown_releases_paused_channels_so_every_call_gets_its_tool_done() {
     h.send(json!({"type": "PAUSE_CHANNEL", "payload": {"channel": "AGENT"}}));
     h.send(call("a", "gate", json!({})));
     assert!(h.out().is_empty());
-    h.session.begin_shutdown();
+    h.session.handle_shutdown();
     let out = h.run_until_done(1).await;
     assert_eq!(
         out.last().unwrap()["payload"]["result"],

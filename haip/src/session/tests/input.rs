@@ -199,7 +199,7 @@ async fn two_frame_binary_waits_for_its_body() {
     let mut h = Harness::new(Config::default(), vec![]);
     // The body arrives: the envelope is handled.
     h.send(json!({"id": "b1", "type": "PING", "bin_len": 3, "payload": {"nonce": "n1"}}));
-    assert!(h.session.awaits_binary());
+    assert!(h.session.is_awaiting_binary());
     assert!(h.out().is_empty(), "nothing until the body is here");
     assert_eq!(h.session.handle_binary(b"abc"), Control::Continue);
     assert_eq!(h.out()[0]["payload"], json!({"nonce": "n1"}));
@@ -226,9 +226,9 @@ async fn two_frame_binary_waits_for_its_body() {
     assert_eq!(out[1]["payload"], json!({"nonce": "n4"}));
     // Nothing within the wait: the driver reports it.
     h.send(json!({"type": "PING", "bin_len": 0, "payload": {}}));
-    h.session.binary_frame_missing();
+    h.session.handle_missing_binary();
     assert_eq!(h.out()[0]["payload"]["code"], "BINARY_FRAME_ERROR");
-    assert!(!h.session.awaits_binary());
+    assert!(!h.session.is_awaiting_binary());
     // `payload.data` means base64: no binary frame is awaited.
     h.send(json!({"type": "PING", "bin_len": 3, "payload": {"data": "YWJj", "nonce": "n5"}}));
     assert_eq!(h.out()[0]["payload"]["nonce"], "n5");
@@ -273,10 +273,10 @@ async fn outsized_or_overflowing_client_numbers_are_errors_not_panics() {
 #[tokio::test]
 async fn streams_ignore_bin_len() {
     let shared = Shared::for_tests(Config::default());
-    let mut session = Session::new(shared, TransportKind::Stream, None);
-    session.commit_next();
+    let mut session = Session::new(shared, Door::Stream, None);
+    session.poll_transmit();
     session.handle_text(r#"{"type":"PING","bin_len":5,"payload":{"nonce":"s"}}"#);
-    assert!(!session.awaits_binary());
-    let pong: Value = serde_json::from_slice(&session.commit_next().unwrap()).unwrap();
+    assert!(!session.is_awaiting_binary());
+    let pong: Value = serde_json::from_slice(&session.poll_transmit().unwrap()).unwrap();
     assert_eq!(pong["type"], "PONG");
 }

@@ -31,7 +31,7 @@ impl Harness {
             registry.register(tool);
         }
         let shared = Arc::new(Shared::new(config, registry, Default::default()));
-        let mut h = Harness::on(Session::new(shared, TransportKind::WebSocket, None), true);
+        let mut h = Harness::on(Session::new(shared, Door::WebSocket, None), true);
         let hai = h.out();
         assert_eq!(hai.len(), 1);
         assert_eq!(hai[0]["type"], "HAI");
@@ -86,7 +86,7 @@ impl Harness {
     fn out(&mut self) -> Vec<Value> {
         self.act();
         let mut all = Vec::new();
-        while let Some(text) = self.session.commit_next() {
+        while let Some(text) = self.session.poll_transmit() {
             let v: Value = serde_json::from_slice(&text).unwrap();
             self.seq += 1;
             assert_eq!(v["seq"], self.seq.to_string(), "seq gap at {v}");
@@ -98,7 +98,7 @@ impl Harness {
 
     /// Drains a replay: re-sent envelopes keep their old `seq`.
     fn session_replay(&mut self) -> Vec<Value> {
-        std::iter::from_fn(|| self.session.commit_next())
+        std::iter::from_fn(|| self.session.poll_transmit())
             .map(|text| serde_json::from_slice(&text).unwrap())
             .collect()
     }

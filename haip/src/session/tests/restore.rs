@@ -27,7 +27,7 @@ async fn a_restored_session_replays_confirms_then_ends_its_lost_calls() {
         ..Default::default()
     };
     let shared = Arc::clone(h.session.shared());
-    let (mut session, lost) = Session::restore(shared, TransportKind::WebSocket, "gone", snapshot);
+    let (mut session, lost) = Session::restore(shared, Door::WebSocket, "gone", snapshot);
     assert_eq!(session.id(), "gone");
     assert!(!session.has_outbound(), "no HAI of its own");
     assert_eq!(
@@ -35,12 +35,12 @@ async fn a_restored_session_replays_confirms_then_ends_its_lost_calls() {
         Err(crate::session::ResumeRefused::InvalidLastRxSeq)
     );
     assert_eq!(session.can_resume_from(1), Ok(()));
-    session.resumed(
+    session.handle_resume(
         1,
         &crate::protocol::payload::Hai::default(),
-        TransportKind::WebSocket,
+        Door::WebSocket,
     );
-    session.end_lost_calls(lost);
+    session.handle_lost_calls(lost);
     h.session = session;
     let texts = h.session_replay();
     let kinds: Vec<(&str, &str)> = texts
@@ -90,13 +90,13 @@ async fn a_restored_session_keeps_its_channels_paused() {
         ..Default::default()
     };
     let shared = Arc::clone(h.session.shared());
-    let (mut session, lost) = Session::restore(shared, TransportKind::WebSocket, "gone", snapshot);
-    session.resumed(
+    let (mut session, lost) = Session::restore(shared, Door::WebSocket, "gone", snapshot);
+    session.handle_resume(
         1,
         &crate::protocol::payload::Hai::default(),
-        TransportKind::WebSocket,
+        Door::WebSocket,
     );
-    session.end_lost_calls(lost);
+    session.handle_lost_calls(lost);
     h.session = session;
     let kinds = |texts: Vec<Value>| -> Vec<String> {
         texts

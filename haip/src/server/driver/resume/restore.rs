@@ -107,7 +107,7 @@ pub(super) async fn take_over(
     }
     let (mut session, lost) = Session::restore(
         Arc::clone(fresh.session.shared()),
-        fresh.session.transport(),
+        fresh.session.door(),
         id,
         snapshot,
     );
@@ -115,7 +115,7 @@ pub(super) async fn take_over(
         return refuse(reason);
     }
     session.set_caller(fresh.session.caller().cloned());
-    session.end_lost_calls(lost);
+    session.handle_lost_calls(lost);
     tracing::info!(session = id, "session restored from the shared store");
     let takeovers = shared.store.register(id);
     Ok(Resumed::Here(Attached::new(session, takeovers)))
@@ -133,7 +133,7 @@ async fn link_to(
         subject: fresh.session.subject().map(|s| s.to_string()),
         caller: fresh.session.caller().cloned(),
         purpose: LinkPurpose::Connection {
-            transport: fresh.session.transport(),
+            door: fresh.session.door(),
             hai: hai.to_owned(),
         },
         greeted: Some((fresh.session.id().to_owned(), fresh.session.next_seq())),
