@@ -489,7 +489,7 @@ impl OAuth {
                 format!("{:?} is not a URL ({e})", self.inner.issuer),
             )
         })?;
-        fetchable(&issuer).map_err(|why| invalid("oauth_issuer", why))?;
+        fetchable(&issuer).map_err(|why| invalid("oauth_issuer", why.to_string()))?;
         if issuer.query().is_some() || issuer.fragment().is_some() {
             return Err(invalid(
                 "oauth_issuer",
@@ -521,7 +521,8 @@ impl OAuth {
                 format!("{resource:?} must be an http(s) URL without a fragment (RFC 8707)"),
             ));
         }
-        self.client().map_err(|e| invalid("oauth_issuer", e))?;
+        self.client()
+            .map_err(|e| invalid("oauth_issuer", e.to_string()))?;
         Ok(())
     }
 
@@ -797,7 +798,7 @@ impl OAuth {
     #[allow(clippy::type_complexity)]
     async fn fetch_keys(
         &self,
-    ) -> Result<(Url, Option<Url>, HashMap<String, Arc<Key>>, Vec<Arc<Key>>), String> {
+    ) -> Result<(Url, Option<Url>, HashMap<String, Arc<Key>>, Vec<Arc<Key>>), FetchError> {
         let known = {
             let keys = self.lock_keys();
             keys.jwks_uri
@@ -811,7 +812,7 @@ impl OAuth {
         self.inner.jwks_fetches.fetch_add(1, Relaxed);
         let jwks = self.get(&jwks_uri).await?;
         let Some(list) = jwks.get("keys").and_then(Value::as_array) else {
-            return Err(format!("the JWKS at {jwks_uri} has no `keys` array"));
+            return Err(FetchError::NoKeysArray { jwks_uri });
         };
         let mut by_kid = HashMap::new();
         let mut unnamed = Vec::new();
@@ -825,17 +826,15 @@ impl OAuth {
             }
         }
         if by_kid.is_empty() && unnamed.is_empty() {
-            return Err(format!(
-                "the JWKS at {jwks_uri} has no signature key haip can use"
-            ));
+            return Err(FetchError::NoUsableKey { jwks_uri });
         }
         Ok((jwks_uri, introspection, by_kid, unnamed))
     }
 
     /// The issuer's `jwks_uri` and `introspection_endpoint`, from its RFC 8414
     /// metadata, else its OpenID discovery document.
-    async fn discover(&self) -> Result<(Url, Option<Url>), String> {
-        let issuer = Url::parse(&self.inner.issuer).map_err(|e| e.to_string())?;
+    async fn discover(&self) -> Result<(Url, Option<Url>), FetchError> {
+        let issuer = Url::parse(&self.inner.issuer).map_err(FetchError::IssuerUrl)?;
         let path = issuer.path().trim_end_matches('/');
         let mut rfc8414 = issuer.clone();
         rfc8414.set_path(&format!("/.well-known/oauth-authorization-server{path}"));
@@ -851,39 +850,45 @@ impl OAuth {
                 }
             };
             if document.get("issuer").and_then(Value::as_str) != Some(self.inner.issuer.as_str()) {
-                return Err(format!(
-                    "the metadata at {url} names issuer {}, not {:?} (RFC 8414 §3.3)",
-                    document.get("issuer").unwrap_or(&Value::Null),
-                    self.inner.issuer
-                ));
+                return Err(FetchError::OtherIssuer(Box::new(OtherIssuer {
+                    url,
+                    named: document.get("issuer").cloned().unwrap_or(Value::Null),
+                    expected: self.inner.issuer.clone(),
+                })));
             }
-            let endpoint = |name: &str| -> Result<Option<Url>, String> {
+            let endpoint = |name: &'static str| -> Result<Option<Url>, FetchError> {
                 let Some(text) = document.get(name).and_then(Value::as_str) else {
                     return Ok(None);
                 };
-                let url = Url::parse(text).map_err(|e| format!("`{name}` {text:?}: {e}"))?;
-                fetchable(&url).map_err(|e| format!("`{name}`: {e}"))?;
+                let url = Url::parse(text).map_err(|source| FetchError::EndpointUrl {
+                    name,
+                    text: text.to_owned(),
+                    source,
+                })?;
+                fetchable(&url).map_err(|source| FetchError::EndpointUnfetchable {
+                    name,
+                    source: Box::new(source),
+                })?;
                 Ok(Some(url))
             };
             let Some(jwks_uri) = endpoint("jwks_uri")? else {
-                return Err(format!("the metadata at {url} has no `jwks_uri`"));
+                return Err(FetchError::NoJwksUri { url });
             };
             return Ok((jwks_uri, endpoint("introspection_endpoint")?));
         }
-        Err(format!("no issuer metadata: {}", why.join("; ")))
+        Err(FetchError::NoMetadata(why))
     }
 
-    fn client(&self) -> Result<&reqwest::Client, String> {
+    fn client(&self) -> Result<&reqwest::Client, FetchError> {
         if let Some(client) = self.inner.client.get() {
             return Ok(client);
         }
-        let client =
-            build_client(self.inner.fetch_timeout).map_err(|e| format!("no HTTP client: {e}"))?;
+        let client = build_client(self.inner.fetch_timeout).map_err(FetchError::NoClient)?;
         Ok(self.inner.client.get_or_init(|| client))
     }
 
     /// GET `url` as JSON (`200` only, at most `MAX_DOCUMENT_BYTES`).
-    async fn get(&self, url: &Url) -> Result<Value, String> {
+    async fn get(&self, url: &Url) -> Result<Value, FetchError> {
         fetchable(url)?;
         let response = self
             .client()?
@@ -891,7 +896,10 @@ impl OAuth {
             .header("accept", "application/json")
             .send()
             .await
-            .map_err(|e| format!("{url}: {e}"))?;
+            .map_err(|source| FetchError::Request {
+                url: url.clone(),
+                source,
+            })?;
         json_of(url, response).await
     }
 
@@ -1017,7 +1025,12 @@ impl OAuth {
         self.inner.introspections.fetch_add(1, Relaxed);
         let client = match self.client() {
             Ok(client) => client,
-            Err(why) => return (Err(AuthError::invalid_token(why)), Instant::now()),
+            Err(why) => {
+                return (
+                    Err(AuthError::invalid_token(why.to_string())),
+                    Instant::now(),
+                );
+            }
         };
         let sent = client
             .post(endpoint.clone())
@@ -1028,7 +1041,10 @@ impl OAuth {
             .await;
         let answer = match sent {
             Ok(response) => json_of(&endpoint, response).await,
-            Err(e) => Err(format!("{endpoint}: {e}")),
+            Err(source) => Err(FetchError::Request {
+                url: endpoint.clone(),
+                source,
+            }),
         };
         let answer = match answer {
             Ok(Value::Object(answer)) => answer,
@@ -1094,18 +1110,143 @@ enum Refresh {
     Limited,
     /// Not tried: a fetch tried since the request asked failed.
     Shared,
-    Failed(String),
+    /// Tried, and failed.
+    Failed(FetchError),
+}
+
+/// The error of [`Url::parse`].
+type UrlError = <Url as std::str::FromStr>::Err;
+
+/// Why the issuer's metadata, its keys or an introspection answer could not
+/// be had (or a URL may not be fetched); its text is what the log, the
+/// `INVALID_TOKEN` message or the configuration error says.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FetchError {
+    /// Plain `http` to a host that is not loopback.
+    #[error("{url}: plain http is allowed to loopback addresses only; use https")]
+    PlainHttp {
+        /// The URL refused.
+        url: Url,
+    },
+    /// A scheme other than `http(s)`.
+    #[error("{url}: the scheme {scheme:?} is not http(s)")]
+    Scheme {
+        /// The URL refused.
+        url: Url,
+        /// Its scheme.
+        scheme: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("no HTTP client: {0}")]
+    NoClient(#[source] reqwest::Error),
+    /// The request failed, or its answer could not be read.
+    #[error("{url}: {source}")]
+    Request {
+        /// The URL asked.
+        url: Url,
+        /// What failed.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// An answer other than a success.
+    #[error("{url}: HTTP {status}")]
+    Status {
+        /// The URL asked.
+        url: Url,
+        /// The answer's status.
+        status: reqwest::StatusCode,
+    },
+    /// An answer over `MAX_DOCUMENT_BYTES`.
+    #[error("{url}: the answer is over {MAX_DOCUMENT_BYTES} bytes")]
+    TooLarge {
+        /// The URL asked.
+        url: Url,
+    },
+    /// An answer that is not JSON.
+    #[error("{url}: not JSON ({source})")]
+    NotJson {
+        /// The URL asked.
+        url: Url,
+        /// Why it does not parse.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The configured issuer is not a URL.
+    #[error("{0}")]
+    IssuerUrl(#[source] UrlError),
+    /// The metadata names another issuer.
+    #[error(
+        "the metadata at {} names issuer {}, not {:?} (RFC 8414 §3.3)",
+        .0.url, .0.named, .0.expected
+    )]
+    OtherIssuer(Box<OtherIssuer>),
+    /// An endpoint of the metadata is not a URL.
+    #[error("`{name}` {text:?}: {source}")]
+    EndpointUrl {
+        /// The metadata's field.
+        name: &'static str,
+        /// What it holds.
+        text: String,
+        /// Why it does not parse.
+        #[source]
+        source: UrlError,
+    },
+    /// An endpoint of the metadata may not be fetched.
+    #[error("`{name}`: {source}")]
+    EndpointUnfetchable {
+        /// The metadata's field.
+        name: &'static str,
+        /// Why not ([`FetchError::PlainHttp`] or [`FetchError::Scheme`]).
+        #[source]
+        source: Box<FetchError>,
+    },
+    /// The metadata names no `jwks_uri`.
+    #[error("the metadata at {url} has no `jwks_uri`")]
+    NoJwksUri {
+        /// The metadata's URL.
+        url: Url,
+    },
+    /// Neither metadata document could be fetched: why not, for each.
+    #[error("no issuer metadata: {}", joined(.0))]
+    NoMetadata(Vec<FetchError>),
+    /// The JWKS has no `keys` array.
+    #[error("the JWKS at {jwks_uri} has no `keys` array")]
+    NoKeysArray {
+        /// The JWKS's URL.
+        jwks_uri: Url,
+    },
+    /// The JWKS has no key haip can verify signatures with.
+    #[error("the JWKS at {jwks_uri} has no signature key haip can use")]
+    NoUsableKey {
+        /// The JWKS's URL.
+        jwks_uri: Url,
+    },
+}
+
+/// The metadata at `url` names the issuer `named`, not `expected`.
+#[derive(Debug)]
+pub(crate) struct OtherIssuer {
+    url: Url,
+    named: Value,
+    expected: String,
+}
+
+/// `errors`' texts, separated by `; `.
+fn joined(errors: &[FetchError]) -> String {
+    let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    texts.join("; ")
 }
 
 /// `https`, or `http` to a loopback host.
-fn fetchable(url: &Url) -> Result<(), String> {
+fn fetchable(url: &Url) -> Result<(), FetchError> {
     match url.scheme() {
         "https" => Ok(()),
         "http" if url.host_str().is_some_and(is_loopback) => Ok(()),
-        "http" => Err(format!(
-            "{url}: plain http is allowed to loopback addresses only; use https"
-        )),
-        other => Err(format!("{url}: the scheme {other:?} is not http(s)")),
+        "http" => Err(FetchError::PlainHttp { url: url.clone() }),
+        other => Err(FetchError::Scheme {
+            url: url.clone(),
+            scheme: other.to_owned(),
+        }),
     }
 }
 
@@ -1126,20 +1267,31 @@ fn quote(text: &str) -> String {
 }
 
 /// A `200` JSON answer, at most `MAX_DOCUMENT_BYTES`.
-async fn json_of(url: &Url, mut response: reqwest::Response) -> Result<Value, String> {
+async fn json_of(url: &Url, mut response: reqwest::Response) -> Result<Value, FetchError> {
     if !response.status().is_success() {
-        return Err(format!("{url}: HTTP {}", response.status()));
+        return Err(FetchError::Status {
+            url: url.clone(),
+            status: response.status(),
+        });
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| format!("{url}: {e}"))? {
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|source| FetchError::Request {
+            url: url.clone(),
+            source,
+        })?
+    {
         if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
-            return Err(format!(
-                "{url}: the answer is over {MAX_DOCUMENT_BYTES} bytes"
-            ));
+            return Err(FetchError::TooLarge { url: url.clone() });
         }
         body.extend_from_slice(&chunk);
     }
-    serde_json::from_slice(&body).map_err(|e| format!("{url}: not JSON ({e})"))
+    serde_json::from_slice(&body).map_err(|source| FetchError::NotJson {
+        url: url.clone(),
+        source,
+    })
 }
 
 /// A signature key of a JWKS, with the algorithms it verifies; `None` for
@@ -1653,6 +1805,58 @@ mod tests {
         assert!(!ok("http://idp.example.com"));
         assert!(!ok("http://10.0.0.1"));
         assert!(!ok("ftp://127.0.0.1"));
+    }
+
+    #[test]
+    fn fetch_errors_say_what_failed_and_where() {
+        let url = |u: &str| Url::parse(u).unwrap();
+        let plain = fetchable(&url("http://idp.example.com/m")).unwrap_err();
+        assert_eq!(
+            plain.to_string(),
+            "http://idp.example.com/m: plain http is allowed to loopback addresses only; use https"
+        );
+        let scheme = fetchable(&url("ftp://127.0.0.1/")).unwrap_err();
+        assert_eq!(
+            scheme.to_string(),
+            "ftp://127.0.0.1/: the scheme \"ftp\" is not http(s)"
+        );
+        let endpoint = FetchError::EndpointUnfetchable {
+            name: "jwks_uri",
+            source: Box::new(scheme),
+        };
+        assert_eq!(
+            endpoint.to_string(),
+            "`jwks_uri`: ftp://127.0.0.1/: the scheme \"ftp\" is not http(s)"
+        );
+        assert!(
+            std::error::Error::source(&endpoint).is_some(),
+            "the cause is kept"
+        );
+        let other = FetchError::OtherIssuer(Box::new(OtherIssuer {
+            url: url("https://i.example/.well-known/openid-configuration"),
+            named: json!("https://other.example"),
+            expected: "https://i.example".to_owned(),
+        }));
+        assert_eq!(
+            other.to_string(),
+            "the metadata at https://i.example/.well-known/openid-configuration names issuer \
+             \"https://other.example\", not \"https://i.example\" (RFC 8414 §3.3)"
+        );
+        let none = FetchError::NoMetadata(vec![
+            FetchError::TooLarge {
+                url: url("https://i.example/a"),
+            },
+            FetchError::NoJwksUri {
+                url: url("https://i.example/b"),
+            },
+        ]);
+        assert_eq!(
+            none.to_string(),
+            format!(
+                "no issuer metadata: https://i.example/a: the answer is over {MAX_DOCUMENT_BYTES} \
+                 bytes; the metadata at https://i.example/b has no `jwks_uri`"
+            )
+        );
     }
 
     #[test]

@@ -235,15 +235,16 @@ impl RedisSessionStore {
     /// POST of `subject` goes to (docs/protocol.md §15.4, across the cluster): the
     /// first of `candidates` open elsewhere, else the subject's only open
     /// stream session when it has none here (`local` counts those). Gives
-    /// `(session, instance)`; `Err` when Redis cannot say.
+    /// `(session, instance)`; `Err` ([`ResumeRefused::StoreUnavailable`])
+    /// when Redis cannot say.
     pub(crate) async fn locate(
         &self,
         subject: Option<&str>,
         candidates: &[&str],
         local: usize,
-    ) -> Result<Option<(String, String)>, &'static str> {
+    ) -> Result<Option<(String, String)>, ResumeRefused> {
         let Some(mut conn) = self.conn.get().cloned().filter(|_| self.is_healthy()) else {
-            return Err("session store unavailable");
+            return Err(ResumeRefused::StoreUnavailable);
         };
         let key = open_key(subject);
         let read = tokio::time::timeout(IO_TIMEOUT, async {
@@ -278,7 +279,7 @@ impl RedisSessionStore {
         .await;
         let open = match read {
             Ok(Ok(open)) => open,
-            _ => return Err("session store unavailable"),
+            _ => return Err(ResumeRefused::StoreUnavailable),
         };
         for candidate in candidates {
             if let Some(found) = open.iter().find(|(session, _)| session == candidate) {

@@ -167,8 +167,8 @@ impl RedisSessionStore {
         instance: &str,
         ttl: Duration,
         window_cap: usize,
-    ) -> Result<RedisSessionStore, String> {
-        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    ) -> Result<RedisSessionStore, redis::RedisError> {
+        let client = redis::Client::open(url)?;
         let (queue, queue_rx) = mpsc::channel(QUEUE);
         let (incoming, incoming_rx) = mpsc::channel(INCOMING_QUEUE);
         Ok(RedisSessionStore {
@@ -252,7 +252,7 @@ impl RedisSessionStore {
         self: &Arc<Self>,
         shared: &Arc<Shared>,
         shutdown: CancellationToken,
-    ) -> Result<(), String> {
+    ) -> Result<(), ConnectError> {
         let _ = self.shared.set(Arc::clone(shared));
         let _ = self.shutdown.set(shutdown.clone());
         let tasks = shared.runner.tasks();
@@ -263,13 +263,9 @@ impl RedisSessionStore {
         let connect = self.client.get_connection_manager_with_config(config);
         let mut conn = tokio::time::timeout(IO_TIMEOUT * 2, connect)
             .await
-            .map_err(|_| "no answer".to_owned())?
-            .map_err(|e| e.to_string())?;
-        let _: () = redis::cmd("PING")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        self.lease(&mut conn).await.map_err(|e| e.to_string())?;
+            .map_err(|_| ConnectError::NoAnswer)??;
+        let _: () = redis::cmd("PING").query_async(&mut conn).await?;
+        self.lease(&mut conn).await?;
         self.healthy.store(true, Relaxed);
         let _ = self.conn.set(conn.clone());
         let rx = self
@@ -281,7 +277,7 @@ impl RedisSessionStore {
             tasks.spawn(Arc::clone(self).write(rx, conn.clone(), shutdown.clone()));
         }
         // Subscribed before anyone may open a link here.
-        let pubsub = self.subscribe().await.map_err(|e| e.to_string())?;
+        let pubsub = self.subscribe().await?;
         tasks.spawn(Arc::clone(self).listen(pubsub, shutdown.clone()));
         self.tasks.start(tasks, shutdown.clone());
         tasks.spawn(Arc::clone(self).refresh_lease(conn, shutdown));
@@ -295,6 +291,19 @@ impl RedisSessionStore {
             .unwrap_or_else(|e| e.into_inner())
             .take()
     }
+}
+
+/// Why [`RedisSessionStore::connect`] failed; its text is the reason
+/// [`Error::Redis`](crate::Error::Redis) gives.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectError {
+    /// Redis did not answer within a few seconds.
+    #[error("no answer")]
+    NoAnswer,
+    /// Redis answered with an error (connecting, `PING`, the lease, the
+    /// subscription).
+    #[error("{0}")]
+    Redis(#[from] redis::RedisError),
 }
 
 /// A `SessionStore` around the shared `Arc` (the server keeps the typed one).
@@ -441,7 +450,7 @@ mod tests {
         let err = RedisSessionStore::new("not a url", "a", Duration::from_secs(1), 10)
             .err()
             .expect("refused");
-        assert!(!err.is_empty());
+        assert!(!err.to_string().is_empty());
         assert!(
             RedisSessionStore::new("redis://127.0.0.1:1", "a", Duration::from_secs(1), 10).is_ok()
         );

@@ -28,7 +28,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 use super::peer::Can;
-use super::peer::{Keyed, Taken};
+use super::peer::{Keyed, TakeError, Taken};
 
 /// The server's side of rounds: the key `requestState` is signed with, and
 /// how long a state lives.
@@ -64,8 +64,8 @@ struct State {
 
 impl Rounds {
     /// With `key` (at least 32 bytes) to sign states, which live for `ttl`.
-    pub(crate) fn new(key: &[u8], ttl: Duration) -> Result<Rounds, String> {
-        let codec = RequestStateCodec::try_new(key.to_vec()).map_err(|e| e.to_string())?;
+    pub(crate) fn new(key: &[u8], ttl: Duration) -> Result<Rounds, RequestStateError> {
+        let codec = RequestStateCodec::try_new(key.to_vec())?;
         Ok(Rounds { codec, ttl })
     }
 
@@ -290,7 +290,7 @@ impl Keyed for RoundPeer {
         what(&mut self.refused.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    async fn take(&self, key: &str, request: Value) -> Result<Taken, String> {
+    async fn take(&self, key: &str, request: Value) -> Result<Taken, TakeError> {
         Ok(self
             .answer(key, request)
             .map_or(Taken::NextRound, Taken::Now))

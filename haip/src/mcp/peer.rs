@@ -22,6 +22,7 @@ use crate::context::{
     Answer, AskError, Peer, PeerFuture, Role, Root, RootsError, SampleError, SampleRequest, Sampled,
 };
 use crate::schema::Form;
+use crate::session::tasks::TaskStoreError;
 
 /// The `elicitation/create` params of a question (form mode).
 pub(crate) fn elicitation_params(message: &str, form: &Form) -> Value {
@@ -314,6 +315,30 @@ pub(crate) enum Taken {
     Later(oneshot::Receiver<Value>),
 }
 
+/// Why a question cannot be put to a [`Keyed`] client (or was never
+/// answered); its text is the reason the tool's `Failed` error gives.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TakeError {
+    /// The task the question would belong to has ended.
+    #[error("the task has ended")]
+    Ended,
+    /// The task already has `max` questions open.
+    #[error("a task may have at most {max} questions open at once")]
+    TooManyOpen {
+        /// The most a task may have open at once.
+        max: usize,
+    },
+    /// A question with this key is open already.
+    #[error("a question with key {0:?} is already open in this task")]
+    AlreadyOpen(String),
+    /// The task store did not take the question.
+    #[error("the question could not be recorded: {0}")]
+    NotRecorded(TaskStoreError),
+    /// The question was taken, and the task went away before its answer.
+    #[error("the task was cancelled")]
+    Cancelled,
+}
+
 /// The client of a call that has no MCP session to be asked in, and takes
 /// its questions as requests (`{method, params}`) under the questions'
 /// keys: by rounds (`mrtr.rs`), or in a task (`tasks.rs`).
@@ -330,8 +355,11 @@ pub(crate) trait Keyed: Send + Sync + 'static {
 
     /// Takes question `key` (`request`: `{method, params}`); `Err` says why
     /// it cannot be asked.
-    fn take(&self, key: &str, request: Value)
-    -> impl Future<Output = Result<Taken, String>> + Send;
+    fn take(
+        &self,
+        key: &str,
+        request: Value,
+    ) -> impl Future<Output = Result<Taken, TakeError>> + Send;
 
     /// After an answer to question `key` that does not fit: whether the
     /// question waits for the next round (asked again there) rather than
@@ -345,12 +373,12 @@ async fn ask_until<T>(
     key: &str,
     request: Value,
     read: impl Fn(&Value) -> Option<T>,
-) -> Result<T, String> {
+) -> Result<T, TakeError> {
     loop {
         let answer = match peer.take(key, request.clone()).await? {
             Taken::Now(answer) => answer,
             Taken::NextRound => return next_round().await,
-            Taken::Later(rx) => rx.await.map_err(|_| "the task was cancelled".to_owned())?,
+            Taken::Later(rx) => rx.await.map_err(|_| TakeError::Cancelled)?,
         };
         if let Some(read) = read(&answer) {
             return Ok(read);
@@ -411,7 +439,7 @@ fn put<T: Send, E: Send + 'static>(
         let request = json!({"method": kind.method, "params": params});
         ask_until(&*peer, &key, request, read)
             .await
-            .map_err(kind.failed)
+            .map_err(|e| (kind.failed)(e.to_string()))
     })
 }
 

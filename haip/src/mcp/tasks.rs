@@ -49,7 +49,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::mrtr::RoundPeer;
-use super::peer::{Can, Keyed, Taken};
+use super::peer::{Can, Keyed, TakeError, Taken};
 use crate::context::share::CallerKey;
 use crate::protocol::iso8601_millis;
 use crate::session::Shared;
@@ -658,7 +658,7 @@ impl Keyed for TaskPeer {
         }
     }
 
-    async fn take(&self, key: &str, request: Value) -> Result<Taken, String> {
+    async fn take(&self, key: &str, request: Value) -> Result<Taken, TakeError> {
         let (rx, write) = {
             let mut state = self.lock();
             match state.mode {
@@ -669,18 +669,16 @@ impl Keyed for TaskPeer {
                         None => Taken::NextRound,
                     });
                 }
-                Mode::Ended => return Err("the task has ended".to_owned()),
+                Mode::Ended => return Err(TakeError::Ended),
                 _ => {}
             }
             if state.waiting.len() >= MAX_OPEN_QUESTIONS {
-                return Err(format!(
-                    "a task may have at most {MAX_OPEN_QUESTIONS} questions open at once"
-                ));
+                return Err(TakeError::TooManyOpen {
+                    max: MAX_OPEN_QUESTIONS,
+                });
             }
             if state.waiting.contains_key(key) {
-                return Err(format!(
-                    "a question with key {key:?} is already open in this task"
-                ));
+                return Err(TakeError::AlreadyOpen(key.to_owned()));
             }
             let (tx, rx) = oneshot::channel();
             state.waiting.insert(
@@ -703,7 +701,7 @@ impl Keyed for TaskPeer {
             if open {
                 if let Err(e) = self.store.ask(&self.id, key, request).await {
                     self.lock().waiting.remove(key);
-                    return Err(format!("the question could not be recorded: {e}"));
+                    return Err(TakeError::NotRecorded(e));
                 }
                 self.board.changed(&self.id).await;
             }

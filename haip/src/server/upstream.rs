@@ -149,7 +149,7 @@ async fn target(
             "Session not found",
             "SESSION_NOT_FOUND",
         )),
-        Err(reason) => Err(unavailable(reason)),
+        Err(refused) => Err(unavailable(refused.reason())),
     }
 }
 

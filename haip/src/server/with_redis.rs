@@ -127,12 +127,13 @@ impl Cluster {
         subject: Option<&str>,
         candidates: &[Option<&str>],
         local: impl FnOnce() -> usize,
-    ) -> Result<Option<Link>, &'static str> {
+    ) -> Result<Option<Link>, ResumeRefused> {
         let Some(store) = &self.0 else {
             return Ok(None);
         };
         let named: Vec<&str> = candidates.iter().flatten().copied().collect();
-        let Some((session, instance)) = store.locate(subject, &named, local()).await? else {
+        let located = store.locate(subject, &named, local()).await;
+        let Some((session, instance)) = located? else {
             return Ok(None);
         };
         let open = LinkOpen {
@@ -141,11 +142,7 @@ impl Cluster {
             purpose: LinkPurpose::Post { session },
             greeted: None,
         };
-        Arc::clone(store)
-            .open_link(instance, open)
-            .await
-            .map(Some)
-            .map_err(ResumeRefused::reason)
+        Arc::clone(store).open_link(instance, open).await.map(Some)
     }
 }
 

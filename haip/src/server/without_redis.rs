@@ -70,7 +70,7 @@ impl Cluster {
         _subject: Option<&str>,
         _candidates: &[Option<&str>],
         _local: impl FnOnce() -> usize,
-    ) -> Result<Option<Link>, &'static str> {
+    ) -> Result<Option<Link>, crate::session::ResumeRefused> {
         Ok(None)
     }
 }

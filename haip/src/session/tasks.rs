@@ -221,6 +221,8 @@ impl std::fmt::Display for TaskStoreError {
     }
 }
 
+impl std::error::Error for TaskStoreError {}
+
 /// A signal for a task of this instance: the task's id and the signal.
 pub(crate) type Signal = (String, TaskSignal);
 
