@@ -83,7 +83,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("auth", &["protocol", "context", "hash", "error"]),
     // Checks of tools' schemas before deploy (and what finds the annotated ones).
     ("lint", &["tool", "schema", "error", "__private"]),
-    ("client", &["protocol", "hash", "error"]),
+    // `Violation`, one type for schema checks and answers the client refuses.
+    ("client", &["protocol", "schema", "hash", "error"]),
     // The guide: documentation only, names nothing.
     ("guide", &[]),
     // The server assembles everything; the macro support names the runtime.

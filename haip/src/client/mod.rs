@@ -67,6 +67,7 @@ use tokio::sync::oneshot;
 /// The level of a tool's log line: the server's own type, re-exported here
 /// for [`ClientOptions::log_level`] and [`LogLine::severity`].
 pub use crate::LogLevel;
+use crate::Violation;
 use crate::protocol::Channel;
 use crate::protocol::payload::{
     self, Hai, InputAction, Payload, ToolCall, ToolCancel, ToolListRequest, ToolOutcome,
@@ -121,11 +122,12 @@ pub enum ClientError {
     /// The server refused an answer to a question (`ERROR INVALID_PARAMS`):
     /// it does not fit the question's schema. The question stays open: it
     /// may be answered again.
-    #[error("the answer does not fit the question: {}", Violation::list(.violations, .message))]
+    #[error("the answer does not fit the question: {}", violations_text(.violations, .message))]
     InvalidAnswer {
         /// The server's message.
         message: String,
-        /// What is wrong, field by field (`detail.violations`).
+        /// What is wrong, field by field (`detail.violations`): paths are
+        /// JSON pointers into the answer.
         violations: Vec<Violation>,
     },
     /// The server has no such open question (`ERROR REQUEST_NOT_FOUND`): it
@@ -147,37 +149,14 @@ pub enum ClientError {
     },
 }
 
-/// One way an answer does not fit its question (an element of an
-/// `INVALID_PARAMS` `detail.violations`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// Where: a JSON pointer into the answer (`/party_size`; `""` is the
-    /// answer itself).
-    pub path: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl Violation {
-    /// `path: message; ...`, or `fallback` when there are none.
-    fn list(violations: &[Violation], fallback: &str) -> String {
-        if violations.is_empty() {
-            return fallback.to_owned();
-        }
-        let parts: Vec<String> = violations.iter().map(Violation::to_string).collect();
-        parts.join("; ")
+/// `path: message; ...`, or `fallback` when there are none: how
+/// [`ClientError::InvalidAnswer`] shows its violations.
+fn violations_text(violations: &[Violation], fallback: &str) -> String {
+    if violations.is_empty() {
+        return fallback.to_owned();
     }
-}
-
-impl std::fmt::Display for Violation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let path = if self.path.is_empty() {
-            "(answer)"
-        } else {
-            &self.path
-        };
-        write!(f, "{path}: {}", self.message)
-    }
+    let parts: Vec<String> = violations.iter().map(Violation::to_string).collect();
+    parts.join("; ")
 }
 
 /// A tool as `TOOL_LIST` lists it.

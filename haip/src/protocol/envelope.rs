@@ -9,22 +9,22 @@ use super::{Channel, EventType};
 /// can still be merged under back-pressure (docs/protocol.md §6.5) without leaving gaps in
 /// the sequence.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outgoing {
+pub(crate) struct Outgoing {
     /// The channel it goes out on.
-    pub channel: Channel,
+    pub(crate) channel: Channel,
     /// Its event type.
-    pub event: EventType,
+    pub(crate) event: EventType,
     /// Its payload (always a JSON object).
-    pub payload: Value,
+    pub(crate) payload: Value,
     /// The run id of the request it is about, copied unchanged.
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
     /// The thread id of the request it is about, copied unchanged.
-    pub thread_id: Option<String>,
+    pub(crate) thread_id: Option<String>,
 }
 
 impl Outgoing {
     /// An envelope with no run or thread id.
-    pub fn new(channel: Channel, event: EventType, payload: Value) -> Outgoing {
+    pub(crate) fn new(channel: Channel, event: EventType, payload: Value) -> Outgoing {
         Outgoing {
             channel,
             event,
@@ -34,24 +34,10 @@ impl Outgoing {
         }
     }
 
-    /// An envelope with a typed payload (encoded strictly) and no run or
-    /// thread id; its type is the payload's.
-    ///
-    /// ```
-    /// use haip::protocol::payload::Ping;
-    /// use haip::protocol::{Channel, EventType, Outgoing};
-    ///
-    /// let pong = Outgoing::with_payload(Channel::System, &Ping::new("n-1").pong());
-    /// assert_eq!(pong.event, EventType::Pong);
-    /// assert_eq!(pong.payload["nonce"], "n-1");
-    /// ```
-    pub fn with_payload<P: super::payload::Payload>(channel: Channel, payload: &P) -> Outgoing {
-        Outgoing::new(channel, P::EVENT, payload.to_value())
-    }
-
-    /// Commits it straight to its JSON text, without building an [`Envelope`]:
-    /// what the server does for every envelope it sends.
-    pub fn encode(&self, session: &str, seq: u64, ts: u64) -> Vec<u8> {
+    /// Commits it straight to its JSON text, without building an [`Envelope`]
+    /// or a [`Prepared`]: the direct encoding the tests compare both with.
+    #[cfg(test)]
+    pub(crate) fn encode(&self, session: &str, seq: u64, ts: u64) -> Vec<u8> {
         let mut id = uuid::Uuid::encode_buffer();
         let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut id);
         let fields = Fields {
@@ -71,7 +57,7 @@ impl Outgoing {
     }
 
     /// Commits it: gives it its identity, sequence number and timestamp.
-    pub fn commit(self, session: &str, seq: u64, ts: u64) -> Envelope {
+    pub(crate) fn commit(self, session: &str, seq: u64, ts: u64) -> Envelope {
         Envelope {
             id: uuid::Uuid::new_v4().hyphenated().to_string(),
             session: session.to_owned(),
@@ -88,44 +74,31 @@ impl Outgoing {
 
 /// A committed outbound envelope, encoded strictly (docs/protocol.md §2.4): all seven
 /// required fields, `seq` and `ts` as decimal strings, never `ack`, `pv` or `crit`.
-///
-/// ```
-/// use haip::protocol::{Channel, EventType, Outgoing};
-/// use serde_json::json;
-///
-/// let env = Outgoing::new(Channel::System, EventType::Pong, json!({"nonce": "n-1"}))
-///     .commit("5f0c9d2e-8a41-4c3b-9e57-1d2f3a4b5c6d", 12, 1767225600000);
-/// let text = env.to_json();
-/// let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-/// assert_eq!(v["seq"], "12");
-/// assert_eq!(v["ts"], "1767225600000");
-/// assert_eq!(v["type"], "PONG");
-/// ```
 #[derive(Debug, Clone, PartialEq)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     /// Lower-case UUID v4, new for each envelope.
-    pub id: String,
+    pub(crate) id: String,
     /// The session's UUID.
-    pub session: String,
+    pub(crate) session: String,
     /// Per-session sequence number from 1.
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// Milliseconds since the Unix epoch.
-    pub ts: u64,
+    pub(crate) ts: u64,
     /// Channel.
-    pub channel: Channel,
+    pub(crate) channel: Channel,
     /// Event type.
-    pub event: EventType,
+    pub(crate) event: EventType,
     /// Payload object.
-    pub payload: Value,
+    pub(crate) payload: Value,
     /// Run id, when the envelope is about a request that carried one.
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
     /// Thread id, when the envelope is about a request that carried one.
-    pub thread_id: Option<String>,
+    pub(crate) thread_id: Option<String>,
 }
 
 impl Envelope {
     /// The envelope as JSON text (non-ASCII stays raw UTF-8).
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         // Serialising a map of strings and a `Value` cannot fail.
         serde_json::to_string(self).unwrap_or_default()
     }
@@ -149,7 +122,7 @@ impl Serialize for Envelope {
 }
 
 /// The fields of a committed envelope, borrowed: the one encoding both
-/// [`Envelope`] and [`Outgoing::encode`] use.
+/// [`Envelope`] and, in tests, `Outgoing::encode` use.
 struct Fields<'a> {
     id: &'a str,
     session: &'a str,
@@ -184,6 +157,7 @@ impl Serialize for Fields<'_> {
     }
 }
 
+#[cfg(test)]
 impl Fields<'_> {
     /// Writes the same JSON as [`Serialize`] does, but copies the fields that
     /// need no escaping (the id, digits, names; checked, not assumed) instead
@@ -533,6 +507,20 @@ mod tests {
             (v["type"].as_str(), &v["payload"]),
             (Some("PONG"), &json!({"nonce": "n"}))
         );
+    }
+
+    #[test]
+    fn committed_seq_and_ts_are_decimal_strings() {
+        let env = Outgoing::new(Channel::System, EventType::Pong, json!({"nonce": "n-1"})).commit(
+            "5f0c9d2e-8a41-4c3b-9e57-1d2f3a4b5c6d",
+            12,
+            1767225600000,
+        );
+        let text = env.to_json();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["seq"], "12");
+        assert_eq!(v["ts"], "1767225600000");
+        assert_eq!(v["type"], "PONG");
     }
 
     #[test]

@@ -124,7 +124,7 @@ impl EventType {
 
     /// The payload keys the protocol defines for this type (the "known fields" of
     /// docs/protocol.md §2.3). `None` means the payload is open (`RUN_STARTED`).
-    pub fn known_payload_fields(self) -> Option<&'static [&'static str]> {
+    pub(crate) fn known_payload_fields(self) -> Option<&'static [&'static str]> {
         Some(match self {
             EventType::Hai => &[
                 "haip_version",
@@ -241,7 +241,7 @@ impl Channel {
 
     /// Whether `name` is acceptable as an inbound channel name
     /// (`^[A-Za-z0-9_\-]{1,128}$`, docs/protocol.md §2.1).
-    pub fn is_valid_name(name: &str) -> bool {
+    pub(crate) fn is_valid_name(name: &str) -> bool {
         (1..=128).contains(&name.len())
             && name
                 .bytes()

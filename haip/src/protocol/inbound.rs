@@ -489,7 +489,7 @@ fn is_uuid(s: &str) -> bool {
 /// Whether a binary WebSocket message with no envelope waiting for it is itself
 /// an envelope: a JSON object with a string `type` (docs/protocol.md §13). Anything else
 /// is binary data for the application, never an error.
-pub fn is_binary_envelope(bytes: &[u8]) -> bool {
+pub(crate) fn is_binary_envelope(bytes: &[u8]) -> bool {
     matches!(
         serde_json::from_slice::<Value>(bytes),
         Ok(Value::Object(obj)) if obj.get("type").is_some_and(Value::is_string)

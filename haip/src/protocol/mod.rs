@@ -13,9 +13,11 @@
 //! assert_eq!(inbound.channel, "SYSTEM"); // the type's default channel
 //! ```
 //!
-//! [`payload`] types each event's payload: [`payload::InboundEvent::decode`]
-//! reads an accepted envelope's payload once, leniently, and the payload
-//! types encode strictly.
+//! Inside haip each event's payload is typed, read leniently and written
+//! strictly (the rules are in [`payload`]); of those types, [`payload`] makes
+//! public the ones the client shows: the server's [`payload::Hai`] (what
+//! `haip::client::Client::hai` returns) and the `action` of an answer to a
+//! question ([`payload::InputAction`]).
 
 mod annotations;
 mod code;
@@ -27,21 +29,19 @@ pub mod payload;
 
 pub use annotations::{Icon, IconTheme, ToolAnnotations};
 pub use code::ErrorCode;
-pub(crate) use envelope::json_len;
-pub use envelope::{Envelope, Outgoing};
-pub(crate) use envelope::{Prepared, to_json_within};
+pub(crate) use envelope::{Outgoing, Prepared, json_len, to_json_within};
 pub use event::{Channel, EventType};
-pub use inbound::{DecodeError, Inbound, decode, is_binary_envelope};
-pub(crate) use inbound::{strict_schema_error, u64_loose};
+pub use inbound::{DecodeError, Inbound, decode};
+pub(crate) use inbound::{is_binary_envelope, strict_schema_error, u64_loose};
 
 /// The protocol version this implementation speaks (`haip_version` in `HAI`).
 pub const HAIP_VERSION: &str = "1.1.2";
 
 /// The protocol major versions this implementation accepts.
-pub const ACCEPT_MAJOR: [u64; 1] = [1];
+pub(crate) const ACCEPT_MAJOR: [u64; 1] = [1];
 
 /// Milliseconds since the Unix epoch, as used in `ts`.
-pub fn now_millis() -> u64 {
+pub(crate) fn now_millis() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -50,7 +50,7 @@ pub fn now_millis() -> u64 {
 
 /// Formats milliseconds since the Unix epoch as ISO-8601 UTC with milliseconds,
 /// e.g. `2026-01-01T00:00:12.345Z`.
-pub fn iso8601_millis(millis: u64) -> String {
+pub(crate) fn iso8601_millis(millis: u64) -> String {
     let secs = millis / 1000;
     let ms = millis % 1000;
     let days = (secs / 86_400) as i64;

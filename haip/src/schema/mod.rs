@@ -16,10 +16,24 @@ use std::collections::BinaryHeap;
 
 use serde_json::{Value, json};
 
-/// One schema violation: an RFC 6901 pointer into the validated value and a message.
+/// One schema violation: an RFC 6901 pointer into the validated value and a
+/// message. What [`Tool::validate_params`](crate::Tool::validate_params)
+/// finds in a call's params, what an `INVALID_PARAMS` lists in its `details`,
+/// and, with the `client` feature, what the server found wrong with an
+/// answer to a question (`haip::client::ClientError::InvalidAnswer`).
+///
+/// It displays as `path: message`, the path `(answer)` when it is empty:
+///
+/// ```
+/// let v = haip::Violation { path: "/party_size".into(), message: "13 is greater than 12".into() };
+/// assert_eq!(v.to_string(), "/party_size: 13 is greater than 12");
+/// let whole = haip::Violation { path: String::new(), message: "not an object".into() };
+/// assert_eq!(whole.to_string(), "(answer): not an object");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
-    /// JSON pointer into the params (`""` is the params object itself).
+    /// JSON pointer into the value (`/party_size`; `""` is the value itself:
+    /// the params object, or the answer).
     pub path: String,
     /// What is wrong there.
     pub message: String,
@@ -29,6 +43,17 @@ impl Violation {
     /// The violation as the `details` entry of a `TOOL_DONE` error result.
     pub fn to_json(&self) -> Value {
         json!({ "path": self.path, "message": self.message })
+    }
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let path = if self.path.is_empty() {
+            "(answer)"
+        } else {
+            &self.path
+        };
+        write!(f, "{path}: {}", self.message)
     }
 }
 

@@ -19,7 +19,8 @@
 //! Before a tool that declares itself destructive is called, [`confirm_prompt`]
 //! asks whether to call it; only `y` or `yes` ([`confirmed`]) does.
 
-use haip::client::{Field, FieldKind, Question, Response, SchemaError, Violation};
+use haip::Violation;
+use haip::client::{Field, FieldKind, Question, Response, SchemaError};
 use serde_json::{Map, Value};
 
 /// A question being asked, field by field.

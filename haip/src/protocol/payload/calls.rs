@@ -5,13 +5,13 @@ use super::*;
 
 /// A `TOOL_LIST` request (docs/protocol.md §6.2): an empty payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct ToolListRequest {}
+pub(crate) struct ToolListRequest {}
 
 impl Payload for ToolListRequest {
     const EVENT: EventType = EventType::ToolList;
 
     /// Every payload is a request; one with a `tools` array is a client
-    /// advertising its own tools, which [`InboundEvent::decode`] passes on as
+    /// advertising its own tools, which [`InboundEvent::decode_with`] passes on as
     /// [`InboundEvent::Other`].
     fn from_payload(_: Map<String, Value>) -> Result<ToolListRequest, PayloadError> {
         Ok(ToolListRequest {})
@@ -20,29 +20,29 @@ impl Payload for ToolListRequest {
 
 /// The `TOOL_LIST` listing (docs/protocol.md §6.2).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
-pub struct ToolList {
+pub(crate) struct ToolList {
     /// The tools, in registry order.
-    pub tools: Vec<ToolListItem>,
+    pub(crate) tools: Vec<ToolListItem>,
 }
 
 /// One tool of a `TOOL_LIST` listing.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
-pub struct ToolListItem {
+pub(crate) struct ToolListItem {
     /// The tool's name.
-    pub name: String,
+    pub(crate) name: String,
     /// Its description; empty when it has none, and then not written.
     #[serde(skip_serializing_if = "String::is_empty")]
-    pub description: String,
+    pub(crate) description: String,
     /// `title`: a name for people, when it has one (docs/protocol.md §6.13).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
+    pub(crate) title: Option<String>,
     /// `annotations`: the hints it declares; not written when it declares
     /// none (docs/protocol.md §6.13).
     #[serde(skip_serializing_if = "ToolAnnotations::is_empty")]
-    pub annotations: ToolAnnotations,
+    pub(crate) annotations: ToolAnnotations,
     /// `icons`; not written when it has none (docs/protocol.md §6.13).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub icons: Vec<Icon>,
+    pub(crate) icons: Vec<Icon>,
 }
 
 impl Payload for ToolList {
@@ -79,13 +79,13 @@ impl Payload for ToolList {
 
 /// A `TOOL_SCHEMA` request (docs/protocol.md §6.3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ToolSchemaRequest {
+pub(crate) struct ToolSchemaRequest {
     /// The tool asked about.
-    pub tool: String,
+    pub(crate) tool: String,
     /// The schema profile to answer in (docs/protocol.md §6.14), as sent; the
     /// session's when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub profile: Option<String>,
+    pub(crate) profile: Option<String>,
 }
 
 impl Payload for ToolSchemaRequest {
@@ -93,7 +93,7 @@ impl Payload for ToolSchemaRequest {
 
     /// `tool` must be a string (else the server answers `INVALID_MESSAGE`,
     /// `missing tool`). A payload with `schema` or `inputSchema` is a client
-    /// advertising a tool, which [`InboundEvent::decode`] passes on as
+    /// advertising a tool, which [`InboundEvent::decode_with`] passes on as
     /// [`InboundEvent::Other`].
     fn from_payload(payload: Map<String, Value>) -> Result<ToolSchemaRequest, PayloadError> {
         let mut r = Reader::new(EventType::ToolSchema, payload);
@@ -106,29 +106,29 @@ impl Payload for ToolSchemaRequest {
 
 /// The `TOOL_SCHEMA` reply (docs/protocol.md §6.3).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ToolSchema {
+pub(crate) struct ToolSchema {
     /// The tool's name.
-    pub tool: String,
+    pub(crate) tool: String,
     /// `inputSchema`: the JSON Schema of its params. Decoding falls back on
     /// the legacy `schema` field (HAIP 1 archive, upstream SDK).
     #[serde(rename = "inputSchema")]
-    pub input_schema: Value,
+    pub(crate) input_schema: Value,
     /// `outputSchema`, when the tool has one.
     #[serde(rename = "outputSchema", skip_serializing_if = "Option::is_none")]
-    pub output_schema: Option<Value>,
+    pub(crate) output_schema: Option<Value>,
     /// The legacy `schema` field (the input schema again), sent with the
     /// `tool_schema_legacy_field` setting.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub schema: Option<Value>,
+    pub(crate) schema: Option<Value>,
     /// `title`, as in [`ToolListItem::title`].
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
+    pub(crate) title: Option<String>,
     /// `annotations`, as in [`ToolListItem::annotations`].
     #[serde(skip_serializing_if = "ToolAnnotations::is_empty")]
-    pub annotations: ToolAnnotations,
+    pub(crate) annotations: ToolAnnotations,
     /// `icons`, as in [`ToolListItem::icons`].
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub icons: Vec<Icon>,
+    pub(crate) icons: Vec<Icon>,
 }
 
 impl Payload for ToolSchema {
@@ -159,37 +159,41 @@ impl Payload for ToolSchema {
 ///
 /// Decoding never fails: docs/protocol.md §6.4 answers every shape of call. A
 /// `call_id` that is neither a string nor a number is absent (then
-/// [`InboundEvent::decode`] takes the envelope `id`, else a new UUID
-/// ([`InboundEvent::decode_with`]: else the caller's id);
-/// [`Payload::from_payload`] has no envelope and reports it missing). A
+/// [`InboundEvent::decode_with`] takes the envelope `id`, else the caller's
+/// id; [`Payload::from_payload`] has no envelope and reports it missing). A
 /// `tool` that is not a string is `None` (the server answers
 /// `TOOL_NOT_FOUND`, `Tool name missing`). `params` absent or `null` is `{}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ToolCall {
+pub(crate) struct ToolCall {
     /// The call's id; a numeric one as its decimal text.
-    pub call_id: String,
+    pub(crate) call_id: String,
     /// The tool to run. Required by the protocol: `None` only after decoding
     /// a call that named none, and then not written.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool: Option<String>,
+    pub(crate) tool: Option<String>,
     /// The params, as sent (validated against the tool's input schema, never
     /// coerced).
-    pub params: Value,
+    pub(crate) params: Value,
     /// The payload's own `run_id` (the upstream CLI puts it here). The
     /// envelope `run_id`, if any, is on the [`Inbound`] and takes precedence
     /// for the envelopes about the call.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
     /// The payload's `_meta` (docs/protocol.md §6.15): a W3C `traceparent` (and
     /// `tracestate`) here makes the call's span a child of the caller's.
     /// Anything but an object is ignored.
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<Map<String, Value>>,
+    pub(crate) meta: Option<Map<String, Value>>,
 }
 
 impl ToolCall {
-    /// A call of `tool` with `params`.
-    pub fn new(call_id: impl Into<String>, tool: impl Into<String>, params: Value) -> ToolCall {
+    /// A call of `tool` with `params` (what the client sends).
+    #[cfg(any(test, feature = "client"))]
+    pub(crate) fn new(
+        call_id: impl Into<String>,
+        tool: impl Into<String>,
+        params: Value,
+    ) -> ToolCall {
         ToolCall {
             call_id: call_id.into(),
             tool: Some(tool.into()),
@@ -237,13 +241,13 @@ impl Payload for ToolCall {
 
 /// A `TOOL_CANCEL` (docs/protocol.md §6.7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ToolCancel {
+pub(crate) struct ToolCancel {
     /// The call to cancel. Must be a string: the server ignores a
     /// `TOOL_CANCEL` without one, silently.
-    pub call_id: String,
+    pub(crate) call_id: String,
     /// Why; sent back in the `TOOL_DONE CANCELLED` result. Not a string ⇒ `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
 impl Payload for ToolCancel {
@@ -260,17 +264,17 @@ impl Payload for ToolCancel {
 
 /// `TOOL_INPUT`: the client's answer to a tool's question (docs/protocol.md §6.11).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ToolInput {
+pub(crate) struct ToolInput {
     /// The call that asked.
-    pub call_id: String,
+    pub(crate) call_id: String,
     /// The question (`input_request.request_id` of its `TOOL_UPDATE`).
-    pub request_id: String,
+    pub(crate) request_id: String,
     /// What the person did.
-    pub action: InputAction,
+    pub(crate) action: InputAction,
     /// The answer, when `action` is `accept`: an object matching the
     /// question's schema.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub content: Option<Value>,
+    pub(crate) content: Option<Value>,
 }
 
 /// The `action` of a `TOOL_INPUT` (docs/protocol.md §6.11).
@@ -328,7 +332,7 @@ impl Payload for ToolInput {
 
 /// The `status` of a `TOOL_UPDATE` (docs/protocol.md §6.5, §6.11).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum UpdateStatus {
+pub(crate) enum UpdateStatus {
     /// `QUEUED`: the call waits for a slot.
     Queued,
     /// `RUNNING`: execution started, or progress.
@@ -343,7 +347,7 @@ pub enum UpdateStatus {
 
 impl UpdateStatus {
     /// The wire name, e.g. `"RUNNING"`.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         match self {
             UpdateStatus::Queued => "QUEUED",
             UpdateStatus::Running => "RUNNING",
@@ -354,7 +358,7 @@ impl UpdateStatus {
     }
 
     /// Reads a wire name; unknown names are [`UpdateStatus::Other`].
-    pub fn parse(name: String) -> UpdateStatus {
+    pub(crate) fn parse(name: String) -> UpdateStatus {
         match name.as_str() {
             "QUEUED" => UpdateStatus::Queued,
             "RUNNING" => UpdateStatus::Running,
@@ -379,30 +383,31 @@ impl Serialize for UpdateStatus {
 
 /// A `TOOL_UPDATE` (docs/protocol.md §6.5).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ToolUpdate {
+pub(crate) struct ToolUpdate {
     /// The call it is about.
-    pub call_id: String,
+    pub(crate) call_id: String,
     /// Its status.
-    pub status: UpdateStatus,
+    pub(crate) status: UpdateStatus,
     /// Percent done, kept as the number sent (`40` stays an integer). Not a
     /// number ⇒ `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub progress: Option<Number>,
+    pub(crate) progress: Option<Number>,
     /// A partial result, any JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub partial: Option<Value>,
+    pub(crate) partial: Option<Value>,
     /// A tool's log line, `{level, message, data?}` (docs/protocol.md §6.11).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub log: Option<Value>,
+    pub(crate) log: Option<Value>,
     /// A tool's question, `{request_id, message, schema}`, with status
     /// `WAITING_INPUT` (docs/protocol.md §6.11).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub input_request: Option<Value>,
+    pub(crate) input_request: Option<Value>,
 }
 
 impl ToolUpdate {
     /// An update with only a status (`QUEUED`, `RUNNING`, `CANCELLING`).
-    pub fn new(call_id: impl Into<String>, status: UpdateStatus) -> ToolUpdate {
+    #[cfg(test)]
+    pub(crate) fn new(call_id: impl Into<String>, status: UpdateStatus) -> ToolUpdate {
         ToolUpdate {
             call_id: call_id.into(),
             status,
@@ -417,7 +422,7 @@ impl ToolUpdate {
 impl ToolUpdate {
     /// The payload as a JSON object, `partial` moved in rather than copied
     /// (what [`Payload::to_value`] builds, without cloning a tool's value).
-    pub fn into_value(self) -> Value {
+    pub(crate) fn into_value(self) -> Value {
         let mut payload = Map::new();
         payload.insert("call_id".into(), Value::String(self.call_id));
         payload.insert(
@@ -463,7 +468,7 @@ impl Payload for ToolUpdate {
 
 /// The `status` of a `TOOL_DONE` (docs/protocol.md §6.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ToolStatus {
+pub(crate) enum ToolStatus {
     /// `OK`: the tool returned a value.
     Ok,
     /// `ERROR`: the call failed.
@@ -474,7 +479,7 @@ pub enum ToolStatus {
 
 impl ToolStatus {
     /// The wire name, e.g. `"OK"`.
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             ToolStatus::Ok => "OK",
             ToolStatus::Error => "ERROR",
@@ -483,7 +488,7 @@ impl ToolStatus {
     }
 
     /// Reads a wire name (case-sensitive).
-    pub fn parse(name: &str) -> Option<ToolStatus> {
+    pub(crate) fn parse(name: &str) -> Option<ToolStatus> {
         match name {
             "OK" => Some(ToolStatus::Ok),
             "ERROR" => Some(ToolStatus::Error),
@@ -511,31 +516,17 @@ impl Serialize for ToolStatus {
 /// holds depends on `status`, so here the two are one [`ToolOutcome`] and
 /// [`ToolDone::status`] is derived from it: an `ERROR`'s `{error, code,
 /// details}` is a typed [`ToolFailure`], a `CANCELLED`'s `{reason}` a string.
-///
-/// ```
-/// use haip::protocol::ErrorCode;
-/// use haip::protocol::payload::{Payload, ToolDone, ToolFailure};
-/// use serde_json::json;
-///
-/// let done = ToolDone::failed("c-2", ToolFailure::new(ErrorCode::TOOL_NOT_FOUND, "Tool nope not found"));
-/// assert_eq!(
-///     done.to_value(),
-///     json!({"call_id": "c-2", "status": "ERROR", "result": {"error": "Tool nope not found", "code": "TOOL_NOT_FOUND"}})
-/// );
-/// let back = ToolDone::from_payload(done.to_value().as_object().unwrap().clone()).unwrap();
-/// assert_eq!(back, done);
-/// ```
 #[derive(Debug, Clone, PartialEq)]
-pub struct ToolDone {
+pub(crate) struct ToolDone {
     /// The call it ends.
-    pub call_id: String,
+    pub(crate) call_id: String,
     /// How it ended, with its result.
-    pub outcome: ToolOutcome,
+    pub(crate) outcome: ToolOutcome,
 }
 
 /// How a call ended: a `TOOL_DONE`'s `status` with its `result`.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ToolOutcome {
+pub(crate) enum ToolOutcome {
     /// `OK`, with the tool's value (`None`: no `result`, the value was `null`).
     Ok(Option<Value>),
     /// `ERROR`, with the error `result`.
@@ -546,7 +537,7 @@ pub enum ToolOutcome {
 
 impl ToolOutcome {
     /// The `status` it is sent with.
-    pub fn status(&self) -> ToolStatus {
+    pub(crate) fn status(&self) -> ToolStatus {
         match self {
             ToolOutcome::Ok(_) => ToolStatus::Ok,
             ToolOutcome::Error(_) => ToolStatus::Error,
@@ -557,26 +548,26 @@ impl ToolOutcome {
 
 /// The `result` of a `TOOL_DONE` with status `ERROR` (docs/protocol.md §6.6, §18.1).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ToolFailure {
+pub(crate) struct ToolFailure {
     /// `error`: the human-readable message.
     #[serde(rename = "error")]
-    pub message: String,
+    pub(crate) message: String,
     /// `code`: `INVALID_PARAMS`, `TOOL_EXECUTION_ERROR`, …, or a tool's own.
-    pub code: ErrorCode,
+    pub(crate) code: ErrorCode,
     /// `details`, e.g. every violation of `INVALID_PARAMS`; any JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub details: Option<Value>,
+    pub(crate) details: Option<Value>,
     /// `total`: how many violations there were, when all were counted.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub total: Option<u64>,
+    pub(crate) total: Option<u64>,
     /// `total_at_least`: how many were counted before counting stopped.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub total_at_least: Option<u64>,
+    pub(crate) total_at_least: Option<u64>,
 }
 
 impl ToolFailure {
     /// A failure with a code and a message.
-    pub fn new(code: impl Into<ErrorCode>, message: impl Into<String>) -> ToolFailure {
+    pub(crate) fn new(code: impl Into<ErrorCode>, message: impl Into<String>) -> ToolFailure {
         ToolFailure {
             message: message.into(),
             code: code.into(),
@@ -587,7 +578,7 @@ impl ToolFailure {
     }
 
     /// With `details`.
-    pub fn with_details(mut self, details: Value) -> ToolFailure {
+    pub(crate) fn with_details(mut self, details: Value) -> ToolFailure {
         self.details = Some(details);
         self
     }
@@ -624,7 +615,8 @@ impl ToolFailure {
 
 impl ToolDone {
     /// `OK`; a `null` value is sent as no `result`.
-    pub fn ok(call_id: impl Into<String>, result: Option<Value>) -> ToolDone {
+    #[cfg(test)]
+    pub(crate) fn ok(call_id: impl Into<String>, result: Option<Value>) -> ToolDone {
         ToolDone {
             call_id: call_id.into(),
             outcome: ToolOutcome::Ok(result.filter(|v| !v.is_null())),
@@ -632,7 +624,7 @@ impl ToolDone {
     }
 
     /// `ERROR`.
-    pub fn failed(call_id: impl Into<String>, failure: ToolFailure) -> ToolDone {
+    pub(crate) fn failed(call_id: impl Into<String>, failure: ToolFailure) -> ToolDone {
         ToolDone {
             call_id: call_id.into(),
             outcome: ToolOutcome::Error(failure),
@@ -640,7 +632,8 @@ impl ToolDone {
     }
 
     /// `CANCELLED`, with the reason when there is one.
-    pub fn cancelled(call_id: impl Into<String>, reason: Option<String>) -> ToolDone {
+    #[cfg(test)]
+    pub(crate) fn cancelled(call_id: impl Into<String>, reason: Option<String>) -> ToolDone {
         ToolDone {
             call_id: call_id.into(),
             outcome: ToolOutcome::Cancelled(reason),
@@ -648,13 +641,13 @@ impl ToolDone {
     }
 
     /// The `status` it is sent with.
-    pub fn status(&self) -> ToolStatus {
+    pub(crate) fn status(&self) -> ToolStatus {
         self.outcome.status()
     }
 
     /// The payload as a JSON object, the result moved in rather than copied
     /// (what [`Payload::to_value`] builds, without cloning a tool's value).
-    pub fn into_value(self) -> Value {
+    pub(crate) fn into_value(self) -> Value {
         let status = self.status();
         let mut payload = Map::new();
         payload.insert("call_id".into(), Value::String(self.call_id));

@@ -5,38 +5,26 @@ use super::*;
 
 /// A payload field that could not be used: which event, which field, what was
 /// wrong with it.
-///
-/// ```
-/// use haip::protocol::payload::{Payload, PayloadError, Problem, ToolSchemaRequest};
-/// use serde_json::json;
-///
-/// let payload = json!({"tool": 5}).as_object().unwrap().clone();
-/// let err = ToolSchemaRequest::from_payload(payload).unwrap_err();
-/// assert_eq!(err.field, "tool");
-/// assert_eq!(err.to_string(), "TOOL_SCHEMA payload.tool: expected a string, found a number");
-/// // The ERROR a server answers it with (docs/protocol.md §6.3).
-/// assert_eq!(err.reply().unwrap().detail.unwrap()["reason"], "missing tool");
-/// ```
 #[derive(Debug, Clone, PartialEq)]
-pub struct PayloadError {
+pub(crate) struct PayloadError {
     /// The event whose payload it was.
-    pub event: EventType,
+    pub(crate) event: EventType,
     /// The field, as a path inside the payload: `tool`, `result.code`, `tools[2].name`.
-    pub field: String,
+    pub(crate) field: String,
     /// What was wrong with it.
-    pub problem: Problem,
-    /// The envelope `id`, when decoded by [`InboundEvent::decode`] from an
+    pub(crate) problem: Problem,
+    /// The envelope `id`, when decoded by [`InboundEvent::decode_with`] from an
     /// envelope that had one (the `related_id` of a reply).
-    pub related_id: Option<String>,
+    pub(crate) related_id: Option<String>,
     /// The call the payload is about, when it named one (`TOOL_UPDATE`,
     /// `TOOL_DONE`): whoever waits for that call can be told.
-    pub call_id: Option<String>,
+    pub(crate) call_id: Option<String>,
 }
 
 /// What was wrong with a payload field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Problem {
+pub(crate) enum Problem {
     /// The field is absent.
     Missing,
     /// The field has the wrong JSON type.
@@ -111,7 +99,7 @@ impl PayloadError {
     /// such an envelope is ignored silently (a `TOOL_CANCEL` without a string
     /// `call_id`, a `FLOW_UPDATE` or `PAUSE_CHANNEL` without a `channel`) or
     /// the payload is not one a server receives.
-    pub fn reply(&self) -> Option<Error> {
+    pub(crate) fn reply(&self) -> Option<Error> {
         let invalid = |reason: String| {
             let mut detail = Map::new();
             detail.insert("reason".into(), reason.into());
@@ -155,22 +143,23 @@ pub(super) fn kind(value: &Value) -> &'static str {
 
 /// `ERROR` (docs/protocol.md §14).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Error {
+pub(crate) struct Error {
     /// `code`: what clients key on.
-    pub code: ErrorCode,
+    pub(crate) code: ErrorCode,
     /// `message`: fixed, informative text.
-    pub message: String,
+    pub(crate) message: String,
     /// `related_id`: the offending envelope's `id`, as given.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub related_id: Option<String>,
+    pub(crate) related_id: Option<String>,
     /// `detail`, when an object.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<Map<String, Value>>,
+    pub(crate) detail: Option<Map<String, Value>>,
 }
 
 impl Error {
     /// An `ERROR` with a code and a message only.
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Error {
+    #[cfg(test)]
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Error {
         Error {
             code,
             message: message.into(),

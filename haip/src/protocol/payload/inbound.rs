@@ -7,7 +7,7 @@ use super::*;
 /// (docs/protocol.md §5, "Server on receipt").
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum InboundEvent {
+pub(crate) enum InboundEvent {
     /// A client `HAI`.
     Hai(Hai),
     /// A `TOOL_LIST` request.
@@ -47,6 +47,13 @@ pub enum InboundEvent {
 }
 
 impl InboundEvent {
+    /// [`InboundEvent::decode_with`], a new UUID for a `TOOL_CALL` without
+    /// an id: what the tests decode with.
+    #[cfg(test)]
+    pub(crate) fn decode(inbound: &mut Inbound) -> Result<InboundEvent, PayloadError> {
+        InboundEvent::decode_with(inbound, || uuid::Uuid::new_v4().to_string())
+    }
+
     /// Decodes `inbound`'s payload into the event it is (see the
     /// [module](super) documentation for the leniency rules).
     ///
@@ -57,37 +64,12 @@ impl InboundEvent {
     /// envelope `id` as its `related_id`; [`PayloadError::reply`] is the
     /// `ERROR` to answer it with, if any.
     ///
-    /// ```
-    /// use haip::protocol::decode;
-    /// use haip::protocol::payload::InboundEvent;
-    ///
-    /// let mut inbound = decode(r#"{"id":"r-1","type":"REPLAY_REQUEST","payload":{"from_seq":"x"}}"#).unwrap();
-    /// let err = InboundEvent::decode(&mut inbound).unwrap_err();
-    /// let reply = err.reply().unwrap();
-    /// assert_eq!(reply.code.as_str(), "INVALID_MESSAGE");
-    /// assert_eq!(reply.related_id.as_deref(), Some("r-1"));
-    /// assert_eq!(reply.detail.unwrap()["reason"], "invalid from_seq");
-    /// ```
-    pub fn decode(inbound: &mut Inbound) -> Result<InboundEvent, PayloadError> {
-        InboundEvent::decode_with(inbound, || uuid::Uuid::new_v4().to_string())
-    }
-
-    /// [`InboundEvent::decode`], with the caller making the id of a
-    /// `TOOL_CALL` that has neither a usable `call_id` nor an envelope `id`
-    /// (docs/protocol.md §6.4 step 1): `fresh` is called then, and only then. A server
-    /// session passes its own id source, so that every id it hands out comes
-    /// from one place (and tests can predict them).
-    ///
-    /// ```
-    /// use haip::protocol::decode;
-    /// use haip::protocol::payload::InboundEvent;
-    ///
-    /// let mut inbound = decode(r#"{"type":"TOOL_CALL","payload":{"tool":"echo"}}"#).unwrap();
-    /// let event = InboundEvent::decode_with(&mut inbound, || "call-7".to_owned()).unwrap();
-    /// let InboundEvent::ToolCall(call) = event else { panic!() };
-    /// assert_eq!(call.call_id, "call-7");
-    /// ```
-    pub fn decode_with(
+    /// The caller makes the id of a `TOOL_CALL` that has neither a usable
+    /// `call_id` nor an envelope `id` (docs/protocol.md §6.4 step 1): `fresh`
+    /// is called then, and only then. A server session passes its own id
+    /// source, so that every id it hands out comes from one place (and tests
+    /// can predict them).
+    pub(crate) fn decode_with(
         inbound: &mut Inbound,
         fresh: impl FnOnce() -> String,
     ) -> Result<InboundEvent, PayloadError> {

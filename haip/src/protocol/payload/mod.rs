@@ -1,9 +1,12 @@
 //! Typed payloads of the HAIP 1 events that the server or the client acts on.
 //!
-//! [`InboundEvent::decode`] turns an accepted [`Inbound`] envelope into one
-//! typed event, once; each payload type also decodes on its own with
-//! [`Payload::from_payload`] (what a client does with server envelopes) and
-//! encodes with [`Payload::to_value`] / [`Payload::to_json`].
+//! haip reads each accepted envelope's payload once, into the one typed
+//! event it is, and writes its own payloads from typed values. Of those
+//! types, the ones public are those the client shows: the server's [`Hai`]
+//! (with its [`Capabilities`], [`FlowControl`] and [`LastRxSeq`]), what
+//! `haip::client::Client::hai` returns, and the [`InputAction`] of an answer
+//! to a question. The rules below are how haip reads and writes every
+//! payload.
 //!
 //! # Lenient in
 //!
@@ -23,23 +26,23 @@
 //! * takes a numeric call id as its decimal text (`TOOL_CALL`, `TOOL_UPDATE`,
 //!   `TOOL_DONE`; not `TOOL_CANCEL`, whose non-string `call_id` docs/protocol.md §6.7
 //!   ignores);
-//! * fills in the fallbacks docs/protocol.md defines from the envelope
-//!   ([`InboundEvent::decode`], [`InboundEvent::decode_with`] only): a
+//! * fills in the fallbacks docs/protocol.md defines from the envelope: a
 //!   `TOOL_CALL` without a usable `call_id` takes the envelope `id`, else a
-//!   new UUID (with `decode_with`, the caller's id) (§6.4 step 1); a `RUN_*`
-//!   without a payload `run_id` takes the envelope's (§8);
-//! * fails, with a [`PayloadError`] naming the field and what was wrong with
-//!   it, only where the receiver cannot act without the field. For an inbound
-//!   envelope [`PayloadError::reply`] is the `ERROR` docs/protocol.md prescribes, or
-//!   `None` where docs/protocol.md says to ignore the envelope silently.
+//!   new id (§6.4 step 1); a `RUN_*` without a payload `run_id` takes the
+//!   envelope's (§8);
+//! * fails, with an error naming the field and what was wrong with it, only
+//!   where the receiver cannot act without the field. For an inbound
+//!   envelope the server answers with the `ERROR` docs/protocol.md
+//!   prescribes, or ignores the envelope silently where docs/protocol.md
+//!   says to.
 //!
-//! | Event | Required (else [`PayloadError`]) | Loose |
+//! | Event | Required (else an error) | Loose |
 //! |---|---|---|
 //! | `HAI` | — | every field; `accept_major`, `accept_events` kept only when arrays |
-//! | `TOOL_LIST` | — (a `tools` array makes it an advertisement: [`InboundEvent::Other`]) | reply items: `description`, `title`, `annotations`, `icons` |
+//! | `TOOL_LIST` | — (a `tools` array makes it an advertisement, passed on untouched) | reply items: `description`, `title`, `annotations`, `icons` |
 //! | `TOOL_SCHEMA` request | `tool` (reply `INVALID_MESSAGE`, `missing tool`) | — |
 //! | `TOOL_SCHEMA` reply | `tool`, `inputSchema` (or legacy `schema`) | `outputSchema`, `title`, `annotations`, `icons` |
-//! | `TOOL_CALL` | — (see [`ToolCall`]) | `call_id`, `tool`, `params`, `run_id` |
+//! | `TOOL_CALL` | — (see above) | `call_id`, `tool`, `params`, `run_id` |
 //! | `TOOL_CANCEL` | `call_id` string (ignored silently) | `reason` |
 //! | `TOOL_INPUT` | `call_id`, `request_id`, `action` (reply `INVALID_MESSAGE`) | `content` |
 //! | `TOOL_UPDATE` | `call_id`, `status` string | `progress`, `partial`, `log`, `input_request`; unknown statuses kept |
@@ -56,24 +59,6 @@
 //! Encoding writes every field the protocol requires, optional fields only
 //! when present, statuses in capitals, `seq`-like fields as decimal strings,
 //! and omits a `TOOL_DONE` `result` that would be `null` (docs/protocol.md §2.4, §6.6).
-//!
-//! ```
-//! use haip::protocol::decode;
-//! use haip::protocol::payload::{InboundEvent, Payload, ToolDone, ToolStatus};
-//! use serde_json::json;
-//!
-//! let mut inbound = decode(r#"{"id":"call-1","type":"TOOL_CALL","payload":{"tool":"echo"}}"#).unwrap();
-//! let InboundEvent::ToolCall(call) = InboundEvent::decode(&mut inbound).unwrap() else { panic!() };
-//! assert_eq!(call.call_id, "call-1"); // no call_id: the envelope id (docs/protocol.md §6.4)
-//! assert_eq!(call.params, json!({}));
-//!
-//! let done = ToolDone::ok(call.call_id, Some(json!({"echoed": "hi"})));
-//! assert_eq!(done.status(), ToolStatus::Ok);
-//! assert_eq!(
-//!     done.to_value(),
-//!     json!({"call_id": "call-1", "status": "OK", "result": {"echoed": "hi"}})
-//! );
-//! ```
 
 use std::fmt;
 use std::num::NonZeroU64;
@@ -95,19 +80,20 @@ mod session;
 #[cfg(test)]
 mod tests;
 
-pub use calls::{
-    InputAction, ToolCall, ToolCancel, ToolDone, ToolFailure, ToolInput, ToolList, ToolListItem,
+pub use calls::InputAction;
+pub(crate) use calls::{
+    ToolCall, ToolCancel, ToolDone, ToolFailure, ToolInput, ToolList, ToolListItem,
     ToolListRequest, ToolOutcome, ToolSchema, ToolSchemaRequest, ToolStatus, ToolUpdate,
     UpdateStatus,
 };
-pub use error::{Error, PayloadError, Problem};
+pub(crate) use error::{Error, PayloadError, Problem};
 pub use handshake::{Capabilities, FlowControl, Hai, LastRxSeq};
-pub use inbound::InboundEvent;
-pub use runs::{RunCancel, RunError, RunFinished, RunStarted, RunStatus};
-pub use session::{FlowUpdate, PauseChannel, Ping, Pong, ReplayRequest, ResumeChannel};
+pub(crate) use inbound::InboundEvent;
+pub(crate) use runs::{RunCancel, RunError, RunFinished, RunStarted};
+pub(crate) use session::{FlowUpdate, PauseChannel, Ping, ReplayRequest, ResumeChannel};
 
 /// A typed payload: how one event's payload object is read and written.
-pub trait Payload: Serialize + Sized {
+pub(crate) trait Payload: Serialize + Sized {
     /// The event type whose payload this is.
     const EVENT: EventType;
 

@@ -4,16 +4,16 @@ use super::*;
 
 /// `RUN_STARTED` (docs/protocol.md §8): an open payload.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct RunStarted {
-    /// The run id: the payload's, else (by [`InboundEvent::decode`]) the
+pub(crate) struct RunStarted {
+    /// The run id: the payload's, else (by [`InboundEvent::decode_with`]) the
     /// envelope's; `None` ⇒ the server makes one up.
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
     /// `thread_id`, when a string.
-    pub thread_id: Option<String>,
+    pub(crate) thread_id: Option<String>,
     /// `metadata`, when an object.
-    pub metadata: Option<Map<String, Value>>,
+    pub(crate) metadata: Option<Map<String, Value>>,
     /// Every other field, as sent.
-    pub other: Map<String, Value>,
+    pub(crate) other: Map<String, Value>,
 }
 
 impl Payload for RunStarted {
@@ -43,7 +43,7 @@ impl Serialize for RunStarted {
 
 /// The `status` of a `RUN_FINISHED` (docs/protocol.md §5, §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum RunStatus {
+pub(crate) enum RunStatus {
     /// `OK` (the default).
     #[default]
     Ok,
@@ -55,7 +55,7 @@ pub enum RunStatus {
 
 impl RunStatus {
     /// The wire name, e.g. `"OK"`.
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             RunStatus::Ok => "OK",
             RunStatus::Cancelled => "CANCELLED",
@@ -72,16 +72,16 @@ impl Serialize for RunStatus {
 
 /// `RUN_FINISHED` (docs/protocol.md §8).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RunFinished {
-    /// The run id: the payload's, else (by [`InboundEvent::decode`]) the
+pub(crate) struct RunFinished {
+    /// The run id: the payload's, else (by [`InboundEvent::decode_with`]) the
     /// envelope's; neither ⇒ an error answered `MISSING_RUN_ID`.
-    pub run_id: String,
+    pub(crate) run_id: String,
     /// How the run ended; absent or not one of the three ⇒ `OK` (the server
     /// closes the run whatever it says).
-    pub status: RunStatus,
+    pub(crate) status: RunStatus,
     /// `summary`, when a string.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub summary: Option<String>,
+    pub(crate) summary: Option<String>,
 }
 
 impl RunFinished {
@@ -126,10 +126,10 @@ impl Payload for RunFinished {
 
 /// `RUN_CANCEL` (docs/protocol.md §8).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RunCancel {
-    /// The run id: the payload's, else (by [`InboundEvent::decode`]) the
+pub(crate) struct RunCancel {
+    /// The run id: the payload's, else (by [`InboundEvent::decode_with`]) the
     /// envelope's; neither ⇒ an error answered `MISSING_RUN_ID`.
-    pub run_id: String,
+    pub(crate) run_id: String,
 }
 
 impl Payload for RunCancel {
@@ -146,20 +146,20 @@ impl Payload for RunCancel {
 /// `RUN_ERROR` (docs/protocol.md §8). The server only closes the run it names, so
 /// nothing here is required: a missing `code` or `message` decodes as empty.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunError {
+pub(crate) struct RunError {
     /// `code`.
-    pub code: ErrorCode,
+    pub(crate) code: ErrorCode,
     /// `message`.
-    pub message: String,
-    /// The run id: the payload's, else (by [`InboundEvent::decode`]) the envelope's.
+    pub(crate) message: String,
+    /// The run id: the payload's, else (by [`InboundEvent::decode_with`]) the envelope's.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
     /// `related_id`, when a string.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub related_id: Option<String>,
+    pub(crate) related_id: Option<String>,
     /// `detail`, when an object.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<Map<String, Value>>,
+    pub(crate) detail: Option<Map<String, Value>>,
 }
 
 impl Payload for RunError {

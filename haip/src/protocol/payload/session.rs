@@ -6,23 +6,24 @@ use super::*;
 
 /// `PING` (docs/protocol.md §9).
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct Ping {
+pub(crate) struct Ping {
     /// `nonce`: a string in HAIP 1, kept as whatever JSON was sent so that the
     /// `PONG` copies it unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub nonce: Option<Value>,
+    pub(crate) nonce: Option<Value>,
 }
 
 impl Ping {
     /// A `PING` with a nonce.
-    pub fn new(nonce: impl Into<String>) -> Ping {
+    #[cfg(test)]
+    pub(crate) fn new(nonce: impl Into<String>) -> Ping {
         Ping {
             nonce: Some(Value::String(nonce.into())),
         }
     }
 
     /// Its answer: a `PONG` with the same `nonce`, or `{}` without one.
-    pub fn pong(self) -> Pong {
+    pub(crate) fn pong(self) -> Pong {
         Pong { nonce: self.nonce }
     }
 }
@@ -39,10 +40,10 @@ impl Payload for Ping {
 
 /// `PONG` (docs/protocol.md §9).
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct Pong {
+pub(crate) struct Pong {
     /// `nonce`: the `PING`'s, unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub nonce: Option<Value>,
+    pub(crate) nonce: Option<Value>,
 }
 
 impl Payload for Pong {
@@ -57,16 +58,16 @@ impl Payload for Pong {
 
 /// `REPLAY_REQUEST` (docs/protocol.md §11.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct ReplayRequest {
+pub(crate) struct ReplayRequest {
     /// The first `seq` wanted.
     #[serde(serialize_with = "decimal")]
-    pub from_seq: u64,
+    pub(crate) from_seq: u64,
     /// The last `seq` wanted; `None` ⇒ the newest.
     #[serde(
         serialize_with = "opt_decimal",
         skip_serializing_if = "Option::is_none"
     )]
-    pub to_seq: Option<u64>,
+    pub(crate) to_seq: Option<u64>,
 }
 
 impl Payload for ReplayRequest {
@@ -86,15 +87,15 @@ impl Payload for ReplayRequest {
 
 /// `FLOW_UPDATE` (docs/protocol.md §12): credit granted on a channel.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FlowUpdate {
+pub(crate) struct FlowUpdate {
     /// The channel (any name; the server ignores a `FLOW_UPDATE` without one).
-    pub channel: String,
+    pub(crate) channel: String,
     /// `add_messages`; absent, or not an integer ≥ 1, ⇒ `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub add_messages: Option<NonZeroU64>,
+    pub(crate) add_messages: Option<NonZeroU64>,
     /// `add_bytes`; absent, or not an integer ≥ 1, ⇒ `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub add_bytes: Option<NonZeroU64>,
+    pub(crate) add_bytes: Option<NonZeroU64>,
 }
 
 impl Payload for FlowUpdate {
@@ -112,9 +113,9 @@ impl Payload for FlowUpdate {
 
 /// `PAUSE_CHANNEL` (docs/protocol.md §12.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PauseChannel {
+pub(crate) struct PauseChannel {
     /// The channel to hold (the server ignores the envelope without one).
-    pub channel: String,
+    pub(crate) channel: String,
 }
 
 impl Payload for PauseChannel {
@@ -130,9 +131,9 @@ impl Payload for PauseChannel {
 
 /// `RESUME_CHANNEL` (docs/protocol.md §12.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ResumeChannel {
+pub(crate) struct ResumeChannel {
     /// The channel to release (the server ignores the envelope without one).
-    pub channel: String,
+    pub(crate) channel: String,
 }
 
 impl Payload for ResumeChannel {

@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 use serde_json::json;
 
+use super::runs::RunStatus;
 use super::*;
 use crate::protocol::decode;
 
@@ -926,4 +927,74 @@ proptest! {
     fn flow_update_round_trips(flow in flow_update()) {
         prop_assert_eq!(through_text(&flow).unwrap(), flow);
     }
+}
+
+/// The module's example: a call decoded with the envelope's id, answered strictly.
+#[test]
+fn a_call_without_call_id_takes_the_envelope_id_and_is_answered_strictly() {
+    let mut inbound =
+        decode(r#"{"id":"call-1","type":"TOOL_CALL","payload":{"tool":"echo"}}"#).unwrap();
+    let InboundEvent::ToolCall(call) = InboundEvent::decode(&mut inbound).unwrap() else {
+        panic!()
+    };
+    assert_eq!(call.call_id, "call-1"); // no call_id: the envelope id (docs/protocol.md §6.4)
+    assert_eq!(call.params, json!({}));
+
+    let done = ToolDone::ok(call.call_id, Some(json!({"echoed": "hi"})));
+    assert_eq!(done.status(), ToolStatus::Ok);
+    assert_eq!(
+        done.to_value(),
+        json!({"call_id": "call-1", "status": "OK", "result": {"echoed": "hi"}})
+    );
+}
+
+#[test]
+fn a_failed_tool_done_round_trips() {
+    let done = ToolDone::failed(
+        "c-2",
+        ToolFailure::new(ErrorCode::TOOL_NOT_FOUND, "Tool nope not found"),
+    );
+    assert_eq!(
+        done.to_value(),
+        json!({"call_id": "c-2", "status": "ERROR", "result": {"error": "Tool nope not found", "code": "TOOL_NOT_FOUND"}})
+    );
+    let back = ToolDone::from_payload(done.to_value().as_object().unwrap().clone()).unwrap();
+    assert_eq!(back, done);
+}
+
+#[test]
+fn a_payload_error_names_the_field_and_its_reply() {
+    let payload = json!({"tool": 5}).as_object().unwrap().clone();
+    let err = ToolSchemaRequest::from_payload(payload).unwrap_err();
+    assert_eq!(err.field, "tool");
+    assert_eq!(
+        err.to_string(),
+        "TOOL_SCHEMA payload.tool: expected a string, found a number"
+    );
+    // The ERROR a server answers it with (docs/protocol.md §6.3).
+    assert_eq!(
+        err.reply().unwrap().detail.unwrap()["reason"],
+        "missing tool"
+    );
+}
+
+#[test]
+fn a_bad_replay_request_earns_invalid_message() {
+    let mut inbound =
+        decode(r#"{"id":"r-1","type":"REPLAY_REQUEST","payload":{"from_seq":"x"}}"#).unwrap();
+    let err = InboundEvent::decode(&mut inbound).unwrap_err();
+    let reply = err.reply().unwrap();
+    assert_eq!(reply.code.as_str(), "INVALID_MESSAGE");
+    assert_eq!(reply.related_id.as_deref(), Some("r-1"));
+    assert_eq!(reply.detail.unwrap()["reason"], "invalid from_seq");
+}
+
+#[test]
+fn decode_with_takes_the_callers_id() {
+    let mut inbound = decode(r#"{"type":"TOOL_CALL","payload":{"tool":"echo"}}"#).unwrap();
+    let event = InboundEvent::decode_with(&mut inbound, || "call-7".to_owned()).unwrap();
+    let InboundEvent::ToolCall(call) = event else {
+        panic!()
+    };
+    assert_eq!(call.call_id, "call-7");
 }
