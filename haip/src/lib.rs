@@ -90,8 +90,8 @@ pub use error::Error;
 pub use protocol::{Icon, IconTheme, ToolAnnotations};
 pub use schema::{SchemaProblem, SchemaProfile, UnknownProfile, Violation};
 pub use server::{
-    HaipService, Listener, Mount, PeerAddr, Server, ServerBuilder, ServerHandle, ServiceBody,
-    ToolSet, serve,
+    HaipService, Limits, Listener, Mount, PeerAddr, Server, ServerBuilder, ServerHandle,
+    ServiceBody, ToolSet, serve,
 };
 pub use tool::{
     Injected, Params, State, TaskSupport, Tool, ToolBuilder, ToolEdit, ToolError, ToolFuture,

@@ -9,7 +9,10 @@ use serde_json::Value;
 async fn server() -> haip::ServerHandle {
     haip::Server::builder()
         .addr("127.0.0.1:0")
-        .heartbeat_interval(Duration::ZERO)
+        .limits(haip::Limits {
+            heartbeat_interval: Duration::ZERO,
+            ..haip::Limits::default()
+        })
         .builtin_tools()
         .build()
         .unwrap()

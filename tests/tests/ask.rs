@@ -11,9 +11,9 @@ use crate::support;
 use std::time::Duration;
 
 use conn::{Conn, Kind, per_transport};
-use haip::{Content, Context, LogLevel, Rich, haip_tool};
+use haip::{Content, Context, Limits, LogLevel, Rich, haip_tool};
 use serde_json::{Value, json};
-use support::{demo_builder, resume_hai, start};
+use support::{base_limits, demo_builder, resume_hai, start};
 
 per_transport!(
     accepted_answer_books_the_table,
@@ -170,7 +170,10 @@ async fn cancel_while_waiting(kind: Kind) {
 }
 
 async fn timeout_while_waiting(kind: Kind) {
-    let builder = demo_builder().tool_timeout(Duration::from_millis(300));
+    let builder = demo_builder().limits(Limits {
+        tool_timeout: Some(Duration::from_millis(300)),
+        ..base_limits()
+    });
     let (handle, _) = start(builder).await;
     let mut conn = connect(kind, handle.local_addr(), json!({"tool_input": true})).await;
     let request_id = ask_for_a_table(&mut conn, "t1").await;

@@ -26,11 +26,11 @@ use std::net::SocketAddr;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use haip::{Answer, Context, ServerBuilder, ServerHandle, TaskSupport, Tool, ToolError};
+use haip::{Answer, Context, Limits, ServerBuilder, ServerHandle, TaskSupport, Tool, ToolError};
 use mcp_http::mcp_request;
 use redis_support::RedisServer;
 use serde_json::{Value, json};
-use support::{builder, start, within};
+use support::{base_limits, builder, start, within};
 
 const TASKS: &str = "io.modelcontextprotocol/tasks";
 
@@ -121,7 +121,10 @@ fn instance(redis: &RedisServer, id: &str) -> ServerBuilder {
         .redis(redis.url())
         .instance_id(id)
         .request_state_key(STATE_KEY)
-        .task_ttl(TTL);
+        .limits(Limits {
+            task_ttl: TTL,
+            ..base_limits()
+        });
     for tool in tools() {
         builder = builder.tool(tool);
     }

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use haip::auth::OAuth;
-use haip::{Error, Server};
+use haip::{Error, Limits, Server};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -53,8 +53,8 @@ use crate::conn::{self, Conn, Item, Kind, Refused};
 use crate::embedded_support::{bind_then_start, start_embedded};
 use crate::mcp_http::mcp_request_to;
 use crate::support::{
-    self, Client, HttpResponse, QUICKSTART_TOOLS, builder, demo_builder, gated_tool, get_json,
-    http_get, http_request_with, within,
+    self, Client, HttpResponse, QUICKSTART_TOOLS, base_limits, builder, demo_builder, gated_tool,
+    get_json, http_get, http_request_with, within,
 };
 
 // ----- helpers ------------------------------------------------------------------------------
@@ -743,7 +743,10 @@ async fn each_peer_the_app_hands_over_has_its_own_share() {
     );
     let shared = || {
         builder()
-            .max_sessions_per_caller(2)
+            .limits(Limits {
+                max_sessions_per_caller: 2,
+                ..base_limits()
+            })
             .limit_loopback_peers(true)
     };
     let app = start_embedded(shared(), "").await;

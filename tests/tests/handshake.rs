@@ -10,8 +10,9 @@ use crate::support;
 
 use std::collections::HashSet;
 
+use haip::Limits;
 use serde_json::json;
-use support::{Client, builder, demo_builder, expected_hai_payload, start, within};
+use support::{Client, base_limits, builder, demo_builder, expected_hai_payload, start, within};
 use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite;
 
@@ -82,12 +83,12 @@ async fn handshake_hai_comes_first_with_exact_payload_and_envelopes_follow_the_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hai_advertises_configured_credit_and_runs() {
-    let (_handle, url) = start(
-        builder()
-            .max_concurrent_runs(3)
-            .initial_credit_messages(50)
-            .initial_credit_bytes(65_536),
-    )
+    let (_handle, url) = start(builder().limits(Limits {
+        max_concurrent_runs: 3,
+        initial_credit_messages: 50,
+        initial_credit_bytes: 65_536,
+        ..base_limits()
+    }))
     .await;
     let client = Client::connect(&url).await;
     let mut expected = expected_hai_payload();

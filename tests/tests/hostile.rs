@@ -23,11 +23,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use haip::{Context, Tool, ToolError};
+use haip::{Context, Limits, Tool, ToolError};
 use serde_json::{Map, Value, json};
 use support::{
-    Client, Ended, builder, confirming_hai_payload, demo_builder, expect_on, get_json, http_get,
-    resume_hai, seq_of, start, stats_until, within,
+    Client, Ended, base_limits, builder, confirming_hai_payload, demo_builder, expect_on, get_json,
+    http_get, resume_hai, seq_of, start, stats_until, within,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -97,11 +97,12 @@ async fn clients_that_never_read_cost_their_budget_and_lose_no_tool_done_at(at: 
     let budget = 512 * 1024;
     let server = start_at(
         at,
-        builder()
-            .builtin_tools()
-            .max_outbound_bytes(budget)
-            .idle_timeout(Duration::from_secs(2))
-            .replay_window_bytes(16 * 1024 * 1024),
+        builder().builtin_tools().limits(Limits {
+            max_outbound_bytes: budget,
+            idle_timeout: Duration::from_secs(2),
+            replay_window_bytes: 16 * 1024 * 1024,
+            ..base_limits()
+        }),
     )
     .await;
     let url = server.ws_url();
@@ -235,10 +236,12 @@ async fn slow_stalled_and_lying_post_bodies_get_408_503_413_in_an_axum_app() {
 async fn slow_stalled_and_lying_post_bodies_get_408_503_413_at(at: At) {
     let server = start_at(
         at,
-        builder()
-            .body_read_timeout(Duration::from_secs(2))
-            .max_inflight_body_bytes(1024 * 1024)
-            .max_message_bytes(64 * 1024),
+        builder().limits(Limits {
+            body_read_timeout: Duration::from_secs(2),
+            max_inflight_body_bytes: 1024 * 1024,
+            max_message_bytes: 64 * 1024,
+            ..base_limits()
+        }),
     )
     .await;
     let addr = server.addr();
@@ -316,9 +319,10 @@ async fn huge_params_get_a_short_error_and_huge_results_end_exactly_once_at(at: 
     let limit = 4 * 1024 * 1024;
     let server = start_at(
         at,
-        demo_builder()
-            .tool(blob())
-            .max_outbound_message_bytes(limit),
+        demo_builder().tool(blob()).limits(Limits {
+            max_outbound_message_bytes: limit,
+            ..base_limits()
+        }),
     )
     .await;
     let url = server.ws_url();
@@ -477,12 +481,11 @@ async fn a_reading_client_is_never_dropped_for_receiving_a_lot_at(at: At) {
 // and connections per peer address are the host's (`HaipService`'s docs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beyond_a_peers_share_connections_are_refused_and_idle_ones_closed() {
-    let (handle, url) = start(
-        builder()
-            .limit_loopback_peers(true)
-            .max_connections_per_peer(3)
-            .idle_timeout(Duration::from_secs(1)),
-    )
+    let (handle, url) = start(builder().limit_loopback_peers(true).limits(Limits {
+        max_connections_per_peer: Some(3),
+        idle_timeout: Duration::from_secs(1),
+        ..base_limits()
+    }))
     .await;
     let addr = handle.local_addr();
     let mut held = Vec::new();
@@ -544,7 +547,14 @@ async fn the_replay_budget_evicts_detached_sessions_oldest_first_in_an_axum_app(
 
 async fn the_replay_budget_evicts_detached_sessions_oldest_first_at(at: At) {
     let budget = 300_000;
-    let server = start_at(at, builder().replay_budget_bytes(budget)).await;
+    let server = start_at(
+        at,
+        builder().limits(Limits {
+            replay_budget_bytes: budget,
+            ..base_limits()
+        }),
+    )
+    .await;
     let url = server.ws_url();
     let addr = server.addr();
     let nonce = "n".repeat(5000);

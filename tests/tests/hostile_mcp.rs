@@ -24,9 +24,9 @@ use crate::support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use haip::{Context, Tool, ToolError};
+use haip::{Context, Limits, Tool, ToolError};
 use serde_json::{Value, json};
-use support::{gated_tool, get_json, stats_until, within};
+use support::{base_limits, gated_tool, get_json, stats_until, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -219,7 +219,14 @@ async fn stalled_bodies_get_408_and_their_connection_closes_in_an_axum_app() {
 }
 
 async fn stalled_bodies_get_408_and_their_connection_closes_at(at: At) {
-    let server = start_at(at, demo_builder().body_read_timeout(Duration::from_secs(1))).await;
+    let server = start_at(
+        at,
+        demo_builder().limits(Limits {
+            body_read_timeout: Duration::from_secs(1),
+            ..base_limits()
+        }),
+    )
+    .await;
     let addr = server.addr();
     let body = call_body(1, "echo", json!({"message": "never whole"}));
     let length = body.len().to_string();
@@ -347,9 +354,10 @@ async fn requests_hold_the_body_budget_at_their_parsed_cost_until_answered_at(at
     let (gated, mut gate) = gated_tool("hold");
     let server = start_at(
         at,
-        demo_builder()
-            .tool(gated)
-            .max_inflight_body_bytes(4 * 1024 * 1024),
+        demo_builder().tool(gated).limits(Limits {
+            max_inflight_body_bytes: 4 * 1024 * 1024,
+            ..base_limits()
+        }),
     )
     .await;
     let addr = server.addr();
@@ -375,7 +383,14 @@ async fn requests_hold_the_body_budget_at_their_parsed_cost_until_answered_at(at
     let again = post(addr, &heavy, &[]).await;
     assert_eq!(again.status, 200, "{again:?}");
     // More than the whole budget once parsed: refused at once.
-    let server = start_at(at, demo_builder().max_inflight_body_bytes(1024 * 1024)).await;
+    let server = start_at(
+        at,
+        demo_builder().limits(Limits {
+            max_inflight_body_bytes: 1024 * 1024,
+            ..base_limits()
+        }),
+    )
+    .await;
     let answer = post(server.addr(), &heavy, &[]).await;
     assert_eq!(answer.status, 503, "{answer:?}");
 }
@@ -466,12 +481,10 @@ fn outbound(stats: &Value) -> u64 {
 // or goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_nobody_takes_is_dropped_with_its_connection() {
-    let (handle, _) = support::start(
-        builder()
-            .builtin_tools()
-            .tool(blob())
-            .write_timeout(Duration::from_secs(1)),
-    )
+    let (handle, _) = support::start(builder().builtin_tools().tool(blob()).limits(Limits {
+        write_timeout: Duration::from_secs(1),
+        ..base_limits()
+    }))
     .await;
     let addr = handle.local_addr();
     let mut stream = unread_blob(addr, 4 * 1024 * 1024).await;
@@ -492,13 +505,11 @@ async fn an_answer_nobody_takes_is_dropped_with_its_connection() {
 // haip's own listener only, as the test above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_the_servers_answer_budget_stalled_clients_go_in_a_second_and_readers_stay() {
-    let (handle, _) = support::start(
-        builder()
-            .builtin_tools()
-            .tool(blob())
-            .write_timeout(Duration::from_secs(60))
-            .max_inflight_answer_bytes(1024 * 1024),
-    )
+    let (handle, _) = support::start(builder().builtin_tools().tool(blob()).limits(Limits {
+        write_timeout: Duration::from_secs(60),
+        max_inflight_answer_bytes: 1024 * 1024,
+        ..base_limits()
+    }))
     .await;
     let addr = handle.local_addr();
     // More than the kernel buffers of a loopback connection hold (4 MiB).
@@ -558,10 +569,10 @@ async fn a_result_too_large_to_send_is_a_readable_tool_error_in_an_axum_app() {
 async fn a_result_too_large_to_send_is_a_readable_tool_error_at(at: At) {
     let server = start_at(
         at,
-        builder()
-            .builtin_tools()
-            .tool(blob())
-            .max_outbound_message_bytes(3 * 1024 * 1024),
+        builder().builtin_tools().tool(blob()).limits(Limits {
+            max_outbound_message_bytes: 3 * 1024 * 1024,
+            ..base_limits()
+        }),
     )
     .await;
     let addr = server.addr();

@@ -17,9 +17,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use browser::{Browser, WIDE};
+use haip::Limits;
 use haip::{Context, Icon, Tool, ToolAnnotations, ToolError};
 use serde_json::{Value, json};
-use support::{demo_builder, get_json, hs256_token, http_get, start, within};
+use support::{base_limits, demo_builder, get_json, hs256_token, http_get, start, within};
 
 /// Opens the inspector of the server at `addr` (with `query`, e.g.
 /// `?transport=sse`) and waits until it is connected and lists the tools.
@@ -694,8 +695,11 @@ async fn a_server_enforcing_credit_answers_every_call_the_page_makes() {
     let (server, _) = start(
         demo_builder()
             .strict_flow_control(true)
-            .initial_credit_messages(2)
-            .credit_return_messages(2)
+            .limits(Limits {
+                initial_credit_messages: 2,
+                credit_return_messages: 2,
+                ..base_limits()
+            })
             .inspector(true),
     )
     .await;

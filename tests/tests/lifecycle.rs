@@ -10,9 +10,9 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use haip::{Context, Tool, ToolError};
+use haip::{Context, Limits, Tool, ToolError};
 use serde_json::{Value, json};
-use support::{Client, DropGuard, builder, demo_builder, gated_tool, start, within};
+use support::{Client, DropGuard, base_limits, builder, demo_builder, gated_tool, start, within};
 use tokio::sync::mpsc;
 
 // ----- §6.5 progress ----------------------------------------------------------------------
@@ -179,7 +179,15 @@ async fn a_tool_ignoring_cancellation_is_aborted_after_the_grace_period() {
         })
         .build()
         .unwrap();
-    let (_handle, url) = start(builder().cancel_grace(grace).tool(stubborn)).await;
+    let (_handle, url) = start(
+        builder()
+            .limits(Limits {
+                cancel_grace: grace,
+                ..base_limits()
+            })
+            .tool(stubborn),
+    )
+    .await;
     let mut client = Client::connect(&url).await;
     client.call("s1", "stubborn", json!({})).await;
     within("the stubborn tool to start", started_rx.recv()).await;
@@ -363,7 +371,10 @@ async fn a_timeout_ends_the_call_with_timeout_and_no_cancelling() {
     let (tx, mut saw_cancel) = mpsc::unbounded_channel();
     let (_handle, url) = start(
         builder()
-            .tool_timeout(Duration::from_millis(150))
+            .limits(Limits {
+                tool_timeout: Some(Duration::from_millis(150)),
+                ..base_limits()
+            })
             .tool(slow_tool(
                 "slow",
                 Some(Duration::from_millis(100)),
@@ -404,7 +415,11 @@ async fn a_timeout_ends_the_call_with_timeout_and_no_cancelling() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_are_declared_finished_and_limited_per_session() {
-    let (_handle, url) = start(builder().max_concurrent_runs(2)).await;
+    let (_handle, url) = start(builder().limits(Limits {
+        max_concurrent_runs: 2,
+        ..base_limits()
+    }))
+    .await;
     let mut a = Client::connect(&url).await;
     let mut b = Client::connect(&url).await;
 

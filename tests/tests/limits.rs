@@ -8,10 +8,11 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use haip::{Context, Tool, ToolError};
+use haip::{Context, Limits, Tool, ToolError};
 use serde_json::{Value, json};
 use support::{
-    Client, DropGuard, Ended, builder, gated_tool, get_json, start, stats_until, within,
+    Client, DropGuard, Ended, base_limits, builder, gated_tool, get_json, start, stats_until,
+    within,
 };
 use tokio::sync::mpsc;
 use tokio_tungstenite::connect_async;
@@ -113,7 +114,11 @@ async fn five_hundred_concurrent_calls_each_get_exactly_one_tool_done() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_concurrent_calls_all_succeed_with_a_large_queue() {
-    let (_handle, url) = start(builder().builtin_tools().max_queued_calls(1000)).await;
+    let (_handle, url) = start(builder().builtin_tools().limits(Limits {
+        max_queued_calls: 1000,
+        ..base_limits()
+    }))
+    .await;
     let mut client = Client::connect(&url).await;
     let (ok, limited, _queued) = flood_echo(&mut client, 500).await;
     assert_eq!((ok, limited), (500, 0));
@@ -125,8 +130,11 @@ async fn calls_beyond_inflight_are_queued_fifo_and_beyond_the_queue_rate_limited
     let (_handle, url) = start(
         builder()
             .builtin_tools()
-            .max_inflight_calls(1)
-            .max_queued_calls(2)
+            .limits(Limits {
+                max_inflight_calls: 1,
+                max_queued_calls: 2,
+                ..base_limits()
+            })
             .tool(gated),
     )
     .await;
@@ -196,7 +204,10 @@ async fn announce_running_sends_running_when_a_queued_call_starts() {
     let (_handle, url) = start(
         builder()
             .announce_running(true)
-            .max_inflight_calls(1)
+            .limits(Limits {
+                max_inflight_calls: 1,
+                ..base_limits()
+            })
             .tool(gated),
     )
     .await;
@@ -237,8 +248,11 @@ async fn a_timed_out_call_keeps_its_slot_until_it_stops() {
     let (_handle, url) = start(
         builder()
             .builtin_tools()
-            .max_inflight_calls(1)
-            .cancel_grace(Duration::from_secs(1))
+            .limits(Limits {
+                max_inflight_calls: 1,
+                cancel_grace: Duration::from_secs(1),
+                ..base_limits()
+            })
             .tool(stubborn),
     )
     .await;
@@ -264,12 +278,11 @@ async fn a_timed_out_call_keeps_its_slot_until_it_stops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_is_throttled_then_closed_and_the_server_stays_healthy() {
     let budget = 512 * 1024;
-    let (handle, url) = start(
-        builder()
-            .builtin_tools()
-            .max_outbound_bytes(budget)
-            .idle_timeout(Duration::from_secs(2)),
-    )
+    let (handle, url) = start(builder().builtin_tools().limits(Limits {
+        max_outbound_bytes: budget,
+        idle_timeout: Duration::from_secs(2),
+        ..base_limits()
+    }))
     .await;
     let addr = handle.local_addr();
     let mut flooder = Client::connect(&url).await;
@@ -340,7 +353,11 @@ async fn a_client_that_never_reads_is_throttled_then_closed_and_the_server_stays
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_message_gets_message_too_large_then_close_1009() {
-    let (handle, url) = start(builder().builtin_tools().max_message_bytes(1024)).await;
+    let (handle, url) = start(builder().builtin_tools().limits(Limits {
+        max_message_bytes: 1024,
+        ..base_limits()
+    }))
+    .await;
     let mut client = Client::connect(&url).await;
 
     // Exactly at the limit is fine.
@@ -379,7 +396,11 @@ async fn an_oversized_message_gets_message_too_large_then_close_1009() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beyond_max_sessions_the_upgrade_completes_then_closes_1013() {
-    let (handle, url) = start(builder().max_sessions(1)).await;
+    let (handle, url) = start(builder().limits(Limits {
+        max_sessions: 1,
+        ..base_limits()
+    }))
+    .await;
     let first = Client::connect(&url).await;
 
     let (mut ws, _) = within("the second upgrade", connect_async(&url))
@@ -413,7 +434,15 @@ async fn beyond_max_sessions_the_upgrade_completes_then_closes_1013() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_cancels_calls_then_closes_1001() {
     let (gated, mut gate) = gated_tool("gated");
-    let (handle, url) = start(builder().max_inflight_calls(1).tool(gated)).await;
+    let (handle, url) = start(
+        builder()
+            .limits(Limits {
+                max_inflight_calls: 1,
+                ..base_limits()
+            })
+            .tool(gated),
+    )
+    .await;
     let mut client = Client::connect(&url).await;
     let mut idle = Client::connect(&url).await;
 
@@ -504,7 +533,15 @@ async fn rapid_progress_is_merged_latest_wins_and_never_overflows() {
         .unwrap();
     // The smallest outbound bound: without merging, 20 000 updates to a client
     // that is not reading would overflow it.
-    let (_handle, url) = start(builder().max_outbound_queue(16).tool(chatty)).await;
+    let (_handle, url) = start(
+        builder()
+            .limits(Limits {
+                max_outbound_queue: 16,
+                ..base_limits()
+            })
+            .tool(chatty),
+    )
+    .await;
     let mut client = Client::connect(&url).await;
     client.call("p1", "chatty", json!({})).await;
     // Not reading while the tool reports.
@@ -546,12 +583,11 @@ async fn rapid_progress_is_merged_latest_wins_and_never_overflows() {
 /// its socket is full: the server gives up on it instead of waiting for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_does_not_wait_for_a_client_that_stopped_reading() {
-    let (handle, url) = start(
-        builder()
-            .builtin_tools()
-            .cancel_grace(Duration::from_millis(100))
-            .max_outbound_bytes(64 * 1024 * 1024),
-    )
+    let (handle, url) = start(builder().builtin_tools().limits(Limits {
+        cancel_grace: Duration::from_millis(100),
+        max_outbound_bytes: 64 * 1024 * 1024,
+        ..base_limits()
+    }))
     .await;
     let mut stuck = Client::connect(&url).await;
     // About 16 MiB of replies: more than loopback socket buffers hold, far

@@ -96,7 +96,10 @@ fn served_with(seen: CancelSeen) -> TestServer {
         haip::Server::builder()
             .state(Greeting("Hello"))
             .state(seen)
-            .cancel_grace(Duration::from_secs(2))
+            .limits(haip::Limits {
+                cancel_grace: Duration::from_secs(2),
+                ..haip::Limits::default()
+            })
             .tool(guarded::tool())
             .tool(stepper::tool())
             .tool(wait_for_cancel::tool())

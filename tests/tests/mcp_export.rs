@@ -19,7 +19,7 @@ use crate::support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use haip::{Context, SchemaProfile, ServerHandle, Tool, ToolError};
+use haip::{Context, Limits, SchemaProfile, ServerHandle, Tool, ToolError};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
     CancelledNotificationParam, ClientNotification, ClientRequest, ProgressNotificationParam,
@@ -33,7 +33,8 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::{Value, json};
 use support::{
-    builder, demo_builder, executions, http_request_with, start, stats_until, whoami, within,
+    base_limits, builder, demo_builder, executions, http_request_with, start, stats_until, whoami,
+    within,
 };
 use tokio::sync::mpsc;
 
@@ -771,11 +772,10 @@ fn stubborn(secs: u64) -> (Tool, mpsc::UnboundedReceiver<()>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_timeout_is_answered_at_the_timeout() {
     let (tool, _started) = stubborn(3);
-    let (handle, _) = start(
-        builder()
-            .tool(tool)
-            .tool_timeout(Duration::from_millis(300)),
-    )
+    let (handle, _) = start(builder().tool(tool).limits(Limits {
+        tool_timeout: Some(Duration::from_millis(300)),
+        ..base_limits()
+    }))
     .await;
     let mcp = Mcp::http(handle.local_addr(), None).await;
     let t0 = std::time::Instant::now();
@@ -823,7 +823,11 @@ async fn http_running_calls_are_active_in_stats() {
 /// requests being served: `tests/mcp_stateless.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_mcp_sessions_are_bounded() {
-    let (handle, _) = start(demo_builder().mcp_sessions(true).max_sessions(1)).await;
+    let (handle, _) = start(demo_builder().mcp_sessions(true).limits(Limits {
+        max_sessions: 1,
+        ..base_limits()
+    }))
+    .await;
     let addr = handle.local_addr();
     let first = Mcp::http(addr, None).await;
     let refused = post_initialize(addr, &[]).await;

@@ -22,10 +22,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use haip::{Answer, Context, SampleRequest, ServerBuilder, ServerHandle, Tool, ToolError};
+use haip::{Answer, Context, Limits, SampleRequest, ServerBuilder, ServerHandle, Tool, ToolError};
 use mcp_http::{Proxy, mcp_request, run_script};
 use serde_json::{Value, json};
-use support::{demo_builder, get_json, hs256_token, start};
+use support::{base_limits, demo_builder, get_json, hs256_token, start};
 
 /// The key two instances share.
 const KEY: &str = "a shared secret of at least thirty-two bytes";
@@ -250,11 +250,10 @@ async fn tampered_expired_and_misapplied_states_are_refused() {
     );
 
     // Expired: a state that lives a millisecond, used after it.
-    let (_e, short) = instance(
-        demo_builder()
-            .request_state_key(KEY)
-            .request_state_ttl(Duration::from_millis(1)),
-    )
+    let (_e, short) = instance(demo_builder().request_state_key(KEY).limits(Limits {
+        request_state_ttl: Duration::from_millis(1),
+        ..base_limits()
+    }))
     .await;
     let first = post(
         short,

@@ -37,13 +37,13 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use haip::{Context, SampleRequest, ServerBuilder, ServerHandle, Tool, ToolError};
+use haip::{Context, Limits, SampleRequest, ServerBuilder, ServerHandle, Tool, ToolError};
 use mcp_http::{Proxy, Reply, mcp_request, run_script};
 use rmcp::model::{CallToolRequestParams, ClientConfig};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
-use support::{WAIT, builder, demo_builder, executions, get_json, start, within};
+use support::{WAIT, base_limits, builder, demo_builder, executions, get_json, start, within};
 use tokio::net::TcpStream;
 
 async fn post(addr: SocketAddr, body: &Value) -> Reply {
@@ -495,8 +495,16 @@ async fn progress_and_logs_come_on_the_calls_own_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_sessions_bounds_requests_in_flight() {
     let (gated, mut gate) = support::gated_tool("gated");
-    let (_s, addr) =
-        start_instance(builder().tool(gated).max_sessions(1).mcp_sessions(false)).await;
+    let (_s, addr) = start_instance(
+        builder()
+            .tool(gated)
+            .limits(Limits {
+                max_sessions: 1,
+                ..base_limits()
+            })
+            .mcp_sessions(false),
+    )
+    .await;
     let running = tokio::spawn(async move { post(addr, &call(1, "gated", json!({}))).await });
     gate.started().await;
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
@@ -596,11 +604,10 @@ fn subscription_of(message: &Value) -> &Value {
 async fn a_listen_stream_hears_every_registry_change_until_the_server_stops() {
     // A short write deadline: an idle listen stream holds nothing unsent,
     // so the deadline never closes it.
-    let (handle, addr) = start_instance(
-        builder()
-            .tool(chatty_tool())
-            .write_timeout(Duration::from_millis(300)),
-    )
+    let (handle, addr) = start_instance(builder().tool(chatty_tool()).limits(Limits {
+        write_timeout: Duration::from_millis(300),
+        ..base_limits()
+    }))
     .await;
     let mut stream = listen(addr, 7, json!({"toolsListChanged": true})).await;
     assert_eq!(stream.status, 200);
@@ -692,7 +699,11 @@ async fn a_listen_stream_gets_only_what_it_asked_for() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_of_max_sessions_may_listen_and_one_more_is_refused() {
-    let (_s, addr) = start_instance(builder().tool(chatty_tool()).max_sessions(2)).await;
+    let (_s, addr) = start_instance(builder().tool(chatty_tool()).limits(Limits {
+        max_sessions: 2,
+        ..base_limits()
+    }))
+    .await;
     let mut first = listen(addr, 1, json!({"toolsListChanged": true})).await;
     first.next().await.expect("the acknowledgment");
     let refused = listen(addr, 2, json!({"toolsListChanged": true})).await;

@@ -21,10 +21,10 @@ use crate::support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use haip::{Answer, Context, ServerBuilder, ServerHandle, TaskSupport, Tool, ToolError};
+use haip::{Answer, Context, Limits, ServerBuilder, ServerHandle, TaskSupport, Tool, ToolError};
 use mcp_http::mcp_request;
 use serde_json::{Value, json};
-use support::{builder, hs256_token, start, within};
+use support::{base_limits, builder, hs256_token, start, within};
 
 const TASKS: &str = "io.modelcontextprotocol/tasks";
 
@@ -515,7 +515,11 @@ async fn tool_errors_complete_panics_fail_and_cancels_cancel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_are_their_callers_own_and_bounded_per_client() {
     const SECRET: &str = "a test secret for tasks, long enough";
-    let (_server, addr) = server(builder().jwt_hs256(SECRET).max_tasks_per_client(2)).await;
+    let (_server, addr) = server(builder().jwt_hs256(SECRET).limits(Limits {
+        max_tasks_per_client: 2,
+        ..base_limits()
+    }))
+    .await;
     let ada = hs256_token(SECRET, "ada", None);
     let bob = hs256_token(SECRET, "bob", None);
     let as_ada = Client {

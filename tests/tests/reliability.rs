@@ -16,11 +16,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use conn::{Conn, Item, Kind, assert_ok, per_transport, post};
-use haip::{Context, Tool, ToolError};
+use haip::{Context, Limits, Tool, ToolError};
 use serde_json::{Value, json};
 use support::{
-    Client, builder, confirming_hai_payload, executions, expect_on, get_json, resume_hai, seq_of,
-    start, stats_until, within,
+    Client, base_limits, builder, confirming_hai_payload, executions, expect_on, get_json,
+    resume_hai, seq_of, start, stats_until, within,
 };
 use tokio::sync::{Semaphore, mpsc};
 
@@ -414,7 +414,11 @@ async fn live_session_taken_over(kind: Kind) {
 async fn expired_session_cancels_its_calls_and_is_unknown() {
     let (tool, mut steps) = stepper();
     let keep = Duration::from_millis(300);
-    let (handle, url) = start(builder().tool(tool).replay_window_time(keep)).await;
+    let (handle, url) = start(builder().tool(tool).limits(Limits {
+        replay_window_time: keep,
+        ..base_limits()
+    }))
+    .await;
     let addr = handle.local_addr();
 
     let mut a = Client::connect(&url).await;
@@ -505,7 +509,11 @@ async fn each_loss_keeps_the_session_for_the_full_window() {
     let keep = Duration::from_secs(2);
     let gap = keep * 3 / 5;
     let (tool, mut steps) = stepper();
-    let (handle, url) = start(builder().tool(tool).replay_window_time(keep)).await;
+    let (handle, url) = start(builder().tool(tool).limits(Limits {
+        replay_window_time: keep,
+        ..base_limits()
+    }))
+    .await;
     let addr = handle.local_addr();
     let mut a = Client::connect(&url).await;
     let old = a.session.clone();

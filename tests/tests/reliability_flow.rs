@@ -7,9 +7,11 @@ use crate::support;
 
 use std::collections::{BTreeSet, HashMap};
 
+use haip::Limits;
 use serde_json::{Value, json};
 use support::{
-    Client, builder, executions, gated_tool, get_json, resume_hai, seq_of, start, stats_until,
+    Client, base_limits, builder, executions, gated_tool, get_json, resume_hai, seq_of, start,
+    stats_until,
 };
 
 /// The `HAI` of a client that asks for credit returns: flow control with 10
@@ -208,7 +210,10 @@ async fn strict_mode_drops_envelopes_beyond_credit() {
     let server = builder()
         .builtin_tools()
         .strict_flow_control(true)
-        .initial_credit_messages(3);
+        .limits(Limits {
+            initial_credit_messages: 3,
+            ..base_limits()
+        });
     let (handle, url) = start(server).await;
     let addr = handle.local_addr();
     let mut c = Client::connect(&url).await;
@@ -267,7 +272,11 @@ fn error(code: &str, message: &str, related_id: &str, detail: Option<Value>) -> 
 /// and missing run ids are errors.
 #[tokio::test]
 async fn run_limit_and_run_errors() {
-    let (handle, url) = start(builder().max_concurrent_runs(2)).await;
+    let (handle, url) = start(builder().limits(Limits {
+        max_concurrent_runs: 2,
+        ..base_limits()
+    }))
+    .await;
     let mut c = Client::connect(&url).await;
     assert_eq!(c.hai["payload"]["capabilities"]["max_concurrent_runs"], 2);
     let limit = |id: &str| {

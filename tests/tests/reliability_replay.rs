@@ -11,9 +11,11 @@ use crate::support;
 use std::collections::BTreeMap;
 
 use conn::{Conn, Item, Kind, assert_ok};
+use haip::Limits;
 use serde_json::{Value, json};
 use support::{
-    Client, builder, confirming_hai_payload, expect_on, resume_hai, seq_of, start, stats_until,
+    Client, base_limits, builder, confirming_hai_payload, expect_on, resume_hai, seq_of, start,
+    stats_until,
 };
 
 /// Sends `n` `PING`s and reads their `PONG`s; returns their raw texts by seq.
@@ -120,12 +122,16 @@ async fn replay_request_ranges() {
     handle.shutdown().await;
 }
 
-/// §11.1, §11.2: with `replay_window_messages(2)` at most 20 envelopes are
+/// §11.1, §11.2: with `replay_window_messages: 2` at most 20 envelopes are
 /// kept; asking for an evicted one is `REPLAY_TOO_OLD` naming the oldest
 /// kept, and nothing is re-sent; what is kept still replays.
 #[tokio::test]
 async fn replay_request_too_old() {
-    let (handle, url) = start(builder().replay_window_messages(2)).await;
+    let (handle, url) = start(builder().limits(Limits {
+        replay_window_messages: 2,
+        ..base_limits()
+    }))
+    .await;
     let mut c = Client::connect(&url).await;
     let session = c.session.clone();
     let sent = pongs(&mut c, 25).await; // seqs 2..=26; 7..=26 kept
@@ -304,7 +310,11 @@ async fn resume_with_invalid_last_rx_seq() {
 /// exceeded`; the first `last_rx_seq` whose successors are all kept works.
 #[tokio::test]
 async fn resume_past_the_window() {
-    let (handle, url) = start(builder().replay_window_messages(2)).await;
+    let (handle, url) = start(builder().limits(Limits {
+        replay_window_messages: 2,
+        ..base_limits()
+    }))
+    .await;
     let addr = handle.local_addr();
     let mut a = Client::connect(&url).await;
     let old = a.session.clone();

@@ -17,10 +17,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use haip::{Context, ServerBuilder, Tool, ToolError};
+use haip::{Context, Limits, ServerBuilder, Tool, ToolError};
 use mcp_http::{Reply, Streaming, mcp_request, mcp_stream};
 use serde_json::{Value, json};
-use support::{builder, gated_tool, hs256_token, start, within};
+use support::{base_limits, builder, gated_tool, hs256_token, start, within};
 
 /// The HS256 secret of the test servers (at least 32 bytes).
 const SECRET: &str = "security-mcp-test-secret-of-at-least-32-bytes";
@@ -328,12 +328,11 @@ async fn another_subject_cannot_use_end_or_read_a_session() {
 /// ended sessions gives its place back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_caller_holds_at_most_its_share_of_sessions() {
-    let (handle, _) = start(
-        authenticated()
-            .mcp_sessions(true)
-            .max_sessions(20)
-            .max_sessions_per_caller(5),
-    )
+    let (handle, _) = start(authenticated().mcp_sessions(true).limits(Limits {
+        max_sessions: 20,
+        max_sessions_per_caller: 5,
+        ..base_limits()
+    }))
     .await;
     let addr = handle.local_addr();
     let before = echo_2026(addr, "bob").await;
@@ -358,7 +357,7 @@ async fn one_caller_holds_at_most_its_share_of_sessions() {
     let during = echo_2026(addr, "bob").await;
     support::security_row(
         5,
-        "One subject opens MCP sessions until none are left (shown with `max_sessions_per_caller(5)`); before, that also refused everyone's stateless requests",
+        "One subject opens MCP sessions until none are left (shown with `max_sessions_per_caller: 5`); before, that also refused everyone's stateless requests",
         "beyond its share: `503` + `Retry-After`, JSON-RPC error naming `max_sessions_per_caller`; sessions and stateless requests are separate pools",
         "another subject's 2026-07-28 `tools/call`",
         Some(before),
@@ -391,7 +390,11 @@ async fn one_caller_holds_at_most_its_share_of_sessions() {
 /// every session taken, a stateless call is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_cannot_starve_stateless_requests() {
-    let (handle, _) = start(authenticated().mcp_sessions(true).max_sessions(2)).await;
+    let (handle, _) = start(authenticated().mcp_sessions(true).limits(Limits {
+        max_sessions: 2,
+        ..base_limits()
+    }))
+    .await;
     let addr = handle.local_addr();
     let _a = open_session(addr, "alice").await;
     let _b = open_session(addr, "alice").await;
@@ -405,12 +408,11 @@ async fn sessions_cannot_starve_stateless_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_caller_holds_at_most_its_share_of_requests_in_flight() {
     let (gated, mut gate) = gated_tool("gated");
-    let (handle, _) = start(
-        authenticated()
-            .tool(gated)
-            .max_sessions(10)
-            .max_sessions_per_caller(3),
-    )
+    let (handle, _) = start(authenticated().tool(gated).limits(Limits {
+        max_sessions: 10,
+        max_sessions_per_caller: 3,
+        ..base_limits()
+    }))
     .await;
     let addr = handle.local_addr();
     let before = echo_2026(addr, "bob").await;
@@ -441,7 +443,7 @@ async fn one_caller_holds_at_most_its_share_of_requests_in_flight() {
     let during = echo_2026(addr, "bob").await;
     support::security_row(
         5,
-        "One subject holds MCP requests in flight (calls that wait) until none are left (shown with `max_sessions_per_caller(3)`)",
+        "One subject holds MCP requests in flight (calls that wait) until none are left (shown with `max_sessions_per_caller: 3`)",
         "beyond its share: `503` + `Retry-After` naming `max_sessions_per_caller`",
         "another subject's 2026-07-28 `tools/call`",
         Some(before),
@@ -473,7 +475,12 @@ async fn one_caller_holds_at_most_its_share_of_requests_in_flight() {
 /// share; bob opens one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_caller_holds_at_most_its_share_of_listen_streams() {
-    let (handle, _) = start(authenticated().max_sessions(100).max_sessions_per_caller(2)).await;
+    let (handle, _) = start(authenticated().limits(Limits {
+        max_sessions: 100,
+        max_sessions_per_caller: 2,
+        ..base_limits()
+    }))
+    .await;
     let addr = handle.local_addr();
     let mut streams = Vec::new();
     for id in 1..=2 {

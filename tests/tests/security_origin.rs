@@ -14,6 +14,7 @@
 use std::net::SocketAddr;
 
 use futures_util::StreamExt;
+use haip::Limits;
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use serde_json::{Value, json};
 use tokio_tungstenite::connect_async;
@@ -23,7 +24,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use crate::conn::{self, Conn, Kind, Refused};
 use crate::embedded_support::{At, start_at};
 use crate::support::{
-    self, HttpResponse, demo_builder, get_json, http_request_with, start, within,
+    self, HttpResponse, base_limits, demo_builder, get_json, http_request_with, start, within,
 };
 
 const SECRET: &str = "a secret for the security tests, 32+ bytes";
@@ -338,10 +339,11 @@ async fn one_subject_holds_only_its_share_of_sessions_in_an_axum_app() {
 async fn one_subject_holds_only_its_share_of_sessions_at(at: At) {
     let server = start_at(
         at,
-        demo_builder()
-            .jwt_hs256(SECRET)
-            .max_sessions(100)
-            .max_sessions_per_caller(3),
+        demo_builder().jwt_hs256(SECRET).limits(Limits {
+            max_sessions: 100,
+            max_sessions_per_caller: 3,
+            ..base_limits()
+        }),
     )
     .await;
     let addr = server.addr();
@@ -398,7 +400,7 @@ async fn one_subject_holds_only_its_share_of_sessions_at(at: At) {
     if at == At::Own {
         support::security_row(
             5,
-            "One subject opens sessions until the server has none left (shown with `max_sessions_per_caller(3)`)",
+            "One subject opens sessions until the server has none left (shown with `max_sessions_per_caller: 3`)",
             "beyond its share: `503 TOO_MANY_SESSIONS` naming `max_sessions_per_caller` (WebSocket: close 1013)",
             "another subject's connect and `echo`",
             Some(before),

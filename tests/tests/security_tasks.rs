@@ -24,11 +24,11 @@ use crate::support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use haip::{ServerBuilder, ServerHandle, TaskSupport, Tool, ToolError};
+use haip::{Limits, ServerBuilder, ServerHandle, TaskSupport, Tool, ToolError};
 use mcp_http::mcp_request;
 use redis_support::RedisServer;
 use serde_json::{Value, json};
-use support::{builder, hs256_token, start, within};
+use support::{base_limits, builder, hs256_token, start, within};
 
 const TASKS: &str = "io.modelcontextprotocol/tasks";
 
@@ -66,9 +66,12 @@ fn big() -> Tool {
 fn server() -> ServerBuilder {
     builder()
         .jwt_hs256(SECRET)
-        .task_ttl(TTL)
-        .max_task_bytes(4 * SHARE)
-        .max_task_bytes_per_client(SHARE)
+        .limits(Limits {
+            task_ttl: TTL,
+            max_task_bytes: 4 * SHARE,
+            max_task_bytes_per_client: SHARE,
+            ..base_limits()
+        })
         .tool(big())
 }
 

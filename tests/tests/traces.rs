@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use haip::mcp::McpImport;
-use haip::{Context, ToolError, haip_tool};
+use haip::{Context, Limits, ToolError, haip_tool};
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper::{Request, Response};
@@ -37,7 +37,7 @@ use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message;
 use serde_json::{Value, json};
-use support::{Client, builder, demo_builder, start, within};
+use support::{Client, base_limits, builder, demo_builder, start, within};
 
 /// Runs until cancelled.
 #[haip_tool]
@@ -426,7 +426,10 @@ async fn a_call_that_waited_for_a_slot_has_a_queue_span() {
     let builder = builder()
         .builtin_tools()
         .tool(hold::tool())
-        .max_inflight_calls(1)
+        .limits(Limits {
+            max_inflight_calls: 1,
+            ..base_limits()
+        })
         .otlp_endpoint(receiver.endpoint());
     let (handle, url) = start(builder).await;
     let mut client = Client::connect(&url).await;

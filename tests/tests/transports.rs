@@ -9,8 +9,11 @@ use crate::support;
 use std::time::Duration;
 
 use conn::{Conn, Item, Kind, assert_ok, per_transport, post};
+use haip::Limits;
 use serde_json::{Value, json};
-use support::{builder, demo_builder, expected_hai_payload, is_uuid_v4, keys, start, within};
+use support::{
+    base_limits, builder, demo_builder, expected_hai_payload, is_uuid_v4, keys, start, within,
+};
 
 per_transport!(
     handshake_comes_first,
@@ -167,7 +170,12 @@ fn ping_of_len(len: usize) -> String {
 /// it ⇒ `MESSAGE_TOO_LARGE`, skipped); a body over `max_body_bytes` ⇒ 413,
 /// and the SSE stream is unaffected.
 async fn oversized_input_is_refused(kind: Kind) {
-    let (handle, _) = start(builder().max_message_bytes(1024).max_body_bytes(4096)).await;
+    let (handle, _) = start(builder().limits(Limits {
+        max_message_bytes: 1024,
+        max_body_bytes: 4096,
+        ..base_limits()
+    }))
+    .await;
     let mut conn = Conn::connect(kind, handle.local_addr(), None).await;
     if kind == Kind::Sse {
         // Four envelopes at the message limit, newline-separated: 4099 bytes
@@ -333,7 +341,11 @@ fn assert_cancelled_by_shutdown(envelopes: &[Value], call_id: &str) {
 /// §9: with a 200 ms heartbeat, the server sends `PING {"nonce": <uuid>}`
 /// envelopes on SYSTEM (SSE included: its client accepts every event).
 async fn heartbeat_pings(kind: Kind) {
-    let (handle, _) = start(builder().heartbeat_interval(Duration::from_millis(200))).await;
+    let (handle, _) = start(builder().limits(Limits {
+        heartbeat_interval: Duration::from_millis(200),
+        ..base_limits()
+    }))
+    .await;
     let mut conn = Conn::connect(kind, handle.local_addr(), None).await;
     let mut nonces = Vec::new();
     for _ in 0..2 {
@@ -533,7 +545,11 @@ async fn x_haip_message_post_reaches_stream_sessions() {
 /// line already over `max_message_bytes` ends the stream.
 #[tokio::test]
 async fn ndjson_request_body_is_read_incrementally() {
-    let (handle, _) = start(builder().max_message_bytes(1024)).await;
+    let (handle, _) = start(builder().limits(Limits {
+        max_message_bytes: 1024,
+        ..base_limits()
+    }))
+    .await;
     let mut conn = Conn::connect(Kind::Stream, handle.local_addr(), None).await;
     let split = ping("split");
     let (head, tail) = split.split_at(10);
@@ -580,7 +596,11 @@ async fn sse_framed_get_stream_ends_with_done_at_shutdown() {
 #[tokio::test]
 async fn sse_keep_alive_comments_replace_filtered_pings() {
     let heartbeat = Duration::from_millis(200);
-    let (handle, _) = start(builder().builtin_tools().heartbeat_interval(heartbeat)).await;
+    let (handle, _) = start(builder().builtin_tools().limits(Limits {
+        heartbeat_interval: heartbeat,
+        ..base_limits()
+    }))
+    .await;
     let mut conn = Conn::connect(Kind::Sse, handle.local_addr(), None).await;
     conn.request("HAI", json!({"accept_events": ["PONG"]}))
         .await;

@@ -11,8 +11,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use haip::Limits;
 use serde_json::json;
-use support::{Client, builder, demo_builder, gated_tool, is_uuid_v4, start, within};
+use support::{Client, base_limits, builder, demo_builder, gated_tool, is_uuid_v4, start, within};
 use tokio_tungstenite::tungstenite;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,7 +117,11 @@ async fn ping_gets_pong_with_the_same_nonce() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeat_pings_unless_the_client_filters_them() {
     let interval = Duration::from_millis(200);
-    let (_handle, url) = start(builder().heartbeat_interval(interval)).await;
+    let (_handle, url) = start(builder().limits(Limits {
+        heartbeat_interval: interval,
+        ..base_limits()
+    }))
+    .await;
 
     // No client HAI: every event accepted, so heartbeat PINGs arrive.
     let mut pinged = Client::connect(&url).await;

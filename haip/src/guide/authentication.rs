@@ -181,8 +181,8 @@
 //! | any web page the developer visits calling local tools (a cross-origin WebSocket, `fetch`) | a browser `Origin` must be the server's own (its `Host`), a loopback page on a loopback `Host`, or listed; else `403 ORIGIN_NOT_ALLOWED`, before authentication or anything runs | [`cors_allowed_origins`](crate::ServerBuilder::cors_allowed_origins), `HAIP_CORS_ALLOWED_ORIGINS` |
 //! | DNS rebinding (the attacker's name pointed at 127.0.0.1) | a server bound to loopback answers to loopback names only (`localhost`, `*.localhost`, 127.0.0.0/8, `[::1]`); else `403 HOST_NOT_ALLOWED` (`/health` always answers) | [`allowed_hosts`](crate::ServerBuilder::allowed_hosts), `HAIP_ALLOWED_HOSTS`; a server bound elsewhere answers to any name unless given some |
 //! | "simple" cross-origin POSTs, which a page sends with no preflight | a POST to a HAIP route needs a `Content-Type` a page cannot send unasked (`application/json`, `application/x-ndjson`, `application/octet-stream`); `text/plain`, forms and none get `415`; `/mcp` takes `application/json` only | — |
-//! | one caller taking every session | each caller (its subject; an unauthenticated one by its peer address, an IPv6 peer by its /64) holds at most [`max_sessions_per_caller`](crate::ServerBuilder::max_sessions_per_caller) (1000) of the HAIP sessions, of the MCP sessions, of the MCP requests in flight and of the listen streams; beyond it `503 TOO_MANY_SESSIONS` (WebSocket: close 1013) naming the setting | the setting; unauthenticated loopback peers are one caller and not limited unless [`limit_loopback_peers`](crate::ServerBuilder::limit_loopback_peers) |
-//! | one caller filling the task store | each caller's MCP task records, running and ended until they expire, hold at most [`max_task_bytes_per_client`](crate::ServerBuilder::max_task_bytes_per_client) (8 MiB) | the setting |
+//! | one caller taking every session | each caller (its subject; an unauthenticated one by its peer address, an IPv6 peer by its /64) holds at most [`max_sessions_per_caller`](crate::Limits::max_sessions_per_caller) (1000) of the HAIP sessions, of the MCP sessions, of the MCP requests in flight and of the listen streams; beyond it `503 TOO_MANY_SESSIONS` (WebSocket: close 1013) naming the setting | the setting; unauthenticated loopback peers are one caller and not limited unless [`limit_loopback_peers`](crate::ServerBuilder::limit_loopback_peers) |
+//! | one caller filling the task store | each caller's MCP task records, running and ended until they expire, hold at most [`max_task_bytes_per_client`](crate::Limits::max_task_bytes_per_client) (8 MiB) | the setting |
 //! | another subject using a leaked `Mcp-Session-Id` or HAIP session id | a session belongs to the subject that opened it; any other gets `404` | — |
 //! | a flood of made-up opaque tokens starving introspection | known tokens never wait; unknown ones are bounded per peer (4 at once, 60 a minute) and shed before they queue ahead of the rest | [`introspections_per_peer`](crate::auth::OAuth::introspections_per_peer), [`introspection_queue`](crate::auth::OAuth::introspection_queue) |
 //! | a cached result served to a less privileged token | [`Cache`](crate::layer::Cache) keys on the caller's whole authorization: subject, scopes and every claim but those that change with each token (`exp`, `iat`, `jti`…) | [`Cache::key_claims`](crate::layer::Cache::key_claims) names the claims that matter instead |
@@ -211,3 +211,7 @@
 //! [`ToolBuilder::scopes`]: crate::ToolBuilder::scopes
 //! [`OAuth::issuer`]: crate::auth::OAuth::issuer
 //! [`OAuth::introspection`]: crate::auth::OAuth::introspection
+//!
+//! ---
+//!
+//! Previous: [MCP both ways](super::mcp_both_ways) · Next: [Several instances](super::several_instances)

@@ -68,21 +68,47 @@
 //!
 //! ## Nested in axum, under a prefix
 //!
+//! <!-- excerpt of examples/axum_app.rs -->
 //! ```rust,ignore
-//! use axum::Router;
-//! use axum::routing::get;
-//!
 //! let haip = haip::Server::builder()
 //!     .from_env()
+//!     .builtin_tools()
 //!     .annotated_tools()
-//!     .path_prefix("/agent") // the URLs haip writes carry it
+//!     .inspector(true)
+//!     .path_prefix(&prefix)
 //!     .build()?
 //!     .into_service()
 //!     .await?;
-//! let shutdown = haip.handle(); // for the graceful shutdown, below
-//! let app = Router::new()
-//!     .route("/hello", get(|| async { "Hello from the host application\n" }))
-//!     .nest_service("/agent", haip);
+//! let shutdown = haip.handle();
+//! let app = haip_examples::axum_app::app(haip, &prefix);
+//! ```
+//!
+//! where `app` (in `examples/src/axum_app.rs`) is the host's router with
+//! haip nested in it:
+//!
+//! <!-- excerpt of examples/src/axum_app.rs -->
+//! ```rust,ignore
+//! pub fn app(haip: haip::HaipService, prefix: &str) -> Router {
+//!     let hello = Router::new()
+//!         .route(
+//!             "/hello",
+//!             get(|| async { "Hello from the host application\n" }),
+//!         )
+//!         .layer(CorsLayer::permissive());
+//!     let mut app = hello;
+//!     if let Some(path) = haip.well_known_path()
+//!         && !prefix.is_empty()
+//!     {
+//!         app = app.route_service(&path, haip.clone());
+//!     }
+//!     let app = if prefix.is_empty() {
+//!         app.fallback_service(haip)
+//!     } else {
+//!         app.nest_service(prefix, haip)
+//!     };
+//!     app.layer(middleware::from_fn(peer_addr))
+//!         .layer(TraceLayer::new_for_http())
+//! }
 //! ```
 //!
 //! - **The prefix, twice.** `nest_service("/agent", …)` hands haip each
@@ -111,7 +137,7 @@
 //! ## Who is calling: `PeerAddr`
 //!
 //! Each caller holds at most its share of the server's pools
-//! ([`max_sessions_per_caller`](crate::ServerBuilder::max_sessions_per_caller)),
+//! ([`max_sessions_per_caller`](crate::Limits::max_sessions_per_caller)),
 //! and each peer its share of OAuth's introspections; a caller is its
 //! subject when it authenticated, else its peer address. haip's own
 //! listener knows that address; inside your service, put a [`PeerAddr`] in
@@ -119,21 +145,18 @@
 //! host hands over is counted as one. With axum, take it from
 //! `ConnectInfo`, and serve with `into_make_service_with_connect_info`:
 //!
+//! <!-- excerpt of examples/src/axum_app.rs -->
 //! ```rust,ignore
-//! use std::net::SocketAddr;
 //! use axum::extract::{ConnectInfo, Request};
 //! use axum::middleware::{self, Next};
 //! use axum::response::Response;
-//!
+//! #
 //! async fn peer_addr(mut req: Request, next: Next) -> Response {
 //!     if let Some(ConnectInfo(addr)) = req.extensions().get::<ConnectInfo<SocketAddr>>().copied() {
 //!         req.extensions_mut().insert(haip::PeerAddr(addr.ip()));
 //!     }
 //!     next.run(req).await
 //! }
-//!
-//! let app = app.layer(middleware::from_fn(peer_addr));
-//! let serving = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>());
 //! ```
 //!
 //! Behind a reverse proxy every peer is the proxy: a host that trusts its
@@ -143,13 +166,20 @@
 //!
 //! ## Stopping: haip first, then axum
 //!
+//! <!-- excerpt of examples/axum_app.rs -->
 //! ```rust,ignore
-//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-//!     .with_graceful_shutdown(async move {
-//!         stop_signal().await; // Ctrl-C or SIGTERM
-//!         shutdown.shutdown().await; // haip's handover; axum's starts when it returns
-//!     })
-//!     .await?;
+//! axum::serve(
+//!     listener,
+//!     app.into_make_service_with_connect_info::<SocketAddr>(),
+//! )
+//! .with_graceful_shutdown(async move {
+//!     stop_signal().await;
+//!     tracing::info!("shutting down");
+//!     // haip first: its calls end and its streams close, so that axum's
+//!     // own graceful shutdown does not wait on them.
+//!     shutdown.shutdown().await;
+//! })
+//! .await?;
 //! ```
 //!
 //! axum's graceful shutdown stops accepting, then waits for every
@@ -232,7 +262,7 @@
 //! [`allowed_hosts`](crate::ServerBuilder::allowed_hosts) names others; its
 //! peers count as one loopback peer, not limited unless
 //! [`limit_loopback_peers`](crate::ServerBuilder::limit_loopback_peers)
-//! ([`max_connections_per_peer`](crate::ServerBuilder::max_connections_per_peer),
+//! ([`max_connections_per_peer`](crate::Limits::max_connections_per_peer),
 //! per-caller shares); OAuth needs its
 //! [`resource`](crate::auth::OAuth::resource) URL; and
 //! [`ServerHandle::local_addr`] panics ([`ServerHandle::tcp_addr`] is
@@ -264,9 +294,9 @@
 //!
 //! | bound | haip's own listener (`start`, `run`, `serve`) | inside your service |
 //! |---|---|---|
-//! | the time a client may take to send its request headers ([`handshake_timeout`](crate::ServerBuilder::handshake_timeout), 10 s) | the connection is closed | the host's: hyper's `header_read_timeout` with a timer (below; `axum::serve` sets none), or a reverse proxy's (nginx: `client_header_timeout`) |
-//! | connections per peer address ([`max_connections_per_peer`](crate::ServerBuilder::max_connections_per_peer), 1024) | beyond it only `/health` is served; WebSockets close with 1013, the rest get `503` | the host's: a reverse proxy (nginx: `limit_conn`) or a tower layer counting connections by peer address |
-//! | a client that takes nothing of its `/mcp` answer ([`write_timeout`](crate::ServerBuilder::write_timeout), 30 s) | the connection is closed | its bytes still count in [`max_inflight_answer_bytes`](crate::ServerBuilder::max_inflight_answer_bytes); closing the connection is the host's (nginx: `send_timeout`) |
+//! | the time a client may take to send its request headers ([`handshake_timeout`](crate::Limits::handshake_timeout), 10 s) | the connection is closed | the host's: hyper's `header_read_timeout` with a timer (below; `axum::serve` sets none), or a reverse proxy's (nginx: `client_header_timeout`) |
+//! | connections per peer address ([`max_connections_per_peer`](crate::Limits::max_connections_per_peer), 1024) | beyond it only `/health` is served; WebSockets close with 1013, the rest get `503` | the host's: a reverse proxy (nginx: `limit_conn`) or a tower layer counting connections by peer address |
+//! | a client that takes nothing of its `/mcp` answer ([`write_timeout`](crate::Limits::write_timeout), 30 s) | the connection is closed | its bytes still count in [`max_inflight_answer_bytes`](crate::Limits::max_inflight_answer_bytes); closing the connection is the host's (nginx: `send_timeout`) |
 //! | bodies' deadlines and sizes, the body budget, sessions per caller, every session's deadlines and bounds ([Settings, limits and budgets](super::limits)), authentication, `Host` and `Origin` | held | held, the same |
 //!
 //! With hyper, serving the service (or an axum `Router`, a tower `Service`
@@ -412,3 +442,7 @@
 //! [`ServerHandle::local_addr`]: crate::ServerHandle::local_addr
 //! [`PeerAddr`]: crate::PeerAddr
 //! [`Listener`]: crate::Listener
+//!
+//! ---
+//!
+//! Previous: [Composing tools](super::compose) · Back to [the guide](super)

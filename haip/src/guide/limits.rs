@@ -1,38 +1,55 @@
 //! # Settings, limits and budgets
 //!
-//! Every setting is a [`ServerBuilder`] method; unset ones keep the
-//! protocol's defaults. [`build`](crate::ServerBuilder::build) rejects
-//! nonsensical values with an error naming the setting.
+//! Every limit, size and duration of the server is a field of one value,
+//! [`Limits`], given to the builder with [`ServerBuilder::limits`]: start
+//! from `Limits::default()` (the protocol's defaults) and change the fields
+//! you need. Every other setting (the address, switches, authentication,
+//! CORS) is a [`ServerBuilder`] method; unset ones keep their defaults too.
+//! [`build`](crate::ServerBuilder::build) rejects nonsensical values with an
+//! error naming the setting (for a limit, its field).
 //!
 //! ```
 //! use std::time::Duration;
+//! use haip::Limits;
 //!
 //! let server = haip::Server::builder()
-//!     .max_inflight_calls(16)
-//!     .tool_timeout(Duration::from_secs(30))
-//!     .max_outbound_bytes(4 * 1024 * 1024)
+//!     .limits(Limits {
+//!         max_inflight_calls: 16,
+//!         tool_timeout: Some(Duration::from_secs(30)),
+//!         max_outbound_bytes: 4 * 1024 * 1024,
+//!         ..Limits::default()
+//!     })
 //!     .build()?;
-//! let zero = haip::Server::builder().max_inflight_calls(0).build();
+//! let zero = haip::Server::builder()
+//!     .limits(Limits { max_inflight_calls: 0, ..Limits::default() })
+//!     .build();
 //! assert!(zero.unwrap_err().to_string().contains("max_inflight_calls"));
 //! # drop(server);
 //! # Ok::<(), haip::Error>(())
 //! ```
 //!
+//! [`limits`](crate::ServerBuilder::limits) takes the whole value: a second
+//! call replaces the first, fields it does not name included. Code that
+//! sets limits in several places passes one `Limits` along and changes its
+//! fields.
+//!
 //! How the server holds up against each attack these bounds are for is
 //! measured in `RELIABILITY.md` (`bash bench/reliability.sh`, driving
 //! `examples/hostile`).
 //!
-//! ## Settings
+//! ## Limits
 //!
-//! | setting | default | what it does |
+//! The fields of [`Limits`] that shape sessions and calls (the byte budgets
+//! are in the next section; [`Limits`] documents each field):
+//!
+//! | field | default | what it does |
 //! |---|---|---|
-//! | `addr` | `127.0.0.1:8080` | the listen address; port 0 picks a free one |
 //! | `max_message_bytes` | 1 MiB | largest message (WebSocket message, NDJSON line, envelope of a POST) |
 //! | `max_body_bytes` | 10 MiB | largest upstream POST body; larger ones get `413` |
 //! | `max_sessions` | 10 000 | connected sessions (parked ones not counted); beyond, `503` or close 1013 |
 //! | `max_sessions_per_caller` | 1000 | what one caller (its subject; unauthenticated, its peer address) may hold of the HAIP sessions, the MCP sessions, the MCP requests in flight and the listen streams ([Authentication](super::authentication#what-the-defaults-protect-against)) |
 //! | `max_inflight_calls` / `max_queued_calls` | 64 / 256 per session | calls running / waiting (`QUEUED`); beyond, `RATE_LIMITED` |
-//! | `tool_timeout` | none | for tools that set none themselves |
+//! | `tool_timeout` | `None` | for tools that set none themselves |
 //! | `cancel_grace` | 5 s | how long a cancelled or timed-out tool may take to stop before it is aborted |
 //! | `heartbeat_interval` | 30 s | the server's `PING`s (streams: at most 15 s); zero turns them off |
 //! | `idle_timeout` | 5 min | see the budgets below; zero never closes |
@@ -41,6 +58,16 @@
 //! | `initial_credit_messages` / `initial_credit_bytes` | 1000 / 1 MiB | credit advertised per channel |
 //! | `credit_return_messages` / `credit_return_bytes` | 5 / 256 KiB | when credit is returned (`FLOW_UPDATE`) |
 //! | `max_outbound_queue` | 4096 envelopes per session | a client that lets more pile up is disconnected (1008 `outbound queue overflow`) |
+//! | `request_state_ttl` | 10 min | `/mcp` questions without sessions ([MCP](super::mcp_both_ways#questions-without-sessions)) |
+//! | `task_ttl` / `max_tasks_per_client` / `max_task_bytes` / `max_task_bytes_per_client` | 30 min / 100 / 64 MiB / 8 MiB | [MCP tasks](super::mcp_both_ways#tasks) |
+//!
+//! ## Other settings
+//!
+//! Each is a [`ServerBuilder`] method of the same name:
+//!
+//! | setting | default | what it does |
+//! |---|---|---|
+//! | `addr` | `127.0.0.1:8080` | the listen address; port 0 picks a free one |
 //! | `schema_profile` | `portable` | the [profile](super::schemas) tools are advertised in |
 //! | `announce_running` | off | `TOOL_UPDATE RUNNING` when a call starts |
 //! | `advertise_tools` | off | push `TOOL_LIST` to clients that list it in `accept_events`, after their `HAI` and after every registry change |
@@ -50,19 +77,19 @@
 //! | `strict_output_validation` | off | results violating the output schema become errors (else logged and counted) |
 //! | `debug_errors` | off | panic texts in `INTERNAL_ERROR` messages; for development |
 //! | `allow_unauthenticated` | off | serve a non-loopback address without authentication |
+//! | `limit_loopback_peers` | off | hold loopback peers to `max_connections_per_peer` and the per-caller shares too |
 //! | `cors_allowed_origins` / `allowed_hosts` | none / loopback names when bound to loopback, any when bound elsewhere | browser origins and `Host` names ([Authentication](super::authentication#what-the-defaults-protect-against)) |
-//! | `request_state_key` / `request_state_ttl` | random per process / 10 min | `/mcp` questions without sessions ([MCP](super::mcp_both_ways#questions-without-sessions)) |
-//! | `task_ttl` / `max_tasks_per_client` / `max_task_bytes` / `max_task_bytes_per_client` | 30 min / 100 / 64 MiB / 8 MiB | [MCP tasks](super::mcp_both_ways#tasks) |
+//! | `request_state_key` | random per process | signs `/mcp` questions without sessions ([MCP](super::mcp_both_ways#questions-without-sessions)) |
 //! | `mcp_endpoint` / `mcp_sessions` | on / on | `/mcp`, and whether a client that sends `initialize` gets an MCP session ([MCP](super::mcp_both_ways#sessions-for-older-clients-none-for-2026-07-28)) |
 //! | `inspector` | off | the page at `/inspector` |
 //!
-//! ## Limits and budgets
+//! ## Budgets
 //!
 //! A slow or hostile client costs a bounded amount of memory, and a client
 //! that reads is not dropped for receiving a lot. Every buffer is bounded in
-//! bytes:
+//! bytes, by these fields of [`Limits`]:
 //!
-//! | setting | default | what happens at the bound |
+//! | field | default | what happens at the bound |
 //! |---|---|---|
 //! | `max_outbound_bytes` | 8 MiB per session | above half of it the server stops reading that connection (TCP pushes back on the client; running calls go on); when more waits behind the envelope being written, the connection closes 1008 `too slow` and the session is kept for resumption |
 //! | `max_outbound_message_bytes` | 16 MiB | a larger `TOOL_DONE` becomes `TOOL_DONE ERROR` code `RESULT_TOO_LARGE` with `details {size, limit}`; a larger progress update is dropped. At least three times `max_message_bytes`, so every reply to a message fits |
@@ -75,7 +102,7 @@
 //! | `write_timeout` | 30 s | an `/mcp` client that takes nothing of its answer for this long is disconnected (1 s when its connection holds more than `max_outbound_bytes`) |
 //! | `handshake_timeout` | 10 s | request headers and the WebSocket upgrade |
 //! | `idle_timeout` | 5 min | a connection with no inbound data (PONGs and WebSocket pongs count) closes 1001 `idle`, session kept |
-//! | `max_connections_per_peer` | 1024 | per client IP; beyond, `503 TOO_MANY_SESSIONS` or close 1013; loopback is exempt (a local reverse proxy speaks for many clients) unless `limit_loopback_peers(true)` |
+//! | `max_connections_per_peer` | `Some(1024)` | per client IP (`None`: no limit); beyond, `503 TOO_MANY_SESSIONS` or close 1013; loopback is exempt (a local reverse proxy speaks for many clients) unless `limit_loopback_peers(true)` |
 //!
 //! Replays, resumptions and POSTs of many envelopes feed the outbox as the
 //! socket drains, so none of them overflows it by itself. Params larger
@@ -142,4 +169,10 @@
 //! `HAIP_TOKEN`.
 //!
 //! [`ServerBuilder`]: crate::ServerBuilder
+//! [`ServerBuilder::limits`]: crate::ServerBuilder::limits
+//! [`Limits`]: crate::Limits
 //! [`ServerBuilder::from_env`]: crate::ServerBuilder::from_env
+//!
+//! ---
+//!
+//! Previous: [Several instances](super::several_instances) · Next: [Operating haip](super::operating)

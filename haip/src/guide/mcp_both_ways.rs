@@ -175,7 +175,7 @@
 //! The server keeps nothing between rounds, so the retry may reach any
 //! instance that shares the key ([`ServerBuilder::request_state_key`],
 //! `HAIP_REQUEST_STATE_KEY`; random per process by default); a state that
-//! was tampered with, has expired ([`ServerBuilder::request_state_ttl`],
+//! was tampered with, has expired ([`Limits::request_state_ttl`],
 //! 10 min) or belongs to another call is refused (`-32602`). A question of a
 //! kind the client did not declare fails at once in the tool
 //! ([`AskError::Unsupported`](crate::AskError::Unsupported),
@@ -210,13 +210,13 @@
 //!   call first waits go by rounds, so the task starts with their answers.
 //!   A `required` tool refuses clients without the extension (`-32021`).
 //! - Tasks are their caller's own (another subject is told the task does
-//!   not exist), bounded per caller ([`ServerBuilder::max_tasks_per_client`],
+//!   not exist), bounded per caller ([`Limits::max_tasks_per_client`],
 //!   100 running per instance), in bytes
-//!   ([`ServerBuilder::max_task_bytes`], 64 MiB per instance), and in each
+//!   ([`Limits::max_task_bytes`], 64 MiB per instance), and in each
 //!   caller's share of those bytes, its running and ended tasks until they
-//!   expire ([`ServerBuilder::max_task_bytes_per_client`], 8 MiB; across
+//!   expire ([`Limits::max_task_bytes_per_client`], 8 MiB; across
 //!   all instances with Redis), so one caller cannot fill the store; and
-//!   kept [`ServerBuilder::task_ttl`] (30 min) after they end.
+//!   kept [`Limits::task_ttl`] (30 min) after they end.
 //! - An authenticated caller's `subscriptions/listen` stream also hears its
 //!   tasks' changes of status (`notifications/tasks`, on the instance
 //!   running the task; `tasks/get` stays the truth).
@@ -244,10 +244,14 @@
 //! [`ServerBuilder::mcp_endpoint`]: crate::ServerBuilder::mcp_endpoint
 //! [`ServerBuilder::mcp_sessions`]: crate::ServerBuilder::mcp_sessions
 //! [`ServerBuilder::request_state_key`]: crate::ServerBuilder::request_state_key
-//! [`ServerBuilder::request_state_ttl`]: crate::ServerBuilder::request_state_ttl
-//! [`ServerBuilder::max_tasks_per_client`]: crate::ServerBuilder::max_tasks_per_client
-//! [`ServerBuilder::max_task_bytes_per_client`]: crate::ServerBuilder::max_task_bytes_per_client
-//! [`ServerBuilder::max_task_bytes`]: crate::ServerBuilder::max_task_bytes
-//! [`ServerBuilder::task_ttl`]: crate::ServerBuilder::task_ttl
+//! [`Limits::request_state_ttl`]: crate::Limits::request_state_ttl
+//! [`Limits::max_tasks_per_client`]: crate::Limits::max_tasks_per_client
+//! [`Limits::max_task_bytes_per_client`]: crate::Limits::max_task_bytes_per_client
+//! [`Limits::max_task_bytes`]: crate::Limits::max_task_bytes
+//! [`Limits::task_ttl`]: crate::Limits::task_ttl
 //! [`ToolBuilder::task_support`]: crate::ToolBuilder::task_support
 //! [`TaskSupport`]: crate::TaskSupport
+//!
+//! ---
+//!
+//! Previous: [Transports and the wire](super::the_wire) · Next: [Authentication](super::authentication)

@@ -5,17 +5,20 @@
 //! comments; calls are validated against the input schema before the
 //! function runs; every call ends with exactly one answer.
 //!
-//! Seen at work in `examples/src/demo.rs` (the quickstart's tools:
-//! `cargo run --example quickstart`), in `examples/standalone` (a crate whose
-//! only dependencies are `haip` and tokio) and in `examples/conformance.rs`
-//! (every shape of tool MCP's conformance suite asks for).
+//! Here is `examples/standalone` (a crate whose only dependencies are `haip`
+//! and tokio: `cargo run -p haip-example-standalone`); more are at work in
+//! `examples/src/demo.rs` (the quickstart's tools: `cargo run --example
+//! quickstart`) and in `examples/conformance.rs` (every shape of tool MCP's
+//! conformance suite asks for).
 //!
+//! <!-- excerpt of examples/standalone/src/main.rs -->
 //! ```no_run
 //! use haip::{Context, ToolError, haip_tool};
 //!
 //! /// The sum of two numbers.
 //! #[haip::data]
 //! struct Sum {
+//!     /// `a + b`.
 //!     result: f64,
 //! }
 //!
@@ -30,22 +33,26 @@
 //!     Sum { result: a + b }
 //! }
 //!
-//! /// Process a file, reporting progress; stops early when cancelled.
-//! #[haip_tool(timeout = "60s")]
-//! async fn process_file(filename: String, ctx: Context) -> Result<String, ToolError> {
-//!     for step in 0..=5 {
-//!         ctx.progress(f64::from(step) * 20.0); // a TOOL_UPDATE; never blocks
-//!         tokio::select! {
-//!             _ = ctx.cancelled() => return Err(ToolError::cancelled()),
-//!             _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+//! /// Count down from `from`, one progress report per step.
+//! #[haip_tool(timeout = "10s")]
+//! async fn countdown(
+//!     /// Where to start (at most 1000).
+//!     #[schemars(range(max = 1000))]
+//!     from: u32,
+//!     ctx: Context,
+//! ) -> Result<String, ToolError> {
+//!     for left in (0..=from).rev() {
+//!         if ctx.is_cancelled() {
+//!             return Err(ToolError::cancelled());
 //!         }
+//!         ctx.progress(f64::from(from - left) * 100.0 / f64::from(from.max(1)));
 //!     }
-//!     Ok(format!("processed {filename}"))
+//!     Ok("liftoff".to_owned())
 //! }
-//!
+//! #
 //! #[tokio::main]
 //! async fn main() -> Result<(), haip::Error> {
-//!     haip::serve().await // every #[haip_tool] in the binary, on HAIP_ADDR or 127.0.0.1:8080
+//!     haip::serve().await
 //! }
 //! ```
 //!
@@ -172,7 +179,7 @@
 //! is aborted.
 //!
 //! `#[haip_tool(timeout = "30s")]` (`ms`, `s`, `min`, `h`) or
-//! [`ToolBuilder::timeout`] bounds one tool; [`ServerBuilder::tool_timeout`]
+//! [`ToolBuilder::timeout`] bounds one tool; [`Limits::tool_timeout`]
 //! bounds every tool that sets none. There is no timeout unless one is set.
 //!
 //! ## Sync functions
@@ -293,6 +300,10 @@
 //! [`ServerHandle`]: crate::ServerHandle
 //! [`ServerBuilder::state`]: crate::ServerBuilder::state
 //! [`ServerBuilder::tool`]: crate::ServerBuilder::tool
-//! [`ServerBuilder::tool_timeout`]: crate::ServerBuilder::tool_timeout
+//! [`Limits::tool_timeout`]: crate::Limits::tool_timeout
 //! [`ServerBuilder::builtin_tools`]: crate::ServerBuilder::builtin_tools
 //! [`ServerBuilder::build`]: crate::ServerBuilder::build
+//!
+//! ---
+//!
+//! Previous: [The guide](super) · Next: [Schemas and profiles](super::schemas)

@@ -1,27 +1,30 @@
 //! [`ServerBuilder`]: settings, tools, state, authentication and CORS.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::compose::{Given, Mount};
 use super::guard::Cors;
 use super::with_mcp::McpGiven;
 use super::with_oauth::OAuthSetting;
 use super::with_redis::Cluster;
-use super::{Config, Server};
+use super::{Config, Limits, Server};
 use crate::Error;
 use crate::auth::{Authenticator, Jwt};
 use crate::schema::{SchemaProfile, refusals};
 use crate::session::Shared;
 use crate::tool::{Registry, StateMap, TagFilter, Tool};
 
-/// Configures a [`Server`]. Every limit of the protocol's settings table has a
-/// setter; unset ones keep their defaults. [`build`](ServerBuilder::build)
-/// rejects nonsensical values, naming the setting.
+/// Configures a [`Server`]. Every limit, size and duration is a field of
+/// [`Limits`], given with [`limits`](ServerBuilder::limits); the other
+/// settings have a setter each. Unset ones keep their defaults.
+/// [`build`](ServerBuilder::build) rejects nonsensical values, naming the
+/// setting.
 #[derive(Default)]
 #[must_use = "a ServerBuilder does nothing until .build() is called"]
 pub struct ServerBuilder {
     config: Config,
+    /// Written into `config` by `build`.
+    limits: Limits,
     builtins: bool,
     annotated: bool,
     /// Tools with where they came from, for duplicate-name errors.
@@ -74,7 +77,12 @@ enum AuthSetting {
 impl std::fmt::Debug for ServerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerBuilder")
-            .field("config", &self.config)
+            // The settings as `build` will see them: the limits in place.
+            .field("config", &{
+                let mut config = self.config.clone();
+                self.limits.apply(&mut config);
+                config
+            })
             .field("builtins", &self.builtins)
             .field("annotated", &self.annotated)
             .field(
@@ -97,8 +105,9 @@ impl std::fmt::Debug for ServerBuilder {
     }
 }
 
-// Builder methods that set one field each: `setters! { session: ... }` for the
-// fields of `SessionConfig`, `setters! { server: ... }` for the server's own.
+// Builder methods that turn one behaviour on or off each (limits are fields of
+// `Limits` instead): `setters! { session: ... }` for the fields of
+// `SessionConfig`, `setters! { server: ... }` for the server's own.
 macro_rules! setters {
     (session: $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
         $(
@@ -206,38 +215,6 @@ impl ServerBuilder {
     /// ```
     pub fn request_state_key(mut self, key: impl Into<Vec<u8>>) -> Self {
         self.config.request_state_key = Some(key.into());
-        self
-    }
-
-    /// How long a `requestState` stays valid (default 10 min): a retry that
-    /// comes later is refused (`-32602`, the call starts again).
-    pub fn request_state_ttl(mut self, ttl: Duration) -> Self {
-        self.config.request_state_ttl = ttl;
-        self
-    }
-
-    /// How long an MCP task is kept after it ended, for `tasks/get` (default
-    /// 30 min; its `ttlMs`). A running task is kept while it runs.
-    pub fn task_ttl(mut self, ttl: Duration) -> Self {
-        self.config.task_ttl = ttl;
-        self
-    }
-
-    /// MCP tasks one caller (an authenticated subject, else its peer
-    /// address; unauthenticated loopback peers are not counted) may have
-    /// running on one instance (default 100); a call that would start one
-    /// more answers with a tool error.
-    pub fn max_tasks_per_client(mut self, max: usize) -> Self {
-        self.config.max_tasks_per_client = max;
-        self
-    }
-
-    /// The bytes of MCP task records (their results and questions) one
-    /// instance keeps in memory (default 64 MiB). A task whose result does
-    /// not fit fails, saying so; a call that would start a task when the
-    /// store is full answers with a tool error.
-    pub fn max_task_bytes(mut self, max: usize) -> Self {
-        self.config.max_task_bytes = max;
         self
     }
 
@@ -433,34 +410,6 @@ impl ServerBuilder {
     /// with one; `build` says so otherwise.
     pub fn path_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.config.path_prefix = prefix.into();
-        self
-    }
-
-    /// Of each pool the server shares among its callers, what one caller may
-    /// hold at once (default 1000): connected HAIP sessions (of
-    /// [`max_sessions`](Self::max_sessions)), MCP sessions, MCP requests
-    /// being served, and `subscriptions/listen` streams. A caller is its
-    /// subject when authenticated, else its peer address (an IPv6 peer is its
-    /// /64); unauthenticated loopback peers are not counted unless
-    /// [`limit_loopback_peers`](Self::limit_loopback_peers) is on. Beyond its
-    /// share a caller gets `503 TOO_MANY_SESSIONS` (WebSocket: close 1013)
-    /// naming this setting, while other callers are served.
-    pub fn max_sessions_per_caller(mut self, max: usize) -> Self {
-        self.config.max_sessions_per_caller = max;
-        self
-    }
-
-    /// The bytes of MCP task records (running and ended ones, until they
-    /// expire after [`task_ttl`](Self::task_ttl)) one caller may hold
-    /// (default 8 MiB, of [`max_task_bytes`](Self::max_task_bytes); with
-    /// Redis, across all instances). A caller is its subject, else its peer
-    /// address; unauthenticated loopback peers are not counted. A call that
-    /// would start a task beyond it answers with a tool error naming this
-    /// setting, and a task whose result would not fit fails saying so;
-    /// other callers' tasks are not affected. The number of records a caller
-    /// keeps is bounded in the same proportion of the store's.
-    pub fn max_task_bytes_per_client(mut self, max: usize) -> Self {
-        self.config.max_task_bytes_per_client = max;
         self
     }
 
@@ -687,51 +636,32 @@ impl ServerBuilder {
         self
     }
 
+    /// Every limit, size and duration of the server at once: see [`Limits`]
+    /// for each, its default and what happens at the bound. The value
+    /// replaces the whole of any given before, so start from
+    /// `Limits::default()` (or from the limits you had) and change fields:
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use haip::Limits;
+    ///
+    /// # fn demo() -> Result<(), haip::Error> {
+    /// let server = haip::Server::builder()
+    ///     .limits(Limits {
+    ///         max_sessions: 100,
+    ///         tool_timeout: Some(Duration::from_secs(30)),
+    ///         ..Limits::default()
+    ///     })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     setters! {
         session:
-        /// Largest WebSocket message accepted, in bytes (default 1 MiB). Larger ones
-        /// get `MESSAGE_TOO_LARGE` and close 1009.
-        max_message_bytes: usize,
-        /// Most connected sessions (default 10 000); more are closed with 1013.
-        max_sessions: usize,
-        /// Calls of one session executing at once (default 64).
-        max_inflight_calls: usize,
-        /// Calls of one session waiting for a slot (default 256); beyond, `RATE_LIMITED`.
-        max_queued_calls: usize,
-        /// Bytes of params (as sent) that one session's waiting calls may hold,
-        /// queued or being validated (default 16 MiB); beyond, `RATE_LIMITED`.
-        max_queued_bytes: usize,
-        /// Maximum concurrent runs per session, advertised in `HAI` (default 10).
-        max_concurrent_runs: usize,
-        /// Messages of credit advertised per channel (default 1000).
-        initial_credit_messages: u64,
-        /// Bytes of credit advertised per channel (default 1 MiB).
-        initial_credit_bytes: u64,
-        /// Envelopes waiting to be written per session (default 4096); a client that
-        /// lets more pile up is disconnected (close 1008 `outbound queue overflow`).
-        max_outbound_queue: usize,
-        /// Bytes of encoded envelopes waiting for one session's socket (default
-        /// 8 MiB). Above half of it the server stops reading that connection
-        /// (TCP back-pressure; running calls go on); when more than this waits
-        /// behind the envelope being written, the connection is closed (1008
-        /// `too slow`) and the session kept for resumption.
-        max_outbound_bytes: usize,
-        /// Largest single outbound envelope (default 16 MiB). A `TOOL_DONE` that
-        /// would be larger becomes `TOOL_DONE ERROR` code `RESULT_TOO_LARGE`, so
-        /// the call still ends exactly once; a larger progress update is dropped.
-        /// Must be at least three times `max_message_bytes`: the replies to a
-        /// message (an error naming its tool and call id) must fit.
-        max_outbound_message_bytes: usize,
-        /// Bytes all replay windows may hold together, server-wide (default
-        /// 256 MiB). Over it, detached sessions are evicted oldest first (their
-        /// resumption then fails `unknown session`), then live windows give up
-        /// their oldest envelopes.
-        replay_budget_bytes: usize,
-        /// Violations listed in an `INVALID_PARAMS` error (default 20); each quotes
-        /// at most 64 characters of the offending value, and `total` counts them all.
-        max_violations: usize,
-        /// How long a cancelled or timed-out tool may take to stop before it is aborted (default 5 s).
-        cancel_grace: Duration,
         /// Send `TOOL_UPDATE RUNNING` when a call starts executing (default off).
         announce_running: bool,
         /// Add the legacy `schema` field to `TOOL_SCHEMA` replies (default off).
@@ -745,22 +675,6 @@ impl ServerBuilder {
         strict_output_validation: bool,
         /// Put panic texts in `INTERNAL_ERROR` messages (default off; for development only).
         debug_errors: bool,
-        /// Envelopes always kept for replay and resumption (default 1000, at most
-        /// 10 000; up to ten times as many are kept while younger than
-        /// `replay_window_time`).
-        replay_window_messages: usize,
-        /// How long envelopes beyond `replay_window_messages` are kept, and how
-        /// long a disconnected session stays resumable (default 5 min).
-        replay_window_time: Duration,
-        /// Hard cap on the bytes a session's replay window holds (default 1 MiB):
-        /// beyond it the oldest envelopes go, even among the newest
-        /// `replay_window_messages`. This bounds a detached session's memory.
-        replay_window_bytes: usize,
-        /// Inbound credit is returned (`FLOW_UPDATE`) once this many messages are
-        /// owed on a channel (default 5).
-        credit_return_messages: u64,
-        /// ... or once this many bytes are (default 256 KiB).
-        credit_return_bytes: u64,
         /// Enforce credit: drop inbound envelopes beyond it with
         /// `FLOW_CONTROL_VIOLATION`, and hold outbound ones beyond the client's
         /// (default off: credit is tracked, never a reason to reject).
@@ -774,69 +688,19 @@ impl ServerBuilder {
 
     setters! {
         server:
-        /// Bytes of upstream POST bodies being read, server-wide (default
-        /// 128 MiB); a POST that would exceed it gets `503` with `Retry-After`.
-        max_inflight_body_bytes: usize,
-        /// Time an upstream POST body, or an `/mcp` request body, may take to
-        /// arrive (default 30 s; after the first 10 s it must also average at
-        /// least 1 KiB/s), else `408` and the connection is closed.
-        body_read_timeout: Duration,
-        /// Bytes of `/mcp` answers the server holds for clients that have not
-        /// taken them yet, server-wide (default 128 MiB). While over it, a
-        /// connection whose client has taken nothing of its answer for a
-        /// second is closed; a client that reads is never closed for it.
-        max_inflight_answer_bytes: usize,
-        /// Time an `/mcp` client may go without taking any of the answer the
-        /// server holds for it (default 30 s); then its connection is closed
-        /// (counted in `/stats` as too slow). A connection holding more than
-        /// `max_outbound_bytes` gets one second.
-        write_timeout: Duration,
-        /// Time a client may take to send its request headers, and to complete a
-        /// WebSocket upgrade (default 10 s).
-        handshake_timeout: Duration,
-        /// Apply [`max_connections_per_peer`](Self::max_connections_per_peer),
+        /// Apply [`max_connections_per_peer`](Limits::max_connections_per_peer),
         /// and the per-caller shares of unauthenticated callers
-        /// ([`max_sessions_per_caller`](Self::max_sessions_per_caller)), to
+        /// ([`max_sessions_per_caller`](Limits::max_sessions_per_caller)), to
         /// loopback peers too (default off: a local reverse proxy speaks for
         /// many clients).
         limit_loopback_peers: bool,
-        /// Largest upstream POST body, in bytes (default 10 MiB); larger ones get `413`.
-        max_body_bytes: usize,
         /// Serve a non-loopback address without authentication (default off: refused at start).
         allow_unauthenticated: bool,
     }
 
-    /// Timeout for tools that set none themselves (default: none).
-    pub fn tool_timeout(mut self, timeout: Duration) -> Self {
-        self.config.session.tool_timeout = Some(timeout);
-        self
-    }
-
-    /// Interval of the server's heartbeat `PING` (default 30 s; `Duration::ZERO` disables it).
-    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
-        self.config.session.heartbeat_interval = (!interval.is_zero()).then_some(interval);
-        self
-    }
-
-    /// Close connections with no inbound data (PONGs and WebSocket pongs
-    /// count) for this long, with 1001 `idle`, keeping the session for
-    /// resumption (default 5 min; `Duration::ZERO` never closes them).
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.config.session.idle_timeout = (!timeout.is_zero()).then_some(timeout);
-        self
-    }
-
-    /// Connections one peer IP address may hold at once (default 1024; `None`
-    /// for no limit). Beyond it HTTP requests get `503 TOO_MANY_SESSIONS` and
-    /// WebSocket upgrades close with 1013. Loopback peers are exempt unless
-    /// [`limit_loopback_peers`](Self::limit_loopback_peers) is on.
-    pub fn max_connections_per_peer(mut self, limit: impl Into<Option<usize>>) -> Self {
-        self.config.max_connections_per_peer = limit.into();
-        self
-    }
-
     /// Checks the settings and assembles the tool registry.
-    pub fn build(self) -> Result<Server, Error> {
+    pub fn build(mut self) -> Result<Server, Error> {
+        self.limits.apply(&mut self.config);
         if let Some(name) = &self.bad_schema_profile {
             return Err(Error::InvalidConfig {
                 setting: "HAIP_SCHEMA_PROFILE",
@@ -1046,9 +910,9 @@ impl ServerBuilder {
     /// for its own request only (a level in a request's `_meta` is
     /// honoured), `notifications/cancelled` is not seen (a call is cancelled
     /// when its client closes the response stream), `GET` and `DELETE` are
-    /// `405`. [`max_sessions`](Self::max_sessions) bounds the MCP requests
+    /// `405`. [`max_sessions`](Limits::max_sessions) bounds the MCP requests
     /// being served at once, and
-    /// [`max_inflight_calls`](Self::max_inflight_calls) has nothing to bound
+    /// [`max_inflight_calls`](Limits::max_inflight_calls) has nothing to bound
     /// (one call per request).
     pub fn mcp_sessions(mut self, enabled: bool) -> Self {
         self.mcp.sessions = Some(enabled);

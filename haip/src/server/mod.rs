@@ -12,6 +12,7 @@ mod http;
 mod hub;
 #[cfg(feature = "inspector")]
 mod inspector;
+mod limits;
 #[cfg(feature = "redis")]
 mod links;
 #[cfg(feature = "mcp")]
@@ -48,6 +49,7 @@ pub use access::PeerAddr;
 pub use builder::ServerBuilder;
 pub use compose::{Mount, ToolSet};
 pub(crate) use config::Config;
+pub use limits::Limits;
 pub use service::{HaipService, ServiceBody};
 
 use crate::Error;
@@ -90,7 +92,10 @@ pub async fn serve() -> Result<(), Error> {
 /// let server = haip::Server::builder()
 ///     .addr("127.0.0.1:9000")
 ///     .builtin_tools()
-///     .max_inflight_calls(16)
+///     .limits(haip::Limits {
+///         max_inflight_calls: 16,
+///         ..haip::Limits::default()
+///     })
 ///     .build()?;
 /// let handle = server.start().await?;
 /// println!("listening on {}", handle.local_addr());

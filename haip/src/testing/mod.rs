@@ -279,7 +279,7 @@ impl TestServer {
     ///
     /// A tool that ignores cancellation holds the shutdown until it is
     /// aborted, `cancel_grace` after (5 s unless
-    /// [`ServerBuilder::cancel_grace`] says otherwise), as on a real server.
+    /// [`Limits::cancel_grace`](crate::Limits::cancel_grace) says otherwise), as on a real server.
     pub async fn shutdown(self) -> Result<(), TestError> {
         self.shared.shutdown.cancel();
         let tasks = self.shared.runner.tasks().clone();

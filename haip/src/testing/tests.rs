@@ -105,7 +105,10 @@ fn server(gate: Arc<Notify>) -> TestServer {
     TestServer::new(
         Server::builder()
             // `slow` ignores cancellation: it is aborted after this.
-            .cancel_grace(Duration::from_millis(100))
+            .limits(crate::Limits {
+                cancel_grace: Duration::from_millis(100),
+                ..crate::Limits::default()
+            })
             .tools([add, steps, ask, wait, panics, slow, whoami])
             .tool(
                 Tool::builder("admin")

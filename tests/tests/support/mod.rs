@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use haip::{Context, Server, ServerBuilder, ServerHandle, Tool, ToolError};
+use haip::{Context, Limits, Server, ServerBuilder, ServerHandle, Tool, ToolError};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -65,9 +65,19 @@ pub(crate) async fn within<F: Future>(what: &str, fut: F) -> F::Output {
     }
 }
 
+/// The limits of [`builder`]: the defaults with the heartbeat off, so no
+/// server `PING` interleaves with replies. A test that sets limits starts
+/// from these: `Limits { max_sessions: 1, ..base_limits() }`.
+pub(crate) fn base_limits() -> Limits {
+    Limits {
+        heartbeat_interval: Duration::ZERO,
+        ..Limits::default()
+    }
+}
+
 /// A builder with the heartbeat off, so no server `PING` interleaves with replies.
 pub(crate) fn builder() -> ServerBuilder {
-    Server::builder().heartbeat_interval(Duration::ZERO)
+    Server::builder().limits(base_limits())
 }
 
 /// The quickstart's tools, in the order [`demo_builder`] serves them.

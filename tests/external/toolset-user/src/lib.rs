@@ -6,6 +6,9 @@ use std::time::Duration;
 /// The server the application runs, before it is built.
 pub fn server() -> haip::ServerBuilder {
     haip::Server::builder()
-        .tool_timeout(Duration::from_secs(5))
+        .limits(haip::Limits {
+            tool_timeout: Some(Duration::from_secs(5)),
+            ..haip::Limits::default()
+        })
         .mount("text", toolset_lib::tools())
 }
