@@ -41,6 +41,7 @@ mod first_hour_confirm;
 mod first_hour_names;
 mod first_hour_startup;
 mod first_hour_testing;
+mod guide;
 mod handshake;
 mod hostile;
 mod hostile_mcp;

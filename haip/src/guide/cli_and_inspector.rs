@@ -102,3 +102,7 @@
 //! println!("{:?}", call.outcome().await?);
 //! # Ok(()) }
 //! ```
+//!
+//! ---
+//!
+//! Previous: [Testing your tools](super::testing) · Next: [Middleware](super::middleware)

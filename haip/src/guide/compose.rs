@@ -19,37 +19,54 @@
 //! it, in source order: [`ToolSet::annotated`]`(module_path!())` (at the
 //! crate's root: the whole crate).
 //!
+//! <!-- excerpt of examples/compose.rs -->
 //! ```
 //! mod files {
-//!     use haip::{ToolSet, haip_tool};
+//!     use haip::{Context, ToolError, ToolSet, haip_tool, json};
 //!
-//!     /// Read a file.
-//!     #[haip_tool(tags = ["read"])]
-//!     pub async fn read(
-//!         /// The file's path.
+//!     /// The files of the example's sandbox, in memory.
+//!     const FILES: [(&str, &str); 2] = [("readme.txt", "Hello!"), ("todo.txt", "milk, eggs")];
+//!
+//!     /// Read a file of the sandbox.
+//!     #[haip_tool(tags = ["read"], read_only)]
+//!     pub(crate) async fn read(
+//!         /// The file's name, as `list` gives it.
 //!         path: String,
-//!     ) -> String {
-//!         format!("the contents of {path}")
+//!     ) -> Result<String, ToolError> {
+//!         match FILES.iter().find(|(name, _)| *name == path) {
+//!             Some((_, text)) => Ok((*text).to_owned()),
+//!             None => Err(ToolError::new("NOT_FOUND", format!("no file {path}"))
+//!                 .with_details(json!({"files": FILES.map(|(name, _)| name)}))),
+//!         }
 //!     }
 //!
-//!     /// Delete a file.
+//!     /// List the files of the sandbox.
+//!     #[haip_tool(tags = ["read"], read_only)]
+//!     pub(crate) async fn list() -> Vec<String> {
+//!         FILES.iter().map(|(name, _)| (*name).to_owned()).collect()
+//!     }
+//!
+//!     /// Delete a file of the sandbox, once confirmed.
 //!     #[haip_tool(tags = ["admin"], destructive)]
-//!     pub async fn delete(
-//!         /// The file's path.
+//!     pub(crate) async fn delete(
+//!         /// The file's name.
 //!         path: String,
-//!     ) -> bool {
-//!         !path.is_empty()
+//!         ctx: Context,
+//!     ) -> Result<String, ToolError> {
+//!         if !ctx.confirm(format!("Delete {path}?")).await? {
+//!             return Ok(format!("kept {path}"));
+//!         }
+//!         Err(ToolError::execution("the sandbox is read-only"))
 //!     }
 //!
-//!     /// What the crate exports: both tools, in source order.
-//!     pub fn tools() -> Result<ToolSet, haip::Error> {
+//!     /// Every `#[haip_tool]` of this module, in source order.
+//!     pub(crate) fn tools() -> Result<ToolSet, haip::Error> {
 //!         ToolSet::annotated(module_path!())
 //!     }
 //! }
-//!
-//! let set = files::tools()?;
-//! let names: Vec<&str> = set.iter().map(|t| t.name()).collect();
-//! assert_eq!(names, ["read", "delete"]);
+//! # let set = files::tools()?;
+//! # let names: Vec<&str> = set.iter().map(|t| t.name()).collect();
+//! # assert_eq!(names, ["read", "list", "delete"]);
 //! # Ok::<(), haip::Error>(())
 //! ```
 //!
@@ -149,37 +166,53 @@
 //! removal and insertion per renamed parameter, one insertion per fixed
 //! one); a tool that renames and fixes nothing is not wrapped at all.
 //!
+//! <!-- excerpt of examples/compose.rs -->
 //! ```
-//! use haip::{Mount, haip_tool, json};
+//! # use haip::{Mount, json};
+//! mod notes {
+//!     use haip::{ToolSet, haip_tool};
 //!
-//! /// Find the notes that contain a word.
-//! #[haip_tool]
-//! async fn find(
-//!     /// The word.
-//!     q: String,
-//!     /// At most this many notes.
-//!     limit: u32,
-//! ) -> Vec<String> {
-//!     vec![q; limit as usize]
+//!     const NOTES: [&str; 3] = ["buy milk", "call Ada", "milk the idea"];
+//!
+//!     /// Find the notes that contain a word.
+//!     #[haip_tool(read_only)]
+//!     pub(crate) async fn find(
+//!         /// The word.
+//!         q: String,
+//!         /// At most this many notes.
+//!         limit: u32,
+//!     ) -> Vec<String> {
+//!         NOTES
+//!             .iter()
+//!             .filter(|note| note.contains(q.as_str()))
+//!             .take(limit as usize)
+//!             .map(|note| (*note).to_owned())
+//!             .collect()
+//!     }
+//!
+//!     pub(crate) fn tools() -> ToolSet {
+//!         ToolSet::new().tool(find::tool())
+//!     }
 //! }
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), haip::Error> {
-//! let handle = haip::Server::builder()
-//!     .addr("127.0.0.1:0")
-//!     .mount_with(Mount::new("notes", [find::tool()]).edit("find", |find| {
+//! # let handle = haip::Server::builder()
+//! #     .addr("127.0.0.1:0")
+//!     .mount_with(Mount::new("notes", notes::tools()).edit("find", |find| {
 //!         find.name("search")
-//!             .description("Search the notes for a word.")
+//!             .description("Search the notes for a word; at most 2 come back.")
 //!             .rename_param("q", "query")
+//!             .param_description("query", "A word, e.g. `milk`.")
 //!             .fix_param("limit", json!(2))
 //!     }))
-//!     .build()?
-//!     .start()
-//!     .await?;
-//! let tools = handle.tools();
-//! assert_eq!(tools[0].name(), "notes_search");
-//! let properties = &tools[0].input_schema()["properties"];
-//! assert!(properties.get("query").is_some() && properties.get("limit").is_none());
+//! #     .build()?
+//! #     .start()
+//! #     .await?;
+//! # let tools = handle.tools();
+//! # assert_eq!(tools[0].name(), "notes_search");
+//! # let properties = &tools[0].input_schema()["properties"];
+//! # assert!(properties.get("query").is_some() && properties.get("limit").is_none());
 //! # handle.shutdown().await;
 //! # Ok(()) }
 //! ```
@@ -209,3 +242,7 @@
 //! [`ServerBuilder::mount_separator`]: crate::ServerBuilder::mount_separator
 //! [`ServerBuilder::only_tags`]: crate::ServerBuilder::only_tags
 //! [`ServerBuilder::exclude_tags`]: crate::ServerBuilder::exclude_tags
+//!
+//! ---
+//!
+//! Previous: [Middleware](super::middleware) · Next: [Inside your service](super::inside_your_service)

@@ -25,22 +25,45 @@
 //! but inside an audit that should see the real codes), and the cache
 //! innermost, so that a cached answer still counts against the rate limit.
 //!
+//! <!-- excerpt of examples/middleware.rs -->
 //! ```
-//! use std::time::Duration;
+//! use std::time::{Duration, Instant};
+//! #
 //! use haip::layer::{Cache, Call, ConcurrencyLimit, MaskErrors, Next, RateLimit, from_fn};
-//!
-//! let builder = haip::Server::builder()
-//!     .layer(RateLimit::per_subject(600, Duration::from_secs(60)).burst(50))
-//!     .layer(from_fn(|call: Call, next: Next| async move {
-//!         let tool = call.name().to_owned();
-//!         let outcome = next.run(call).await;
-//!         tracing::info!(tool, ok = outcome.is_ok(), "audit");
-//!         outcome
-//!     }))
-//!     .layer(MaskErrors::new())
-//!     .layer(ConcurrencyLimit::per_tool(8))
-//!     .layer(Cache::new(32 << 20));
-//! # drop(builder);
+//! # use haip::{ServerBuilder, haip_tool};
+//! # /// A rate.
+//! # #[haip_tool(idempotent)]
+//! # async fn exchange_rate() -> f64 { 1.0 }
+//! # /// A charge.
+//! # #[haip_tool]
+//! # async fn charge() -> bool { true }
+//! # /// A report.
+//! # #[haip_tool]
+//! # async fn render_report() -> u32 { 1 }
+//! #
+//! /// The tools, behind the layers: outermost first.
+//! fn server() -> ServerBuilder {
+//!     haip::Server::builder()
+//!         .tools([exchange_rate::tool(), charge::tool(), render_report::tool()])
+//!         // Refuse early: 30 calls a minute per caller, 10 of them at once.
+//!         .layer(RateLimit::per_subject(30, Duration::from_secs(60)).burst(10))
+//!         // One line per call, with what the caller saw.
+//!         .layer(from_fn(|call: Call, next: Next| async move {
+//!             let (tool, who) = (call.name().to_owned(), call.subject().map(str::to_owned));
+//!             let started = Instant::now();
+//!             let outcome = next.run(call).await;
+//!             let code = outcome.as_ref().err().map(|e| e.code().to_string());
+//!             tracing::info!(tool, who, ?code, took = ?started.elapsed(), "call");
+//!             outcome
+//!         }))
+//!         // Internal error text stays in the log; the caller gets a reference.
+//!         .layer(MaskErrors::new())
+//!         // Reports are heavy: two at once, the others told to come back.
+//!         .layer(ConcurrencyLimit::per_tool(2).max_waiting(0))
+//!         // Idempotent tools answered again for a minute, within 8 MiB.
+//!         .layer(Cache::new(8 << 20).ttl(Duration::from_secs(60)))
+//! }
+//! # drop(server());
 //! ```
 //!
 //! ## What the cache keys on
@@ -147,3 +170,7 @@
 //! [`from_fn`]: crate::layer::from_fn
 //! [`Call`]: crate::layer::Call
 //! [`Next::run`]: crate::layer::Next::run
+//!
+//! ---
+//!
+//! Previous: [The CLI and the inspector](super::cli_and_inspector) · Next: [Composing tools](super::compose)

@@ -198,3 +198,7 @@
 //! [`Server::start`]: crate::Server::start
 //! [`ServerHandle::shutdown`]: crate::ServerHandle::shutdown
 //! [`serve`]: crate::serve
+//!
+//! ---
+//!
+//! Previous: [Settings, limits and budgets](super::limits) · Next: [Testing your tools](super::testing)

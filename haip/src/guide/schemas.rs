@@ -123,3 +123,7 @@
 //! [`ServerBuilder::schema_profile`]: crate::ServerBuilder::schema_profile
 //! [`ServerBuilder::from_env`]: crate::ServerBuilder::from_env
 //! [`ServerBuilder::tool_schema_legacy_field`]: crate::ServerBuilder::tool_schema_legacy_field
+//!
+//! ---
+//!
+//! Previous: [Writing tools](super::writing_tools) · Next: [Talking to people](super::talking_to_people)

@@ -123,3 +123,7 @@
 //!
 //! [`ServerBuilder::redis`]: crate::ServerBuilder::redis
 //! [`ServerBuilder::instance_id`]: crate::ServerBuilder::instance_id
+//!
+//! ---
+//!
+//! Previous: [Authentication](super::authentication) · Next: [Settings, limits and budgets](super::limits)

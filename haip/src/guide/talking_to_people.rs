@@ -5,24 +5,28 @@
 //! quickstart's `book_table` (`examples/src/demo.rs`; run
 //! `cargo run --example quickstart`, then
 //! `haip call ws://127.0.0.1:8080/haip book_table restaurant=Luigi`) does all
-//! three; `examples/conformance.rs` also samples and lists roots. In short:
+//! three; `examples/conformance.rs` also samples and lists roots. Here it is:
 //!
+//! <!-- excerpt of examples/src/demo.rs -->
 //! ```
 //! use haip::{Answer, Context, ToolError, haip_tool};
-//!
-//! /// A dinner time.
+//! #
+//! /// A dinner time `book_table` offers.
+//! #[allow(missing_docs)] // the wire names say it; doc comments would become titles
 //! #[haip::data]
+//! #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 //! pub enum DinnerTime {
-//!     /// Six o'clock.
 //!     #[serde(rename = "18:00")]
 //!     Six,
-//!     /// Seven o'clock.
 //!     #[serde(rename = "19:00")]
 //!     Seven,
+//!     #[serde(rename = "20:00")]
+//!     Eight,
 //! }
 //!
-//! /// What `book_table` asks.
+//! /// What `book_table` asks: how many, and when.
 //! #[haip::data]
+//! #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 //! pub struct Booking {
 //!     /// How many people.
 //!     #[schemars(range(min = 1, max = 12))]
@@ -31,13 +35,44 @@
 //!     pub time: DinnerTime,
 //! }
 //!
+//! /// What `book_table` did.
+//! #[haip::data]
+//! #[derive(Debug, Clone, PartialEq, Eq)]
+//! pub struct Booked {
+//!     /// Whether a table is booked.
+//!     pub booked: bool,
+//!     /// Where.
+//!     pub restaurant: String,
+//!     /// For how many (when booked).
+//!     #[serde(skip_serializing_if = "Option::is_none")]
+//!     pub party_size: Option<u8>,
+//!     /// At what time (when booked).
+//!     #[serde(skip_serializing_if = "Option::is_none")]
+//!     pub time: Option<DinnerTime>,
+//! }
+//!
 //! /// Book a table at a restaurant, asking how many people and when.
 //! #[haip_tool]
-//! async fn book_table(restaurant: String, ctx: Context) -> Result<String, ToolError> {
+//! pub async fn book_table(
+//!     /// The restaurant.
+//!     restaurant: String,
+//!     ctx: Context,
+//! ) -> Result<Booked, ToolError> {
 //!     ctx.info(format!("checking availability at {restaurant}"));
-//!     Ok(match ctx.ask::<Booking>("How many people, and when?").await? {
-//!         Answer::Accepted(b) => format!("booked {} at {restaurant}", b.party_size),
-//!         Answer::Declined | Answer::Cancelled => "not booked".to_owned(),
+//!     let answer = ctx.ask::<Booking>("How many people, and when?").await?;
+//!     Ok(match answer {
+//!         Answer::Accepted(Booking { party_size, time }) => Booked {
+//!             booked: true,
+//!             restaurant,
+//!             party_size: Some(party_size),
+//!             time: Some(time),
+//!         },
+//!         Answer::Declined | Answer::Cancelled => Booked {
+//!             booked: false,
+//!             restaurant,
+//!             party_size: None,
+//!             time: None,
+//!         },
 //!     })
 //! }
 //! ```
@@ -185,3 +220,7 @@
 //! [`Call::decline`]: crate::client::Call::decline
 //! [`Call::cancel_question`]: crate::client::Call::cancel_question
 //! [`Question`]: crate::client::Question
+//!
+//! ---
+//!
+//! Previous: [Schemas and profiles](super::schemas) · Next: [Transports and the wire](super::the_wire)

@@ -151,9 +151,61 @@
 //! `haip::testing` and the client, and none of it runs unless a test calls
 //! it.
 //!
-//! `examples/testing.rs` tests the quickstart's tools this way, its schemas
-//! against a committed snapshot; `tests/external/` is a crate outside the
-//! workspace, as a user's, testing the tools of another crate so.
+//! `examples/testing.rs` tests the quickstart's tools this way (run
+//! `cargo test -p haip-examples --example testing`), its schemas against a
+//! committed snapshot; here is its test of `book_table`, which asks a
+//! question (the tool is in [Talking to people](super::talking_to_people)):
+//!
+//! <!-- excerpt of examples/testing.rs -->
+//! ```ignore
+//! use haip::LogLevel;
+//! use haip::json;
+//! use haip::testing::{Caller, TestServer};
+//! use haip_examples::demo;
+//!
+//! /// The demo tools, served by nothing: called in memory.
+//! fn server() -> TestServer {
+//!     TestServer::new(haip::Server::builder().tools(demo::tools())).expect("the demo tools build")
+//! }
+//! #
+//! #[tokio::test]
+//! async fn book_table_asks_and_books_what_it_is_told() {
+//!     let server = server();
+//!     let mut call = server
+//!         .start("book_table", json!({"restaurant": "Luigi"}))
+//!         .await
+//!         .unwrap();
+//!     let question = call.question().await.unwrap();
+//!     assert_eq!(question.message, "How many people, and when?");
+//!     // A party too large does not fit the question: asked again.
+//!     let err = call
+//!         .answer(&question, json!({"party_size": 40, "time": "19:00"}))
+//!         .await
+//!         .unwrap_err();
+//!     assert_eq!(err.code(), Some("INVALID_PARAMS"));
+//!     call.answer(&question, json!({"party_size": 4, "time": "19:00"}))
+//!         .await
+//!         .unwrap();
+//!     let done = call.done().await.unwrap();
+//!     done.assert_logged(LogLevel::Info, "checking availability at Luigi");
+//!     assert_eq!(
+//!         done.into_result().unwrap(),
+//!         json!({"booked": true, "restaurant": "Luigi", "party_size": 4, "time": "19:00"})
+//!     );
+//!
+//!     // Declined: nothing booked.
+//!     let mut call = server
+//!         .start("book_table", json!({"restaurant": "Luigi"}))
+//!         .await
+//!         .unwrap();
+//!     let question = call.question().await.unwrap();
+//!     call.decline(&question).await.unwrap();
+//!     assert_eq!(call.result().await.unwrap()["booked"], false);
+//! }
+//! ```
+//!
+//! `tests/external/` is a crate outside the workspace, as a user's, testing
+//! the tools of another crate so.
 //!
 //! ## Through the wire
 //!
@@ -237,3 +289,7 @@
 //! [`Context::detached`]: crate::Context::detached
 //! [`State::new`]: crate::State::new
 //! [`Tool::validate_params`]: crate::Tool::validate_params
+//!
+//! ---
+//!
+//! Previous: [Operating haip](super::operating) · Next: [The CLI and the inspector](super::cli_and_inspector)

@@ -332,3 +332,7 @@
 //! budget (with `Retry-After`).
 //!
 //! [`ServerBuilder::cors_allowed_origins`]: crate::ServerBuilder::cors_allowed_origins
+//!
+//! ---
+//!
+//! Previous: [Talking to people](super::talking_to_people) · Next: [MCP both ways](super::mcp_both_ways)
