@@ -1,4 +1,3 @@
-use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value;
 
 use super::{Channel, EventType};
@@ -34,9 +33,11 @@ impl Outgoing {
         }
     }
 
-    /// Commits it straight to its JSON text, without building an [`Envelope`]
-    /// or a [`Prepared`]: the direct encoding the tests compare both with.
-    #[cfg(test)]
+    /// Commits it straight to its JSON text: gives it its identity (a new
+    /// UUID), sequence number and timestamp. What the session sends goes
+    /// through a [`Prepared`] instead; this is for an envelope sent alone
+    /// (an `ERROR` before any session exists), and what the tests compare
+    /// [`Prepared`] with.
     pub(crate) fn encode(&self, session: &str, seq: u64, ts: u64) -> Vec<u8> {
         let mut id = uuid::Uuid::encode_buffer();
         let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut id);
@@ -55,74 +56,11 @@ impl Outgoing {
         fields.write_to(&mut text);
         text
     }
-
-    /// Commits it: gives it its identity, sequence number and timestamp.
-    pub(crate) fn commit(self, session: &str, seq: u64, ts: u64) -> Envelope {
-        Envelope {
-            id: uuid::Uuid::new_v4().hyphenated().to_string(),
-            session: session.to_owned(),
-            seq,
-            ts,
-            channel: self.channel,
-            event: self.event,
-            payload: self.payload,
-            run_id: self.run_id,
-            thread_id: self.thread_id,
-        }
-    }
 }
 
-/// A committed outbound envelope, encoded strictly (docs/protocol.md §2.4): all seven
-/// required fields, `seq` and `ts` as decimal strings, never `ack`, `pv` or `crit`.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Envelope {
-    /// Lower-case UUID v4, new for each envelope.
-    pub(crate) id: String,
-    /// The session's UUID.
-    pub(crate) session: String,
-    /// Per-session sequence number from 1.
-    pub(crate) seq: u64,
-    /// Milliseconds since the Unix epoch.
-    pub(crate) ts: u64,
-    /// Channel.
-    pub(crate) channel: Channel,
-    /// Event type.
-    pub(crate) event: EventType,
-    /// Payload object.
-    pub(crate) payload: Value,
-    /// Run id, when the envelope is about a request that carried one.
-    pub(crate) run_id: Option<String>,
-    /// Thread id, when the envelope is about a request that carried one.
-    pub(crate) thread_id: Option<String>,
-}
-
-impl Envelope {
-    /// The envelope as JSON text (non-ASCII stays raw UTF-8).
-    pub(crate) fn to_json(&self) -> String {
-        // Serialising a map of strings and a `Value` cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
-    }
-}
-
-impl Serialize for Envelope {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        Fields {
-            id: &self.id,
-            session: &self.session,
-            seq: self.seq,
-            ts: self.ts,
-            channel: self.channel,
-            event: self.event,
-            payload: &self.payload,
-            run_id: self.run_id.as_deref(),
-            thread_id: self.thread_id.as_deref(),
-        }
-        .serialize(serializer)
-    }
-}
-
-/// The fields of a committed envelope, borrowed: the one encoding both
-/// [`Envelope`] and, in tests, `Outgoing::encode` use.
+/// The fields of a committed envelope, borrowed, encoded strictly
+/// (docs/protocol.md §2.4): all seven required fields, `seq` and `ts` as
+/// decimal strings, never `ack`, `pv` or `crit`.
 struct Fields<'a> {
     id: &'a str,
     session: &'a str,
@@ -135,8 +73,12 @@ struct Fields<'a> {
     thread_id: Option<&'a str>,
 }
 
-impl Serialize for Fields<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+/// The reference encoding through serde, which the tests compare the direct
+/// one with.
+#[cfg(test)]
+impl serde::Serialize for Fields<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
         let extra = usize::from(self.run_id.is_some()) + usize::from(self.thread_id.is_some());
         let mut map = serializer.serialize_map(Some(7 + extra))?;
         map.serialize_entry("id", self.id)?;
@@ -157,9 +99,8 @@ impl Serialize for Fields<'_> {
     }
 }
 
-#[cfg(test)]
 impl Fields<'_> {
-    /// Writes the same JSON as [`Serialize`] does, but copies the fields that
+    /// Writes the same JSON as serde would (the tests check it), but copies the fields that
     /// need no escaping (the id, digits, names; checked, not assumed) instead
     /// of running them through the escaper byte by byte.
     fn write_to(&self, out: &mut Vec<u8>) {
@@ -511,13 +452,12 @@ mod tests {
 
     #[test]
     fn committed_seq_and_ts_are_decimal_strings() {
-        let env = Outgoing::new(Channel::System, EventType::Pong, json!({"nonce": "n-1"})).commit(
+        let text = Outgoing::new(Channel::System, EventType::Pong, json!({"nonce": "n-1"})).encode(
             "5f0c9d2e-8a41-4c3b-9e57-1d2f3a4b5c6d",
             12,
             1767225600000,
         );
-        let text = env.to_json();
-        let v: Value = serde_json::from_str(&text).unwrap();
+        let v: Value = serde_json::from_slice(&text).unwrap();
         assert_eq!(v["seq"], "12");
         assert_eq!(v["ts"], "1767225600000");
         assert_eq!(v["type"], "PONG");
@@ -532,8 +472,8 @@ mod tests {
             run_id: Some("r-1".into()),
             thread_id: None,
         }
-        .commit("s", 3, 42);
-        let text = env.to_json();
+        .encode("s", 3, 42);
+        let text = String::from_utf8(env).unwrap();
         assert!(text.contains("22°C"), "{text}");
         // The direct encoding writes the same fields.
         let out = Outgoing::new(Channel::System, EventType::Pong, json!({"nonce": "n"}));

@@ -425,9 +425,10 @@ fn auth_error_envelope(error: &AuthError, resource_metadata: Option<&str>) -> St
     if let Some(url) = resource_metadata {
         payload["detail"] = json!({ "resource_metadata": url });
     }
-    Outgoing::new(Channel::System, EventType::Error, payload)
-        .commit(&session, 1, now_millis())
-        .to_json()
+    let text =
+        Outgoing::new(Channel::System, EventType::Error, payload).encode(&session, 1, now_millis());
+    // Written from `&str`s and a `Value`: always UTF-8.
+    String::from_utf8(text).unwrap_or_default()
 }
 
 // ----- SSE and HTTP streaming ---------------------------------------------------

@@ -287,48 +287,56 @@ pub struct Limits {
 }
 
 impl Default for Limits {
+    /// The server's defaults: read from where the server and its sessions
+    /// define them, so that there is one place for each.
     fn default() -> Self {
-        Limits {
-            max_sessions: 10_000,
-            max_connections_per_peer: Some(1024),
-            handshake_timeout: Duration::from_secs(10),
-            heartbeat_interval: Duration::from_secs(30),
-            idle_timeout: Duration::from_secs(300),
-            max_sessions_per_caller: 1000,
-            max_message_bytes: 1024 * 1024,
-            max_inflight_calls: 64,
-            max_queued_calls: 256,
-            max_queued_bytes: 16 * 1024 * 1024,
-            max_concurrent_runs: 10,
-            max_violations: 20,
-            tool_timeout: None,
-            cancel_grace: Duration::from_secs(5),
-            max_outbound_queue: 4096,
-            max_outbound_bytes: 8 * 1024 * 1024,
-            max_outbound_message_bytes: 16 * 1024 * 1024,
-            initial_credit_messages: 1000,
-            initial_credit_bytes: 1024 * 1024,
-            credit_return_messages: 5,
-            credit_return_bytes: 256 * 1024,
-            replay_window_messages: 1000,
-            replay_window_time: Duration::from_secs(300),
-            replay_window_bytes: 1024 * 1024,
-            replay_budget_bytes: 256 * 1024 * 1024,
-            max_body_bytes: 10 * 1024 * 1024,
-            max_inflight_body_bytes: 128 * 1024 * 1024,
-            body_read_timeout: Duration::from_secs(30),
-            max_inflight_answer_bytes: 128 * 1024 * 1024,
-            write_timeout: Duration::from_secs(30),
-            max_tasks_per_client: 100,
-            max_task_bytes: 64 * 1024 * 1024,
-            max_task_bytes_per_client: 8 * 1024 * 1024,
-            task_ttl: Duration::from_secs(30 * 60),
-            request_state_ttl: Duration::from_secs(600),
-        }
+        Limits::of(&Config::default())
     }
 }
 
 impl Limits {
+    /// The limits `config` holds.
+    fn of(config: &Config) -> Limits {
+        let session = &config.session;
+        Limits {
+            max_sessions: session.max_sessions,
+            max_connections_per_peer: config.max_connections_per_peer,
+            handshake_timeout: config.handshake_timeout,
+            heartbeat_interval: session.heartbeat_interval.unwrap_or(Duration::ZERO),
+            idle_timeout: session.idle_timeout.unwrap_or(Duration::ZERO),
+            max_sessions_per_caller: config.max_sessions_per_caller,
+            max_message_bytes: session.max_message_bytes,
+            max_inflight_calls: session.max_inflight_calls,
+            max_queued_calls: session.max_queued_calls,
+            max_queued_bytes: session.max_queued_bytes,
+            max_concurrent_runs: session.max_concurrent_runs,
+            max_violations: session.max_violations,
+            tool_timeout: session.tool_timeout,
+            cancel_grace: session.cancel_grace,
+            max_outbound_queue: session.max_outbound_queue,
+            max_outbound_bytes: session.max_outbound_bytes,
+            max_outbound_message_bytes: session.max_outbound_message_bytes,
+            initial_credit_messages: session.initial_credit_messages,
+            initial_credit_bytes: session.initial_credit_bytes,
+            credit_return_messages: session.credit_return_messages,
+            credit_return_bytes: session.credit_return_bytes,
+            replay_window_messages: session.replay_window_messages,
+            replay_window_time: session.replay_window_time,
+            replay_window_bytes: session.replay_window_bytes,
+            replay_budget_bytes: session.replay_budget_bytes,
+            max_body_bytes: config.max_body_bytes,
+            max_inflight_body_bytes: config.max_inflight_body_bytes,
+            body_read_timeout: config.body_read_timeout,
+            max_inflight_answer_bytes: config.max_inflight_answer_bytes,
+            write_timeout: config.write_timeout,
+            max_tasks_per_client: config.max_tasks_per_client,
+            max_task_bytes: config.max_task_bytes,
+            max_task_bytes_per_client: config.max_task_bytes_per_client,
+            task_ttl: config.task_ttl,
+            request_state_ttl: config.request_state_ttl,
+        }
+    }
+
     /// Writes every limit where the server and its sessions read it. The
     /// whole value is taken apart, so a field added here cannot be left out.
     pub(super) fn apply(&self, config: &mut Config) {
@@ -414,6 +422,16 @@ mod tests {
 
     #[test]
     fn the_defaults_are_the_servers_defaults() {
+        // The documented defaults, checked against where they are defined.
+        let limits = Limits::default();
+        assert_eq!(limits.max_sessions, 10_000);
+        assert_eq!(limits.max_message_bytes, 1024 * 1024);
+        assert_eq!(limits.heartbeat_interval, Duration::from_secs(30));
+        assert_eq!(limits.idle_timeout, Duration::from_secs(300));
+        assert_eq!(limits.tool_timeout, None);
+        assert_eq!(limits.max_connections_per_peer, Some(1024));
+        assert_eq!(limits.max_body_bytes, 10 * 1024 * 1024);
+        assert_eq!(limits.task_ttl, Duration::from_secs(30 * 60));
         let mut config = Config::default();
         Limits::default().apply(&mut config);
         assert_eq!(
