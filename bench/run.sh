@@ -195,6 +195,7 @@ CLUSTER_SECTION=$(sed -n '/<!-- cluster:begin -->/,/<!-- cluster:end -->/p' BENC
 METRICS_SECTION=$(sed -n '/<!-- metrics:begin -->/,/<!-- metrics:end -->/p' BENCHMARKS.md 2>/dev/null || true)
 LAYERS_SECTION=$(sed -n '/<!-- layers:begin -->/,/<!-- layers:end -->/p' BENCHMARKS.md 2>/dev/null || true)
 EMBEDDED_SECTION=$(sed -n '/<!-- embedded:begin -->/,/<!-- embedded:end -->/p' BENCHMARKS.md 2>/dev/null || true)
+MCP_DOOR_SECTION=$(sed -n '/<!-- mcp-door:begin -->/,/<!-- mcp-door:end -->/p' BENCHMARKS.md 2>/dev/null || true)
 python3 -B bench/report.py "$OUT" >BENCHMARKS.md
 if [[ -n $CLUSTER_SECTION ]]; then
     printf '\n%s\n' "$CLUSTER_SECTION" >>BENCHMARKS.md
@@ -208,5 +209,6 @@ fi
 if [[ -n $EMBEDDED_SECTION ]]; then
     printf '\n%s\n' "$EMBEDDED_SECTION" >>BENCHMARKS.md
 fi
+[[ -z $MCP_DOOR_SECTION ]] || printf '\n%s\n' "$MCP_DOOR_SECTION" >>BENCHMARKS.md
 python3 -B bench/plot.py "$OUT" >bench/plot.svg
 echo "== wrote BENCHMARKS.md and bench/plot.svg (raw results in ${OUT#"$ROOT"/})"
