@@ -936,3 +936,100 @@ async fn mcp_param_headers_are_checked_against_what_the_client_was_shown() {
 }
 
 // ----- running the Python script ------------------------------------------------------
+
+/// A tool that says when it starts (after reporting progress when `report`),
+/// then waits to be cancelled, and says when it is.
+fn waiting_tool(
+    report: bool,
+    started: tokio::sync::mpsc::Sender<()>,
+    cancelled: tokio::sync::mpsc::Sender<()>,
+) -> Tool {
+    Tool::builder("wait")
+        .description("Waits to be cancelled")
+        .handler(move |_: Value, ctx: Context| {
+            let (started, cancelled) = (started.clone(), cancelled.clone());
+            async move {
+                if report {
+                    ctx.progress(1.0);
+                }
+                let _ = started.send(()).await;
+                tokio::select! {
+                    () = ctx.cancelled() => {
+                        let _ = cancelled.send(()).await;
+                        Err(ToolError::execution("cancelled"))
+                    }
+                    () = tokio::time::sleep(Duration::from_secs(30)) => {
+                        Err(ToolError::execution("never cancelled"))
+                    }
+                }
+            }
+        })
+        .build()
+        .expect("a valid tool")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_call_is_cancelled_when_its_client_goes_away() {
+    use tokio::io::AsyncWriteExt;
+    // Streaming: the call's progress has come on its answer's SSE stream
+    // when the client closes it.
+    let (started_tx, mut started) = tokio::sync::mpsc::channel(1);
+    let (cancelled_tx, mut cancelled) = tokio::sync::mpsc::channel(1);
+    let (handle, addr) =
+        start_instance(builder().tool(waiting_tool(true, started_tx, cancelled_tx))).await;
+    let call = modern(
+        1,
+        "tools/call",
+        json!({"name": "wait", "arguments": {}, "_meta": {"progressToken": "w"}}),
+        json!({}),
+    );
+    let mut stream = mcp_http::mcp_stream(addr, &call.0, &header_refs(&call.1)).await;
+    assert_eq!(stream.status, 200);
+    let progress = stream.next().await.expect("the call's progress");
+    assert_eq!(progress["method"], "notifications/progress", "{progress}");
+    drop(stream);
+    within("the tool to be cancelled", cancelled.recv())
+        .await
+        .expect("the tool saw its cancellation");
+    within("the tool to have started", started.recv()).await;
+    handle.shutdown().await;
+
+    // Before any answer: the client closes its connection while the call
+    // runs, with nothing sent yet.
+    let (started_tx, mut started) = tokio::sync::mpsc::channel(1);
+    let (cancelled_tx, mut cancelled) = tokio::sync::mpsc::channel(1);
+    let (handle, addr) =
+        start_instance(builder().tool(waiting_tool(false, started_tx, cancelled_tx))).await;
+    let (body, headers) = modern(
+        2,
+        "tools/call",
+        json!({"name": "wait", "arguments": {}}),
+        json!({}),
+    );
+    let body = body.to_string();
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in &headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    let mut conn = within("connecting", TcpStream::connect(addr))
+        .await
+        .expect("connected");
+    within(
+        "sending",
+        conn.write_all(format!("{head}\r\n{body}").as_bytes()),
+    )
+    .await
+    .expect("sent");
+    within("the tool to start", started.recv())
+        .await
+        .expect("the tool started");
+    drop(conn);
+    within("the tool to be cancelled", cancelled.recv())
+        .await
+        .expect("the tool saw its cancellation");
+    handle.shutdown().await;
+}

@@ -38,7 +38,6 @@ const MEMBER_OVERHEAD: usize = 24 + 24;
 
 /// [`Checked::cost`] is at most this many times the message's length: one
 /// `Value` (32 bytes) for every two bytes of `[0,0,0,…]`, plus the array.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const MAX_COST_MULTIPLE: usize = NODE / 2 + 1;
 
 /// The log levels `logging/setLevel` takes (RFC 5424, as MCP names them).

@@ -129,18 +129,36 @@ pub(crate) fn no_session(what: &str) -> String {
     )
 }
 
+/// The client of a stateless request that cannot go another round (a
+/// client of a revision before 2026-07-28, `mcp_sessions(false)`): every
+/// question is refused at once, with [`no_session`]'s reason (`Failed`: the
+/// client may have declared that it answers).
+pub(crate) struct NoSession;
+
+impl Peer for NoSession {
+    fn ask(
+        &self,
+        _: String,
+        _: String,
+        _: Arc<Form>,
+    ) -> PeerFuture<Result<Answer<Value>, AskError>> {
+        Box::pin(async { Err(AskError::Failed(no_session("its questions (elicitation)"))) })
+    }
+
+    fn sample(&self, _: String, _: SampleRequest) -> PeerFuture<Result<Sampled, SampleError>> {
+        Box::pin(async { Err(SampleError::Failed(no_session("sampling requests"))) })
+    }
+
+    fn roots(&self, _: String) -> PeerFuture<Result<Vec<Root>, RootsError>> {
+        Box::pin(async { Err(RootsError::Failed(no_session("a request for its roots"))) })
+    }
+}
+
 /// The MCP client of a call in an MCP session (or over stdio), asked
-/// directly. For a stateless request that cannot go another round (a client
-/// of a revision before 2026-07-28, `mcp_sessions(false)`), every question is
-/// refused at once, with [`no_session`]'s reason (`Failed`: the client may
-/// have declared that it answers); a client in a session that did not
-/// declare what it is asked for gets `Unsupported`.
+/// directly. A client that did not declare what it is asked for gets
+/// `Unsupported`.
 pub(crate) struct SessionPeer {
     pub(crate) peer: McpPeer<RoleServer>,
-    /// A stateless `/mcp` request of a client that takes no second round:
-    /// its answer to a request of the server would come as a new POST that
-    /// no instance waits for.
-    pub(crate) stateless: bool,
 }
 
 impl Peer for SessionPeer {
@@ -151,11 +169,7 @@ impl Peer for SessionPeer {
         form: Arc<Form>,
     ) -> PeerFuture<Result<Answer<Value>, AskError>> {
         let peer = self.peer.clone();
-        let stateless = self.stateless;
         Box::pin(async move {
-            if stateless {
-                return Err(AskError::Failed(no_session("its questions (elicitation)")));
-            }
             let forms = peer
                 .supported_elicitation_modes()
                 .contains(&rmcp::service::ElicitationMode::Form);
@@ -182,11 +196,7 @@ impl Peer for SessionPeer {
         request: SampleRequest,
     ) -> PeerFuture<Result<Sampled, SampleError>> {
         let peer = self.peer.clone();
-        let stateless = self.stateless;
         Box::pin(async move {
-            if stateless {
-                return Err(SampleError::Failed(no_session("sampling requests")));
-            }
             let offers = peer
                 .peer_info()
                 .is_some_and(|info| info.capabilities.sampling.is_some());
@@ -208,11 +218,7 @@ impl Peer for SessionPeer {
 
     fn roots(&self, _key: String) -> PeerFuture<Result<Vec<Root>, RootsError>> {
         let peer = self.peer.clone();
-        let stateless = self.stateless;
         Box::pin(async move {
-            if stateless {
-                return Err(RootsError::Failed(no_session("a request for its roots")));
-            }
             let offers = peer
                 .peer_info()
                 .is_some_and(|info| info.capabilities.roots.is_some());

@@ -58,7 +58,7 @@ use super::with_mcp::McpDoor;
 use crate::auth::{Caller, query_param};
 use crate::context::share::CallerKey;
 use crate::exec::admit::{Arrival, Check};
-use crate::mcp::export::{Handshake, LargeArguments, McpProfile};
+use crate::mcp::export::{Handshake, LargeArguments, McpProfile, direct};
 use crate::mcp::inbound::{self, Checked, INVALID_REQUEST, Refusal};
 use crate::mcp::listen::ListenTicket;
 use crate::schema::SchemaProfile;
@@ -147,6 +147,21 @@ async fn post(
         Ok(read) => read,
         Err(refused) => return refused,
     };
+    let at = Direct {
+        hub,
+        mcp,
+        caller: &caller,
+        key: &key,
+        profile: parts.extensions.get::<McpProfile>().map(|p| p.0),
+    };
+    // A small 2026-07-28 request served here is read once, and counted at
+    // the most its parsed form can cost (`mcp/export/direct.rs`).
+    if bytes.len() <= DIRECT_UNCHECKED
+        && let Some(direct) = at.route(&parts.headers, &bytes)
+    {
+        let cost = bytes.len() * inbound::MAX_COST_MULTIPLE;
+        return at.serve(direct, cost, reservation, outflow).await;
+    }
     // A large message is checked off the workers, and parsed by the MCP
     // server with a permit, so that few are parsed at once.
     let large = bytes.len() > LARGE_PARAMS;
@@ -167,10 +182,16 @@ async fn post(
             return rpc_error(status_of(refusal.status), &refusal);
         }
     };
+    if !large
+        && checked.id.is_some()
+        && let Some(direct) = at.route(&parts.headers, &bytes)
+    {
+        return at.serve(direct, checked.cost, reservation, outflow).await;
+    }
     // A call the caller's scopes do not allow: `403` and the scopes to step
     // up to (docs/protocol.md §17.1), before the MCP server sees it.
     if let (Some(caller), Some(name)) = (&caller, &name)
-        && let Some(refused) = forbidden_call(hub, caller, &checked, name)
+        && let Some(refused) = forbidden_call(hub, caller, checked.id.as_ref(), name)
     {
         return refused;
     }
@@ -312,6 +333,72 @@ async fn examine(
     })
 }
 
+/// The longest body a request served without the MCP server is taken in
+/// unchecked (`mcp/export/direct.rs`): counted at the most its parsed form
+/// can cost, at most 17 times this. Longer ones are checked first.
+const DIRECT_UNCHECKED: usize = 4 * 1024;
+
+/// What serving a request without the MCP server needs of its `POST`.
+struct Direct<'a> {
+    hub: &'a Arc<Hub>,
+    mcp: &'a McpDoor,
+    caller: &'a Option<Arc<Caller>>,
+    key: &'a CallerKey,
+    /// The schema profile its URL asks for, if any.
+    profile: Option<SchemaProfile>,
+}
+
+impl Direct<'_> {
+    /// The request in `body`, when it is one served without the MCP server.
+    fn route(&self, headers: &HeaderMap, body: &[u8]) -> Option<direct::Direct> {
+        direct::route(headers, body, |name| self.annotated(name))
+    }
+
+    /// The input schema of tool `name`, as the request is shown it, has
+    /// parameters that travel in `Mcp-Param-*` headers too.
+    fn annotated(&self, name: &str) -> bool {
+        let hub = self.hub;
+        let profile = self.profile.unwrap_or(hub.shared.config.schema_profile);
+        hub.shared.registry.get(name).is_some_and(|tool| {
+            tool.advertised_input_schema(profile)
+                .is_some_and(|schema| !inbound::header_paths(schema).is_empty())
+        })
+    }
+
+    /// Serves `direct` as the MCP server would: the caller's scopes, the
+    /// body budget for what the request holds parsed (`cost`), the pools.
+    async fn serve(
+        &self,
+        direct: direct::Direct,
+        cost: usize,
+        mut reservation: Reservation,
+        outflow: Option<Arc<Outflow>>,
+    ) -> Response<Body> {
+        let hub = self.hub;
+        if let (Some(caller), Some(name)) = (self.caller, direct.tool())
+            && (!hub.shared.config.required_scopes.is_empty()
+                || hub.shared.registry.snapshot().scoped())
+            && let Some(refused) = forbidden_call(hub, caller, Some(&direct.id()), name)
+        {
+            return refused;
+        }
+        if cost > reservation.bytes() && !reservation.grow(cost - reservation.bytes()) {
+            return busy("Too many request bodies in flight; retry shortly");
+        }
+        hub.shared.stats.mcp_request(direct.method());
+        let id = direct.id();
+        let caller = self.caller.clone();
+        let http = &self.mcp.http;
+        match http
+            .serve_direct(direct, caller, self.key.clone(), self.profile)
+            .await
+        {
+            Ok(response) => answered(response, hub, outflow, Some(reservation)),
+            Err(why) => busy_answering(why, Some(id)),
+        }
+    }
+}
+
 /// A permit to parse one large message (`max(1, cores / 2)` server-wide).
 async fn parse_permit(parsers: &Arc<Semaphore>) -> OwnedSemaphorePermit {
     // The semaphore is never closed.
@@ -425,7 +512,7 @@ fn call_name(body: &[u8]) -> Option<String> {
 fn forbidden_call(
     hub: &Hub,
     caller: &Caller,
-    checked: &inbound::Checked,
+    id: Option<&Value>,
     name: &str,
 ) -> Option<Response<Body>> {
     // Refused here, the call is counted here: admission's scopes step.
@@ -434,7 +521,7 @@ fn forbidden_call(
     let no_id = Value::Null;
     let forbidden = hub.shared.gate(&now).screen(Arrival {
         tool: Some(name),
-        call_id: checked.id.as_ref().unwrap_or(&no_id),
+        call_id: id.unwrap_or(&no_id),
         session: None,
         door: Door::McpHttp,
         meta: None,
@@ -444,7 +531,7 @@ fn forbidden_call(
     })?;
     let body = serde_json::json!({
         "jsonrpc": "2.0",
-        "id": checked.id.clone().unwrap_or_default(),
+        "id": id.cloned().unwrap_or_default(),
         "error": {
             "code": INVALID_REQUEST,
             "message": forbidden.message(),

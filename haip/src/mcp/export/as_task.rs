@@ -12,10 +12,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::ExportService;
-use super::calls::{Call, Stop, can_of, result_of, stopping};
+use super::calls::{Call, Stop, result_of, stopping};
 use super::render::error_result;
 use crate::context::CallSlot;
-use crate::context::share::CallerKey;
 use crate::exec::admit::CallBook;
 use crate::exec::{CallEvent, Outcome};
 use crate::mcp::tasks::{NOTE_EVERY, TaskPeer, Tasks, share_of};
@@ -42,11 +41,7 @@ impl ExportService {
     pub(super) async fn run_as_task(&self, call: Call<'_>) -> AsTask {
         // Who the task counts against: the `/mcp` front door's key for the
         // request; over stdio (no HTTP request) the one client, no share.
-        let key = match call.context.extensions.get::<hyper::http::request::Parts>() {
-            Some(parts) => parts.extensions.get::<CallerKey>(),
-            None => Some(&CallerKey::Unlimited),
-        };
-        let caller = share_of(key, call.subject.as_deref());
+        let caller = share_of(call.request.key.as_ref(), call.subject.as_deref());
         let admission = match self.tasks.admit(caller) {
             Ok(admission) => admission,
             Err(why) => return AsTask::Refused(error_result(why, None)),
@@ -54,8 +49,8 @@ impl ExportService {
         let (events_tx, mut events) = mpsc::unbounded_channel();
         let slot = Arc::new(CallSlot::default());
         let cancel = self.shared.shutdown.child_token();
-        let context = call.context;
-        let peer = self.tasks.peer(can_of(context), call.round.clone());
+        let request = call.request;
+        let peer = self.tasks.peer(request.can(), call.round.clone());
         let start = self.start_of(
             &call,
             cancel.clone(),
@@ -70,8 +65,8 @@ impl ExportService {
             book,
             ..
         } = call;
-        let request_id = context.id.clone();
-        let logs = self.log_relay(context, tool);
+        let request_id = request.id.clone();
+        let logs = self.log_relay(request, tool);
         let required = tool.task_support() == TaskSupport::Required;
         let finished = match self.shared.runner.start(start, &events_tx) {
             Some((_, outcome)) => Some(*outcome),

@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ProgressNotificationParam, ProtocolVersion,
 };
-use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -19,12 +18,11 @@ use super::render::{
     error_result, failure_result, imported, invalid_params_result, passthrough_blocks,
     success_result,
 };
+use super::request::CallRequest;
 use crate::context::{CallSlot, Caller, Peer};
 use crate::exec::admit::CallBook;
 use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy};
 use crate::mcp::mrtr::{BadState, RoundPeer};
-use crate::mcp::peer::Can;
-use crate::mcp::peer::SessionPeer;
 use crate::otel::TraceLink;
 use crate::protocol::payload::ToolOutcome;
 use crate::protocol::{ErrorCode, json_len};
@@ -40,7 +38,7 @@ pub(super) struct Call<'a> {
     pub(super) large: bool,
     pub(super) subject: Option<Arc<str>>,
     pub(super) caller: Option<Arc<Caller>>,
-    pub(super) context: &'a RequestContext<RoleServer>,
+    pub(super) request: &'a CallRequest<'a>,
     /// Held until the tool's task has stopped.
     pub(super) permit: OwnedSemaphorePermit,
     pub(super) round: Option<Arc<RoundPeer>>,
@@ -77,20 +75,21 @@ impl ExportService {
         tool: &Tool,
         arguments: &Value,
         subject: Option<&str>,
-        request: &CallToolRequestParams,
-        context: &RequestContext<RoleServer>,
+        params: &CallToolRequestParams,
+        request: &CallRequest<'_>,
     ) -> Result<Option<Arc<RoundPeer>>, BadState> {
         let Some(rounds) = self.rounds.as_deref().filter(|_| self.stateless) else {
             return Ok(None);
         };
-        let modern = context
-            .protocol_version()
+        let modern = request
+            .version
+            .as_ref()
             .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
         if !modern {
             return Ok(None);
         }
-        let can = can_of(context);
-        let given = request
+        let can = request.can();
+        let given = params
             .input_responses
             .clone()
             .map(|responses| responses.into_iter().collect::<Map<String, Value>>());
@@ -98,7 +97,7 @@ impl ExportService {
             tool.name(),
             arguments,
             subject,
-            request.request_state.as_deref(),
+            params.request_state.as_deref(),
             given,
         )?;
         Ok(Some(RoundPeer::new(can, answers)))
@@ -160,18 +159,15 @@ impl ExportService {
         // So does the request's end before its answer (its future dropped:
         // the client went away); after the answer, cancelling changes nothing.
         let _cancel_on_drop = cancel.clone().drop_guard();
-        let context = call.context;
+        let request = call.request;
         let round = call.round.clone();
         let peer: Arc<dyn Peer> = match &round {
             Some(round) => Arc::new(Arc::clone(round)),
-            None => Arc::new(SessionPeer {
-                peer: context.peer.clone(),
-                stateless: self.stateless,
-            }),
+            None => request.link.peer(self.stateless),
         };
         let start = self.start_of(&call, cancel.clone(), Arc::clone(&slot), peer);
         let Call { tool, permit, .. } = call;
-        let logs = self.log_relay(context, tool);
+        let logs = self.log_relay(request, tool);
         // A call that finished on its first poll is done here and now.
         if let Some((_, outcome)) = self.shared.runner.start(start, &events_tx) {
             logs.flush(&slot).await;
@@ -179,10 +175,10 @@ impl ExportService {
         }
         // Only the call's task reports now: its end closes the channel.
         drop(events_tx);
-        let token = context.meta.get_progress_token();
+        let token = request.progress_token();
         loop {
             let event = tokio::select! {
-                () = context.ct.cancelled(), if !cancel.is_cancelled() => {
+                () = request.cancelled.cancelled(), if !cancel.is_cancelled() => {
                     cancel.cancel();
                     slot.close();
                     continue;
@@ -213,7 +209,7 @@ impl ExportService {
                         });
                     }
                     // A client that went away just misses its progress.
-                    let _ = context.peer.notify_progress(note).await;
+                    request.link.progress(note).await;
                 }
                 Some(CallEvent::TimedOut(_)) => {
                     // Answer at the deadline (as HAIP does); the executor
@@ -389,14 +385,4 @@ pub(super) async fn stopping(
         }
     }
     drop(permit);
-}
-
-/// Which questions the client of `context` can be sent.
-pub(super) fn can_of(context: &RequestContext<RoleServer>) -> Can {
-    let caps = context.client_capabilities().unwrap_or_default();
-    Can {
-        elicit: caps.elicitation.is_some(),
-        sample: caps.sampling.is_some(),
-        roots: caps.roots.is_some(),
-    }
 }

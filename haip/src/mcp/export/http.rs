@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::ExportService;
+use super::direct::Direct;
 use crate::context::Caller;
 use crate::context::share::{CallerKey, OverShare, ShareGuard, Shares};
 use crate::mcp::listen::{Listening, Listens};
@@ -89,6 +90,9 @@ pub(crate) struct McpHttp {
     shares: CallerShares,
     /// Who opened each live MCP session.
     owners: Arc<Owners>,
+    /// What the services of requests served without the MCP server are
+    /// copied from (`direct.rs`).
+    direct: ExportService,
 }
 
 /// Each caller's shares of `/mcp`'s pools.
@@ -133,6 +137,7 @@ impl McpHttp {
         let factory_shared = Arc::clone(shared);
         let factory_sessions = Arc::clone(&live_sessions);
         let factory_requests = Arc::clone(&live_requests);
+        let direct = ExportService::stateless(shared, &rounds, &tasks);
         let service = rmcp::transport::StreamableHttpService::new(
             move || {
                 // Asked for once the request is parsed: a large one's permit
@@ -185,6 +190,7 @@ impl McpHttp {
                 listens: Listens::new(shared.config.max_sessions, per_caller),
             },
             owners: Arc::default(),
+            direct,
         }
     }
 
@@ -229,21 +235,46 @@ impl McpHttp {
             }
             share
         } else {
-            let share = shares
-                .requests
-                .take(key)
-                .map_err(|over| over_requests(key, &over))?;
-            if self.live_requests.load(Relaxed) >= self.max_sessions {
-                return Err(format!(
-                    "Too many MCP requests in flight (max_sessions = {})",
-                    self.max_sessions
-                ));
-            }
-            share
+            self.take_request(key)?
         };
         admission.share = Some(share);
         admission.session = session;
         Ok(admission)
+    }
+
+    /// The caller `key`'s place among the stateless requests being served.
+    fn take_request(&self, key: &CallerKey) -> Result<ShareGuard, String> {
+        let share = self
+            .shares
+            .requests
+            .take(key)
+            .map_err(|over| over_requests(key, &over))?;
+        if self.live_requests.load(Relaxed) >= self.max_sessions {
+            return Err(format!(
+                "Too many MCP requests in flight (max_sessions = {})",
+                self.max_sessions
+            ));
+        }
+        Ok(share)
+    }
+
+    /// Serves a request the front door routed here (`direct.rs`) with a
+    /// service of its own, counted among the stateless requests; or why it
+    /// has no place there, for the client.
+    pub(crate) async fn serve_direct(
+        &self,
+        direct: Direct,
+        caller: Option<Arc<Caller>>,
+        key: CallerKey,
+        profile: Option<SchemaProfile>,
+    ) -> Result<hyper::Response<super::direct::Body>, String> {
+        let share = self.take_request(&key)?;
+        let mut service = self
+            .direct
+            .for_request(&self.live_requests)
+            .map_err(|e| e.to_string())?;
+        service.held = Some(Arc::new(Held::new(share, None)));
+        Ok(service.serve_direct(direct, caller, key, profile).await)
     }
 
     /// A place for one `subscriptions/listen` stream of the caller `key`,

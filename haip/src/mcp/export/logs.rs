@@ -4,26 +4,31 @@
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, ProtocolVersion};
-use rmcp::service::{Peer as McpPeer, RequestContext, RoleServer};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::ExportService;
+use super::request::CallRequest;
 use crate::context::{CallSlot, LogLevel, LogLine};
 use crate::tool::Tool;
 
 impl ExportService {
-    /// The relay of a call's log lines to the client of `context`.
+    /// The relay of a call's log lines to the client of `request`.
     pub(super) fn log_relay<'a>(
         &'a self,
-        context: &'a RequestContext<RoleServer>,
+        request: &'a CallRequest<'a>,
         tool: &'a Tool,
     ) -> LogRelay<'a> {
         LogRelay {
-            peer: &context.peer,
+            request,
             level: &self.log_level,
             // A level in the request's `_meta` (how a stateless client says
             // it: no `logging/setLevel` outlives its request) wins.
-            requested: context.meta.log_level().map(|l| log_level(l) as u8),
+            requested: request
+                .meta
+                .get("io.modelcontextprotocol/logLevel")
+                .and_then(|l| LoggingLevel::deserialize(l).ok())
+                .map(|l| log_level(l) as u8),
             logger: tool.name(),
         }
     }
@@ -32,7 +37,7 @@ impl ExportService {
 /// Sends a call's log lines to the MCP client as `notifications/message`,
 /// in order, those at or above the level it set.
 pub(super) struct LogRelay<'a> {
-    peer: &'a McpPeer<RoleServer>,
+    request: &'a CallRequest<'a>,
     level: &'a AtomicU8,
     /// The request's own level (`_meta` `io.modelcontextprotocol/logLevel`).
     requested: Option<u8>,
@@ -47,11 +52,7 @@ impl LogRelay<'_> {
             Some(level) => level,
             // MCP 2026-07-28: a request that names no `logLevel` in its
             // `_meta` gets no log lines (there is no `logging/setLevel`).
-            None if self
-                .peer
-                .peer_info()
-                .is_some_and(|info| per_request(Some(&info.protocol_version))) =>
-            {
+            None if per_request(self.request.link.session_version().as_ref()) => {
                 return;
             }
             None => self.level.load(Relaxed),
@@ -67,7 +68,7 @@ impl LogRelay<'_> {
             let note = LoggingMessageNotificationParam::new(mcp_level(line.level), data)
                 .with_logger(self.logger);
             // A client that went away just misses its log lines.
-            let _ = self.peer.notify_logging_message(note).await;
+            self.request.link.log(note).await;
         }
     }
 }

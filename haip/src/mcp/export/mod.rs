@@ -15,9 +15,12 @@
 
 mod as_task;
 mod calls;
+pub(crate) mod direct;
 mod http;
 mod logs;
 mod render;
+mod request;
+mod rmcp_link;
 #[cfg(test)]
 mod tests;
 
@@ -39,17 +42,19 @@ use tokio_util::sync::CancellationToken;
 
 use self::as_task::AsTask;
 use self::calls::{Call, Stop, result_of};
-use self::http::{Held, LargeRequest, McpCaller, SERVING};
+use self::http::{Held, McpCaller, SERVING};
 use self::logs::{log_level, per_request};
 use self::render::{error_result, invalid_params_result, mcp_tool};
+use self::request::CallRequest;
 use super::mrtr::{BadState, RoundPeer, Rounds};
 use super::tasks::Tasks;
 use crate::context::{Caller, LogLevel};
 use crate::exec;
 use crate::exec::admit::{Admitted, Arrival, Check, DoorRule, Refused};
 use crate::protocol::{ErrorCode, json_len};
+use crate::schema::SchemaProfile;
 use crate::session::Shared;
-use crate::stats::{Door, Ended};
+use crate::stats::Ended;
 use crate::tool::TaskSupport;
 
 /// One MCP session's view of the registry.
@@ -130,7 +135,47 @@ impl ExportService {
         rounds: Option<Arc<Rounds>>,
         tasks: &Arc<Tasks>,
     ) -> Result<ExportService, std::io::Error> {
-        let max = shared.config.max_sessions;
+        let guard = LiveSession::enter(live, shared.config.max_sessions)?;
+        let mut service = ExportService::new(Arc::clone(shared), Some(guard), Arc::clone(tasks));
+        service.stateless = stateless;
+        service.rounds = rounds;
+        Ok(service)
+    }
+
+    /// What the services of stateless requests served without the MCP
+    /// server are copied from ([`for_request`](Self::for_request)): made
+    /// once, so that a request allocates only what is its own.
+    pub(crate) fn stateless(
+        shared: &Arc<Shared>,
+        rounds: &Arc<Rounds>,
+        tasks: &Arc<Tasks>,
+    ) -> ExportService {
+        let mut service = ExportService::new(Arc::clone(shared), None, Arc::clone(tasks));
+        service.stateless = true;
+        service.rounds = Some(Arc::clone(rounds));
+        // One call per request: the pool of requests bounds them.
+        service.inflight = Arc::new(Semaphore::new(Semaphore::MAX_PERMITS));
+        service
+    }
+
+    /// A service for one stateless request, copied from this one (made by
+    /// [`stateless`](Self::stateless)) with an id of its own, counted in
+    /// `live`; or an error when `max_sessions` are live there.
+    pub(crate) fn for_request(
+        &self,
+        live: &Arc<AtomicUsize>,
+    ) -> Result<ExportService, std::io::Error> {
+        let guard = LiveSession::enter(live, self.shared.config.max_sessions)?;
+        let mut service = self.clone();
+        service.session_id = Arc::from(format!("mcp-{}", uuid::Uuid::new_v4()));
+        service._live = Some(guard);
+        Ok(service)
+    }
+}
+
+impl LiveSession {
+    /// A place in the pool `live` of at most `max`.
+    fn enter(live: &Arc<AtomicUsize>, max: usize) -> Result<Arc<LiveSession>, std::io::Error> {
         if live
             .fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1))
             .is_err()
@@ -139,11 +184,7 @@ impl ExportService {
                 "too many MCP sessions (max_sessions = {max})"
             )));
         }
-        let guard = Arc::new(LiveSession(Arc::clone(live)));
-        let mut service = ExportService::new(Arc::clone(shared), Some(guard), Arc::clone(tasks));
-        service.stateless = stateless;
-        service.rounds = rounds;
-        Ok(service)
+        Ok(Arc::new(LiveSession(Arc::clone(live))))
     }
 }
 
@@ -288,111 +329,17 @@ impl ServerHandler for ExportService {
             .extensions
             .get::<hyper::http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<McpProfile>())
-            .map_or(self.shared.config.schema_profile, |p| p.0);
-        let snapshot = self.shared.registry.snapshot();
-        let caller = caller_of(&context);
-        // A tool the profile cannot describe is left out (a host in strict
-        // mode would refuse every tool for one it cannot take), and so is
-        // one the caller's scopes do not allow (docs/protocol.md §17.1).
-        Ok(ListToolsResult::with_all_items(
-            snapshot
-                .tools()
-                .iter()
-                .filter(|t| self.shared.config.shows(caller.as_deref(), t))
-                .filter_map(|t| mcp_tool(t, profile))
-                .collect(),
-        ))
+            .map(|p| p.0);
+        Ok(self.tool_list(profile, caller_of(&context).as_deref()))
     }
 
     async fn call_tool(
         &self,
-        mut request: CallToolRequestParams,
+        params: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let caller = caller_of(&context);
-        let subject = caller.as_ref().map(|c| Arc::<str>::from(c.subject()));
-        let admitted = self
-            .admit_call(
-                &mut request,
-                &context,
-                caller.as_deref(),
-                subject.as_deref(),
-            )
-            .await;
-        let (
-            Admitted {
-                tool,
-                params,
-                book,
-                door: round,
-            },
-            Place {
-                permit,
-                large,
-                takes_tasks,
-            },
-        ) = match admitted {
-            Ok(admitted) => admitted,
-            Err(answer) => return *answer,
-        };
-        let now = || self.shared.clock.now();
-        let arguments = round.as_ref().map(|_| params.clone());
-        let mut book = Some(book);
-        let call = Call {
-            tool: &tool,
-            params,
-            large,
-            subject: subject.clone(),
-            caller,
-            context: &context,
-            permit,
-            round: round.clone(),
-            book: &mut book,
-        };
-        let as_task = takes_tasks && tool.task_support() != TaskSupport::Forbidden;
-        let stop = if as_task {
-            match self.run_as_task(call).await {
-                AsTask::Task(result) => return Ok(CallToolResponse::Task(result)),
-                AsTask::Refused(result) => {
-                    // Unless the task ended and was counted before it
-                    // could not be kept.
-                    if let Some(book) = book.take() {
-                        book.finish(Ended::failed(&ErrorCode::INTERNAL_ERROR), now());
-                    }
-                    return Ok(result.into());
-                }
-                AsTask::Stopped(stop) => stop,
-            }
-        } else {
-            self.run(call).await
-        };
-        let book = book.expect("a call that did not become a task keeps its book");
-        if let (Stop::InputRequired, Some(round), Some(rounds), Some(arguments)) =
-            (&stop, &round, &self.rounds, &arguments)
-        {
-            // Not an end: the call goes on with the client's retry.
-            book.suspend();
-            let (requests, state) =
-                round.input_required(rounds, tool.name(), arguments, subject.as_deref());
-            let result = InputRequiredResult::new(Some(requests), Some(state));
-            return Ok(CallToolResponse::InputRequired(result));
-        }
-        let (ended, result) = result_of(&self.shared, &tool, stop);
-        let latency = book.finish(ended, now());
-        if tracing::enabled!(target: "haip::access", tracing::Level::INFO) {
-            let bytes = json_len(&result);
-            let who = subject.as_deref();
-            let stats = &self.shared.stats;
-            stats.access("mcp", tool.name(), &context.id, who, ended, latency, bytes);
-        }
-        // A call that failed after a question its client could not take
-        // (it did not declare the capability): say which it lacks.
-        if result.is_error == Some(true)
-            && let Some(required) = round.as_ref().and_then(|r| r.refused())
-        {
-            return Err(McpError::missing_required_client_capability(required));
-        }
-        Ok(result.into())
+        self.serve_call(params, rmcp_link::from_rmcp(&context))
+            .await
     }
 
     /// `tasks/get`.
@@ -435,41 +382,141 @@ impl ServerHandler for ExportService {
 }
 
 impl ExportService {
+    /// Serves a `tools/call`, whichever MCP server hands it over.
+    pub(crate) async fn serve_call(
+        &self,
+        mut params: CallToolRequestParams,
+        mut request: CallRequest<'_>,
+    ) -> Answer {
+        let caller = request.caller.clone();
+        let subject = caller.as_ref().map(|c| Arc::<str>::from(c.subject()));
+        let admitted = self
+            .admit_call(&mut params, &mut request, subject.as_deref())
+            .await;
+        let (
+            Admitted {
+                tool,
+                params,
+                book,
+                door: round,
+            },
+            Place {
+                permit,
+                large,
+                takes_tasks,
+            },
+        ) = match admitted {
+            Ok(admitted) => admitted,
+            Err(answer) => return *answer,
+        };
+        let now = || self.shared.clock.now();
+        let arguments = round.as_ref().map(|_| params.clone());
+        let mut book = Some(book);
+        let call = Call {
+            tool: &tool,
+            params,
+            large,
+            subject: subject.clone(),
+            caller,
+            request: &request,
+            permit,
+            round: round.clone(),
+            book: &mut book,
+        };
+        let as_task = takes_tasks && tool.task_support() != TaskSupport::Forbidden;
+        let stop = if as_task {
+            match self.run_as_task(call).await {
+                AsTask::Task(result) => return Ok(CallToolResponse::Task(result)),
+                AsTask::Refused(result) => {
+                    // Unless the task ended and was counted before it
+                    // could not be kept.
+                    if let Some(book) = book.take() {
+                        book.finish(Ended::failed(&ErrorCode::INTERNAL_ERROR), now());
+                    }
+                    return Ok(result.into());
+                }
+                AsTask::Stopped(stop) => stop,
+            }
+        } else {
+            self.run(call).await
+        };
+        let book = book.expect("a call that did not become a task keeps its book");
+        if let (Stop::InputRequired, Some(round), Some(rounds), Some(arguments)) =
+            (&stop, &round, &self.rounds, &arguments)
+        {
+            // Not an end: the call goes on with the client's retry.
+            book.suspend();
+            let (requests, state) =
+                round.input_required(rounds, tool.name(), arguments, subject.as_deref());
+            let result = InputRequiredResult::new(Some(requests), Some(state));
+            return Ok(CallToolResponse::InputRequired(result));
+        }
+        let (ended, result) = result_of(&self.shared, &tool, stop);
+        let latency = book.finish(ended, now());
+        if tracing::enabled!(target: "haip::access", tracing::Level::INFO) {
+            let bytes = json_len(&result);
+            let who = subject.as_deref();
+            let stats = &self.shared.stats;
+            stats.access("mcp", tool.name(), request.id, who, ended, latency, bytes);
+        }
+        // A call that failed after a question its client could not take
+        // (it did not declare the capability): say which it lacks.
+        if result.is_error == Some(true)
+            && let Some(required) = round.as_ref().and_then(|r| r.refused())
+        {
+            return Err(McpError::missing_required_client_capability(required));
+        }
+        Ok(result.into())
+    }
+
+    /// A tool list as `tools/list` shows it to `caller`, in `profile` (the
+    /// server's when `None`).
+    pub(crate) fn tool_list(
+        &self,
+        profile: Option<SchemaProfile>,
+        caller: Option<&Caller>,
+    ) -> ListToolsResult {
+        let profile = profile.unwrap_or(self.shared.config.schema_profile);
+        let snapshot = self.shared.registry.snapshot();
+        // A tool the profile cannot describe is left out (a host in strict
+        // mode would refuse every tool for one it cannot take), and so is
+        // one the caller's scopes do not allow (docs/protocol.md §17.1).
+        ListToolsResult::with_all_items(
+            snapshot
+                .tools()
+                .iter()
+                .filter(|t| self.shared.config.shows(caller, t))
+                .filter_map(|t| mcp_tool(t, profile))
+                .collect(),
+        )
+    }
+
     /// Admits a `tools/call` (with the export's own rules: tasks, rounds),
     /// checks large params off the runtime's workers, and takes a place
     /// among the session's calls in flight; or answers the refusal.
     async fn admit_call(
         &self,
-        request: &mut CallToolRequestParams,
-        context: &RequestContext<RoleServer>,
-        caller: Option<&Caller>,
+        params: &mut CallToolRequestParams,
+        request: &mut CallRequest<'_>,
         subject: Option<&str>,
     ) -> Result<(Admitted<Option<Arc<RoundPeer>>>, Place), Box<Answer>> {
-        let parts = context.extensions.get::<hyper::http::request::Parts>();
         // A large call's arguments come parsed already, beside the message.
-        let parsed = parts
-            .and_then(|parts| parts.extensions.get::<LargeArguments>())
-            .and_then(LargeArguments::take);
-        let params = Value::Object(parsed.or(request.arguments.take()).unwrap_or_default());
-        let large = parts.is_some_and(|parts| parts.extensions.get::<LargeRequest>().is_some());
+        let arguments = request.arguments.take().or(params.arguments.take());
+        let large = request.large;
         // With layers, params are checked after them, in the call's task;
         // large ones off the runtime's workers, a few at once.
         let layered = self.shared.runner.layered();
-        let takes_tasks = context
-            .client_capabilities()
-            .is_some_and(|caps| caps.supports_tasks());
+        let takes_tasks = request.takes_tasks();
         let clock = &self.shared.clock;
         let now = || clock.now();
+        let request = &*request;
+        let caller = request.caller.as_deref();
         let arrival = Arrival {
-            tool: Some(&request.name),
-            call_id: &context.id,
+            tool: Some(&params.name),
+            call_id: request.id,
             session: Some(&self.session_id),
-            door: if parts.is_some() {
-                Door::McpHttp
-            } else {
-                Door::McpStdio
-            },
-            meta: Some(&context.meta.0.0),
+            door: request.door,
+            meta: Some(request.meta),
             caller,
             received: now(),
             check: if layered || large {
@@ -478,10 +525,11 @@ impl ExportService {
                 Check::Now
             },
         };
+        let params_value = Value::Object(arguments.unwrap_or_default());
         let admitted = self
             .shared
             .gate(&now)
-            .admit(arrival, params, |tool, params| {
+            .admit(arrival, params_value, |tool, arguments| {
                 // A tool that always runs as a task needs a client that takes them.
                 if tool.task_support() == TaskSupport::Required && !takes_tasks {
                     return Err(Rule::NeedsTasks);
@@ -489,10 +537,10 @@ impl ExportService {
                 // Without sessions, a 2026-07-28 client takes questions by
                 // rounds: the answers its retry brings, checked before anything
                 // runs.
-                let round = self.round_peer(tool, params, subject, request, context);
+                let round = self.round_peer(tool, arguments, subject, params, request);
                 round.map_err(Rule::BadState)
             });
-        let refused = |refused| Err(Box::new(self.refused(refused, &request.name, caller)));
+        let refused = |refused| Err(Box::new(self.refused(refused, &params.name, caller)));
         let mut admitted = match admitted {
             Ok(admitted) => admitted,
             Err(why) => return refused(why),
@@ -558,7 +606,7 @@ impl ExportService {
 }
 
 /// The answer to a `tools/call`.
-type Answer = Result<CallToolResponse, McpError>;
+pub(crate) type Answer = Result<CallToolResponse, McpError>;
 
 /// What an admitted call holds besides its admission.
 struct Place {

@@ -1,0 +1,537 @@
+//! MCP 2026-07-28 requests that `/mcp` serves itself: `tools/call` and
+//! `tools/list` of a client that names its revision and
+//! capabilities in the request's `_meta`, as every request of that revision
+//! does. Such a request needs no session and nothing of an earlier one, so it
+//! is answered here, on the request's own task: its message parsed once into
+//! the types it needs, its call run on the export's admission path
+//! (`ExportService::serve_call`), its answer written once. A plain answer is
+//! `application/json`; a call that sends progress or log lines before its
+//! result answers with an SSE stream that carries them and then the result.
+//!
+//! [`route`] takes only a request whose headers agree with its body in every
+//! way the revision asks (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`)
+//! and whose tool has no `x-mcp-header` parameters; any other request, and
+//! every refusal of a header, goes on to the MCP server as before, which
+//! answers it with the JSON-RPC error the revision names.
+
+use std::borrow::Cow;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Response, StatusCode};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ErrorCode, InputResponses,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion, RequestId,
+    ServerResult,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::ExportService;
+use super::request::{CallRequest, ClientLink, Sent};
+use crate::context::share::CallerKey;
+use crate::context::{Caller, Peer};
+use crate::mcp::inbound::MAX_TOKEN_BYTES;
+use crate::mcp::peer::NoSession;
+use crate::schema::SchemaProfile;
+use crate::stats::Door;
+
+/// The `_meta` key of a request's revision.
+const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key of what a request's client declared.
+const CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
+/// Messages a call may send before its result that wait for its client.
+const OUTBOX: usize = 32;
+/// An SSE comment on an answer stream this long silent: proxies keep it
+/// open, and a client that went away is noticed.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The response body `/mcp` answers with.
+pub(crate) type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
+
+/// A request [`route`] took: served by [`ExportService::serve_direct`].
+pub(crate) struct Direct {
+    id: RequestId,
+    method: Method,
+    meta: Map<String, Value>,
+    capabilities: ClientCapabilities,
+}
+
+enum Method {
+    Call(Box<CallToolRequestParams>),
+    List,
+}
+
+impl Direct {
+    /// Its JSON-RPC method.
+    pub(crate) fn method(&self) -> &'static str {
+        match self.method {
+            Method::Call(_) => "tools/call",
+            Method::List => "tools/list",
+        }
+    }
+
+    /// The tool a `tools/call` calls.
+    pub(crate) fn tool(&self) -> Option<&str> {
+        match &self.method {
+            Method::Call(params) => Some(&params.name),
+            Method::List => None,
+        }
+    }
+
+    /// Its id, as the front door's refusals name it.
+    pub(crate) fn id(&self) -> Value {
+        match &self.id {
+            RequestId::Number(n) => Value::from(*n),
+            RequestId::String(s) => Value::String(s.to_string()),
+        }
+    }
+}
+
+/// A JSON-RPC request of a method served here, read in one pass. Any
+/// other shape fails to parse, and goes on to the front door's check,
+/// which refuses it with the error it deserves.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Message<'a> {
+    #[serde(borrow)]
+    jsonrpc: Cow<'a, str>,
+    id: RequestId,
+    #[serde(borrow)]
+    method: Cow<'a, str>,
+    params: Option<Params>,
+}
+
+/// The params of `tools/call` and `tools/list` (whose `cursor` is not
+/// read: the list is never paged).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Params {
+    #[serde(rename = "_meta")]
+    meta: Option<Map<String, Value>>,
+    name: Option<String>,
+    arguments: Option<Map<String, Value>>,
+    // `null` is not a value of these (the front door's check refuses it).
+    #[serde(default, deserialize_with = "present")]
+    input_responses: Option<InputResponses>,
+    #[serde(default, deserialize_with = "present")]
+    request_state: Option<String>,
+}
+
+/// A field that is there: `null` fails to parse as `T`.
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    field: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(field).map(Some)
+}
+
+/// The request in `body` when it is one served here; `None` sends it on.
+/// `annotated`: the called tool's input schema has parameters that travel
+/// in `Mcp-Param-*` headers too.
+pub(crate) fn route(
+    headers: &HeaderMap,
+    body: &[u8],
+    annotated: impl FnOnce(&str) -> bool,
+) -> Option<Direct> {
+    let message: Message<'_> = serde_json::from_slice(body).ok()?;
+    if message.jsonrpc != "2.0" || !short(&message.id) {
+        return None;
+    }
+    let params = message.params?;
+    let meta = params.meta?;
+    let method = match &*message.method {
+        "tools/call" => {
+            let name = params.name?;
+            if one(headers, "mcp-name")? != name || annotated(&name) {
+                return None;
+            }
+            let mut call = CallToolRequestParams::new(name);
+            call.arguments = params.arguments;
+            call.input_responses = params.input_responses;
+            call.request_state = params.request_state;
+            Method::Call(Box::new(call))
+        }
+        "tools/list" => Method::List,
+        _ => return None,
+    };
+    let version = meta.get(VERSION_KEY)?.as_str()?;
+    let agreed = version == ProtocolVersion::V_2026_07_28.as_str()
+        && one(headers, "mcp-protocol-version")? == version
+        && one(headers, "mcp-method")? == message.method;
+    // A progress token is repeated in every notification: a short string
+    // or an integer.
+    let token = match meta.get("progressToken") {
+        None => true,
+        Some(Value::String(token)) => token.len() <= MAX_TOKEN_BYTES,
+        Some(token) => token.is_i64() || token.is_u64(),
+    };
+    if !agreed || !token {
+        return None;
+    }
+    let capabilities = ClientCapabilities::deserialize(meta.get(CAPABILITIES_KEY)?).ok()?;
+    Some(Direct {
+        id: message.id,
+        method,
+        meta,
+        capabilities,
+    })
+}
+
+/// An id short enough to repeat in what the server sends back.
+fn short(id: &RequestId) -> bool {
+    match id {
+        RequestId::String(id) => id.len() <= MAX_TOKEN_BYTES,
+        RequestId::Number(_) => true,
+    }
+}
+
+/// The one value of header `name` as text; `None` when it is missing,
+/// repeated, not text, or Base64-wrapped (`=?base64?…?=`).
+fn one<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    let mut values = headers.get_all(name).iter();
+    let value = values.next()?.to_str().ok()?;
+    (values.next().is_none() && !value.starts_with("=?base64?")).then_some(value)
+}
+
+impl ExportService {
+    /// Serves a request [`route`] took, for `caller` (counted against `key`)
+    /// in schema `profile`.
+    pub(crate) async fn serve_direct(
+        self,
+        direct: Direct,
+        caller: Option<Arc<Caller>>,
+        key: CallerKey,
+        profile: Option<SchemaProfile>,
+    ) -> Response<Body> {
+        let Direct {
+            id,
+            method,
+            meta,
+            capabilities,
+        } = direct;
+        let params = match method {
+            Method::List => {
+                let list = self.tool_list(profile, caller.as_deref());
+                let (status, message) = reply(&id, Ok(ServerResult::ListToolsResult(list)));
+                return json(status, &message);
+            }
+            Method::Call(params) => params,
+        };
+        let (outbox, mut sent) = mpsc::channel(OUTBOX);
+        let cancelled = CancellationToken::new();
+        let shutdown = self.shared.shutdown.clone();
+        let link = Arc::new(Link {
+            outbox: outbox.clone(),
+        });
+        let request_cancelled = cancelled.clone();
+        let mut serving = Box::pin(async move {
+            let request = CallRequest {
+                id: &id,
+                meta: &meta,
+                version: Some(ProtocolVersion::V_2026_07_28),
+                capabilities,
+                caller,
+                key: Some(key),
+                door: Door::McpHttp,
+                arguments: None,
+                large: false,
+                cancelled: request_cancelled,
+                link,
+            };
+            let answered = self.serve_call(*params, request).await;
+            reply(&id, answered.map(ServerResult::from))
+        });
+        // The client gone before its answer (this future dropped): the call
+        // is cancelled.
+        let on_drop = cancelled.clone().drop_guard();
+        let first = tokio::select! {
+            biased;
+            Some(first) = sent.recv() => first,
+            (status, message) = &mut serving => {
+                // Whatever the call sent before its result goes first.
+                let Ok(first) = sent.try_recv() else {
+                    on_drop.disarm();
+                    return json(status, &message);
+                };
+                let _ = outbox.try_send(message);
+                drop(outbox);
+                return stream(first, sent, cancelled, shutdown);
+            }
+        };
+        on_drop.disarm();
+        // The rest of the call goes on beside its answer's stream.
+        tokio::spawn(async move {
+            let (_, message) = serving.await;
+            let _ = outbox.send(message).await;
+        });
+        stream(first, sent, cancelled, shutdown)
+    }
+}
+
+/// How a call served here reaches its client: its notifications go on the
+/// request's answer, ahead of the result.
+struct Link {
+    outbox: mpsc::Sender<Bytes>,
+}
+
+impl ClientLink for Link {
+    fn progress(&self, note: ProgressNotificationParam) -> Sent<'_> {
+        let message = notification("notifications/progress", &note);
+        Box::pin(async move {
+            // A client that went away just misses it.
+            let _ = self.outbox.send(message).await;
+        })
+    }
+
+    fn log(&self, note: LoggingMessageNotificationParam) -> Sent<'_> {
+        let message = notification("notifications/message", &note);
+        Box::pin(async move {
+            let _ = self.outbox.send(message).await;
+        })
+    }
+
+    /// Questions go by rounds in this revision (`mrtr.rs`); any other
+    /// request of the server has nowhere to go.
+    fn peer(&self, _stateless: bool) -> Arc<dyn Peer> {
+        Arc::new(NoSession)
+    }
+
+    fn session_version(&self) -> Option<ProtocolVersion> {
+        Some(ProtocolVersion::V_2026_07_28)
+    }
+}
+
+#[derive(Serialize)]
+struct Notification<'a, P> {
+    jsonrpc: &'static str,
+    method: &'a str,
+    params: &'a P,
+}
+
+#[derive(Serialize)]
+struct Answered<'a, R> {
+    jsonrpc: &'static str,
+    id: &'a RequestId,
+    result: &'a R,
+}
+
+#[derive(Serialize)]
+struct Failed<'a> {
+    jsonrpc: &'static str,
+    id: &'a RequestId,
+    error: &'a McpError,
+}
+
+fn notification<P: Serialize>(method: &str, params: &P) -> Bytes {
+    encode(&Notification {
+        jsonrpc: "2.0",
+        method,
+        params,
+    })
+}
+
+fn answer<R: Serialize>(id: &RequestId, result: &R) -> Bytes {
+    encode(&Answered {
+        jsonrpc: "2.0",
+        id,
+        result,
+    })
+}
+
+/// A request's last message, and the HTTP status it is answered with on its
+/// own: a JSON-RPC error of the request's shape (revision, capabilities,
+/// headers) is `400`, an unknown method `404`, anything else `200`. A
+/// result carries the caching hints the revision asks of it.
+fn reply(id: &RequestId, answered: Result<ServerResult, McpError>) -> (StatusCode, Bytes) {
+    match answered {
+        Ok(mut result) => {
+            result.fill_missing_cache_hints();
+            (StatusCode::OK, answer(id, &result))
+        }
+        Err(error) => {
+            let status = match error.code {
+                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+                | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+                | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
+                ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+                _ => StatusCode::OK,
+            };
+            let failed = Failed {
+                jsonrpc: "2.0",
+                id,
+                error: &error,
+            };
+            (status, encode(&failed))
+        }
+    }
+}
+
+fn encode<T: Serialize>(message: &T) -> Bytes {
+    // The messages are maps of strings and JSON values: they always encode.
+    Bytes::from(serde_json::to_vec(message).unwrap_or_default())
+}
+
+/// One JSON-RPC message as the whole answer.
+fn json(status: StatusCode, message: &Bytes) -> Response<Body> {
+    let mut response = Response::new(Full::new(message.clone()).boxed_unsync());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The answer as an SSE stream: `first`, then what `rest` brings until
+/// the call's last message. Dropped before then (its client gone), it
+/// cancels the call; the server's shutdown ends it.
+fn stream(
+    first: Bytes,
+    rest: mpsc::Receiver<Bytes>,
+    cancelled: CancellationToken,
+    shutdown: CancellationToken,
+) -> Response<Body> {
+    struct State {
+        first: Option<Bytes>,
+        rest: mpsc::Receiver<Bytes>,
+        shutdown: CancellationToken,
+        _cancel_on_drop: tokio_util::sync::DropGuard,
+    }
+    let state = State {
+        first: Some(first),
+        rest,
+        shutdown,
+        _cancel_on_drop: cancelled.drop_guard(),
+    };
+    let events = futures_util::stream::unfold(state, |mut state| async move {
+        let message = match state.first.take() {
+            Some(first) => first,
+            None => tokio::select! {
+                message = state.rest.recv() => message?,
+                () = state.shutdown.cancelled() => return None,
+                () = tokio::time::sleep(KEEP_ALIVE) => {
+                    let comment = Frame::data(Bytes::from_static(b":\n\n"));
+                    return Some((Ok(comment), state));
+                }
+            },
+        };
+        let mut event = BytesMut::with_capacity(message.len() + 8);
+        event.extend_from_slice(b"data: ");
+        event.extend_from_slice(&message);
+        event.extend_from_slice(b"\n\n");
+        Some((Ok::<_, Infallible>(Frame::data(event.freeze())), state))
+    });
+    let mut response = Response::new(StreamBody::new(events).boxed_unsync());
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    const CALL: &str = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+
+    const GOOD: [(&str, &str); 3] = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "echo"),
+    ];
+
+    #[test]
+    fn a_request_whose_headers_agree_with_its_body_is_served_here() {
+        let direct = route(&headers(&GOOD), CALL.as_bytes(), |_| false).expect("served here");
+        assert_eq!(direct.id, RequestId::Number(7));
+        assert!(matches!(&direct.method, Method::Call(p) if p.name == "echo"));
+        assert!(direct.meta.contains_key(VERSION_KEY));
+    }
+
+    #[test]
+    fn anything_else_goes_on_to_the_mcp_server() {
+        let body = CALL.as_bytes();
+        // A header missing, repeated, disagreeing, or Base64-wrapped.
+        for skip in 0..GOOD.len() {
+            let partial: Vec<_> = GOOD
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != skip)
+                .map(|(_, h)| *h)
+                .collect();
+            assert!(route(&headers(&partial), body, |_| false).is_none());
+        }
+        let mut twice = GOOD.to_vec();
+        twice.push(("mcp-method", "tools/call"));
+        assert!(route(&headers(&twice), body, |_| false).is_none());
+        let mut other = GOOD.to_vec();
+        other[2] = ("mcp-name", "other");
+        assert!(route(&headers(&other), body, |_| false).is_none());
+        other[2] = ("mcp-name", "=?base64?ZWNobw==?=");
+        assert!(route(&headers(&other), body, |_| false).is_none());
+        // A tool with `x-mcp-header` parameters.
+        assert!(route(&headers(&GOOD), body, |_| true).is_none());
+        // Another revision, or no capabilities in `_meta`.
+        let older = CALL.replace("2026-07-28", "2025-11-25");
+        assert!(route(&headers(&GOOD), older.as_bytes(), |_| false).is_none());
+        let bare = CALL.replace(r#","io.modelcontextprotocol/clientCapabilities":{}"#, "");
+        assert!(route(&headers(&GOOD), bare.as_bytes(), |_| false).is_none());
+        // A method not served here, a long progress token, a long id.
+        let other = CALL.replace("tools/call", "tasks/get");
+        assert!(route(&headers(&GOOD), other.as_bytes(), |_| false).is_none());
+        let long = "x".repeat(MAX_TOKEN_BYTES + 1);
+        let token = CALL.replace(
+            "\"_meta\":{",
+            &format!("\"_meta\":{{\"progressToken\":\"{long}\","),
+        );
+        assert!(route(&headers(&GOOD), token.as_bytes(), |_| false).is_none());
+        let id = CALL.replace("\"id\":7", &format!("\"id\":\"{long}\""));
+        assert!(route(&headers(&GOOD), id.as_bytes(), |_| false).is_none());
+        // Not JSON-RPC 2.0; arguments that are not an object.
+        let old = CALL.replace("\"2.0\"", "\"1.0\"");
+        assert!(route(&headers(&GOOD), old.as_bytes(), |_| false).is_none());
+        let args = CALL.replace("{\"message\":\"hi\"}", "[1]");
+        assert!(route(&headers(&GOOD), args.as_bytes(), |_| false).is_none());
+        // `null` answers or state: the check refuses them.
+        for field in ["inputResponses", "requestState"] {
+            let null = CALL.replace("\"arguments\"", &format!("\"{field}\":null,\"arguments\""));
+            assert!(route(&headers(&GOOD), null.as_bytes(), |_| false).is_none());
+        }
+    }
+
+    #[test]
+    fn a_failed_request_is_answered_with_the_status_its_error_names() {
+        let id = RequestId::Number(1);
+        let header = McpError::new(ErrorCode::HEADER_MISMATCH, "mismatch", None);
+        assert_eq!(reply(&id, Err(header)).0, StatusCode::BAD_REQUEST);
+        let unknown = McpError::new(ErrorCode::METHOD_NOT_FOUND, "no", None);
+        assert_eq!(reply(&id, Err(unknown)).0, StatusCode::NOT_FOUND);
+        let params = McpError::invalid_params("bad", None);
+        let (status, body) = reply(&id, Err(params));
+        assert_eq!(status, StatusCode::OK);
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["jsonrpc"], "2.0");
+        assert_eq!(body["id"], 1);
+        assert_eq!(body["error"]["code"], -32602);
+    }
+}
