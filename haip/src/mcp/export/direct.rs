@@ -261,9 +261,8 @@ impl ExportService {
                     on_drop.disarm();
                     return json(status, &message);
                 };
-                let _ = outbox.try_send(message);
                 drop(outbox);
-                return stream(first, sent, cancelled, shutdown);
+                return stream(first, sent, Some(message), cancelled, shutdown);
             }
         };
         on_drop.disarm();
@@ -272,7 +271,7 @@ impl ExportService {
             let (_, message) = serving.await;
             let _ = outbox.send(message).await;
         });
-        stream(first, sent, cancelled, shutdown)
+        stream(first, sent, None, cancelled, shutdown)
     }
 }
 
@@ -391,23 +390,27 @@ fn json(status: StatusCode, message: &Bytes) -> Response<Body> {
 }
 
 /// The answer as an SSE stream: `first`, then what `rest` brings until
-/// the call's last message. Dropped before then (its client gone), it
+/// its senders are gone, then `last` (the call's result, when it came
+/// before the stream was made). Dropped before then (its client gone), it
 /// cancels the call; the server's shutdown ends it.
 fn stream(
     first: Bytes,
     rest: mpsc::Receiver<Bytes>,
+    last: Option<Bytes>,
     cancelled: CancellationToken,
     shutdown: CancellationToken,
 ) -> Response<Body> {
     struct State {
         first: Option<Bytes>,
         rest: mpsc::Receiver<Bytes>,
+        last: Option<Bytes>,
         shutdown: CancellationToken,
         _cancel_on_drop: tokio_util::sync::DropGuard,
     }
     let state = State {
         first: Some(first),
         rest,
+        last,
         shutdown,
         _cancel_on_drop: cancelled.drop_guard(),
     };
@@ -415,7 +418,10 @@ fn stream(
         let message = match state.first.take() {
             Some(first) => first,
             None => tokio::select! {
-                message = state.rest.recv() => message?,
+                message = state.rest.recv() => match message {
+                    Some(message) => message,
+                    None => state.last.take()?,
+                },
                 () = state.shutdown.cancelled() => return None,
                 () = tokio::time::sleep(KEEP_ALIVE) => {
                     let comment = Frame::data(Bytes::from_static(b":\n\n"));
@@ -533,5 +539,35 @@ mod tests {
         assert_eq!(body["jsonrpc"], "2.0");
         assert_eq!(body["id"], 1);
         assert_eq!(body["error"]["code"], -32602);
+    }
+
+    #[tokio::test]
+    async fn a_result_that_came_with_a_full_outbox_still_ends_the_stream() {
+        let (outbox, rest) = mpsc::channel(OUTBOX);
+        for n in 0..OUTBOX {
+            outbox
+                .try_send(Bytes::from(format!("{{\"n\":{n}}}")))
+                .unwrap();
+        }
+        drop(outbox);
+        let first = Bytes::from_static(b"{\"first\":true}");
+        let last = Bytes::from_static(b"{\"last\":true}");
+        let response = stream(
+            first,
+            rest,
+            Some(last),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let events: Vec<_> = std::str::from_utf8(&body)
+            .unwrap()
+            .split("\n\n")
+            .filter(|e| !e.is_empty())
+            .collect();
+        assert_eq!(events.len(), OUTBOX + 2, "{events:?}");
+        assert_eq!(events[0], "data: {\"first\":true}");
+        assert_eq!(events[OUTBOX], format!("data: {{\"n\":{}}}", OUTBOX - 1));
+        assert_eq!(events[OUTBOX + 1], "data: {\"last\":true}");
     }
 }
