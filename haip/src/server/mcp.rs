@@ -170,10 +170,7 @@ async fn post(
     } else {
         None
     };
-    // Whether a call's tool must be looked up for its scopes (docs/protocol.md §17.1).
-    let scoped = caller.is_some()
-        && (!hub.shared.config.required_scopes.is_empty()
-            || hub.shared.registry.snapshot().scoped());
+    let scoped = caller.is_some() && scopes_matter(hub);
     let (checked, split, name) = examine(&bytes, large, scoped, hub, &parts.extensions).await;
     let checked = match checked {
         Ok(checked) => checked,
@@ -376,8 +373,7 @@ impl Direct<'_> {
     ) -> Response<Body> {
         let hub = self.hub;
         if let (Some(caller), Some(name)) = (self.caller, direct.tool())
-            && (!hub.shared.config.required_scopes.is_empty()
-                || hub.shared.registry.snapshot().scoped())
+            && scopes_matter(hub)
             && let Some(refused) = forbidden_call(hub, caller, Some(&direct.id()), name)
         {
             return refused;
@@ -397,6 +393,12 @@ impl Direct<'_> {
             Err(why) => busy_answering(why, Some(id)),
         }
     }
+}
+
+/// Whether a call's tool must be looked up for its scopes
+/// (docs/protocol.md §17.1): the server requires some, or a tool does.
+fn scopes_matter(hub: &Hub) -> bool {
+    !hub.shared.config.required_scopes.is_empty() || hub.shared.registry.snapshot().scoped()
 }
 
 /// A permit to parse one large message (`max(1, cores / 2)` server-wide).
