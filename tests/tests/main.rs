@@ -58,6 +58,7 @@ mod mcp_first_hour;
 mod mcp_import;
 mod mcp_python;
 mod mcp_rounds;
+mod mcp_sessions;
 mod mcp_stateless;
 mod mcp_tasks;
 mod metrics;

@@ -113,8 +113,9 @@ pub struct Limits {
     pub heartbeat_interval: Duration,
     /// Close connections with no inbound data (PONGs and WebSocket pongs
     /// count) for this long, with 1001 `idle`, keeping the session for
-    /// resumption (docs/protocol.md §18.1; default 5 min). `Duration::ZERO`
-    /// never closes them.
+    /// resumption (docs/protocol.md §18.1; default 5 min); and end MCP
+    /// sessions with no request, no running call and no open stream for
+    /// this long. `Duration::ZERO` never closes or ends them.
     pub idle_timeout: Duration,
 
     // Per-caller shares.

@@ -58,7 +58,8 @@ use super::with_mcp::McpDoor;
 use crate::auth::{Caller, query_param};
 use crate::context::share::CallerKey;
 use crate::exec::admit::{Arrival, Check};
-use crate::mcp::export::{Handshake, LargeArguments, McpProfile, direct};
+use crate::mcp::export::session::{self, Incoming};
+use crate::mcp::export::{LargeArguments, McpProfile, direct};
 use crate::mcp::inbound::{self, Checked, INVALID_REQUEST, Refusal};
 use crate::mcp::listen::ListenTicket;
 use crate::schema::SchemaProfile;
@@ -93,8 +94,18 @@ pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
     }
     let outflow = req.extensions().get::<Arc<Outflow>>().cloned();
     if req.method() != Method::POST {
-        // `GET` (a session's stream) and `DELETE`: no body to read, and no
-        // service of their own.
+        // `GET` (a session's stream) and `DELETE`: no body to read.
+        if let Some(sessions) = mcp.http.sessions()
+            && session::takes(req.headers())
+        {
+            let subject = caller.as_ref().map(|c| c.subject());
+            let response = match *req.method() {
+                Method::GET => sessions.get(req.headers(), subject),
+                Method::DELETE => sessions.delete(req.headers(), subject),
+                _ => return method_not_allowed(),
+            };
+            return answered(response, hub, outflow, None);
+        }
         let admission = match mcp.http.admit(&req, key) {
             Ok(admission) => admission,
             Err(why) => return busy_answering(why, None),
@@ -199,11 +210,28 @@ async fn post(
     if let Some(method) = checked.method.as_deref() {
         hub.shared.stats.mcp_request(method);
     }
+    let (bytes, arguments) = match split {
+        Some((stub, arguments)) => (Bytes::from(stub), Some(arguments)),
+        None => (bytes, None),
+    };
+    // A message of a session's revision: served by the sessions.
+    if let Some(sessions) = mcp.http.sessions()
+        && let Some(message) = session::route(&parts.headers, &bytes)
+    {
+        drop(permit);
+        let incoming = Incoming {
+            caller: caller.clone(),
+            key: key.clone(),
+            profile: at.profile,
+            arguments,
+            large,
+        };
+        return match sessions.post(&parts.headers, message, incoming).await {
+            Ok(response) => answered(response, hub, outflow, Some(reservation)),
+            Err(why) => busy_answering(why, checked.id.clone()),
+        };
+    }
     match checked.method.as_deref() {
-        // In session mode it opens a session: its service is the session's.
-        Some("initialize") => {
-            parts.extensions.insert(Handshake);
-        }
         // A listen stream's place is taken (and the registry watched) now,
         // before the MCP server acknowledges it: one over the limit is
         // refused before anything is sent (`mcp/listen.rs`).
@@ -217,19 +245,15 @@ async fn post(
         }
         _ => {}
     }
-    let bytes = match split {
-        Some((stub, arguments)) => {
-            parts.extensions.insert(LargeArguments::new(arguments));
-            parts
-                .headers
-                .insert(header::CONTENT_LENGTH, stub.len().into());
-            Bytes::from(stub)
-        }
-        None => bytes,
-    };
+    if let Some(arguments) = arguments {
+        parts.extensions.insert(LargeArguments::new(arguments));
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, bytes.len().into());
+    }
     let req = Request::from_parts(parts, Full::new(bytes));
-    // Its place among the sessions or the requests being served, and its
-    // caller's share of them.
+    // Its place among the requests being served, and its caller's share of
+    // them.
     let admission = match mcp.http.admit(&req, key) {
         Ok(admission) => admission,
         Err(why) => {
@@ -420,6 +444,17 @@ fn answered(
     let budget = Arc::clone(&hub.answers);
     let shared = Arc::clone(&hub.shared);
     response.map(|body| AnswerBody::new(body, outflow, budget, shared, request).boxed_unsync())
+}
+
+/// `405`: `/mcp` takes `POST`, and `GET` and `DELETE` of a session.
+fn method_not_allowed() -> Response<Body> {
+    let mut response =
+        Response::new(Full::new(Bytes::from_static(b"Method Not Allowed")).boxed_unsync());
+    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+    response
 }
 
 /// `415` or `406` as a JSON-RPC error, for a POST that is not JSON or whose

@@ -25,6 +25,17 @@
 //!
 //! W seconds of warm-up (default 1) come first; the CPU and the calls are
 //! counted over the S seconds after it. Loopback addresses only.
+//!
+//! With `--idle N` (2025-11-25 only) it measures memory instead: it opens
+//! one session, waits 0.5 s and reads the server's `VmRSS`
+//! (`/proc/PID/status`), opens N more sessions (each on a connection of its
+//! own, closed once the session is initialized: an idle session holds no
+//! connection), waits 0.5 s, reads `VmRSS` again, reports the difference
+//! per session, and ends every session (`DELETE`).
+//!
+//! ```text
+//! load --url http://127.0.0.1:PORT/mcp --revision 2025-11-25 --idle N --pid SERVER_PID
+//! ```
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -61,12 +72,14 @@ struct Args {
     seconds: u64,
     warmup: u64,
     pid: u32,
+    /// Sessions to open and hold idle, instead of calls.
+    idle: Option<usize>,
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
 const USAGE: &str = "usage: load --url http://127.0.0.1:PORT/PATH --revision 2025-11-25|2026-07-28 \
-                     --connections N --seconds S --pid SERVER_PID [--warmup W]";
+                     (--connections N --seconds S | --idle N) --pid SERVER_PID [--warmup W]";
 
 fn parse_args() -> Result<Args, Error> {
     let mut url = None;
@@ -75,6 +88,7 @@ fn parse_args() -> Result<Args, Error> {
     let mut seconds = None;
     let mut pid = None;
     let mut warmup = 1;
+    let mut idle = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(USAGE)?;
@@ -91,8 +105,19 @@ fn parse_args() -> Result<Args, Error> {
             "--seconds" => seconds = Some(value.parse()?),
             "--warmup" => warmup = value.parse()?,
             "--pid" => pid = Some(value.parse()?),
+            "--idle" => idle = Some(value.parse()?),
             _ => return Err(USAGE.into()),
         }
+    }
+    if let Some(n) = idle {
+        if !(1..=20_000).contains(&n) {
+            return Err("--idle: 1 to 20000".into());
+        }
+        if revision != Some(Revision::Sessions) {
+            return Err("--idle needs --revision 2025-11-25".into());
+        }
+        connections = connections.or(Some(1));
+        seconds = seconds.or(Some(1));
     }
     let args = Args {
         url: url.ok_or(USAGE)?,
@@ -101,6 +126,7 @@ fn parse_args() -> Result<Args, Error> {
         seconds: seconds.ok_or(USAGE)?,
         warmup,
         pid: pid.ok_or(USAGE)?,
+        idle,
     };
     if !(1..=1000).contains(&args.connections) {
         return Err("--connections: 1 to 1000".into());
@@ -533,9 +559,61 @@ async fn main() {
     }
 }
 
+/// `VmRSS` of a process, in bytes.
+fn rss_bytes(pid: u32) -> Result<u64, Error> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse::<u64>().ok())
+        .ok_or_else(|| format!("no VmRSS in /proc/{pid}/status"))?;
+    Ok(kib * 1024)
+}
+
+/// `--idle N`: the server's memory per idle session.
+async fn idle(args: &Args, target: &Target, count: usize) -> Result<Value, Error> {
+    let settle = Duration::from_millis(500);
+    let mut ends = Vec::with_capacity(count + 1);
+    let (_, warm_up) = connect(target, Revision::Sessions).await?;
+    ends.extend(warm_up.end);
+    tokio::time::sleep(settle).await;
+    let before = rss_bytes(args.pid)?;
+    let started = Instant::now();
+    for _ in 0..count {
+        // The connection closes here: the session stays.
+        let (_, requests) = connect(target, Revision::Sessions).await?;
+        ends.extend(requests.end);
+    }
+    let seconds_to_open = started.elapsed().as_secs_f64();
+    tokio::time::sleep(settle).await;
+    let after = rss_bytes(args.pid)?;
+    let mut conn = Conn::open(target.addr).await?;
+    let mut ended = 0;
+    for end in &ends {
+        if conn.exchange(end).await.is_ok_and(|r| (200..300).contains(&r.status)) {
+            ended += 1;
+        }
+    }
+    Ok(json!({
+        "url": args.url,
+        "revision": args.revision.as_str(),
+        "sessions": count,
+        "seconds_to_open": seconds_to_open,
+        "rss_before_bytes": before,
+        "rss_after_bytes": after,
+        "rss_per_session_bytes": (after as f64 - before as f64) / count as f64,
+        "ended": ended,
+        "failed": false,
+    }))
+}
+
 async fn run() -> Result<Value, Error> {
     let args = parse_args()?;
     let target = target(&args.url)?;
+    if let Some(count) = args.idle {
+        return idle(&args, &target, count).await;
+    }
     let pid = args.pid.to_string();
     cpu_seconds(&pid)?;
     let mut setup_error = None;

@@ -329,7 +329,8 @@ struct Failed<'a> {
     error: &'a McpError,
 }
 
-fn notification<P: Serialize>(method: &str, params: &P) -> Bytes {
+/// A JSON-RPC notification.
+pub(super) fn notification<P: Serialize>(method: &str, params: &P) -> Bytes {
     encode(&Notification {
         jsonrpc: "2.0",
         method,
@@ -363,17 +364,22 @@ fn reply(id: &RequestId, answered: Result<ServerResult, McpError>) -> (StatusCod
                 ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
                 _ => StatusCode::OK,
             };
-            let failed = Failed {
-                jsonrpc: "2.0",
-                id,
-                error: &error,
-            };
-            (status, encode(&failed))
+            (status, error_message(id, &error))
         }
     }
 }
 
-fn encode<T: Serialize>(message: &T) -> Bytes {
+/// The JSON-RPC error answering the request `id`.
+pub(super) fn error_message(id: &RequestId, error: &McpError) -> Bytes {
+    encode(&Failed {
+        jsonrpc: "2.0",
+        id,
+        error,
+    })
+}
+
+/// A message as JSON.
+pub(super) fn encode<T: Serialize>(message: &T) -> Bytes {
     // The messages are maps of strings and JSON values: they always encode.
     Bytes::from(serde_json::to_vec(message).unwrap_or_default())
 }

@@ -16,15 +16,17 @@
 mod as_task;
 mod calls;
 pub(crate) mod direct;
+mod events;
 mod http;
 mod logs;
 mod render;
 mod request;
 mod rmcp_link;
+pub(crate) mod session;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use http::{Handshake, LargeArguments, McpHttp, McpProfile};
+pub(crate) use http::{LargeArguments, McpHttp, McpProfile};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -173,6 +175,14 @@ impl ExportService {
     }
 }
 
+impl ExportService {
+    /// The service, holding its caller's `share` of its pool while it lives.
+    pub(crate) fn holding(mut self, share: crate::context::share::ShareGuard) -> ExportService {
+        self.held = Some(Arc::new(Held::new(share)));
+        self
+    }
+}
+
 impl LiveSession {
     /// A place in the pool `live` of at most `max`.
     fn enter(live: &Arc<AtomicUsize>, max: usize) -> Result<Arc<LiveSession>, std::io::Error> {
@@ -181,7 +191,7 @@ impl LiveSession {
             .is_err()
         {
             return Err(std::io::Error::other(format!(
-                "too many MCP sessions (max_sessions = {max})"
+                "Too many MCP sessions (max_sessions = {max})"
             )));
         }
         Ok(Arc::new(LiveSession(Arc::clone(live))))

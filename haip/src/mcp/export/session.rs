@@ -1,0 +1,1014 @@
+//! MCP sessions at `/mcp` (revisions before 2026-07-28), served by haip
+//! itself: `initialize` opens one (`Mcp-Session-Id`), the client's later
+//! requests, notifications and answers name it, its `GET` stream carries
+//! `notifications/tools/list_changed`, its `DELETE` ends it.
+//!
+//! A session is a plain record in one map ([`Sessions`]): nothing runs for
+//! it while it is idle, so an idle session costs its record (a few hundred
+//! bytes beside its id and what its client declared). Each request is
+//! answered on an SSE stream of its own (`events.rs`), numbered, so that a
+//! client whose connection broke takes it up again with `Last-Event-ID`; a
+//! call runs on its request's task until it sends something before its
+//! result (progress, a log line, a question), and then on a task of its
+//! own beside its stream. The server's requests (elicitation, sampling,
+//! roots) go on the stream of the call that makes them, and their answers
+//! come back as `POST`s, matched by JSON-RPC id.
+//!
+//! Security, per route: behind the server's `Origin`/`Host` guard and
+//! authentication like every route; a session is its opener's (the subject
+//! of its `initialize`; with authentication off, the one anonymous
+//! subject), and a request of anyone else naming it is answered as one
+//! naming no session (`404`), answers to its questions included; sessions
+//! are a pool of `max_sessions`, of which one caller holds at most
+//! `max_sessions_per_caller`; each session runs at most
+//! `max_inflight_calls` calls at once, keeps at most [`WINDOW`] events per
+//! stream and [`MAX_ASKED`] questions waiting for answers, and ends after
+//! [`IDLE`] without a request, a call or a reader.
+
+// MCP logging and sampling are deprecated upstream (SEP-2577), and still
+// what today's MCP clients speak.
+#![allow(deprecated)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Response, StatusCode};
+use rmcp::ErrorData as McpError;
+use rmcp::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, CreateMessageRequestParams,
+    ElicitRequestParams, ErrorCode, InitializeRequestParams, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProtocolVersion, RequestId, ServerResult, SetLevelRequestParams,
+};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::ExportService;
+use super::direct::{Body, encode, error_message, notification};
+use super::events::{Stream, last_event, sse};
+use super::logs::{log_level, per_request};
+use super::request::{CallRequest, ClientLink, Sent};
+use crate::context::share::{CallerKey, Shares};
+use crate::context::{
+    Answer, AskError, Caller, Peer, PeerFuture, Root, RootsError, SampleError, SampleRequest,
+    Sampled,
+};
+use crate::mcp::peer::{answer_of, elicitation_params, roots_of, sampled_of};
+use crate::mcp::tasks::Tasks;
+use crate::schema::{Form, SchemaProfile};
+use crate::session::Shared;
+use crate::stats::Door;
+
+/// The header that names an MCP session.
+pub(crate) const SESSION_ID: &str = "mcp-session-id";
+/// How often idle sessions are looked for, at most.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+/// The server's requests of one session waiting for the client's answers.
+pub(crate) const MAX_ASKED: usize = 64;
+/// Ended streams a session keeps for a client that may come back to them
+/// (`Last-Event-ID`), the newest ones...
+const KEPT_STREAMS: usize = 8;
+/// ... for this long after they ended.
+const KEPT_FOR: Duration = Duration::from_secs(60);
+/// The revisions that have sessions.
+const SESSION_REVISIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// The `_meta` key of a request's own revision (2026-07-28 and later).
+const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// One JSON-RPC message of a session's client, read once: a request (`id`
+/// and `method`), a notification (`method`), or an answer to one of the
+/// server's requests (`id` and `result` or `error`).
+#[derive(Deserialize)]
+pub(crate) struct Message {
+    id: Option<RequestId>,
+    method: Option<String>,
+    params: Option<Map<String, Value>>,
+    result: Option<Value>,
+    error: Option<Value>,
+}
+
+/// What the front door hands a session's `POST` with its message.
+pub(crate) struct Incoming {
+    /// The authenticated caller, if any.
+    pub(crate) caller: Option<Arc<Caller>>,
+    /// Whom its pools count it against.
+    pub(crate) key: CallerKey,
+    /// The schema profile its URL asks for, if any.
+    pub(crate) profile: Option<SchemaProfile>,
+    /// A large call's arguments, parsed by the front door off the workers.
+    pub(crate) arguments: Option<Map<String, Value>>,
+    /// Its message is large.
+    pub(crate) large: bool,
+}
+
+/// Whether a request's headers name a revision with sessions (or none:
+/// 2025-03-26 is assumed).
+fn session_revision(headers: &HeaderMap) -> bool {
+    match headers.get("mcp-protocol-version") {
+        None => true,
+        Some(value) => value.to_str().is_ok_and(|v| SESSION_REVISIONS.contains(&v)),
+    }
+}
+
+/// Whether a `GET` or `DELETE` is a session's: its headers name a revision
+/// with sessions.
+pub(crate) fn takes(headers: &HeaderMap) -> bool {
+    session_revision(headers)
+}
+
+/// The message in `body` when it is a session's: an `initialize`, or a
+/// message of a revision with sessions that names none of its own in its
+/// `_meta`. Anything else (a 2026-07-28 request, or a header that does not
+/// agree with the message) is `None`, for the stateless door.
+pub(crate) fn route(headers: &HeaderMap, body: &[u8]) -> Option<Message> {
+    let message: Message = serde_json::from_slice(body).ok()?;
+    if !session_revision(headers) {
+        return None;
+    }
+    let params = message.params.as_ref();
+    if message.method.as_deref() == Some("initialize") {
+        // The header, when there is one, names the revision asked for.
+        let asked = params.and_then(|p| p.get("protocolVersion"))?.as_str()?;
+        let header = headers.get("mcp-protocol-version");
+        return header
+            .is_none_or(|h| h.as_bytes() == asked.as_bytes())
+            .then_some(message);
+    }
+    let own = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(Value::as_object)
+        .is_some_and(|meta| meta.contains_key(VERSION_KEY));
+    (!own).then_some(message)
+}
+
+/// The live MCP sessions of this instance.
+pub(crate) struct Sessions {
+    shared: Arc<Shared>,
+    tasks: Arc<Tasks>,
+    /// Live sessions (`max_sessions`).
+    live: Arc<AtomicUsize>,
+    /// Each caller's share of them (`max_sessions_per_caller`).
+    shares: Arc<Shares>,
+    map: Mutex<HashMap<Arc<str>, Arc<McpSession>>>,
+    /// When this map was made: sessions' last activity counts from it.
+    epoch: Instant,
+    /// How long a session may be idle (`idle_timeout`; `None`: for ever).
+    idle: Option<Duration>,
+    sweeping: AtomicBool,
+}
+
+/// One MCP session.
+struct McpSession {
+    id: Arc<str>,
+    /// Who opened it (`None` with authentication off).
+    owner: Option<Arc<str>>,
+    /// Its calls' service: its pool place, its calls in flight, its log level.
+    service: ExportService,
+    /// The revision it agreed on.
+    version: ProtocolVersion,
+    /// What its client declared.
+    capabilities: ClientCapabilities,
+    /// Cancelled when it ends: its calls and its questions stop.
+    closed: CancellationToken,
+    /// Its last request, in milliseconds after [`Sessions::epoch`].
+    seen: AtomicU64,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    next_stream: u64,
+    /// Its requests' streams, live or kept for a client that may resume.
+    streams: HashMap<u64, Arc<Stream>>,
+    /// Its `GET` stream, if it has one.
+    standalone: Option<Arc<Stream>>,
+    /// Its calls running, by request id (`notifications/cancelled`).
+    running: HashMap<RequestId, CancellationToken>,
+    next_asked: u64,
+    /// The server's requests waiting for the client's answers.
+    asked: HashMap<u64, oneshot::Sender<Result<Value, String>>>,
+}
+
+impl Sessions {
+    pub(crate) fn new(shared: &Arc<Shared>, tasks: &Arc<Tasks>, per_caller: usize) -> Sessions {
+        Sessions {
+            shared: Arc::clone(shared),
+            tasks: Arc::clone(tasks),
+            live: Arc::new(AtomicUsize::new(0)),
+            shares: Shares::new(per_caller),
+            map: Mutex::default(),
+            epoch: Instant::now(),
+            idle: shared.config.idle_timeout,
+            sweeping: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Arc<McpSession>>> {
+        // Inserts and removals are whole; a panic cannot leave one half-done.
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// The session `headers` name, when `subject` opened it.
+    fn find(
+        &self,
+        headers: &HeaderMap,
+        subject: Option<&str>,
+    ) -> Result<Arc<McpSession>, Box<Response<Body>>> {
+        let Some(id) = headers.get(SESSION_ID).and_then(|v| v.to_str().ok()) else {
+            return Err(Box::new(plain(
+                StatusCode::BAD_REQUEST,
+                "Bad Request: Session ID is required",
+            )));
+        };
+        match self.lock().get(id) {
+            Some(session) if session.owner.as_deref() == subject => {
+                session.seen.store(self.now(), Relaxed);
+                Ok(Arc::clone(session))
+            }
+            _ => Err(Box::new(plain(
+                StatusCode::NOT_FOUND,
+                "Not Found: Session not found",
+            ))),
+        }
+    }
+
+    /// Serves a session's `POST` of `message`. `Err`: the session could not
+    /// be opened for want of a place in the pools, for the client (`503`).
+    pub(crate) async fn post(
+        self: &Arc<Self>,
+        headers: &HeaderMap,
+        message: Message,
+        incoming: Incoming,
+    ) -> Result<Response<Body>, String> {
+        let subject = incoming.caller.as_ref().map(|c| c.subject());
+        if !headers.contains_key(SESSION_ID) {
+            return match (&message.id, message.method.as_deref()) {
+                (Some(_), Some("initialize")) => self.open(message, incoming),
+                _ => Ok(plain(
+                    StatusCode::BAD_REQUEST,
+                    "Bad Request: Session ID is required",
+                )),
+            };
+        }
+        let session = match self.find(headers, subject) {
+            Ok(session) => session,
+            Err(refused) => return Ok(*refused),
+        };
+        let Message {
+            id,
+            method,
+            params,
+            result,
+            error,
+        } = message;
+        Ok(match (id, method) {
+            (Some(id), Some(method)) => {
+                if let Some(mismatch) = mismatched(headers, &method, params.as_ref()) {
+                    return Ok(json_error(StatusCode::BAD_REQUEST, &id, &mismatch));
+                }
+                let params = params.unwrap_or_default();
+                self.request(&session, id, &method, params, incoming).await
+            }
+            (None, Some(method)) => {
+                session.notified(&method, params);
+                accepted()
+            }
+            (Some(id), None) => {
+                session.answered(&id, result, error);
+                accepted()
+            }
+            (None, None) => accepted(),
+        })
+    }
+
+    /// `initialize`: a new session, its caller's, answered with what the
+    /// server offers and its id; or why there is no place for it.
+    fn open(
+        self: &Arc<Self>,
+        message: Message,
+        incoming: Incoming,
+    ) -> Result<Response<Body>, String> {
+        let id = message.id.unwrap_or(RequestId::Number(0));
+        let params = Value::Object(message.params.unwrap_or_default());
+        let params = match InitializeRequestParams::deserialize(params) {
+            Ok(params) => params,
+            Err(e) => {
+                let error =
+                    McpError::invalid_params(format!("Invalid initialize params: {e}"), None);
+                return Ok(json_error(StatusCode::BAD_REQUEST, &id, &error));
+            }
+        };
+        let key = &incoming.key;
+        let share = self.shares.take(key).map_err(|over| {
+            format!(
+                "{} already holds {} MCP sessions (max_sessions_per_caller = {}); \
+                 end one (DELETE) or retry later",
+                key.describe(),
+                over.share,
+                over.share
+            )
+        })?;
+        let service = ExportService::for_http(&self.shared, &self.live, false, None, &self.tasks)
+            .map_err(|e| e.to_string())?
+            .holding(share);
+        let info = match service.negotiate_initialize(&params) {
+            Ok(info) => info,
+            Err(error) => return Ok(json_error(StatusCode::BAD_REQUEST, &id, &error)),
+        };
+        let session = Arc::new(McpSession {
+            id: Arc::clone(&service.session_id),
+            owner: incoming.caller.as_ref().map(|c| Arc::from(c.subject())),
+            version: info.protocol_version.clone(),
+            capabilities: params.capabilities,
+            service,
+            closed: self.shared.shutdown.child_token(),
+            seen: AtomicU64::new(self.now()),
+            state: Mutex::default(),
+        });
+        let stream = session.open_stream();
+        let answer = session.reply(&id, Ok(ServerResult::InitializeResult(info)));
+        stream.push(answer);
+        stream.end();
+        self.lock()
+            .insert(Arc::clone(&session.id), Arc::clone(&session));
+        self.sweep_later();
+        let mut response = stream.respond(None, self.shared.shutdown.clone(), None);
+        if let Ok(value) = HeaderValue::from_str(&session.id) {
+            response.headers_mut().insert(SESSION_ID, value);
+        }
+        Ok(response)
+    }
+
+    /// Answers the request `id` of `session` on a stream of its own.
+    async fn request(
+        &self,
+        session: &Arc<McpSession>,
+        id: RequestId,
+        method: &str,
+        params: Map<String, Value>,
+        incoming: Incoming,
+    ) -> Response<Body> {
+        let stream = session.open_stream();
+        let shutdown = self.shared.shutdown.clone();
+        if method == "tools/call" {
+            session.call(&stream, id, params, incoming).await;
+            return stream.respond(None, shutdown, None);
+        }
+        let answered = self.answer(session, method, params, &incoming).await;
+        stream.push(session.reply(&id, answered));
+        stream.end();
+        stream.respond(None, shutdown, None)
+    }
+
+    /// The answer to a session's request other than `tools/call`.
+    async fn answer(
+        &self,
+        session: &McpSession,
+        method: &str,
+        params: Map<String, Value>,
+        incoming: &Incoming,
+    ) -> Result<ServerResult, McpError> {
+        let service = &session.service;
+        let subject = incoming.caller.as_ref().map(|c| c.subject());
+        let params = Value::Object(params);
+        match method {
+            "ping" => Ok(ServerResult::empty(())),
+            "tools/list" => Ok(ServerResult::ListToolsResult(
+                service.tool_list(incoming.profile, incoming.caller.as_deref()),
+            )),
+            "initialize" => {
+                let params = parse::<InitializeRequestParams>(params)?;
+                service
+                    .negotiate_initialize(&params)
+                    .map(ServerResult::InitializeResult)
+            }
+            "logging/setLevel" if !per_request(Some(&session.version)) => {
+                let params = parse::<SetLevelRequestParams>(params)?;
+                service
+                    .log_level
+                    .store(log_level(params.level) as u8, Relaxed);
+                Ok(ServerResult::empty(()))
+            }
+            "tasks/get" | "tasks/update" | "tasks/cancel" => {
+                if !session.capabilities.supports_tasks() {
+                    return Err(McpError::missing_required_client_capability(
+                        ClientCapabilities::builder().enable_tasks().build(),
+                    ));
+                }
+                let task = parse::<TaskParams>(params)?;
+                let tasks = &self.tasks;
+                match method {
+                    "tasks/get" => tasks
+                        .get(&task.task_id, subject)
+                        .await
+                        .map(ServerResult::GetTaskResult),
+                    "tasks/update" => tasks
+                        .update(
+                            &task.task_id,
+                            subject,
+                            task.input_responses.unwrap_or_default(),
+                        )
+                        .await
+                        .map(ServerResult::task_ack),
+                    _ => tasks
+                        .cancel(&task.task_id, subject)
+                        .await
+                        .map(ServerResult::task_ack),
+                }
+            }
+            _ => Err(McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                method.to_owned(),
+                None,
+            )),
+        }
+    }
+
+    /// Serves a session's `GET`: its stream of notifications (a new one
+    /// replaces the one before), or with `Last-Event-ID` the rest of a
+    /// stream it lost (empty when nothing of it is kept).
+    pub(crate) fn get(&self, headers: &HeaderMap, subject: Option<&str>) -> Response<Body> {
+        let streams = headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|range| {
+                let essence = range.split(';').next().unwrap_or_default().trim();
+                essence.eq_ignore_ascii_case("text/event-stream")
+            });
+        if !streams {
+            return plain(
+                StatusCode::NOT_ACCEPTABLE,
+                "Not Acceptable: Client must accept text/event-stream",
+            );
+        }
+        let session = match self.find(headers, subject) {
+            Ok(session) => session,
+            Err(refused) => return *refused,
+        };
+        let shutdown = self.shared.shutdown.clone();
+        let relay = || {
+            let note = notification("notifications/tools/list_changed", &json!({}));
+            Some((self.shared.registry.subscribe(), note))
+        };
+        let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+        if let Some(last) = last {
+            let state = session.lock();
+            let found = last_event(last).and_then(|(number, index)| {
+                let stream = match number {
+                    0 => state.standalone.clone(),
+                    n => state.streams.get(&n).cloned(),
+                };
+                stream.map(|stream| (stream, index))
+            });
+            drop(state);
+            return match found {
+                Some((stream, index)) => {
+                    let relay = if stream.number() == 0 { relay() } else { None };
+                    stream.respond(Some(index), shutdown, relay)
+                }
+                None => sse(Empty::new().boxed_unsync()),
+            };
+        }
+        let stream = Stream::new(0);
+        if let Some(before) = session.lock().standalone.replace(Arc::clone(&stream)) {
+            before.end();
+        }
+        stream.respond(None, shutdown, relay())
+    }
+
+    /// Serves a session's `DELETE`: it ends, its calls are cancelled.
+    pub(crate) fn delete(&self, headers: &HeaderMap, subject: Option<&str>) -> Response<Body> {
+        let session = match self.find(headers, subject) {
+            Ok(session) => session,
+            Err(refused) => return *refused,
+        };
+        self.lock().remove(&session.id);
+        session.close();
+        let mut response = Response::new(Empty::new().boxed_unsync());
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        response
+    }
+
+    /// Looks for idle sessions from now on (every half `idle_timeout`, at
+    /// most every [`SWEEP_EVERY`]), until the server shuts down.
+    fn sweep_later(self: &Arc<Self>) {
+        let Some(idle) = self.idle else {
+            return;
+        };
+        if self.sweeping.swap(true, Relaxed) {
+            return;
+        }
+        let every = (idle / 2).clamp(Duration::from_millis(10), SWEEP_EVERY);
+        let sessions = Arc::downgrade(self);
+        let shutdown = self.shared.shutdown.clone();
+        self.shared.runner.tasks().spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(every) => {}
+                }
+                let Some(sessions) = Weak::upgrade(&sessions) else {
+                    return;
+                };
+                sessions.sweep(idle);
+            }
+        });
+    }
+
+    /// Ends the sessions idle for `idle` or more.
+    fn sweep(&self, idle: Duration) {
+        let now = self.now();
+        let idle = idle.as_millis() as u64;
+        let mut ended = Vec::new();
+        self.lock().retain(|_, session| {
+            session.lock().prune();
+            let keep = now.saturating_sub(session.seen.load(Relaxed)) < idle || session.busy();
+            if !keep {
+                ended.push(Arc::clone(session));
+            }
+            keep
+        });
+        for session in ended {
+            tracing::debug!(session = %session.id, "an idle MCP session ended");
+            session.close();
+        }
+    }
+}
+
+/// `tasks/get`, `tasks/update`, `tasks/cancel` params.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskParams {
+    task_id: String,
+    input_responses: Option<std::collections::BTreeMap<String, Value>>,
+}
+
+/// `params` as the params of a method, or the `-32602` that says why not.
+fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, McpError> {
+    T::deserialize(params)
+        .map_err(|e| McpError::invalid_params(format!("Invalid params: {e}"), None))
+}
+
+/// An `Mcp-Method` or `Mcp-Name` header that does not say what the body
+/// does (SEP-2243): the error that refuses the request.
+fn mismatched(
+    headers: &HeaderMap,
+    method: &str,
+    params: Option<&Map<String, Value>>,
+) -> Option<McpError> {
+    let said = |name| headers.get(name).map(|v| v.to_str().unwrap_or_default());
+    if let Some(said) = said("mcp-method")
+        && said != method
+    {
+        let message =
+            format!("Mcp-Method header ({said}) does not match the request's method ({method})");
+        return Some(McpError::new(ErrorCode::HEADER_MISMATCH, message, None));
+    }
+    let name = params.and_then(|p| p.get("name")).and_then(Value::as_str);
+    if method == "tools/call"
+        && let (Some(said), Some(name)) = (said("mcp-name"), name)
+        && said != name
+    {
+        let message = format!("Mcp-Name header ({said}) does not match the called tool ({name})");
+        return Some(McpError::new(ErrorCode::HEADER_MISMATCH, message, None));
+    }
+    None
+}
+
+impl State {
+    /// Lets go of ended streams older than [`KEPT_FOR`], and of the oldest
+    /// beyond [`KEPT_STREAMS`].
+    fn prune(&mut self) {
+        self.streams
+            .retain(|_, stream| stream.ended().is_none_or(|at| at.elapsed() < KEPT_FOR));
+        let mut ended: Vec<_> = self
+            .streams
+            .iter()
+            .filter_map(|(n, stream)| Some((stream.ended()?, *n)))
+            .collect();
+        if ended.len() > KEPT_STREAMS {
+            ended.sort_unstable();
+            for (_, n) in &ended[..ended.len() - KEPT_STREAMS] {
+                self.streams.remove(n);
+            }
+        }
+    }
+}
+
+impl McpSession {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every change is whole; a panic cannot leave one half-done.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new stream for one of its requests.
+    fn open_stream(&self) -> Arc<Stream> {
+        let mut state = self.lock();
+        state.prune();
+        state.next_stream += 1;
+        let number = state.next_stream;
+        let stream = Stream::new(number);
+        state.streams.insert(number, Arc::clone(&stream));
+        stream
+    }
+
+    /// Something runs or is read in it: it is not idle.
+    fn busy(&self) -> bool {
+        let state = self.lock();
+        !state.running.is_empty()
+            || state.standalone.as_ref().is_some_and(|s| s.attached())
+            || state.streams.values().any(|s| s.attached())
+    }
+
+    /// It ended: its calls are cancelled, its questions fail, its streams end.
+    fn close(&self) {
+        self.closed.cancel();
+        let mut state = self.lock();
+        for stream in state.streams.values().chain(state.standalone.iter()) {
+            stream.end();
+        }
+        state.streams.clear();
+        state.standalone = None;
+        state.asked.clear();
+    }
+
+    /// The last message of a request: its result in the shape the session's
+    /// revision expects, or its error.
+    fn reply(&self, id: &RequestId, answered: Result<ServerResult, McpError>) -> Bytes {
+        match answered {
+            Ok(mut result) => {
+                if per_request(Some(&self.version)) {
+                    result.fill_missing_cache_hints();
+                } else {
+                    result.strip_result_type_for_legacy_peer();
+                    result.strip_non_object_output_for_legacy_peer();
+                }
+                encode(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
+            }
+            Err(error) => error_message(id, &error),
+        }
+    }
+
+    /// Runs a `tools/call` whose answer goes on `stream`: on this task until
+    /// the call sends something before its result, then on one of its own.
+    async fn call(
+        self: &Arc<Self>,
+        stream: &Arc<Stream>,
+        id: RequestId,
+        params: Map<String, Value>,
+        incoming: Incoming,
+    ) {
+        let meta = params
+            .get("_meta")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let params = match parse::<CallToolRequestParams>(Value::Object(params)) {
+            Ok(params) => params,
+            Err(error) => {
+                stream.push(self.reply(&id, Err(error)));
+                stream.end();
+                return;
+            }
+        };
+        let cancelled = self.closed.child_token();
+        self.lock().running.insert(id.clone(), cancelled.clone());
+        let session = Arc::clone(self);
+        let link = Arc::new(SessionLink {
+            session: Arc::clone(self),
+            stream: Arc::clone(stream),
+        });
+        let answer_stream = Arc::clone(stream);
+        let serving = async move {
+            let declared = session.capabilities.supports_tasks();
+            let request = CallRequest {
+                id: &id,
+                meta: &meta,
+                version: Some(session.version.clone()),
+                capabilities: session.capabilities.clone(),
+                caller: incoming.caller,
+                key: Some(incoming.key),
+                door: Door::McpHttp,
+                arguments: incoming.arguments,
+                large: incoming.large,
+                cancelled,
+                link,
+            };
+            let answered = session.service.serve_call(params, request).await;
+            session.lock().running.remove(&id);
+            let answered = answered.and_then(|response| match response {
+                // A task handle only for a client that takes tasks (SEP-2663).
+                CallToolResponse::Task(_) if !declared => {
+                    Err(McpError::missing_required_client_capability(
+                        ClientCapabilities::builder().enable_tasks().build(),
+                    ))
+                }
+                response => Ok(ServerResult::from(response)),
+            });
+            answer_stream.send(session.reply(&id, answered), true).await;
+        };
+        let mut serving = Box::pin(serving);
+        tokio::select! {
+            biased;
+            () = &mut serving => {}
+            () = stream.first() => {
+                tokio::spawn(serving);
+            }
+        }
+    }
+
+    /// A notification of its client: `notifications/cancelled` cancels the
+    /// call it names; the rest need nothing.
+    fn notified(&self, method: &str, params: Option<Map<String, Value>>) {
+        if method != "notifications/cancelled" {
+            return;
+        }
+        let id = params
+            .as_ref()
+            .and_then(|p| p.get("requestId"))
+            .and_then(|id| RequestId::deserialize(id).ok());
+        if let Some(id) = id
+            && let Some(call) = self.lock().running.get(&id)
+        {
+            call.cancel();
+        }
+    }
+
+    /// Its client's answer to the server's request `id`.
+    fn answered(&self, id: &RequestId, result: Option<Value>, error: Option<Value>) {
+        let RequestId::Number(n) = id else {
+            return;
+        };
+        let Some(waiting) = u64::try_from(*n)
+            .ok()
+            .and_then(|n| self.lock().asked.remove(&n))
+        else {
+            return;
+        };
+        let reply = match (result, error) {
+            (Some(result), _) => Ok(result),
+            (None, Some(error)) => {
+                let message = error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no message");
+                let code = error
+                    .get("code")
+                    .and_then(Value::as_i64)
+                    .unwrap_or_default();
+                Err(format!(
+                    "the client answered with an error: {message} ({code})"
+                ))
+            }
+            (None, None) => Err("the client answered with neither a result nor an error".into()),
+        };
+        let _ = waiting.send(reply);
+    }
+
+    /// Sends the server's request `method` to its client on `stream`, and
+    /// waits for the answer; `Err` says why there is none.
+    async fn ask_client(
+        &self,
+        stream: &Stream,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, String> {
+        let (answer, answered) = oneshot::channel();
+        let n = {
+            let mut state = self.lock();
+            if state.asked.len() >= MAX_ASKED {
+                return Err(format!(
+                    "this MCP session already waits for {MAX_ASKED} answers of its client"
+                ));
+            }
+            state.next_asked += 1;
+            let n = state.next_asked;
+            state.asked.insert(n, answer);
+            n
+        };
+        // Not waited for any more (the call was cancelled): forgotten.
+        struct Forget<'a>(&'a McpSession, u64);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0.lock().asked.remove(&self.1);
+            }
+        }
+        let _forget = Forget(self, n);
+        let request =
+            encode(&json!({"jsonrpc": "2.0", "id": n, "method": method, "params": params}));
+        if !stream.send(request, false).await {
+            return Err("the request's stream has ended".into());
+        }
+        tokio::select! {
+            reply = answered => reply.unwrap_or_else(|_| Err("the MCP session ended".into())),
+            () = self.closed.cancelled() => Err("the MCP session ended".into()),
+        }
+    }
+}
+
+/// How a call of a session reaches its client: on its request's stream.
+struct SessionLink {
+    session: Arc<McpSession>,
+    stream: Arc<Stream>,
+}
+
+impl ClientLink for SessionLink {
+    fn progress(&self, note: ProgressNotificationParam) -> Sent<'_> {
+        let message = notification("notifications/progress", &note);
+        Box::pin(async move {
+            self.stream.send(message, false).await;
+        })
+    }
+
+    fn log(&self, note: LoggingMessageNotificationParam) -> Sent<'_> {
+        let message = notification("notifications/message", &note);
+        Box::pin(async move {
+            self.stream.send(message, false).await;
+        })
+    }
+
+    fn peer(&self, _stateless: bool) -> Arc<dyn Peer> {
+        Arc::new(Asker {
+            session: Arc::clone(&self.session),
+            stream: Arc::clone(&self.stream),
+        })
+    }
+
+    fn session_version(&self) -> Option<ProtocolVersion> {
+        Some(self.session.version.clone())
+    }
+}
+
+/// The client of a session's call, asked directly on the call's stream. A
+/// client that did not declare what it is asked for gets `Unsupported`.
+struct Asker {
+    session: Arc<McpSession>,
+    stream: Arc<Stream>,
+}
+
+impl Peer for Asker {
+    fn ask(
+        &self,
+        _key: String,
+        message: String,
+        form: Arc<Form>,
+    ) -> PeerFuture<Result<Answer<Value>, AskError>> {
+        let session = Arc::clone(&self.session);
+        let stream = Arc::clone(&self.stream);
+        Box::pin(async move {
+            // Form mode: declared as such, or by an `elicitation` that names no mode.
+            let forms = session
+                .capabilities
+                .elicitation
+                .as_ref()
+                .is_some_and(|e| e.form.is_some() || e.url.is_none());
+            if !forms {
+                return Err(AskError::Unsupported);
+            }
+            let params = elicitation_params(&message, &form);
+            if let Err(e) = ElicitRequestParams::deserialize(&params) {
+                return Err(AskError::InvalidForm(format!(
+                    "not an MCP elicitation form: {e}"
+                )));
+            }
+            let reply = session
+                .ask_client(&stream, "elicitation/create", params)
+                .await
+                .map_err(AskError::Failed)?;
+            answer_of(&reply, &form)
+        })
+    }
+
+    fn sample(
+        &self,
+        _key: String,
+        request: SampleRequest,
+    ) -> PeerFuture<Result<Sampled, SampleError>> {
+        let session = Arc::clone(&self.session);
+        let stream = Arc::clone(&self.stream);
+        Box::pin(async move {
+            if session.capabilities.sampling.is_none() {
+                return Err(SampleError::Unsupported);
+            }
+            let params = request.to_mcp_params();
+            if let Err(e) = CreateMessageRequestParams::deserialize(&params) {
+                return Err(SampleError::Failed(format!("invalid request: {e}")));
+            }
+            let reply = session
+                .ask_client(&stream, "sampling/createMessage", params)
+                .await
+                .map_err(SampleError::Failed)?;
+            sampled_of(&reply)
+        })
+    }
+
+    fn roots(&self, _key: String) -> PeerFuture<Result<Vec<Root>, RootsError>> {
+        let session = Arc::clone(&self.session);
+        let stream = Arc::clone(&self.stream);
+        Box::pin(async move {
+            if session.capabilities.roots.is_none() {
+                return Err(RootsError::Unsupported);
+            }
+            let reply = session
+                .ask_client(&stream, "roots/list", json!({}))
+                .await
+                .map_err(RootsError::Failed)?;
+            roots_of(&reply)
+        })
+    }
+}
+
+/// `202 Accepted`: a notification or an answer taken.
+fn accepted() -> Response<Body> {
+    let mut response = Response::new(Empty::new().boxed_unsync());
+    *response.status_mut() = StatusCode::ACCEPTED;
+    response
+}
+
+/// A plain-text refusal.
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed_unsync());
+    *response.status_mut() = status;
+    response
+}
+
+/// A JSON-RPC error answering `id`, under `status`.
+fn json_error(status: StatusCode, id: &RequestId, error: &McpError) -> Response<Body> {
+    let mut response = Response::new(Full::new(error_message(id, error)).boxed_unsync());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(version: Option<&'static str>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(version) = version {
+            headers.insert("mcp-protocol-version", HeaderValue::from_static(version));
+        }
+        headers
+    }
+
+    const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    const LIST: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#;
+    const MODERN: &str = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+
+    #[test]
+    fn messages_of_revisions_with_sessions_are_the_sessions() {
+        assert!(route(&headers(None), INITIALIZE.as_bytes()).is_some());
+        assert!(route(&headers(Some("2025-11-25")), INITIALIZE.as_bytes()).is_some());
+        assert!(route(&headers(None), LIST.as_bytes()).is_some());
+        assert!(route(&headers(Some("2025-03-26")), LIST.as_bytes()).is_some());
+        let answer = r#"{"jsonrpc":"2.0","id":4,"result":{"action":"accept"}}"#;
+        assert!(route(&headers(Some("2025-11-25")), answer.as_bytes()).is_some());
+        let cancelled =
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}"#;
+        assert!(route(&headers(None), cancelled.as_bytes()).is_some());
+    }
+
+    #[test]
+    fn the_rest_goes_on_to_the_stateless_door() {
+        // A request that names its own revision, or a header of a revision
+        // without sessions (or one no revision has).
+        assert!(route(&headers(None), MODERN.as_bytes()).is_none());
+        assert!(route(&headers(Some("2026-07-28")), LIST.as_bytes()).is_none());
+        assert!(route(&headers(Some("1999-01-01")), LIST.as_bytes()).is_none());
+        // A header that disagrees with the `initialize` it comes with.
+        assert!(route(&headers(Some("2025-06-18")), INITIALIZE.as_bytes()).is_none());
+        assert!(takes(&headers(Some("2025-06-18"))));
+        assert!(!takes(&headers(Some("2026-07-28"))));
+    }
+
+    #[test]
+    fn a_header_that_contradicts_the_body_is_named() {
+        let mut headers = HeaderMap::new();
+        headers.insert("mcp-method", HeaderValue::from_static("tools/list"));
+        let error = mismatched(&headers, "tools/call", None).expect("refused");
+        assert_eq!(error.code, ErrorCode::HEADER_MISMATCH);
+        assert!(error.message.contains("tools/list"), "{}", error.message);
+        assert!(mismatched(&headers, "tools/list", None).is_none());
+        let mut named = HeaderMap::new();
+        named.insert("mcp-name", HeaderValue::from_static("echo"));
+        let params: Map<String, Value> = serde_json::from_str(r#"{"name":"other"}"#).unwrap();
+        assert!(mismatched(&named, "tools/call", Some(&params)).is_some());
+    }
+}
