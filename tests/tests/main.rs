@@ -59,6 +59,7 @@ mod mcp_import;
 mod mcp_python;
 mod mcp_rounds;
 mod mcp_sessions;
+mod mcp_sessions_redis;
 mod mcp_stateless;
 mod mcp_tasks;
 mod metrics;

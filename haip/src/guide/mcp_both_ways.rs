@@ -136,10 +136,14 @@
 //! and it hears of registry changes on a `subscriptions/listen` stream.
 //! Over stdio there is always one session.
 //!
-//! **Several instances.** A session lives on the instance that opened it,
-//! with Redis too ([several instances](super::several_instances): Redis
-//! shares HAIP sessions and MCP tasks, not MCP sessions). Behind a load
-//! balancer, keep each MCP client on one instance (sticky sessions, for
+//! **Several instances.** With Redis ([several
+//! instances](super::several_instances)), MCP sessions are kept there too,
+//! as HAIP sessions and MCP tasks are: any instance behind a load balancer
+//! serves any request of a session. A call runs where its request arrived;
+//! the client's answer to its question, and its cancellation, are passed
+//! to that instance whichever instance they reach; a `DELETE` ends the
+//! session everywhere. Without Redis a session lives on the instance that
+//! opened it: keep each MCP client on one instance (sticky sessions, for
 //! example on the `Mcp-Session-Id` header); a request that reaches another
 //! instance is answered `404`, and the client opens a new session.
 //!

@@ -211,7 +211,19 @@ pub(crate) struct Tasks {
     /// Tasks running here, by caller ([`share_of`]).
     per_client: Mutex<HashMap<String, usize>>,
     slots: Arc<Semaphore>,
+    /// Where the signals for MCP sessions go (`export/session.rs`), once
+    /// there are sessions: those whose id starts with [`SESSION_SIGNAL`].
+    session_signals: std::sync::OnceLock<SessionSignals>,
 }
+
+/// The start of the ids of the signals for MCP sessions (a question's
+/// answer, a cancellation, a session's end), which the task store carries
+/// between instances as it does tasks' signals.
+pub(crate) const SESSION_SIGNAL: &str = "mcp-session/";
+
+/// What takes the signals for MCP sessions: the rest of the signal's id
+/// after [`SESSION_SIGNAL`], and the signal.
+pub(crate) type SessionSignals = Box<dyn Fn(&str, TaskSignal) + Send + Sync>;
 
 impl std::fmt::Debug for Tasks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -266,6 +278,7 @@ impl Tasks {
             running: Mutex::new(HashMap::new()),
             per_client: Mutex::new(HashMap::new()),
             slots: Arc::new(Semaphore::new(settings.max_running.max(1))),
+            session_signals: std::sync::OnceLock::new(),
         });
         if let Some(mut signals) = shared.tasks.take_signals() {
             let weak = Arc::downgrade(&tasks);
@@ -543,8 +556,34 @@ impl Tasks {
             .map_err(|e| unavailable(&e))
     }
 
-    /// A signal for task `id`, running here.
+    /// Signals for MCP sessions go to `sink` from now on (set once).
+    pub(crate) fn on_session_signals(&self, sink: SessionSignals) {
+        let _ = self.session_signals.set(sink);
+    }
+
+    /// Passes `signal` (for an MCP session: its id starts with
+    /// [`SESSION_SIGNAL`]) to `instance`: here, at once.
+    pub(crate) async fn tell_instance(
+        &self,
+        instance: &str,
+        id: &str,
+        signal: TaskSignal,
+    ) -> Result<(), TaskStoreError> {
+        if instance == self.store().instance() {
+            self.deliver(id, signal);
+            return Ok(());
+        }
+        self.store().signal(instance, id, signal).await
+    }
+
+    /// A signal for task `id`, running here (or for an MCP session).
     fn deliver(&self, id: &str, signal: TaskSignal) {
+        if let Some(rest) = id.strip_prefix(SESSION_SIGNAL) {
+            if let Some(sink) = self.session_signals.get() {
+                sink(rest, signal);
+            }
+            return;
+        }
         let Some(peer) = self.lock_running().get(id).cloned() else {
             return;
         };

@@ -885,13 +885,16 @@ impl ServerBuilder {
     /// questions go in rounds, registry changes on `subscriptions/listen`
     /// streams, and any instance answers it.
     ///
-    /// **Several instances**: a session lives on the instance that opened
-    /// it, with Redis ([`redis`](Self::redis)) too (Redis shares HAIP
-    /// sessions and MCP tasks, not MCP sessions), so a load balancer in
-    /// front of several instances must keep each MCP client on one instance
-    /// (sticky sessions, for example by the `Mcp-Session-Id` header). A
-    /// request naming a session that another instance holds is answered
-    /// `404`, and the client starts a new session.
+    /// **Several instances**: with Redis ([`redis`](Self::redis)), a
+    /// session is kept there too, so any instance behind a load balancer
+    /// serves any of its requests: a call runs on the instance its request
+    /// reached, the client's answer to its question and its cancellation
+    /// are passed to that instance wherever they arrive, and a `DELETE`
+    /// ends the session on every instance. Without Redis a session lives on
+    /// the instance that opened it, and a load balancer must keep each MCP
+    /// client on one (sticky on the `Mcp-Session-Id` header); a request
+    /// naming a session another instance holds is answered `404`, and the
+    /// client starts a new session.
     ///
     /// **`false`** (every request stateless): the client sees no
     /// `Mcp-Session-Id`; any instance behind a load balancer answers any

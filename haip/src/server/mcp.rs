@@ -100,8 +100,8 @@ pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
         {
             let subject = caller.as_ref().map(|c| c.subject());
             let response = match *req.method() {
-                Method::GET => sessions.get(req.headers(), subject),
-                Method::DELETE => sessions.delete(req.headers(), subject),
+                Method::GET => sessions.get(req.headers(), subject).await,
+                Method::DELETE => sessions.delete(req.headers(), subject).await,
                 _ => return method_not_allowed(),
             };
             return answered(response, hub, outflow, None);

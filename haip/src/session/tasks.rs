@@ -223,6 +223,9 @@ impl std::fmt::Display for TaskStoreError {
 
 impl std::error::Error for TaskStoreError {}
 
+/// An MCP session's record in a shared store, and the instances that hold it.
+pub(crate) type HeldSession = (Value, Vec<String>);
+
 /// A signal for a task of this instance: the task's id and the signal.
 pub(crate) type Signal = (String, TaskSignal);
 
@@ -259,6 +262,35 @@ pub(crate) trait TaskStore: Send + Sync + 'static {
     ) -> StoreFuture<Result<(), TaskStoreError>>;
     /// The signals for this instance's tasks (taken once, by the MCP export).
     fn take_signals(&self) -> Option<mpsc::Receiver<Signal>>;
+
+    /// Whether other instances read this store: MCP sessions are then kept
+    /// in it too, so that any instance serves any of them.
+    fn shared(&self) -> bool {
+        false
+    }
+    /// Records MCP session `id` (`record`: what serving it needs), held by
+    /// this instance, for `ttl` from its last use.
+    fn put_session(
+        &self,
+        _id: &str,
+        _record: Value,
+        _ttl: std::time::Duration,
+    ) -> StoreFuture<Result<(), TaskStoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+    /// MCP session `id`'s record and the instances that hold it (this one
+    /// added), its time to live renewed to `ttl`; `None`: unknown or ended.
+    fn touch_session(
+        &self,
+        _id: &str,
+        _ttl: std::time::Duration,
+    ) -> StoreFuture<Result<Option<HeldSession>, TaskStoreError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+    /// Ends MCP session `id`; gives the instances that held it.
+    fn end_session(&self, _id: &str) -> StoreFuture<Result<Vec<String>, TaskStoreError>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
 }
 
 /// Signals waiting for the MCP export, at most; more are dropped (a task

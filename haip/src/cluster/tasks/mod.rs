@@ -12,6 +12,7 @@
 //! | `haip:i:{instance}` | string | the owner's lease ([`super`]): a task whose owner's lease is gone is lost | [`LEASE_TTL`](super::LEASE_TTL) |
 //! | `haip:tb:{caller}` | hash | a caller's share: task id → the bytes its record is counted for; `=` → their sum | a minute after the last of its records, extended as they are |
 //! | `haip:te:{caller}` | sorted set | the same tasks, scored by when their records expire (ms since the Unix epoch, as last seen) | with `haip:tb:{caller}` |
+//! | `haip:mcp:{session}` | hash | an MCP session (`mcp/export/session.rs`): `record` (JSON: who opened it, its revision, its client's capabilities, its log level), `held-by:{instance}` for each instance that holds it | `idle_timeout` after its last use on any instance; deleted by its `DELETE` |
 //!
 //! A record's `status` is `working` or an end as written; `tasks/get` shows
 //! `input_required` while its `:q` hash has a question (read in the same
@@ -98,12 +99,14 @@ use tokio_util::task::TaskTracker;
 
 use self::encoding::{decode_get, decode_signal, encode_signal, fields_of, questions_of, strings};
 use self::ledger::{Creating, Ledger, Parts, State, lock};
-use self::scripts::{ANSWERED, ASK, CREATE, FINISH, GET, NOTE, REFRESH};
+use self::scripts::{
+    ANSWERED, ASK, CREATE, END_SESSION, FINISH, GET, NOTE, PUT_SESSION, REFRESH, TOUCH_SESSION,
+};
 use super::keys::{inbox_key, lease_key};
 use super::{IO_TIMEOUT, RedisSessionStore};
 use crate::session::tasks::{
-    SIGNAL_QUEUE, Signal, TaskEnd, TaskLimits, TaskRecord, TaskSignal, TaskStore, TaskStoreError,
-    too_many_bytes_of_caller, too_many_tasks_of_caller,
+    HeldSession, SIGNAL_QUEUE, Signal, TaskEnd, TaskLimits, TaskRecord, TaskSignal, TaskStore,
+    TaskStoreError, too_many_bytes_of_caller, too_many_tasks_of_caller,
 };
 use crate::session::{Clock, StoreFuture};
 
@@ -121,6 +124,11 @@ const REFRESH_BATCH: usize = 256;
 /// `ttl`, and at least four refresh periods.
 pub(crate) fn running_ttl(ttl: Duration) -> Duration {
     ttl.max(TASK_REFRESH * 4)
+}
+
+/// An MCP session's record and the instances that hold it.
+fn mcp_session_key(id: &str) -> String {
+    format!("haip:mcp:{id}")
 }
 
 fn task_key(id: &str) -> String {
@@ -348,6 +356,18 @@ fn eval(script: &str, keys: &[String]) -> redis::Cmd {
     cmd
 }
 
+/// The field of an MCP session's hash that says an instance holds it.
+const HOLDER: &str = "held-by:";
+
+fn holder_field(instance: &str) -> String {
+    format!("{HOLDER}{instance}")
+}
+
+/// A time to live as Redis takes it: whole milliseconds, at least one.
+fn ttl_arg(ttl: Duration) -> u64 {
+    (ttl.as_millis() as u64).max(1)
+}
+
 /// One round trip, within [`IO_TIMEOUT`]; any failure is `Unavailable`.
 async fn query(
     conn: Option<ConnectionManager>,
@@ -562,6 +582,64 @@ impl TaskStore for RedisTaskStore {
                 Ok(Ok(receivers)) if receivers > 0 => Ok(()),
                 _ => Err(TaskStoreError::Unavailable),
             }
+        })
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn put_session(
+        &self,
+        id: &str,
+        record: Value,
+        ttl: Duration,
+    ) -> StoreFuture<Result<(), TaskStoreError>> {
+        let mut cmd = eval(PUT_SESSION, &[mcp_session_key(id)]);
+        cmd.arg(record.to_string())
+            .arg(holder_field(self.instance()))
+            .arg(ttl_arg(ttl));
+        let conn = self.conn();
+        Box::pin(async move { query(conn, cmd).await.map(drop) })
+    }
+
+    fn touch_session(
+        &self,
+        id: &str,
+        ttl: Duration,
+    ) -> StoreFuture<Result<Option<HeldSession>, TaskStoreError>> {
+        let mut cmd = eval(TOUCH_SESSION, &[mcp_session_key(id)]);
+        cmd.arg(holder_field(self.instance())).arg(ttl_arg(ttl));
+        let conn = self.conn();
+        Box::pin(async move {
+            let value = query(conn, cmd).await?;
+            if value == redis::Value::Nil {
+                return Ok(None);
+            }
+            let fields = encoding::pairs(&value).ok_or_else(|| odd("touch_session", &value))?;
+            let mut record = None;
+            let mut holders = Vec::new();
+            for (field, value) in fields {
+                match field.strip_prefix(HOLDER) {
+                    Some(instance) => holders.push(instance.to_owned()),
+                    None if field == "record" => record = serde_json::from_str(&value).ok(),
+                    None => {}
+                }
+            }
+            Ok(record.map(|record| (record, holders)))
+        })
+    }
+
+    fn end_session(&self, id: &str) -> StoreFuture<Result<Vec<String>, TaskStoreError>> {
+        let cmd = eval(END_SESSION, &[mcp_session_key(id)]);
+        let conn = self.conn();
+        Box::pin(async move {
+            let value = query(conn, cmd).await?;
+            let fields = strings(&value).ok_or_else(|| odd("end_session", &value))?;
+            Ok(fields
+                .iter()
+                .filter_map(|f| f.strip_prefix(HOLDER).map(str::to_owned))
+                .collect())
         })
     }
 

@@ -303,3 +303,35 @@ end
 return out
 "
 );
+
+/// Records an MCP session, held by one instance.
+///
+/// KEYS: the session's hash. ARGV: the record (JSON), the holder's field,
+/// the ttl (ms).
+pub(crate) const PUT_SESSION: &str = r"
+redis.call('HSET', KEYS[1], 'record', ARGV[1], ARGV[2], 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+";
+
+/// An MCP session's record and holders, this instance added and its ttl
+/// renewed; nil when there is none.
+///
+/// KEYS: the session's hash. ARGV: the holder's field, the ttl (ms).
+pub(crate) const TOUCH_SESSION: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return false
+end
+redis.call('HSET', KEYS[1], ARGV[1], 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return redis.call('HGETALL', KEYS[1])
+";
+
+/// Ends an MCP session; gives its fields (the record and its holders).
+///
+/// KEYS: the session's hash.
+pub(crate) const END_SESSION: &str = r"
+local fields = redis.call('HKEYS', KEYS[1])
+redis.call('DEL', KEYS[1])
+return fields
+";

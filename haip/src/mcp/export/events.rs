@@ -134,24 +134,6 @@ impl Stream {
         self.to_writers.notify_waiters();
     }
 
-    /// Whether something was sent on it yet.
-    pub(super) fn started(&self) -> bool {
-        self.lock().next > 1
-    }
-
-    /// Waits until something is sent on it.
-    pub(super) async fn first(&self) {
-        loop {
-            let sent = self.to_reader.notified();
-            tokio::pin!(sent);
-            sent.as_mut().enable();
-            if self.started() {
-                return;
-            }
-            sent.await;
-        }
-    }
-
     /// When it ended, if it has. (Whether its client got its events, only
     /// the client knows: a reader that took them may have written them to
     /// a connection that was gone.)

@@ -32,8 +32,8 @@ use crate::tool::Registry;
 /// sampling, its `GET` stream, resumption with `Last-Event-ID`, its
 /// `DELETE` (`204`). A session is its opener's. Requests of protocol
 /// revisions without `initialize` (2026-07-28 and later) are stateless
-/// either way (rounds, listen streams). Sessions are this instance's alone,
-/// with Redis too: a load balancer keeps a client on one.
+/// either way (rounds, listen streams). With Redis, sessions are kept there
+/// too, and any instance serves any of their requests.
 ///
 /// **Stateless** (`mcp_sessions(false)`): every POST is served on its own by
 /// a fresh [`ExportService`], with no `Mcp-Session-Id`, so any instance
@@ -156,7 +156,7 @@ impl McpHttp {
             Arc::default(),
             config,
         );
-        let sessions = sessions.then(|| Arc::new(Sessions::new(shared, &direct.tasks, per_caller)));
+        let sessions = sessions.then(|| Sessions::new(shared, &direct.tasks, per_caller));
         McpHttp {
             service,
             max_sessions: shared.config.max_sessions,

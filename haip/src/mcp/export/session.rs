@@ -8,11 +8,21 @@
 //! bytes beside its id and what its client declared). Each request is
 //! answered on an SSE stream of its own (`events.rs`), numbered, so that a
 //! client whose connection broke takes it up again with `Last-Event-ID`; a
-//! call runs on its request's task until it sends something before its
-//! result (progress, a log line, a question), and then on a task of its
-//! own beside its stream. The server's requests (elicitation, sampling,
+//! call that ends at once is answered from its request's task, any other
+//! runs on a task of its own beside its stream (and goes on if the
+//! client's connection breaks). The server's requests (elicitation, sampling,
 //! roots) go on the stream of the call that makes them, and their answers
 //! come back as `POST`s, matched by JSON-RPC id.
+//!
+//! With a task store other instances read (Redis), a session is kept there
+//! too (who opened it, its revision, what its client declared, its log
+//! level), so that any instance serves any of its requests: an instance
+//! that does not hold it yet reads it and holds a copy (renewing the record
+//! at most once a second), a call runs where its request arrived, the
+//! server's questions carry ids `<n>@<instance>` so that whichever instance
+//! the client posts its answer to passes it to the one that asked (over the
+//! store's signals), a `notifications/cancelled` is passed to every
+//! instance that holds the session, and a `DELETE` ends it on all of them.
 //!
 //! Security, per route: behind the server's `Origin`/`Host` guard and
 //! authentication like every route; a session is its opener's (the subject
@@ -61,11 +71,15 @@ use crate::context::{
     Sampled,
 };
 use crate::mcp::peer::{answer_of, elicitation_params, roots_of, sampled_of};
-use crate::mcp::tasks::Tasks;
+use crate::mcp::tasks::{SESSION_SIGNAL, Tasks};
 use crate::schema::{Form, SchemaProfile};
 use crate::session::Shared;
+use crate::session::tasks::TaskSignal;
 use crate::stats::Door;
 
+/// How often, at most, a session's record in a shared store is renewed
+/// (ms): a request of a session held here meanwhile reads nothing there.
+const TOUCH_EVERY: u64 = 1000;
 /// The header that names an MCP session.
 pub(crate) const SESSION_ID: &str = "mcp-session-id";
 /// How often idle sessions are looked for, at most.
@@ -179,6 +193,10 @@ struct McpSession {
     closed: CancellationToken,
     /// Its last request, in milliseconds after [`Sessions::epoch`].
     seen: AtomicU64,
+    /// When its record in a shared store was last renewed (same clock).
+    touched: AtomicU64,
+    /// With a shared store, this instance's id (in its questions' ids).
+    instance: Option<Arc<str>>,
     state: Mutex<State>,
 }
 
@@ -194,11 +212,29 @@ struct State {
     next_asked: u64,
     /// The server's requests waiting for the client's answers.
     asked: HashMap<u64, oneshot::Sender<Result<Value, String>>>,
+    /// With a shared store: the instances that hold the session too.
+    holders: Vec<String>,
+}
+
+/// What a shared store keeps of a session, for any instance to serve it.
+#[derive(serde::Serialize, Deserialize)]
+struct Record {
+    owner: Option<Arc<str>>,
+    version: ProtocolVersion,
+    capabilities: ClientCapabilities,
+    /// Its log level (`logging/setLevel`), as a `LogLevel` index.
+    level: u8,
 }
 
 impl Sessions {
-    pub(crate) fn new(shared: &Arc<Shared>, tasks: &Arc<Tasks>, per_caller: usize) -> Sessions {
-        Sessions {
+    /// The sessions of the server sharing `shared`; with a task store
+    /// other instances read (Redis), kept there too.
+    pub(crate) fn new(
+        shared: &Arc<Shared>,
+        tasks: &Arc<Tasks>,
+        per_caller: usize,
+    ) -> Arc<Sessions> {
+        let sessions = Arc::new(Sessions {
             shared: Arc::clone(shared),
             tasks: Arc::clone(tasks),
             live: Arc::new(AtomicUsize::new(0)),
@@ -207,7 +243,31 @@ impl Sessions {
             epoch: Instant::now(),
             idle: shared.config.idle_timeout,
             sweeping: AtomicBool::new(false),
-        }
+        });
+        let weak = Arc::downgrade(&sessions);
+        tasks.on_session_signals(Box::new(move |id, signal| {
+            if let Some(sessions) = weak.upgrade() {
+                sessions.signalled(id, signal);
+            }
+        }));
+        sessions
+    }
+
+    /// Sessions are kept in a store other instances read.
+    fn shared_store(&self) -> bool {
+        self.shared.tasks.shared()
+    }
+
+    /// With a shared store, this instance's id.
+    fn instance(&self) -> Option<Arc<str>> {
+        self.shared_store()
+            .then(|| Arc::from(self.shared.tasks.instance()))
+    }
+
+    /// How long a session's record lives in a shared store after its last
+    /// use: `idle_timeout`, or a day when sessions never idle out.
+    fn record_ttl(&self) -> Duration {
+        self.idle.unwrap_or(Duration::from_secs(24 * 3600))
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Arc<McpSession>>> {
@@ -219,8 +279,10 @@ impl Sessions {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    /// The session `headers` name, when `subject` opened it.
-    fn find(
+    /// The session `headers` name, when `subject` opened it. With a shared
+    /// store, its record there is renewed (at most once a second), and a
+    /// session opened on another instance is served here from it.
+    async fn find(
         &self,
         headers: &HeaderMap,
         subject: Option<&str>,
@@ -231,15 +293,151 @@ impl Sessions {
                 "Bad Request: Session ID is required",
             )));
         };
-        match self.lock().get(id) {
-            Some(session) if session.owner.as_deref() == subject => {
-                session.seen.store(self.now(), Relaxed);
-                Ok(Arc::clone(session))
+        let not_found = || Box::new(plain(StatusCode::NOT_FOUND, "Not Found: Session not found"));
+        let now = self.now();
+        let local = self.lock().get(id).cloned();
+        let fresh = |session: &McpSession| {
+            !self.shared_store() || now.saturating_sub(session.touched.load(Relaxed)) < TOUCH_EVERY
+        };
+        let session = match local {
+            Some(session) if fresh(&session) => session,
+            local => match self.shared.tasks.touch_session(id, self.record_ttl()).await {
+                Ok(Some((record, holders))) => {
+                    let session = match local {
+                        Some(session) => {
+                            // Another instance may have changed its level.
+                            if let Some(level) = record.get("level").and_then(Value::as_u64) {
+                                session.service.log_level.store(level as u8, Relaxed);
+                            }
+                            session
+                        }
+                        None => match self.replica(id, record, subject) {
+                            Some(session) => session,
+                            None => return Err(not_found()),
+                        },
+                    };
+                    session.touched.store(now, Relaxed);
+                    session.lock().holders = holders;
+                    session
+                }
+                Ok(None) => {
+                    if let Some(session) = local {
+                        self.end_here(&session);
+                    }
+                    return Err(not_found());
+                }
+                // The store is away: a session held here goes on.
+                Err(e) => match local {
+                    Some(session) => session,
+                    None => {
+                        tracing::warn!(error = %e, "an MCP session could not be read from the store");
+                        return Err(Box::new(plain(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "Service Unavailable: the MCP session store is unavailable; retry shortly",
+                        )));
+                    }
+                },
+            },
+        };
+        if session.owner.as_deref() != subject {
+            return Err(not_found());
+        }
+        session.seen.store(now, Relaxed);
+        Ok(session)
+    }
+
+    /// A session another instance opened, held here from its `record`;
+    /// `None` unless `subject` opened it (nothing is held for anyone else).
+    fn replica(&self, id: &str, record: Value, subject: Option<&str>) -> Option<Arc<McpSession>> {
+        let record = Record::deserialize(record).ok()?;
+        if record.owner.as_deref() != subject {
+            return None;
+        }
+        let mut service =
+            ExportService::new(Arc::clone(&self.shared), None, Arc::clone(&self.tasks));
+        service.session_id = Arc::from(id);
+        service.log_level.store(record.level, Relaxed);
+        let session = Arc::new(McpSession {
+            id: Arc::from(id),
+            owner: record.owner,
+            version: record.version,
+            capabilities: record.capabilities,
+            service,
+            closed: self.shared.shutdown.child_token(),
+            seen: AtomicU64::new(self.now()),
+            touched: AtomicU64::new(self.now()),
+            instance: self.instance(),
+            state: Mutex::default(),
+        });
+        let mut map = self.lock();
+        let session = map.entry(Arc::clone(&session.id)).or_insert(session);
+        Some(Arc::clone(session))
+    }
+
+    /// Records `session` in a shared store (a no-op without one).
+    async fn put(&self, session: &McpSession) -> Result<(), String> {
+        if !self.shared_store() {
+            return Ok(());
+        }
+        let record = Record {
+            owner: session.owner.clone(),
+            version: session.version.clone(),
+            capabilities: session.capabilities.clone(),
+            level: session.service.log_level.load(Relaxed),
+        };
+        let record = serde_json::to_value(&record).map_err(|e| e.to_string())?;
+        self.shared
+            .tasks
+            .put_session(&session.id, record, self.record_ttl())
+            .await
+            .map_err(|e| format!("the MCP session store is unavailable ({e}); retry shortly"))
+    }
+
+    /// Ends this instance's copy of `session`.
+    fn end_here(&self, session: &McpSession) {
+        let mut map = self.lock();
+        if map
+            .get(&session.id)
+            .is_some_and(|s| std::ptr::eq(&**s, session))
+        {
+            map.remove(&session.id);
+        }
+        drop(map);
+        session.close();
+    }
+
+    /// A signal another instance sent about one of the sessions held here:
+    /// `<id>` ended; `<id>/asked`: the client's answers to questions asked
+    /// here; `<id>/cancel/<request id>`: the client cancelled a call.
+    fn signalled(&self, id: &str, signal: TaskSignal) {
+        let (session_id, what) = id.split_once('/').unwrap_or((id, ""));
+        let Some(session) = self.lock().get(session_id).cloned() else {
+            return;
+        };
+        match (what, signal) {
+            ("", TaskSignal::Cancel) => self.end_here(&session),
+            ("asked", TaskSignal::Answers(answers)) => {
+                for (n, reply) in answers {
+                    if let Ok(n) = n.parse() {
+                        session.deliver(
+                            n,
+                            reply.get("result").cloned(),
+                            reply.get("error").cloned(),
+                        );
+                    }
+                }
             }
-            _ => Err(Box::new(plain(
-                StatusCode::NOT_FOUND,
-                "Not Found: Session not found",
-            ))),
+            (call, TaskSignal::Cancel) => {
+                let request = call
+                    .strip_prefix("cancel/")
+                    .and_then(|id| serde_json::from_str::<RequestId>(id).ok());
+                if let Some(request) = request
+                    && let Some(running) = session.lock().running.get(&request)
+                {
+                    running.cancel();
+                }
+            }
+            _ => {}
         }
     }
 
@@ -254,14 +452,14 @@ impl Sessions {
         let subject = incoming.caller.as_ref().map(|c| c.subject());
         if !headers.contains_key(SESSION_ID) {
             return match (&message.id, message.method.as_deref()) {
-                (Some(_), Some("initialize")) => self.open(message, incoming),
+                (Some(_), Some("initialize")) => self.open(message, incoming).await,
                 _ => Ok(plain(
                     StatusCode::BAD_REQUEST,
                     "Bad Request: Session ID is required",
                 )),
             };
         }
-        let session = match self.find(headers, subject) {
+        let session = match self.find(headers, subject).await {
             Ok(session) => session,
             Err(refused) => return Ok(*refused),
         };
@@ -281,11 +479,11 @@ impl Sessions {
                 self.request(&session, id, &method, params, incoming).await
             }
             (None, Some(method)) => {
-                session.notified(&method, params);
+                self.notified(&session, &method, params).await;
                 accepted()
             }
             (Some(id), None) => {
-                session.answered(&id, result, error);
+                self.answered(&session, &id, result, error).await;
                 accepted()
             }
             (None, None) => accepted(),
@@ -294,7 +492,7 @@ impl Sessions {
 
     /// `initialize`: a new session, its caller's, answered with what the
     /// server offers and its id; or why there is no place for it.
-    fn open(
+    async fn open(
         self: &Arc<Self>,
         message: Message,
         incoming: Incoming,
@@ -334,8 +532,11 @@ impl Sessions {
             service,
             closed: self.shared.shutdown.child_token(),
             seen: AtomicU64::new(self.now()),
+            touched: AtomicU64::new(self.now()),
+            instance: self.instance(),
             state: Mutex::default(),
         });
+        self.put(&session).await?;
         let stream = session.open_stream();
         let answer = session.reply(&id, Ok(ServerResult::InitializeResult(info)));
         stream.push(answer);
@@ -398,6 +599,10 @@ impl Sessions {
                 service
                     .log_level
                     .store(log_level(params.level) as u8, Relaxed);
+                // Every instance serving the session sends what it asks for.
+                if let Err(why) = self.put(session).await {
+                    return Err(McpError::internal_error(why, None));
+                }
                 Ok(ServerResult::empty(()))
             }
             "tasks/get" | "tasks/update" | "tasks/cancel" => {
@@ -438,7 +643,7 @@ impl Sessions {
     /// Serves a session's `GET`: its stream of notifications (a new one
     /// replaces the one before), or with `Last-Event-ID` the rest of a
     /// stream it lost (empty when nothing of it is kept).
-    pub(crate) fn get(&self, headers: &HeaderMap, subject: Option<&str>) -> Response<Body> {
+    pub(crate) async fn get(&self, headers: &HeaderMap, subject: Option<&str>) -> Response<Body> {
         let streams = headers
             .get_all(header::ACCEPT)
             .iter()
@@ -454,7 +659,7 @@ impl Sessions {
                 "Not Acceptable: Client must accept text/event-stream",
             );
         }
-        let session = match self.find(headers, subject) {
+        let session = match self.find(headers, subject).await {
             Ok(session) => session,
             Err(refused) => return *refused,
         };
@@ -489,17 +694,131 @@ impl Sessions {
         stream.respond(None, shutdown, relay())
     }
 
-    /// Serves a session's `DELETE`: it ends, its calls are cancelled.
-    pub(crate) fn delete(&self, headers: &HeaderMap, subject: Option<&str>) -> Response<Body> {
-        let session = match self.find(headers, subject) {
+    /// Serves a session's `DELETE`: it ends, its calls are cancelled (with
+    /// a shared store, on every instance that holds it).
+    pub(crate) async fn delete(
+        &self,
+        headers: &HeaderMap,
+        subject: Option<&str>,
+    ) -> Response<Body> {
+        let session = match self.find(headers, subject).await {
             Ok(session) => session,
             Err(refused) => return *refused,
         };
-        self.lock().remove(&session.id);
-        session.close();
+        self.end_here(&session);
+        if self.shared_store() {
+            let holders = match self.shared.tasks.end_session(&session.id).await {
+                Ok(holders) => holders,
+                Err(e) => {
+                    tracing::warn!(error = %e, "an ended MCP session stays in the store until it expires");
+                    session.lock().holders.clone()
+                }
+            };
+            let me = self.shared.tasks.instance();
+            let signal = format!("{SESSION_SIGNAL}{}", session.id);
+            for holder in holders.iter().filter(|h| h.as_str() != me) {
+                let _ = self
+                    .tasks
+                    .tell_instance(holder, &signal, TaskSignal::Cancel)
+                    .await;
+            }
+        }
         let mut response = Response::new(Empty::new().boxed_unsync());
         *response.status_mut() = StatusCode::NO_CONTENT;
         response
+    }
+
+    /// A notification of `session`'s client: `notifications/cancelled`
+    /// cancels the call it names (with a shared store, on whichever
+    /// instance runs it); the rest need nothing.
+    async fn notified(
+        &self,
+        session: &McpSession,
+        method: &str,
+        params: Option<Map<String, Value>>,
+    ) {
+        if method != "notifications/cancelled" {
+            return;
+        }
+        let Some(id) = params
+            .as_ref()
+            .and_then(|p| p.get("requestId"))
+            .and_then(|id| RequestId::deserialize(id).ok())
+        else {
+            return;
+        };
+        if let Some(call) = session.lock().running.get(&id) {
+            call.cancel();
+            return;
+        }
+        if !self.shared_store() {
+            return;
+        }
+        // Who holds it now: the call may have started since this instance
+        // last looked.
+        let holders = match self
+            .shared
+            .tasks
+            .touch_session(&session.id, self.record_ttl())
+            .await
+        {
+            Ok(Some((_, holders))) => holders,
+            _ => session.lock().holders.clone(),
+        };
+        let me = self.shared.tasks.instance();
+        let Ok(request) = serde_json::to_string(&id) else {
+            return;
+        };
+        let signal = format!("{SESSION_SIGNAL}{}/cancel/{request}", session.id);
+        for holder in holders.iter().filter(|h| h.as_str() != me) {
+            let _ = self
+                .tasks
+                .tell_instance(holder, &signal, TaskSignal::Cancel)
+                .await;
+        }
+    }
+
+    /// `session`'s client's answer to the server's request `id`: to the
+    /// call that asked, here or (with a shared store) on the instance that
+    /// asked.
+    async fn answered(
+        &self,
+        session: &McpSession,
+        id: &RequestId,
+        result: Option<Value>,
+        error: Option<Value>,
+    ) {
+        let (n, instance) = match id {
+            RequestId::Number(n) => (u64::try_from(*n).ok(), None),
+            RequestId::String(id) => match id.split_once('@') {
+                Some((n, instance)) => (n.parse().ok(), Some(instance)),
+                None => (id.parse().ok(), None),
+            },
+        };
+        let Some(n) = n else {
+            return;
+        };
+        match instance {
+            Some(instance) if self.shared_store() && instance != self.shared.tasks.instance() => {
+                let mut reply = Map::new();
+                if let Some(result) = result {
+                    reply.insert("result".into(), result);
+                }
+                if let Some(error) = error {
+                    reply.insert("error".into(), error);
+                }
+                let answers = Map::from_iter([(n.to_string(), Value::Object(reply))]);
+                let signal = format!("{SESSION_SIGNAL}{}/asked", session.id);
+                let told = self
+                    .tasks
+                    .tell_instance(instance, &signal, TaskSignal::Answers(answers))
+                    .await;
+                if let Err(e) = told {
+                    tracing::warn!(error = %e, "an answer to a question could not be passed on");
+                }
+            }
+            _ => session.deliver(n, result, error),
+        }
     }
 
     /// Looks for idle sessions from now on (every half `idle_timeout`, at
@@ -662,8 +981,8 @@ impl McpSession {
         }
     }
 
-    /// Runs a `tools/call` whose answer goes on `stream`: on this task until
-    /// the call sends something before its result, then on one of its own.
+    /// Runs a `tools/call` whose answer goes on `stream`: here when it ends
+    /// at once, else on a task of its own.
     async fn call(
         self: &Arc<Self>,
         stream: &Arc<Stream>,
@@ -720,42 +1039,17 @@ impl McpSession {
             });
             answer_stream.send(session.reply(&id, answered), true).await;
         };
+        // A call that ends at once (most do) is answered from here; any
+        // other goes on on a task of its own, its stream answered at once.
         let mut serving = Box::pin(serving);
-        tokio::select! {
-            biased;
-            () = &mut serving => {}
-            () = stream.first() => {
-                tokio::spawn(serving);
-            }
+        if futures_util::poll!(&mut serving).is_pending() {
+            tokio::spawn(serving);
         }
     }
 
-    /// A notification of its client: `notifications/cancelled` cancels the
-    /// call it names; the rest need nothing.
-    fn notified(&self, method: &str, params: Option<Map<String, Value>>) {
-        if method != "notifications/cancelled" {
-            return;
-        }
-        let id = params
-            .as_ref()
-            .and_then(|p| p.get("requestId"))
-            .and_then(|id| RequestId::deserialize(id).ok());
-        if let Some(id) = id
-            && let Some(call) = self.lock().running.get(&id)
-        {
-            call.cancel();
-        }
-    }
-
-    /// Its client's answer to the server's request `id`.
-    fn answered(&self, id: &RequestId, result: Option<Value>, error: Option<Value>) {
-        let RequestId::Number(n) = id else {
-            return;
-        };
-        let Some(waiting) = u64::try_from(*n)
-            .ok()
-            .and_then(|n| self.lock().asked.remove(&n))
-        else {
+    /// Its client's answer to the server's request `n`, asked here.
+    fn deliver(&self, n: u64, result: Option<Value>, error: Option<Value>) {
+        let Some(waiting) = self.lock().asked.remove(&n) else {
             return;
         };
         let reply = match (result, error) {
@@ -807,8 +1101,14 @@ impl McpSession {
             }
         }
         let _forget = Forget(self, n);
+        // With a shared store, its answer may reach another instance: the
+        // id names this one, which that one passes the answer to.
+        let id = match &self.instance {
+            Some(instance) => Value::String(format!("{n}@{instance}")),
+            None => Value::from(n),
+        };
         let request =
-            encode(&json!({"jsonrpc": "2.0", "id": n, "method": method, "params": params}));
+            encode(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         if !stream.send(request, false).await {
             return Err("the request's stream has ended".into());
         }
