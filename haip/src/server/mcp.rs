@@ -165,13 +165,34 @@ async fn post(
         key: &key,
         profile: parts.extensions.get::<McpProfile>().map(|p| p.0),
     };
-    // A small 2026-07-28 request served here is read once, and counted at
-    // the most its parsed form can cost (`mcp/export/direct.rs`).
-    if bytes.len() <= DIRECT_UNCHECKED
-        && let Some(direct) = at.route(&parts.headers, &bytes)
-    {
+    // A small 2026-07-28 request, or one of a session, served here is read
+    // once, and counted at the most its parsed form can cost
+    // (`mcp/export/direct.rs`, `mcp/export/session.rs`).
+    if bytes.len() <= DIRECT_UNCHECKED {
         let cost = bytes.len() * inbound::MAX_COST_MULTIPLE;
-        return at.serve(direct, cost, reservation, outflow).await;
+        if let Some(direct) = at.route(&parts.headers, &bytes) {
+            return at.serve(direct, cost, reservation, outflow).await;
+        }
+        if let Some(sessions) = mcp.http.sessions()
+            && let Some(message) = session::route(&parts.headers, &bytes)
+        {
+            let session = Session {
+                message,
+                arguments: None,
+                large: false,
+                checked: false,
+            };
+            return at
+                .serve_session(
+                    sessions,
+                    &parts.headers,
+                    session,
+                    cost,
+                    reservation,
+                    outflow,
+                )
+                .await;
+        }
     }
     // A large message is checked off the workers, and parsed by the MCP
     // server with a permit, so that few are parsed at once.
@@ -219,17 +240,22 @@ async fn post(
         && let Some(message) = session::route(&parts.headers, &bytes)
     {
         drop(permit);
-        let incoming = Incoming {
-            caller: caller.clone(),
-            key: key.clone(),
-            profile: at.profile,
+        let session = Session {
+            message,
             arguments,
             large,
+            checked: true,
         };
-        return match sessions.post(&parts.headers, message, incoming).await {
-            Ok(response) => answered(response, hub, outflow, Some(reservation)),
-            Err(why) => busy_answering(why, checked.id.clone()),
-        };
+        return at
+            .serve_session(
+                sessions,
+                &parts.headers,
+                session,
+                checked.cost,
+                reservation,
+                outflow,
+            )
+            .await;
     }
     match checked.method.as_deref() {
         // A listen stream's place is taken (and the registry watched) now,
@@ -415,6 +441,65 @@ impl Direct<'_> {
         {
             Ok(response) => answered(response, hub, outflow, Some(reservation)),
             Err(why) => busy_answering(why, Some(id)),
+        }
+    }
+}
+
+/// A message of an MCP session, as the front door hands it over.
+struct Session {
+    message: session::Message,
+    /// A large call's arguments, parsed off the workers.
+    arguments: Option<Map<String, Value>>,
+    large: bool,
+    /// It passed the front door's check (its scopes, its method counted).
+    checked: bool,
+}
+
+impl Direct<'_> {
+    /// Serves a message of an MCP session (`mcp/export/session.rs`): the
+    /// caller's scopes and the body budget for what it holds parsed
+    /// (`cost`) unless `checked` already, then the sessions.
+    async fn serve_session(
+        &self,
+        sessions: &Arc<session::Sessions>,
+        headers: &HeaderMap,
+        session: Session,
+        cost: usize,
+        mut reservation: Reservation,
+        outflow: Option<Arc<Outflow>>,
+    ) -> Response<Body> {
+        let hub = self.hub;
+        let Session {
+            message,
+            arguments,
+            large,
+            checked,
+        } = session;
+        if !checked {
+            if let (Some(caller), Some(name)) = (self.caller, message.tool())
+                && scopes_matter(hub)
+                && let Some(refused) = forbidden_call(hub, caller, message.id().as_ref(), name)
+            {
+                return refused;
+            }
+            if cost > reservation.bytes() && !reservation.grow(cost - reservation.bytes()) {
+                return busy("Too many request bodies in flight; retry shortly");
+            }
+            if let Some(method) = message.method() {
+                hub.shared.stats.mcp_request(method);
+            }
+        }
+        let id = message.id();
+        let incoming = Incoming {
+            caller: self.caller.clone(),
+            key: self.key.clone(),
+            profile: self.profile,
+            arguments,
+            large,
+        };
+        match sessions.post(headers, message, incoming).await {
+            Ok(response) => answered(response, hub, outflow, Some(reservation)),
+            Err(why) => busy_answering(why, id),
         }
     }
 }

@@ -141,6 +141,10 @@ pub(crate) fn route(
     body: &[u8],
     annotated: impl FnOnce(&str) -> bool,
 ) -> Option<Direct> {
+    // Only this revision's requests are served here: nothing else is parsed.
+    if one(headers, "mcp-protocol-version")? != ProtocolVersion::V_2026_07_28.as_str() {
+        return None;
+    }
     let message: Message<'_> = serde_json::from_slice(body).ok()?;
     if message.jsonrpc != "2.0" || !short(&message.id) {
         return None;
@@ -338,7 +342,8 @@ pub(super) fn notification<P: Serialize>(method: &str, params: &P) -> Bytes {
     })
 }
 
-fn answer<R: Serialize>(id: &RequestId, result: &R) -> Bytes {
+/// A JSON-RPC result answering the request `id`.
+pub(super) fn answer<R: Serialize>(id: &RequestId, result: &R) -> Bytes {
     encode(&Answered {
         jsonrpc: "2.0",
         id,

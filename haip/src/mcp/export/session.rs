@@ -61,7 +61,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::ExportService;
-use super::direct::{Body, encode, error_message, notification};
+use super::direct::{Body, answer, encode, error_message, notification};
 use super::events::{Stream, last_event, sse};
 use super::logs::{log_level, per_request};
 use super::request::{CallRequest, ClientLink, Sent};
@@ -101,11 +101,35 @@ const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 /// server's requests (`id` and `result` or `error`).
 #[derive(Deserialize)]
 pub(crate) struct Message {
+    jsonrpc: String,
     id: Option<RequestId>,
     method: Option<String>,
     params: Option<Map<String, Value>>,
     result: Option<Value>,
     error: Option<Value>,
+}
+
+impl Message {
+    /// Its method, if it has one.
+    pub(crate) fn method(&self) -> Option<&str> {
+        self.method.as_deref()
+    }
+
+    /// The tool a `tools/call` calls.
+    pub(crate) fn tool(&self) -> Option<&str> {
+        if self.method() != Some("tools/call") {
+            return None;
+        }
+        self.params.as_ref()?.get("name")?.as_str()
+    }
+
+    /// Its id, as the front door's refusals name it.
+    pub(crate) fn id(&self) -> Option<Value> {
+        match self.id.as_ref()? {
+            RequestId::Number(n) => Some(Value::from(*n)),
+            RequestId::String(s) => Some(Value::String(s.to_string())),
+        }
+    }
 }
 
 /// What the front door hands a session's `POST` with its message.
@@ -142,8 +166,18 @@ pub(crate) fn takes(headers: &HeaderMap) -> bool {
 /// `_meta`. Anything else (a 2026-07-28 request, or a header that does not
 /// agree with the message) is `None`, for the stateless door.
 pub(crate) fn route(headers: &HeaderMap, body: &[u8]) -> Option<Message> {
-    let message: Message = serde_json::from_slice(body).ok()?;
     if !session_revision(headers) {
+        return None;
+    }
+    let message: Message = serde_json::from_slice(body).ok()?;
+    // Not a JSON-RPC 2.0 request, notification or answer: the front door's
+    // check says what is wrong.
+    let shaped = match (&message.id, &message.method) {
+        (_, Some(_)) => message.result.is_none() && message.error.is_none(),
+        (Some(_), None) => message.result.is_some() != message.error.is_some(),
+        (None, None) => false,
+    };
+    if message.jsonrpc != "2.0" || !shaped {
         return None;
     }
     let params = message.params.as_ref();
@@ -464,6 +498,7 @@ impl Sessions {
             Err(refused) => return Ok(*refused),
         };
         let Message {
+            jsonrpc: _,
             id,
             method,
             params,
@@ -936,7 +971,11 @@ impl McpSession {
     /// A new stream for one of its requests.
     fn open_stream(&self) -> Arc<Stream> {
         let mut state = self.lock();
-        state.prune();
+        // Ended streams are let go by age when the session is swept; here
+        // only when there are more than it keeps.
+        if state.streams.len() > 2 * KEPT_STREAMS {
+            state.prune();
+        }
         state.next_stream += 1;
         let number = state.next_stream;
         let stream = Stream::new(number);
@@ -975,7 +1014,7 @@ impl McpSession {
                     result.strip_result_type_for_legacy_peer();
                     result.strip_non_object_output_for_legacy_peer();
                 }
-                encode(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
+                answer(id, &result)
             }
             Err(error) => error_message(id, &error),
         }
@@ -1294,6 +1333,17 @@ mod tests {
         assert!(route(&headers(Some("1999-01-01")), LIST.as_bytes()).is_none());
         // A header that disagrees with the `initialize` it comes with.
         assert!(route(&headers(Some("2025-06-18")), INITIALIZE.as_bytes()).is_none());
+        // Not a JSON-RPC 2.0 request, notification or answer: the front
+        // door's check refuses it with the error it deserves.
+        for odd in [
+            r#"{"jsonrpc":"1.0","id":2,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":2}"#,
+            r#"{"jsonrpc":"2.0","id":2,"result":{},"error":{"code":1,"message":"x"}}"#,
+            r#"{"jsonrpc":"2.0","method":"tools/list","result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":[1]}"#,
+        ] {
+            assert!(route(&headers(None), odd.as_bytes()).is_none(), "{odd}");
+        }
         assert!(takes(&headers(Some("2025-06-18"))));
         assert!(!takes(&headers(Some("2026-07-28"))));
     }
