@@ -155,6 +155,33 @@ for ((rep = 1; rep <= REPEAT; rep++)); do
 done
 LOADAVG_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
+# Idle sessions (2025-11-25): per server a fresh process; IDLE_SESSIONS
+# sessions opened (initialize + notifications/initialized, each on a
+# connection closed after), the server's VmRSS read before and after.
+IDLE_SESSIONS=${IDLE_SESSIONS:-5000}
+case $IDLE_SESSIONS in '' | *[!0-9]*) echo "IDLE_SESSIONS must be a whole number" >&2; exit 2 ;; esac
+((IDLE_SESSIONS >= 1 && IDLE_SESSIONS <= 9000)) || { echo "IDLE_SESSIONS: 1 to 9000" >&2; exit 2; }
+for server in rmcp haip; do
+    pid_var=PID_$server
+    kill "${!pid_var}" 2>/dev/null || true
+    wait "${!pid_var}" 2>/dev/null || true
+    case $server in
+        rmcp) start rmcp_idle "$DOOR/rmcp_server" ;;
+        haip) start haip_idle "$BENCH" serve standalone ;;
+    esac
+    pid_var=PID_${server}_idle port_var=PORT_${server}_idle
+    echo "== $server: $IDLE_SESSIONS idle 2025-11-25 sessions (fresh process)"
+    status=0
+    timeout 300 "${PIN_LOAD[@]}" "$DOOR/load" --url "http://127.0.0.1:${!port_var}/mcp" \
+        --revision 2025-11-25 --idle "$IDLE_SESSIONS" --pid "${!pid_var}" \
+        >"$OUT/$server-idle.json" 2>"$OUT/$server-idle.err" || status=$?
+    if ((status != 0)); then
+        FAILED=1
+        echo "   FAILED (status $status): $(head -c 300 "$OUT/$server-idle.err")" >&2
+    fi
+    kill "${!pid_var}" 2>/dev/null || true
+done
+
 COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- haip examples 2>/dev/null || echo ' (haip with uncommitted changes)')"
 CPU_MODEL=$(python3 -c 'print(next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown"))')
 python3 -B - "$OUT" "$PINNING" "$COMMIT" "$SECONDS_PER_RUN" "$REPEAT" "$WARMUP" "$(nproc)" \
@@ -243,6 +270,24 @@ for scenario, text in scenarios:
     print(f"- {scenario}: {text}.")
 for failure in failures:
     print(f"- **failed**: {failure}")
+print()
+print("### Idle MCP sessions (2025-11-25)")
+print()
+print("Per server a fresh process: `load --idle N` opens one session, waits 0.5 s, reads the "
+      "server's `VmRSS`, opens N more sessions (`initialize` and `notifications/initialized`, each "
+      "on a connection of its own, closed once the session is initialized: an idle session holds no "
+      "connection), waits 0.5 s and reads `VmRSS` again; then it ends every session (`DELETE`).")
+print()
+print("| server | sessions | opened in s | RSS before MiB | RSS after MiB | RSS per idle session KiB |")
+print("|---|---:|---:|---:|---:|---:|")
+for server in ["rmcp", "haip"]:
+    idle = load(f"{server}-idle.json")
+    if idle.get("failed") or "rss_per_session_bytes" not in idle:
+        print(f"| {server} | failed: {idle.get('first_error', '')} | | | | |")
+        continue
+    print(f"| {server} | {idle['sessions']} | {idle['seconds_to_open']:.1f} | "
+          f"{idle['rss_before_bytes'] / 2**20:.1f} | {idle['rss_after_bytes'] / 2**20:.1f} | "
+          f"{idle['rss_per_session_bytes'] / 1024:.1f} |")
 print("<!-- mcp-door:end -->")
 PY
 python3 -B - "$OUT/section.md" <<'PY'

@@ -496,6 +496,7 @@ impl Direct<'_> {
             profile: self.profile,
             arguments,
             large,
+            door: Door::McpHttp,
         };
         match sessions.post(headers, message, incoming).await {
             Ok(response) => answered(response, hub, outflow, Some(reservation)),

@@ -21,6 +21,7 @@ use super::{Server, ShutdownSignal};
 use crate::Error;
 use crate::mcp::McpImport;
 use crate::mcp::export::McpHttp;
+use crate::mcp::export::session::{self, Sessions};
 use crate::mcp::tasks::{TaskSettings, Tasks};
 use crate::protocol::jsonrpc::SERVER_BUSY;
 use crate::session::Shared;
@@ -197,6 +198,9 @@ impl Server {
     /// Serves the registry to an MCP client on stdin and stdout (imported MCP
     /// servers included) until stdin closes, or Ctrl-C / SIGTERM; then cancels
     /// running calls and stops imported servers. No HAIP listener is opened.
+    /// Messages are newline-delimited JSON-RPC; a line over
+    /// `max_message_bytes` is refused and skipped, and a request before
+    /// `initialize` is answered with an error saying to send it first.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), haip::Error> {
@@ -209,7 +213,6 @@ impl Server {
     /// # }
     /// ```
     pub async fn run_mcp_stdio(self) -> Result<(), Error> {
-        use rmcp::ServiceExt;
         // Tasks live in Redis when sessions would.
         self.cluster.connect(&self.shared).await?;
         let tracker = self.shared.runner.tasks().clone();
@@ -218,26 +221,16 @@ impl Server {
             .start_export(&tracker, self.shared.shutdown.child_token());
         self.mcp.start_imports(&self.shared, &tracker).await;
         let tasks = Tasks::new(&self.shared, task_settings(&self.config));
-        let service = crate::mcp::export::ExportService::new(Arc::clone(&self.shared), None, tasks);
-        let result = match service
-            .serve_with_ct(rmcp::transport::stdio(), self.shared.shutdown.child_token())
-            .await
-        {
-            Ok(running) => {
-                tokio::select! {
-                    _ = running.waiting() => {}
-                    () = ShutdownSignal::new().recv() => {}
-                }
-                Ok(())
-            }
-            Err(e) => Err(Error::Mcp {
-                reason: format!("the MCP client did not initialize: {e}"),
-                source: Box::new(e),
-            }),
-        };
+        // One client, the process that started this one: no pools.
+        let sessions = Sessions::new(&self.shared, &tasks, usize::MAX);
+        let serving = session::serve_stdio(sessions, tokio::io::stdin(), tokio::io::stdout());
+        tokio::select! {
+            () = serving => {}
+            () = ShutdownSignal::new().recv() => {}
+        }
         self.shared.shutdown.cancel();
         tracker.close();
         tracker.wait().await;
-        result
+        Ok(())
     }
 }

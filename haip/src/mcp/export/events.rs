@@ -181,12 +181,45 @@ impl Stream {
             priming,
             shutdown,
             relay,
+            lines: false,
         };
         let events = futures_util::stream::unfold(reading, |mut reading| async move {
             let frame = reading.next().await?;
             Some((Ok::<_, Infallible>(Frame::data(frame)), reading))
         });
         sse(StreamBody::new(events).boxed_unsync())
+    }
+}
+
+impl Stream {
+    /// Sends every message of the stream, each on a line of its own, to
+    /// `outbox` (the one stream of a stdio session), until the stream ends,
+    /// `outbox` closes or `shutdown`.
+    pub(super) async fn forward(
+        self: Arc<Stream>,
+        outbox: tokio::sync::mpsc::Sender<Bytes>,
+        shutdown: CancellationToken,
+    ) {
+        let reader = {
+            let mut state = self.lock();
+            state.reader += 1;
+            state.cursor = Some(1);
+            state.reader
+        };
+        let mut reading = Reading {
+            stream: self,
+            reader,
+            cursor: 1,
+            priming: None,
+            shutdown,
+            relay: None,
+            lines: true,
+        };
+        while let Some(lines) = reading.next().await {
+            if outbox.send(lines).await.is_err() {
+                return;
+            }
+        }
     }
 }
 
@@ -216,6 +249,8 @@ struct Reading {
     priming: Option<Bytes>,
     shutdown: CancellationToken,
     relay: Option<(tokio::sync::watch::Receiver<u64>, Bytes)>,
+    /// Each message on a line of its own (stdio), not as SSE events.
+    lines: bool,
 }
 
 impl Reading {
@@ -237,13 +272,18 @@ impl Reading {
                 }
                 let from = self.cursor;
                 for (index, message) in state.events.iter().filter(|(i, _)| *i >= from) {
-                    let _ = write!(
-                        Writer(&mut frame),
-                        "id: {index}/{}\ndata: ",
-                        self.stream.number
-                    );
-                    frame.extend_from_slice(message);
-                    frame.extend_from_slice(b"\n\n");
+                    if self.lines {
+                        frame.extend_from_slice(message);
+                        frame.extend_from_slice(b"\n");
+                    } else {
+                        let _ = write!(
+                            Writer(&mut frame),
+                            "id: {index}/{}\ndata: ",
+                            self.stream.number
+                        );
+                        frame.extend_from_slice(message);
+                        frame.extend_from_slice(b"\n\n");
+                    }
                     self.cursor = index + 1;
                 }
                 state.cursor = Some(self.cursor);
@@ -270,7 +310,9 @@ impl Reading {
                     // The registry is gone: nothing more to relay.
                     _ => self.relay = None,
                 },
-                () = tokio::time::sleep(KEEP_ALIVE) => return Some(Bytes::from_static(b":\n\n")),
+                () = tokio::time::sleep(KEEP_ALIVE), if !self.lines => {
+                    return Some(Bytes::from_static(b":\n\n"));
+                }
             }
         }
     }

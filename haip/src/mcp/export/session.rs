@@ -77,6 +77,10 @@ use crate::session::Shared;
 use crate::session::tasks::TaskSignal;
 use crate::stats::Door;
 
+mod stdio;
+
+pub(crate) use stdio::serve as serve_stdio;
+
 /// How often, at most, a session's record in a shared store is renewed
 /// (ms): a request of a session held here meanwhile reads nothing there.
 const TOUCH_EVERY: u64 = 1000;
@@ -144,6 +148,8 @@ pub(crate) struct Incoming {
     pub(crate) arguments: Option<Map<String, Value>>,
     /// Its message is large.
     pub(crate) large: bool,
+    /// The way it came in.
+    pub(crate) door: Door,
 }
 
 /// Whether a request's headers name a revision with sessions (or none:
@@ -172,12 +178,7 @@ pub(crate) fn route(headers: &HeaderMap, body: &[u8]) -> Option<Message> {
     let message: Message = serde_json::from_slice(body).ok()?;
     // Not a JSON-RPC 2.0 request, notification or answer: the front door's
     // check says what is wrong.
-    let shaped = match (&message.id, &message.method) {
-        (_, Some(_)) => message.result.is_none() && message.error.is_none(),
-        (Some(_), None) => message.result.is_some() != message.error.is_some(),
-        (None, None) => false,
-    };
-    if message.jsonrpc != "2.0" || !shaped {
+    if !shaped(&message) {
         return None;
     }
     let params = message.params.as_ref();
@@ -194,6 +195,16 @@ pub(crate) fn route(headers: &HeaderMap, body: &[u8]) -> Option<Message> {
         .and_then(Value::as_object)
         .is_some_and(|meta| meta.contains_key(VERSION_KEY));
     (!own).then_some(message)
+}
+
+/// Whether `message` is a JSON-RPC 2.0 request, notification or answer.
+fn shaped(message: &Message) -> bool {
+    let shape = match (&message.id, &message.method) {
+        (_, Some(_)) => message.result.is_none() && message.error.is_none(),
+        (Some(_), None) => message.result.is_some() != message.error.is_some(),
+        (None, None) => false,
+    };
+    message.jsonrpc == "2.0" && shape
 }
 
 /// The live MCP sessions of this instance.
@@ -595,16 +606,29 @@ impl Sessions {
         params: Map<String, Value>,
         incoming: Incoming,
     ) -> Response<Body> {
+        let stream = self.start(session, id, method, params, incoming).await;
+        stream.respond(None, self.shared.shutdown.clone(), None)
+    }
+
+    /// Starts answering the request `id` of `session`: the stream its
+    /// answer (and what comes before it) goes on.
+    async fn start(
+        &self,
+        session: &Arc<McpSession>,
+        id: RequestId,
+        method: &str,
+        params: Map<String, Value>,
+        incoming: Incoming,
+    ) -> Arc<Stream> {
         let stream = session.open_stream();
-        let shutdown = self.shared.shutdown.clone();
         if method == "tools/call" {
             session.call(&stream, id, params, incoming).await;
-            return stream.respond(None, shutdown, None);
+            return stream;
         }
         let answered = self.answer(session, method, params, &incoming).await;
         stream.push(session.reply(&id, answered));
         stream.end();
-        stream.respond(None, shutdown, None)
+        stream
     }
 
     /// The answer to a session's request other than `tools/call`.
@@ -782,6 +806,7 @@ impl Sessions {
         else {
             return;
         };
+        tracing::debug!(target: "haip::mcp", "notifications/cancelled for request id={id}");
         if let Some(call) = session.lock().running.get(&id) {
             call.cancel();
             return;
@@ -1050,6 +1075,7 @@ impl McpSession {
             stream: Arc::clone(stream),
         });
         let answer_stream = Arc::clone(stream);
+        let given_up = cancelled.clone();
         let serving = async move {
             let declared = session.capabilities.supports_tasks();
             let request = CallRequest {
@@ -1059,7 +1085,7 @@ impl McpSession {
                 capabilities: session.capabilities.clone(),
                 caller: incoming.caller,
                 key: Some(incoming.key),
-                door: Door::McpHttp,
+                door: incoming.door,
                 arguments: incoming.arguments,
                 large: incoming.large,
                 cancelled,
@@ -1076,7 +1102,20 @@ impl McpSession {
                 }
                 response => Ok(ServerResult::from(response)),
             });
-            answer_stream.send(session.reply(&id, answered), true).await;
+            let answer = session.reply(&id, answered);
+            // Cancelled by its client (or its session ended): nobody waits
+            // for its answer, and MCP says none is sent.
+            if given_up.is_cancelled() {
+                tracing::debug!(
+                    target: "haip::mcp",
+                    "request id={} was cancelled by its client: its answer is not sent: {}",
+                    id,
+                    String::from_utf8_lossy(&answer)
+                );
+                answer_stream.end();
+                return;
+            }
+            answer_stream.send(answer, true).await;
         };
         // A call that ends at once (most do) is answered from here; any
         // other goes on on a task of its own, its stream answered at once.
