@@ -6,8 +6,11 @@
 //! `process_file` (the SDK sends `notifications/cancelled`; the server stops
 //! the tool, sends no result and keeps the session usable); `tests/mcp/talk.py`
 //! answers `book_table`'s question and reads its log line and an image block.
+//! The official TypeScript SDK's client (`tests/mcp/ts_stdio.mjs`) does the
+//! same over stdio: lists, progress, a question answered, a cancellation.
 //! Each test runs a script and requires it to succeed within a time limit.
 
+use crate::conformance_support;
 use crate::mcp_support;
 
 use std::process::Stdio;
@@ -37,22 +40,51 @@ async fn python_sdk_client_answers_questions_and_reads_logs_and_images() {
     println!("{summary}");
 }
 
+/// `tests/mcp/ts_stdio.mjs`: the TypeScript SDK's client over stdio lists
+/// the quickstart's tools, gets `process_file`'s progress, answers
+/// `book_table`'s question and cancels a `process_file`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typescript_sdk_client_over_stdio_lists_calls_answers_and_cancels() {
+    let binary = mcp_support::mcp_export_binary();
+    let node = conformance_support::node();
+    let modules = conformance_support::ts_sdk_modules();
+    let summary = run(
+        &node,
+        "ts_stdio.mjs",
+        &[binary.as_os_str()],
+        &[("HAIP_TS_SDK", modules.as_os_str())],
+    )
+    .await;
+    println!("{summary}");
+}
+
 /// Runs a script of `tests/mcp/` with the SDK's Python and `args`; fails the
 /// test unless it succeeds within [`LIMIT`] and prints its `ok:` summary,
 /// which it returns.
 async fn run_script(name: &str, args: &[&std::ffi::OsStr]) -> String {
-    let python = mcp_support::python();
+    run(&mcp_support::python(), name, args, &[]).await
+}
+
+/// Runs a script of `tests/mcp/` with `program` (Python or Node), `args`
+/// and `env`, as [`run_script`] says.
+async fn run(
+    program: &std::path::Path,
+    name: &str,
+    args: &[&std::ffi::OsStr],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> String {
     let script = mcp_support::script(name);
-    let mut child = Command::new(&python)
+    let mut child = Command::new(program)
         .arg(&script)
         .args(args)
+        .envs(env.iter().copied())
         .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .unwrap_or_else(|e| panic!("{} does not start: {e}", python.display()));
+        .unwrap_or_else(|e| panic!("{} does not start: {e}", program.display()));
     let stdout = tokio::spawn(read_all(child.stdout.take().expect("stdout is piped")));
     let stderr = tokio::spawn(read_all(child.stderr.take().expect("stderr is piped")));
 

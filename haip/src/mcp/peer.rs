@@ -1,6 +1,7 @@
 //! The MCP client of a call, answering its questions: in an MCP session (or
 //! over stdio) it is asked directly (`elicitation/create` in form mode,
-//! `sampling/createMessage`, `roots/list`); without a session, it is sent
+//! `sampling/createMessage`, `roots/list`: `export/session.rs`, with what
+//! this module reads of the answers); without a session, it is sent
 //! them as requests under their keys ([`Keyed`]): on the call's next round
 //! (`mrtr.rs`) or in its task (`tasks.rs`). The answers are read the same
 //! way wherever they come from.
@@ -12,8 +13,6 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use rmcp::model::{CreateMessageRequestParams, ElicitRequestParams};
-use rmcp::service::{Peer as McpPeer, RoleServer};
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
@@ -151,88 +150,6 @@ impl Peer for NoSession {
 
     fn roots(&self, _: String) -> PeerFuture<Result<Vec<Root>, RootsError>> {
         Box::pin(async { Err(RootsError::Failed(no_session("a request for its roots"))) })
-    }
-}
-
-/// The MCP client of a call in an MCP session (or over stdio), asked
-/// directly. A client that did not declare what it is asked for gets
-/// `Unsupported`.
-pub(crate) struct SessionPeer {
-    pub(crate) peer: McpPeer<RoleServer>,
-}
-
-impl Peer for SessionPeer {
-    fn ask(
-        &self,
-        _key: String,
-        message: String,
-        form: Arc<Form>,
-    ) -> PeerFuture<Result<Answer<Value>, AskError>> {
-        let peer = self.peer.clone();
-        Box::pin(async move {
-            let forms = peer
-                .supported_elicitation_modes()
-                .contains(&rmcp::service::ElicitationMode::Form);
-            if !forms {
-                return Err(AskError::Unsupported);
-            }
-            let params: ElicitRequestParams =
-                serde_json::from_value(elicitation_params(&message, &form)).map_err(|e| {
-                    AskError::InvalidForm(format!("not an MCP elicitation form: {e}"))
-                })?;
-            let result = peer
-                .create_elicitation(params)
-                .await
-                .map_err(|e| AskError::Failed(e.to_string()))?;
-            let reply =
-                serde_json::to_value(&result).map_err(|e| AskError::Failed(e.to_string()))?;
-            answer_of(&reply, &form)
-        })
-    }
-
-    fn sample(
-        &self,
-        _key: String,
-        request: SampleRequest,
-    ) -> PeerFuture<Result<Sampled, SampleError>> {
-        let peer = self.peer.clone();
-        Box::pin(async move {
-            let offers = peer
-                .peer_info()
-                .is_some_and(|info| info.capabilities.sampling.is_some());
-            if !offers {
-                return Err(SampleError::Unsupported);
-            }
-            let params: CreateMessageRequestParams =
-                serde_json::from_value(request.to_mcp_params())
-                    .map_err(|e| SampleError::Failed(format!("invalid request: {e}")))?;
-            let result = peer
-                .create_message(params)
-                .await
-                .map_err(|e| SampleError::Failed(e.to_string()))?;
-            let reply = serde_json::to_value(&result)
-                .map_err(|e| SampleError::Failed(format!("unreadable reply: {e}")))?;
-            sampled_of(&reply)
-        })
-    }
-
-    fn roots(&self, _key: String) -> PeerFuture<Result<Vec<Root>, RootsError>> {
-        let peer = self.peer.clone();
-        Box::pin(async move {
-            let offers = peer
-                .peer_info()
-                .is_some_and(|info| info.capabilities.roots.is_some());
-            if !offers {
-                return Err(RootsError::Unsupported);
-            }
-            let result = peer
-                .list_roots()
-                .await
-                .map_err(|e| RootsError::Failed(e.to_string()))?;
-            let reply =
-                serde_json::to_value(&result).map_err(|e| RootsError::Failed(e.to_string()))?;
-            roots_of(&reply)
-        })
     }
 }
 

@@ -29,18 +29,17 @@ mod tests;
 pub(crate) use http::{LargeArguments, McpHttp, McpProfile};
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, InputRequiredResult,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
     SetLevelRequestParams,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_util::sync::CancellationToken;
 
 use self::as_task::AsTask;
 use self::calls::{Call, Stop, result_of};
@@ -72,12 +71,6 @@ pub(crate) struct ExportService {
     /// `max_sessions` (its caller's share; for a session, the record of who
     /// opened it): given back when the last clone is dropped (`http.rs`).
     held: Option<Arc<Held>>,
-    /// Cancelled when the last clone of this session's service is dropped
-    /// (the session ended): stops its `list_changed` relay.
-    ended: CancellationToken,
-    _ended_on_drop: Arc<tokio_util::sync::DropGuard>,
-    /// Set once the relay runs: a repeated `initialized` starts no second one.
-    relaying: Arc<AtomicBool>,
     /// The least severe log line the client wants (`logging/setLevel`;
     /// `info` until it says), as a [`LogLevel`] index.
     log_level: Arc<AtomicU8>,
@@ -109,7 +102,6 @@ impl ExportService {
         tasks: Arc<Tasks>,
     ) -> ExportService {
         let permits = shared.config.max_inflight_calls;
-        let ended = CancellationToken::new();
         ExportService {
             shared,
             session_id: Arc::from(format!("mcp-{}", uuid::Uuid::new_v4())),
@@ -117,9 +109,6 @@ impl ExportService {
             calls: Arc::new(AtomicU64::new(0)),
             _live: live,
             held: None,
-            _ended_on_drop: Arc::new(ended.clone().drop_guard()),
-            ended,
-            relaying: Arc::new(AtomicBool::new(false)),
             log_level: Arc::new(AtomicU8::new(LogLevel::Info as u8)),
             stateless: false,
             rounds: None,
@@ -242,31 +231,6 @@ impl ServerHandler for ExportService {
             tools.list_changed = None;
         }
         Ok(info)
-    }
-
-    /// From now on, tell the client of every registry change
-    /// (`notifications/tools/list_changed`) until the session or the server ends.
-    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        if self.relaying.swap(true, Relaxed) {
-            return;
-        }
-        let mut changes = self.shared.registry.subscribe();
-        let ended = self.ended.clone();
-        let shutdown = self.shared.shutdown.clone();
-        let peer = context.peer;
-        self.shared.runner.tasks().spawn(async move {
-            loop {
-                tokio::select! {
-                    () = ended.cancelled() => break,
-                    () = shutdown.cancelled() => break,
-                    changed = changes.changed() => {
-                        if changed.is_err() || peer.notify_tool_list_changed().await.is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-        });
     }
 
     /// `logging/setLevel`: the least severe tool log line this client gets.

@@ -10,7 +10,7 @@ use super::http::{LargeArguments, LargeRequest, McpCaller};
 use super::request::{CallRequest, ClientLink, Sent};
 use crate::context::Peer;
 use crate::context::share::CallerKey;
-use crate::mcp::peer::{NoSession, SessionPeer};
+use crate::mcp::peer::NoSession;
 use crate::stats::Door;
 
 /// The client of a request rmcp's MCP server serves.
@@ -29,14 +29,10 @@ impl ClientLink for RmcpLink {
         })
     }
 
-    fn peer(&self, stateless: bool) -> Arc<dyn Peer> {
-        if stateless {
-            Arc::new(NoSession)
-        } else {
-            Arc::new(SessionPeer {
-                peer: self.0.clone(),
-            })
-        }
+    /// rmcp serves only requests without an MCP session (haip serves the
+    /// sessions, `session.rs`): the server's requests have nowhere to go.
+    fn peer(&self, _stateless: bool) -> Arc<dyn Peer> {
+        Arc::new(NoSession)
     }
 
     fn session_version(&self) -> Option<ProtocolVersion> {

@@ -56,6 +56,7 @@ where
     let mut input = BufReader::new(input);
     let mut line = Vec::new();
     let mut session: Option<Arc<McpSession>> = None;
+    let mut relaying = false;
     loop {
         line.clear();
         let read = tokio::select! {
@@ -127,9 +128,12 @@ where
                 );
                 let _ = outbox.send(line_of(error_message(&id, &error))).await;
             }
-            (None, Some("notifications/initialized"), Some(session)) => {
+            // Once: a repeated `initialized` starts no second relay.
+            (None, Some("notifications/initialized"), Some(session)) if !relaying => {
+                relaying = true;
                 relay_changes(&sessions, session, &outbox);
             }
+            (None, Some("notifications/initialized"), Some(_)) => {}
             (None, Some(method), Some(session)) => {
                 sessions.notified(session, method, params).await;
             }
@@ -251,13 +255,6 @@ fn open(
 /// (`notifications/tools/list_changed`) until its session or the server
 /// ends.
 fn relay_changes(sessions: &Sessions, session: &McpSession, outbox: &mpsc::Sender<Bytes>) {
-    if session
-        .service
-        .relaying
-        .swap(true, std::sync::atomic::Ordering::Relaxed)
-    {
-        return;
-    }
     let mut changes = sessions.shared.registry.subscribe();
     let ended = session.closed.clone();
     let outbox = outbox.clone();
