@@ -54,8 +54,8 @@ const OUTBOX: usize = 32;
 /// open, and a client that went away is noticed.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// The response body `/mcp` answers with.
-pub(crate) type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
+pub(crate) use super::events::Body;
+use super::events::sse;
 
 /// A request [`route`] took: served by [`ExportService::serve_direct`].
 pub(crate) struct Direct {
@@ -446,15 +446,7 @@ fn stream(
         event.extend_from_slice(b"\n\n");
         Some((Ok::<_, Infallible>(Frame::data(event.freeze())), state))
     });
-    let mut response = Response::new(StreamBody::new(events).boxed_unsync());
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
+    sse(StreamBody::new(events).boxed_unsync())
 }
 
 #[cfg(test)]

@@ -25,7 +25,8 @@ use hyper::header::{self, HeaderValue};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::direct::Body;
+/// The response body `/mcp` answers with.
+pub(crate) type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
 
 /// Events a stream keeps for a reader that comes back.
 pub(super) const WINDOW: usize = 32;

@@ -402,21 +402,42 @@ impl Sessions {
             ExportService::new(Arc::clone(&self.shared), None, Arc::clone(&self.tasks));
         service.session_id = Arc::from(id);
         service.log_level.store(record.level, Relaxed);
-        let session = Arc::new(McpSession {
-            id: Arc::from(id),
-            owner: record.owner,
-            version: record.version,
-            capabilities: record.capabilities,
+        let session = self.session(
             service,
-            closed: self.shared.shutdown.child_token(),
-            seen: AtomicU64::new(self.now()),
-            touched: AtomicU64::new(self.now()),
-            instance: self.instance(),
-            state: Mutex::default(),
-        });
+            record.owner,
+            record.version,
+            record.capabilities,
+            self.instance(),
+        );
         let mut map = self.lock();
         let session = map.entry(Arc::clone(&session.id)).or_insert(session);
         Some(Arc::clone(session))
+    }
+
+    /// A session served by `service` (whose id it takes), opened by
+    /// `owner`, in `version`, whose client declared `capabilities`; with a
+    /// shared store, `instance` is this instance's id.
+    fn session(
+        &self,
+        service: ExportService,
+        owner: Option<Arc<str>>,
+        version: ProtocolVersion,
+        capabilities: ClientCapabilities,
+        instance: Option<Arc<str>>,
+    ) -> Arc<McpSession> {
+        let now = self.now();
+        Arc::new(McpSession {
+            id: Arc::clone(&service.session_id),
+            owner,
+            version,
+            capabilities,
+            service,
+            closed: self.shared.shutdown.child_token(),
+            seen: AtomicU64::new(now),
+            touched: AtomicU64::new(now),
+            instance,
+            state: Mutex::default(),
+        })
     }
 
     /// Records `session` in a shared store (a no-op without one).
@@ -570,18 +591,15 @@ impl Sessions {
             Ok(info) => info,
             Err(error) => return Ok(json_error(StatusCode::BAD_REQUEST, &id, &error)),
         };
-        let session = Arc::new(McpSession {
-            id: Arc::clone(&service.session_id),
-            owner: incoming.caller.as_ref().map(|c| Arc::from(c.subject())),
-            version: info.protocol_version.clone(),
-            capabilities: params.capabilities,
+        let owner = incoming.caller.as_ref().map(|c| Arc::from(c.subject()));
+        let version = info.protocol_version.clone();
+        let session = self.session(
             service,
-            closed: self.shared.shutdown.child_token(),
-            seen: AtomicU64::new(self.now()),
-            touched: AtomicU64::new(self.now()),
-            instance: self.instance(),
-            state: Mutex::default(),
-        });
+            owner,
+            version,
+            params.capabilities,
+            self.instance(),
+        );
         self.put(&session).await?;
         let stream = session.open_stream();
         let answer = session.reply(&id, Ok(ServerResult::InitializeResult(info)));
@@ -773,14 +791,8 @@ impl Sessions {
                     session.lock().holders.clone()
                 }
             };
-            let me = self.shared.tasks.instance();
             let signal = format!("{SESSION_SIGNAL}{}", session.id);
-            for holder in holders.iter().filter(|h| h.as_str() != me) {
-                let _ = self
-                    .tasks
-                    .tell_instance(holder, &signal, TaskSignal::Cancel)
-                    .await;
-            }
+            self.cancel_elsewhere(&holders, &signal).await;
         }
         let mut response = Response::new(Empty::new().boxed_unsync());
         *response.status_mut() = StatusCode::NO_CONTENT;
@@ -825,17 +837,11 @@ impl Sessions {
             Ok(Some((_, holders))) => holders,
             _ => session.lock().holders.clone(),
         };
-        let me = self.shared.tasks.instance();
         let Ok(request) = serde_json::to_string(&id) else {
             return;
         };
         let signal = format!("{SESSION_SIGNAL}{}/cancel/{request}", session.id);
-        for holder in holders.iter().filter(|h| h.as_str() != me) {
-            let _ = self
-                .tasks
-                .tell_instance(holder, &signal, TaskSignal::Cancel)
-                .await;
-        }
+        self.cancel_elsewhere(&holders, &signal).await;
     }
 
     /// `session`'s client's answer to the server's request `id`: to the
@@ -878,6 +884,18 @@ impl Sessions {
                 }
             }
             _ => session.deliver(n, result, error),
+        }
+    }
+
+    /// Sends the cancellation `signal` to every one of `holders` but this
+    /// instance (one that is gone just misses it).
+    async fn cancel_elsewhere(&self, holders: &[String], signal: &str) {
+        let me = self.shared.tasks.instance();
+        for holder in holders.iter().filter(|h| h.as_str() != me) {
+            let _ = self
+                .tasks
+                .tell_instance(holder, signal, TaskSignal::Cancel)
+                .await;
         }
     }
 

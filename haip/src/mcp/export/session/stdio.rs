@@ -10,7 +10,6 @@
 //! that write to it; each call's stream keeps at most `events::WINDOW`.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use bytes::Bytes;
 use rmcp::ErrorData as McpError;
@@ -233,20 +232,9 @@ fn open(
         Ok(info) => info,
         Err(error) => return (None, error_message(id, &error)),
     };
-    let now = sessions.now();
-    let session = Arc::new(McpSession {
-        id: Arc::clone(&service.session_id),
-        owner: None,
-        version: info.protocol_version.clone(),
-        capabilities: params.capabilities,
-        service,
-        closed: shared.shutdown.child_token(),
-        seen: AtomicU64::new(now),
-        touched: AtomicU64::new(now),
-        // One client: its questions' ids need name no instance.
-        instance: None,
-        state: Default::default(),
-    });
+    let version = info.protocol_version.clone();
+    // One client: its questions' ids need name no instance.
+    let session = sessions.session(service, None, version, params.capabilities, None);
     let answer = session.reply(id, Ok(ServerResult::InitializeResult(info)));
     (Some(session), answer)
 }
