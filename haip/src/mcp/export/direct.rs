@@ -1,7 +1,7 @@
-//! MCP 2026-07-28 requests that `/mcp` serves itself: `tools/call` and
-//! `tools/list` of a client that names its revision and
-//! capabilities in the request's `_meta`, as every request of that revision
-//! does. Such a request needs no session and nothing of an earlier one, so it
+//! MCP 2026-07-28 requests that `/mcp` serves itself: `tools/call`,
+//! `tools/list`, `server/discover` and `tasks/get|update|cancel` of a client
+//! that names its revision and capabilities in the request's `_meta`, as
+//! every request of that revision does. Such a request needs no session and nothing of an earlier one, so it
 //! is answered here, on the request's own task: its message parsed once into
 //! the types it needs, its call run on the export's admission path
 //! (`ExportService::serve_call`), its answer written once. A plain answer is
@@ -25,8 +25,9 @@ use hyper::body::Frame;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Response, StatusCode};
 use rmcp::ErrorData as McpError;
+use rmcp::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ErrorCode, InputResponses,
+    CallToolRequestParams, ClientCapabilities, DiscoverResult, ErrorCode, InputResponses,
     LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion, RequestId,
     ServerResult,
 };
@@ -68,6 +69,17 @@ pub(crate) struct Direct {
 enum Method {
     Call(Box<CallToolRequestParams>),
     List,
+    /// `server/discover`: what the server speaks and offers.
+    Discover,
+    /// `tasks/get`, `tasks/update` (with its answers), `tasks/cancel`.
+    Task(TaskMethod, String, Option<InputResponses>),
+}
+
+#[derive(Clone, Copy)]
+enum TaskMethod {
+    Get,
+    Update,
+    Cancel,
 }
 
 impl Direct {
@@ -76,6 +88,10 @@ impl Direct {
         match self.method {
             Method::Call(_) => "tools/call",
             Method::List => "tools/list",
+            Method::Discover => "server/discover",
+            Method::Task(TaskMethod::Get, ..) => "tasks/get",
+            Method::Task(TaskMethod::Update, ..) => "tasks/update",
+            Method::Task(TaskMethod::Cancel, ..) => "tasks/cancel",
         }
     }
 
@@ -83,7 +99,7 @@ impl Direct {
     pub(crate) fn tool(&self) -> Option<&str> {
         match &self.method {
             Method::Call(params) => Some(&params.name),
-            Method::List => None,
+            _ => None,
         }
     }
 
@@ -119,6 +135,7 @@ struct Params {
     meta: Option<Map<String, Value>>,
     name: Option<String>,
     arguments: Option<Map<String, Value>>,
+    task_id: Option<String>,
     // `null` is not a value of these (the front door's check refuses it).
     #[serde(default, deserialize_with = "present")]
     input_responses: Option<InputResponses>,
@@ -164,6 +181,24 @@ pub(crate) fn route(
             Method::Call(Box::new(call))
         }
         "tools/list" => Method::List,
+        "server/discover" => Method::Discover,
+        // A task's id travels in `Mcp-Name` too (SEP-2663), as a call's tool.
+        task @ ("tasks/get" | "tasks/update" | "tasks/cancel") => {
+            let kind = match task {
+                "tasks/get" => TaskMethod::Get,
+                "tasks/update" => TaskMethod::Update,
+                _ => TaskMethod::Cancel,
+            };
+            let responses = params.input_responses;
+            if matches!(kind, TaskMethod::Update) && responses.is_none() {
+                return None;
+            }
+            let task_id = params.task_id?;
+            if one(headers, "mcp-name")? != task_id {
+                return None;
+            }
+            Method::Task(kind, task_id, responses)
+        }
         _ => return None,
     };
     let version = meta.get(VERSION_KEY)?.as_str()?;
@@ -227,6 +262,19 @@ impl ExportService {
                 let (status, message) = reply(&id, Ok(ServerResult::ListToolsResult(list)));
                 return json(status, &message);
             }
+            Method::Discover => {
+                let versions = self.supported_protocol_versions().into_owned();
+                let discovered = DiscoverResult::from_server_info(versions, self.get_info());
+                let (status, message) = reply(&id, Ok(ServerResult::DiscoverResult(discovered)));
+                return json(status, &message);
+            }
+            Method::Task(kind, task, responses) => {
+                let answered = self
+                    .task(kind, &task, responses, &capabilities, caller.as_deref())
+                    .await;
+                let (status, message) = reply(&id, answered);
+                return json(status, &message);
+            }
             Method::Call(params) => params,
         };
         let (outbox, mut sent) = mpsc::channel(OUTBOX);
@@ -276,6 +324,41 @@ impl ExportService {
             let _ = outbox.send(message).await;
         });
         stream(first, sent, None, cancelled, shutdown)
+    }
+}
+
+impl ExportService {
+    /// `tasks/get`, `tasks/update`, `tasks/cancel` of the task `task`, for a
+    /// client that takes tasks (it says so in `capabilities`).
+    async fn task(
+        &self,
+        kind: TaskMethod,
+        task: &str,
+        responses: Option<InputResponses>,
+        capabilities: &ClientCapabilities,
+        caller: Option<&Caller>,
+    ) -> Result<ServerResult, McpError> {
+        if !capabilities.supports_tasks() {
+            return Err(McpError::missing_required_client_capability(
+                ClientCapabilities::builder().enable_tasks().build(),
+            ));
+        }
+        let subject = caller.map(Caller::subject);
+        let tasks = &self.tasks;
+        match kind {
+            TaskMethod::Get => tasks
+                .get(task, subject)
+                .await
+                .map(ServerResult::GetTaskResult),
+            TaskMethod::Update => tasks
+                .update(task, subject, responses.unwrap_or_default())
+                .await
+                .map(ServerResult::task_ack),
+            TaskMethod::Cancel => tasks
+                .cancel(task, subject)
+                .await
+                .map(ServerResult::task_ack),
+        }
     }
 }
 
@@ -526,6 +609,42 @@ mod tests {
             let null = CALL.replace("\"arguments\"", &format!("\"{field}\":null,\"arguments\""));
             assert!(route(&headers(&GOOD), null.as_bytes(), |_| false).is_none());
         }
+    }
+
+    #[test]
+    fn discovery_and_tasks_are_served_here_too() {
+        let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+        let with = |method: &'static str, params: &str| {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"{method}","params":{{{params}{meta}}}}}"#
+            );
+            let mut headers = headers(&[("mcp-protocol-version", "2026-07-28")]);
+            headers.insert("mcp-method", HeaderValue::from_static(method));
+            if method.starts_with("tasks/") {
+                headers.insert("mcp-name", HeaderValue::from_static("t1"));
+            }
+            (headers, body)
+        };
+        let (h, body) = with("server/discover", "");
+        let direct = route(&h, body.as_bytes(), |_| false).expect("served here");
+        assert_eq!(direct.method(), "server/discover");
+        let (h, body) = with("tasks/get", r#""taskId":"t1","#);
+        let direct = route(&h, body.as_bytes(), |_| false).expect("served here");
+        assert!(matches!(&direct.method, Method::Task(TaskMethod::Get, id, None) if id == "t1"));
+        let (h, body) = with(
+            "tasks/update",
+            r#""taskId":"t1","inputResponses":{"k":{}},"#,
+        );
+        assert!(route(&h, body.as_bytes(), |_| false).is_some());
+        // Without what they need, or another task in `Mcp-Name`: the MCP
+        // server says why.
+        let (h, body) = with("tasks/update", r#""taskId":"t1","#);
+        assert!(route(&h, body.as_bytes(), |_| false).is_none());
+        let (h, body) = with("tasks/cancel", "");
+        assert!(route(&h, body.as_bytes(), |_| false).is_none());
+        let (mut h, body) = with("tasks/get", r#""taskId":"t1","#);
+        h.insert("mcp-name", HeaderValue::from_static("t2"));
+        assert!(route(&h, body.as_bytes(), |_| false).is_none());
     }
 
     #[test]
