@@ -2,9 +2,11 @@
 //! an MCP session hears of registry changes.
 //!
 //! A client opens a listen stream with the notifications it wants; haip has
-//! tools only, so it accepts `toolsListChanged` and nothing else (rmcp
-//! acknowledges the accepted part first: `notifications/subscriptions/
-//! acknowledged`). From then on, every change of the registry (tools added,
+//! tools only, so it accepts `toolsListChanged` and nothing else, and
+//! acknowledges the accepted part first (`notifications/subscriptions/
+//! acknowledged`). `/mcp` serves a listen stream itself ([`relay`], from
+//! `export/direct.rs`) when its headers agree with its body; any other goes
+//! through the MCP server ([`run`]). From then on, every change of the registry (tools added,
 //! replaced or removed, by the application or by an imported MCP server
 //! whose tools changed) sends `notifications/tools/list_changed`, tagged
 //! with the subscription's id, until the client goes away (its request is
@@ -23,8 +25,8 @@
 //! or listens on another instance than the one running the task, misses
 //! some).
 //!
-//! **Bounded.** A listen stream costs one future (no task of its own) and
-//! one place among [`Listens`]: over HTTP, at most half of `max_sessions`
+//! **Bounded.** A listen stream costs one small task (or, through the MCP
+//! server, one future) and one place among [`Listens`]: over HTTP, at most half of `max_sessions`
 //! (at least one) are open at once server-wide, so that listeners never take
 //! every request slot from calls, and one caller holds at most its share of
 //! them (`max_sessions_per_caller`; a caller is its subject, or its peer
@@ -42,13 +44,16 @@
 
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
-    ErrorCode, GetMeta, ServerNotification, SubscriptionFilter, TaskStatusNotification,
-    TaskStatusNotificationParams,
+    ErrorCode, GetMeta, NotificationMetaObject, RequestId, ServerJsonRpcMessage,
+    ServerNotification, SubscriptionFilter, SubscriptionsAcknowledgedNotification,
+    SubscriptionsAcknowledgedNotificationParams, TaskStatusNotification,
+    TaskStatusNotificationParams, ToolListChangedNotification,
 };
 use rmcp::service::{SubscriptionContext, SubscriptionSendError};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::tasks::TaskEvent;
@@ -226,6 +231,109 @@ pub(crate) async fn run(
             }
         }
     }
+}
+
+/// The acknowledgment that opens a listen stream of the request `id` served
+/// by haip itself (`export/direct.rs`): what of the filter is `accepted`.
+pub(crate) fn acknowledgment(id: &RequestId, accepted: &SubscriptionFilter) -> Bytes {
+    let mut params = SubscriptionsAcknowledgedNotificationParams::new(accepted.clone());
+    let mut meta = NotificationMetaObject::new();
+    meta.set_subscription_id(id.clone());
+    params.meta = Some(meta);
+    let note = ServerNotification::SubscriptionsAcknowledgedNotification(
+        SubscriptionsAcknowledgedNotification::new(params),
+    );
+    encode(note)
+}
+
+/// A listen stream of the request `id` served by haip itself
+/// (`export/direct.rs`), run as [`run`] runs one rmcp serves ([`relay`]).
+pub(crate) struct Relay {
+    pub(crate) listening: Listening,
+    pub(crate) accepted: SubscriptionFilter,
+    pub(crate) id: RequestId,
+    /// Where its messages go.
+    pub(crate) outbox: mpsc::Sender<Bytes>,
+    /// Its final result, sent when the registry is gone or it accepted
+    /// nothing.
+    pub(crate) last: Bytes,
+    /// Its client went away.
+    pub(crate) cancelled: CancellationToken,
+    pub(crate) shutdown: CancellationToken,
+    /// The authenticated caller, told of its own tasks.
+    pub(crate) subject: Option<Arc<str>>,
+    pub(crate) tasks: broadcast::Receiver<TaskEvent>,
+}
+
+/// Runs `relay` until its client goes away (`cancelled`, or `outbox`
+/// closed), the server shuts down, or the registry is gone.
+pub(crate) async fn relay(relay: Relay) {
+    let Relay {
+        listening,
+        accepted,
+        id,
+        outbox,
+        last,
+        cancelled,
+        shutdown,
+        subject,
+        tasks,
+    } = relay;
+    if accepted.tools_list_changed != Some(true) {
+        // Nothing it asked for is ever sent: it holds nothing open.
+        let _ = outbox.send(last).await;
+        return;
+    }
+    let Listening {
+        _place,
+        _share,
+        mut changes,
+    } = listening;
+    let tagged = |mut note: ServerNotification| {
+        note.get_meta_mut().set_subscription_id(id.clone());
+        encode(note)
+    };
+    let changed_note = tagged(ServerNotification::ToolListChangedNotification(
+        ToolListChangedNotification {
+            method: Default::default(),
+            extensions: Default::default(),
+        },
+    ));
+    // Tasks are their caller's own: an unauthenticated stream hears of none.
+    let mut tasks = subject.is_some().then_some(tasks);
+    loop {
+        let message = tokio::select! {
+            () = cancelled.cancelled() => return,
+            () = shutdown.cancelled() => return,
+            event = next_task_event(&mut tasks) => {
+                if event.subject.as_deref() != subject.as_deref() {
+                    continue;
+                }
+                tagged(ServerNotification::TaskStatusNotification(TaskStatusNotification::new(
+                    TaskStatusNotificationParams::new(event.task),
+                )))
+            }
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    let _ = outbox.send(last).await;
+                    return;
+                }
+                // The change is seen; any number of changes while this is
+                // sent make one more notification.
+                changed_note.clone()
+            }
+        };
+        if outbox.send(message).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A notification as one JSON-RPC message.
+fn encode(note: ServerNotification) -> Bytes {
+    let message = ServerJsonRpcMessage::notification(note);
+    // Notifications are maps of strings and JSON values: they always encode.
+    Bytes::from(serde_json::to_vec(&message).unwrap_or_default())
 }
 
 /// The next change of a task's status; never when there are none to hear

@@ -416,7 +416,7 @@ impl Direct<'_> {
     /// body budget for what the request holds parsed (`cost`), the pools.
     async fn serve(
         &self,
-        direct: direct::Direct,
+        mut direct: direct::Direct,
         cost: usize,
         mut reservation: Reservation,
         outflow: Option<Arc<Outflow>>,
@@ -433,6 +433,14 @@ impl Direct<'_> {
         }
         hub.shared.stats.mcp_request(direct.method());
         let id = direct.id();
+        // A listen stream's place is taken (and the registry watched) before
+        // anything is sent: one over the limit is refused at once.
+        if direct.listens() {
+            match self.mcp.http.listen(&hub.shared.registry, self.key) {
+                Ok(listening) => direct.give(listening),
+                Err(why) => return busy_answering(why, Some(id)),
+            }
+        }
         let caller = self.caller.clone();
         let http = &self.mcp.http;
         match http

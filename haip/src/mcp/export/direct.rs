@@ -29,7 +29,7 @@ use rmcp::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, DiscoverResult, ErrorCode, InputResponses,
     LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion, RequestId,
-    ServerResult,
+    ServerResult, SubscriptionFilter, SubscriptionsListenResult,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -41,6 +41,7 @@ use super::request::{CallRequest, ClientLink, Sent};
 use crate::context::share::CallerKey;
 use crate::context::{Caller, Peer};
 use crate::mcp::inbound::MAX_TOKEN_BYTES;
+use crate::mcp::listen::{self, Listening};
 use crate::mcp::peer::NoSession;
 use crate::schema::SchemaProfile;
 use crate::stats::Door;
@@ -73,6 +74,9 @@ enum Method {
     Discover,
     /// `tasks/get`, `tasks/update` (with its answers), `tasks/cancel`.
     Task(TaskMethod, String, Option<InputResponses>),
+    /// `subscriptions/listen` with the notifications it asks for, and its
+    /// place among the listen streams once the front door took it.
+    Listen(SubscriptionFilter, Option<Listening>),
 }
 
 #[derive(Clone, Copy)]
@@ -92,6 +96,7 @@ impl Direct {
             Method::Task(TaskMethod::Get, ..) => "tasks/get",
             Method::Task(TaskMethod::Update, ..) => "tasks/update",
             Method::Task(TaskMethod::Cancel, ..) => "tasks/cancel",
+            Method::Listen(..) => "subscriptions/listen",
         }
     }
 
@@ -100,6 +105,19 @@ impl Direct {
         match &self.method {
             Method::Call(params) => Some(&params.name),
             _ => None,
+        }
+    }
+
+    /// It opens a listen stream: it needs a place among them
+    /// ([`give`](Self::give)).
+    pub(crate) fn listens(&self) -> bool {
+        matches!(self.method, Method::Listen(..))
+    }
+
+    /// The place the front door took for its listen stream.
+    pub(crate) fn give(&mut self, listening: Listening) {
+        if let Method::Listen(_, place) = &mut self.method {
+            *place = Some(listening);
         }
     }
 
@@ -136,6 +154,7 @@ struct Params {
     name: Option<String>,
     arguments: Option<Map<String, Value>>,
     task_id: Option<String>,
+    notifications: Option<SubscriptionFilter>,
     // `null` is not a value of these (the front door's check refuses it).
     #[serde(default, deserialize_with = "present")]
     input_responses: Option<InputResponses>,
@@ -182,6 +201,7 @@ pub(crate) fn route(
         }
         "tools/list" => Method::List,
         "server/discover" => Method::Discover,
+        "subscriptions/listen" => Method::Listen(params.notifications?, None),
         // A task's id travels in `Mcp-Name` too (SEP-2663), as a call's tool.
         task @ ("tasks/get" | "tasks/update" | "tasks/cancel") => {
             let kind = match task {
@@ -268,6 +288,14 @@ impl ExportService {
                 let (status, message) = reply(&id, Ok(ServerResult::DiscoverResult(discovered)));
                 return json(status, &message);
             }
+            Method::Listen(requested, Some(listening)) => {
+                return self.listen(id, requested, listening, caller.as_deref());
+            }
+            Method::Listen(_, None) => {
+                let error = McpError::internal_error("a listen stream without its place", None);
+                let (status, message) = reply(&id, Err(error));
+                return json(status, &message);
+            }
             Method::Task(kind, task, responses) => {
                 let answered = self
                     .task(kind, &task, responses, &capabilities, caller.as_deref())
@@ -328,6 +356,44 @@ impl ExportService {
 }
 
 impl ExportService {
+    /// A `subscriptions/listen` stream (`mcp/listen.rs`) of the request `id`:
+    /// acknowledged with what of `requested` haip sends (tool list changes),
+    /// then those, and a caller's own tasks' changes, until its client goes
+    /// away, the server shuts down, or the registry is gone (then its final
+    /// result).
+    fn listen(
+        &self,
+        id: RequestId,
+        requested: SubscriptionFilter,
+        listening: Listening,
+        caller: Option<&Caller>,
+    ) -> Response<Body> {
+        let advertised = requested.supported_by(&self.get_info().capabilities);
+        let accepted = requested
+            .intersection(&listen::accepted())
+            .intersection(&advertised);
+        let first = listen::acknowledgment(&id, &accepted);
+        let mut done = SubscriptionsListenResult::complete(id.clone());
+        done.meta.set_server_info(self.get_info().server_info);
+        let last = answer(&id, &ServerResult::SubscriptionsListenResult(done));
+        let (outbox, rest) = mpsc::channel(OUTBOX);
+        let cancelled = CancellationToken::new();
+        let shutdown = self.shared.shutdown.clone();
+        let subject = caller.map(|c| Arc::from(c.subject()));
+        tokio::spawn(listen::relay(listen::Relay {
+            listening,
+            accepted,
+            id,
+            outbox,
+            last,
+            cancelled: cancelled.clone(),
+            shutdown: shutdown.clone(),
+            subject,
+            tasks: self.tasks.watch(),
+        }));
+        stream(first, rest, None, cancelled, shutdown)
+    }
+
     /// `tasks/get`, `tasks/update`, `tasks/cancel` of the task `task`, for a
     /// client that takes tasks (it says so in `capabilities`).
     async fn task(
