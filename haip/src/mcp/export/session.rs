@@ -31,9 +31,9 @@
 //! naming no session (`404`), answers to its questions included; sessions
 //! are a pool of `max_sessions`, of which one caller holds at most
 //! `max_sessions_per_caller`; each session runs at most
-//! `max_inflight_calls` calls at once, keeps at most [`WINDOW`] events per
-//! stream and [`MAX_ASKED`] questions waiting for answers, and ends after
-//! [`IDLE`] without a request, a call or a reader.
+//! `max_inflight_calls` calls at once, keeps at most `events::WINDOW`
+//! events per stream and [`MAX_ASKED`] questions waiting for answers, and
+//! ends after `idle_timeout` without a request, a call or a reader.
 
 // MCP logging and sampling are deprecated upstream (SEP-2577), and still
 // what today's MCP clients speak.
@@ -51,9 +51,8 @@ use hyper::{Response, StatusCode};
 use rmcp::ErrorData as McpError;
 use rmcp::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientCapabilities, CreateMessageRequestParams,
-    ElicitRequestParams, ErrorCode, InitializeRequestParams, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProtocolVersion, RequestId, ServerResult, SetLevelRequestParams,
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode,
+    InitializeRequestParams, ProtocolVersion, RequestId, ServerResult, SetLevelRequestParams,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -64,20 +63,19 @@ use super::ExportService;
 use super::direct::{Body, answer, encode, error_message, notification};
 use super::events::{Stream, last_event, sse};
 use super::logs::{log_level, per_request};
-use super::request::{CallRequest, ClientLink, Sent};
+use super::request::CallRequest;
+use crate::context::Caller;
 use crate::context::share::{CallerKey, Shares};
-use crate::context::{
-    Answer, AskError, Caller, Peer, PeerFuture, Root, RootsError, SampleError, SampleRequest,
-    Sampled,
-};
-use crate::mcp::peer::{answer_of, elicitation_params, roots_of, sampled_of};
 use crate::mcp::tasks::{SESSION_SIGNAL, Tasks};
-use crate::schema::{Form, SchemaProfile};
+use crate::schema::SchemaProfile;
 use crate::session::Shared;
 use crate::session::tasks::TaskSignal;
 use crate::stats::Door;
 
+mod link;
 mod stdio;
+
+use self::link::SessionLink;
 
 pub(crate) use stdio::serve as serve_stdio;
 
@@ -1212,118 +1210,6 @@ impl McpSession {
             reply = answered => reply.unwrap_or_else(|_| Err("the MCP session ended".into())),
             () = self.closed.cancelled() => Err("the MCP session ended".into()),
         }
-    }
-}
-
-/// How a call of a session reaches its client: on its request's stream.
-struct SessionLink {
-    session: Arc<McpSession>,
-    stream: Arc<Stream>,
-}
-
-impl ClientLink for SessionLink {
-    fn progress(&self, note: ProgressNotificationParam) -> Sent<'_> {
-        let message = notification("notifications/progress", &note);
-        Box::pin(async move {
-            self.stream.send(message, false).await;
-        })
-    }
-
-    fn log(&self, note: LoggingMessageNotificationParam) -> Sent<'_> {
-        let message = notification("notifications/message", &note);
-        Box::pin(async move {
-            self.stream.send(message, false).await;
-        })
-    }
-
-    fn peer(&self, _stateless: bool) -> Arc<dyn Peer> {
-        Arc::new(Asker {
-            session: Arc::clone(&self.session),
-            stream: Arc::clone(&self.stream),
-        })
-    }
-
-    fn session_version(&self) -> Option<ProtocolVersion> {
-        Some(self.session.version.clone())
-    }
-}
-
-/// The client of a session's call, asked directly on the call's stream. A
-/// client that did not declare what it is asked for gets `Unsupported`.
-struct Asker {
-    session: Arc<McpSession>,
-    stream: Arc<Stream>,
-}
-
-impl Peer for Asker {
-    fn ask(
-        &self,
-        _key: String,
-        message: String,
-        form: Arc<Form>,
-    ) -> PeerFuture<Result<Answer<Value>, AskError>> {
-        let session = Arc::clone(&self.session);
-        let stream = Arc::clone(&self.stream);
-        Box::pin(async move {
-            // Form mode: declared as such, or by an `elicitation` that names no mode.
-            let forms = session
-                .capabilities
-                .elicitation
-                .as_ref()
-                .is_some_and(|e| e.form.is_some() || e.url.is_none());
-            if !forms {
-                return Err(AskError::Unsupported);
-            }
-            let params = elicitation_params(&message, &form);
-            if let Err(e) = ElicitRequestParams::deserialize(&params) {
-                return Err(AskError::InvalidForm(format!(
-                    "not an MCP elicitation form: {e}"
-                )));
-            }
-            let reply = session
-                .ask_client(&stream, "elicitation/create", params)
-                .await
-                .map_err(AskError::Failed)?;
-            answer_of(&reply, &form)
-        })
-    }
-
-    fn sample(
-        &self,
-        _key: String,
-        request: SampleRequest,
-    ) -> PeerFuture<Result<Sampled, SampleError>> {
-        let session = Arc::clone(&self.session);
-        let stream = Arc::clone(&self.stream);
-        Box::pin(async move {
-            if session.capabilities.sampling.is_none() {
-                return Err(SampleError::Unsupported);
-            }
-            let params = request.to_mcp_params();
-            if let Err(e) = CreateMessageRequestParams::deserialize(&params) {
-                return Err(SampleError::Failed(format!("invalid request: {e}")));
-            }
-            let reply = session
-                .ask_client(&stream, "sampling/createMessage", params)
-                .await
-                .map_err(SampleError::Failed)?;
-            sampled_of(&reply)
-        })
-    }
-
-    fn roots(&self, _key: String) -> PeerFuture<Result<Vec<Root>, RootsError>> {
-        let session = Arc::clone(&self.session);
-        let stream = Arc::clone(&self.stream);
-        Box::pin(async move {
-            if session.capabilities.roots.is_none() {
-                return Err(RootsError::Unsupported);
-            }
-            let reply = session
-                .ask_client(&stream, "roots/list", json!({}))
-                .await
-                .map_err(RootsError::Failed)?;
-            roots_of(&reply)
-        })
     }
 }
 
