@@ -5,11 +5,12 @@
 //! `Last-Event-ID` (a `GET`) where it left off; a stream opens with a
 //! priming event (an id, `retry:` and no data) so that it can.
 //!
-//! Bounded: a stream keeps at most [`WINDOW`] events. While a reader is
-//! attached, a writer waits for it to take what it has not taken yet
-//! before adding more (a client that reads slowly slows its call, and its
-//! connection's write deadline ends a client that does not read at all);
-//! with none attached, the oldest are let go.
+//! Bounded: a stream keeps at most [`WINDOW`] events and [`WINDOW_BYTES`]
+//! bytes of them (one larger event alone). While a reader is attached, a
+//! writer waits for it to take what it has not taken yet before adding more
+//! (a client that reads slowly slows its call, and its connection's write
+//! deadline ends a client that does not read at all); with none attached,
+//! the oldest are let go.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -30,6 +31,8 @@ pub(crate) type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infalli
 
 /// Events a stream keeps for a reader that comes back.
 pub(super) const WINDOW: usize = 32;
+/// Bytes of events a stream keeps, at most (one larger event alone).
+pub(super) const WINDOW_BYTES: usize = 1 << 20;
 /// How long a client waits before it reconnects a broken stream (`retry:`).
 const RETRY_MS: u64 = 3000;
 /// An SSE comment on a stream this long silent: proxies keep it open, and a
@@ -50,6 +53,8 @@ pub(super) struct Stream {
 struct State {
     /// The events kept, oldest first, with their indexes.
     events: VecDeque<(u64, Bytes)>,
+    /// Their bytes.
+    bytes: usize,
     /// The index of the next event (the priming event is `0`).
     next: u64,
     /// The attached reader's next index, if one is attached.
@@ -68,6 +73,7 @@ impl Stream {
             number,
             state: Mutex::new(State {
                 events: VecDeque::new(),
+                bytes: 0,
                 next: 1,
                 cursor: None,
                 ended: None,
@@ -102,8 +108,7 @@ impl Stream {
                 if state.done {
                     return false;
                 }
-                let unread = state.cursor.map_or(0, |cursor| state.next - cursor);
-                if (unread as usize) < WINDOW {
+                if !state.full_for(message.len()) {
                     state.push(message);
                     if last {
                         state.end();
@@ -235,10 +240,25 @@ impl State {
     fn push(&mut self, message: Bytes) {
         let index = self.next;
         self.next += 1;
+        self.bytes += message.len();
         self.events.push_back((index, message));
-        while self.events.len() > WINDOW {
-            self.events.pop_front();
+        while self.events.len() > WINDOW || (self.bytes > WINDOW_BYTES && self.events.len() > 1) {
+            if let Some((_, gone)) = self.events.pop_front() {
+                self.bytes -= gone.len();
+            }
         }
+    }
+
+    /// With one more event of `len` bytes, the attached reader would have
+    /// more than a window it has not taken (in events or in bytes): a writer
+    /// waits. (An event alone always fits.)
+    fn full_for(&self, len: usize) -> bool {
+        let Some(cursor) = self.cursor else {
+            return false;
+        };
+        let unread = self.events.iter().filter(|(i, _)| *i >= cursor);
+        let (count, bytes) = unread.fold((0, 0), |(n, b), (_, m)| (n + 1, b + m.len()));
+        count >= WINDOW || (count > 0 && bytes + len > WINDOW_BYTES)
     }
 }
 
@@ -453,6 +473,29 @@ mod tests {
         assert!(blocked.await, "taken: room again");
         let rest = body.collect().await.unwrap().to_bytes();
         assert_eq!(rest, Bytes::from("id: 33/2\ndata: {\"n\":99}\n\n"));
+    }
+
+    #[tokio::test]
+    async fn the_window_is_bounded_in_bytes_too() {
+        let stream = Stream::new(5);
+        let big = Bytes::from(vec![b'x'; WINDOW_BYTES / 2 + 1]);
+        for _ in 0..3 {
+            stream.push(big.clone());
+        }
+        stream.end();
+        let body = body_of(stream.respond(Some(0), CancellationToken::new(), None)).await;
+        assert_eq!(body.matches("data: ").count(), 1, "only the newest fits");
+        assert!(body.starts_with("id: 3/5\n"));
+        // A writer waits for a reader with a window's bytes unread.
+        let stream = Stream::new(6);
+        let response = stream.respond(None, CancellationToken::new(), None);
+        assert!(stream.send(big.clone(), false).await);
+        let blocked = stream.send(big.clone(), true);
+        tokio::pin!(blocked);
+        assert!(futures_util::poll!(blocked.as_mut()).is_pending());
+        let mut body = response.into_body();
+        let _ = body.frame().await;
+        assert!(blocked.await, "taken: room again");
     }
 
     #[tokio::test]

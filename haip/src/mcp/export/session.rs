@@ -66,6 +66,7 @@ use super::logs::{log_level, per_request};
 use super::request::CallRequest;
 use crate::context::Caller;
 use crate::context::share::{CallerKey, Shares};
+use crate::mcp::inbound::quote;
 use crate::mcp::tasks::{SESSION_SIGNAL, Tasks};
 use crate::schema::SchemaProfile;
 use crate::session::Shared;
@@ -816,7 +817,11 @@ impl Sessions {
         else {
             return;
         };
-        tracing::debug!(target: "haip::mcp", "notifications/cancelled for request id={id}");
+        tracing::debug!(
+            target: "haip::mcp",
+            "notifications/cancelled for request id={}",
+            quote(&id.to_string())
+        );
         if let Some(call) = session.lock().running.get(&id) {
             call.cancel();
             return;
@@ -1125,8 +1130,8 @@ impl McpSession {
                 tracing::debug!(
                     target: "haip::mcp",
                     "request id={} was cancelled by its client: its answer is not sent: {}",
-                    id,
-                    String::from_utf8_lossy(&answer)
+                    quote(&id.to_string()),
+                    brief(&String::from_utf8_lossy(&answer))
                 );
                 answer_stream.end();
                 return;
@@ -1210,6 +1215,14 @@ impl McpSession {
             reply = answered => reply.unwrap_or_else(|_| Err("the MCP session ended".into())),
             () = self.closed.cancelled() => Err("the MCP session ended".into()),
         }
+    }
+}
+
+/// The start of an answer, for a log line: enough to say how the call ended.
+fn brief(text: &str) -> &str {
+    match text.char_indices().nth(240) {
+        Some((end, _)) => &text[..end],
+        None => text,
     }
 }
 

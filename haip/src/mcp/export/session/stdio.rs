@@ -26,8 +26,9 @@ use crate::mcp::export::direct::{error_message, notification};
 use crate::mcp::inbound::{INVALID_REQUEST, PARSE_ERROR};
 use crate::stats::Door;
 
-/// Messages to the client waiting to be written.
-const OUTBOX: usize = 256;
+/// Frames to the client waiting to be written (each at most about a
+/// stream's window, `events::WINDOW_BYTES`).
+const OUTBOX: usize = 16;
 
 /// Serves one MCP session on `input` and `output` until `input` closes or
 /// the server shuts down; its calls still running then are cancelled.
