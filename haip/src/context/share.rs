@@ -159,14 +159,6 @@ pub(crate) struct ShareGuard {
     entry: Option<(Arc<Shares>, CallerKey, usize)>,
 }
 
-impl ShareGuard {
-    /// A guard that holds nothing.
-    #[cfg(feature = "mcp")]
-    pub(crate) fn none() -> ShareGuard {
-        ShareGuard { entry: None }
-    }
-}
-
 impl Drop for ShareGuard {
     fn drop(&mut self) {
         if let Some((shares, key, n)) = self.entry.take() {

@@ -403,10 +403,36 @@ const MAX_HEADER_DEPTH: usize = 32;
 
 /// The paths (through `properties` alone, from the root) of the properties
 /// an input schema annotates with `x-mcp-header` (SEP-2243): their values
-/// travel in `Mcp-Param-*` headers too, which the MCP server checks against
-/// the body.
+/// travel in `Mcp-Param-*` headers too, which `/mcp` checks against the
+/// body.
 pub(crate) fn header_paths(schema: &Value) -> Vec<Vec<String>> {
-    fn walk(schema: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    annotations(schema)
+        .into_iter()
+        .map(|(path, _)| path)
+        .collect()
+}
+
+/// The properties an input schema annotates with a header name
+/// (`x-mcp-header`: a string that is not empty), each with its path and
+/// the header's name (after `Mcp-Param-`).
+pub(crate) fn header_params(schema: &Value) -> Vec<(Vec<String>, String)> {
+    annotations(schema)
+        .into_iter()
+        .filter_map(|(path, header)| match header {
+            Value::String(name) if !name.is_empty() => Some((path, name.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every `x-mcp-header` annotation along `properties` chains from the root,
+/// with its path.
+fn annotations(schema: &Value) -> Vec<(Vec<String>, &Value)> {
+    fn walk<'s>(
+        schema: &'s Value,
+        path: &mut Vec<String>,
+        out: &mut Vec<(Vec<String>, &'s Value)>,
+    ) {
         if path.len() >= MAX_HEADER_DEPTH {
             return;
         }
@@ -415,8 +441,8 @@ pub(crate) fn header_paths(schema: &Value) -> Vec<Vec<String>> {
         };
         for (name, property) in properties {
             path.push(name.clone());
-            if property.get("x-mcp-header").is_some() {
-                out.push(path.clone());
+            if let Some(header) = property.get("x-mcp-header") {
+                out.push((path.clone(), header));
             }
             walk(property, path, out);
             path.pop();

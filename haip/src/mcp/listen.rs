@@ -4,9 +4,9 @@
 //! A client opens a listen stream with the notifications it wants; haip has
 //! tools only, so it accepts `toolsListChanged` and nothing else, and
 //! acknowledges the accepted part first (`notifications/subscriptions/
-//! acknowledged`). `/mcp` serves a listen stream itself ([`relay`], from
-//! `export/direct.rs`) when its headers agree with its body; any other goes
-//! through the MCP server ([`run`]). From then on, every change of the registry (tools added,
+//! acknowledged`). `/mcp` serves a listen stream ([`relay`], from
+//! `export/direct.rs` or `export/stateless.rs`). From then on, every change
+//! of the registry (tools added,
 //! replaced or removed, by the application or by an imported MCP server
 //! whose tools changed) sends `notifications/tools/list_changed`, tagged
 //! with the subscription's id, until the client goes away (its request is
@@ -25,8 +25,8 @@
 //! or listens on another instance than the one running the task, misses
 //! some).
 //!
-//! **Bounded.** A listen stream costs one small task (or, through the MCP
-//! server, one future) and one place among [`Listens`]: over HTTP, at most half of `max_sessions`
+//! **Bounded.** A listen stream costs one small task and one place among
+//! [`Listens`]: at most half of `max_sessions`
 //! (at least one) are open at once server-wide, so that listeners never take
 //! every request slot from calls, and one caller holds at most its share of
 //! them (`max_sessions_per_caller`; a caller is its subject, or its peer
@@ -36,23 +36,21 @@
 //! watching the registry, so that no change after the acknowledgment is
 //! missed) and refuses one more with `503` and a JSON-RPC error naming the
 //! limit that is reached. (A listen stream is also one of the stateless
-//! requests being served while it is open: `export/http.rs`.) Over stdio a
-//! listen stream counts as one of the session's calls in flight
-//! (`max_inflight_calls`). An idle stream is kept alive by the transport's
-//! SSE comments (`/mcp`: every 15 s), which is also how a client that went
-//! away without closing is noticed.
+//! requests being served while it is open: `export/http.rs`.) A listen
+//! stream is a 2026-07-28 request, which has no stdio form in haip (stdio is
+//! one session of an earlier revision). An idle stream is kept alive by an
+//! SSE comment every 15 s, which is also how a client that went away
+//! without closing is noticed.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
-use rmcp::ErrorData as McpError;
 use rmcp::model::{
-    ErrorCode, GetMeta, NotificationMetaObject, RequestId, ServerJsonRpcMessage,
-    ServerNotification, SubscriptionFilter, SubscriptionsAcknowledgedNotification,
+    GetMeta, NotificationMetaObject, RequestId, ServerJsonRpcMessage, ServerNotification,
+    SubscriptionFilter, SubscriptionsAcknowledgedNotification,
     SubscriptionsAcknowledgedNotificationParams, TaskStatusNotification,
     TaskStatusNotificationParams, ToolListChangedNotification,
 };
-use rmcp::service::{SubscriptionContext, SubscriptionSendError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -60,11 +58,9 @@ use super::tasks::TaskEvent;
 use crate::context::share::{CallerKey, ShareGuard, Shares};
 use crate::tool::Registry;
 
-use crate::protocol::jsonrpc::SERVER_BUSY;
-
 /// What haip accepts of a requested filter: tool list changes (it has no
-/// prompts or resources). rmcp keeps only what was requested and what the
-/// server's capabilities advertise.
+/// prompts or resources), of what was requested and what the server's
+/// capabilities advertise.
 pub(crate) fn accepted() -> SubscriptionFilter {
     SubscriptionFilter::builder().tools_list_changed().build()
 }
@@ -123,116 +119,6 @@ pub(crate) struct Listening {
     changes: watch::Receiver<u64>,
 }
 
-/// The listen stream a `/mcp` request opened at the front door, handed to
-/// the MCP server with the request (an extension); taken once.
-#[derive(Clone)]
-pub(crate) struct ListenTicket(Arc<Mutex<Option<Listening>>>);
-
-impl ListenTicket {
-    pub(crate) fn new(listening: Listening) -> ListenTicket {
-        ListenTicket(Arc::new(Mutex::new(Some(listening))))
-    }
-
-    fn take(&self) -> Option<Listening> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
-}
-
-/// The listen stream of `subscription`: the one its `/mcp` request opened,
-/// or else (stdio) a new one counted as one of the session's calls in
-/// flight (`inflight`, `max_inflight_calls` permits).
-pub(crate) fn listening(
-    subscription: &SubscriptionContext,
-    inflight: &Arc<Semaphore>,
-    registry: &Registry,
-) -> Result<Listening, McpError> {
-    let opened = subscription
-        .request_context()
-        .extensions
-        .get::<hyper::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<ListenTicket>())
-        .and_then(ListenTicket::take);
-    if let Some(listening) = opened {
-        return Ok(listening);
-    }
-    let Ok(place) = Arc::clone(inflight).try_acquire_owned() else {
-        return Err(McpError::new(
-            ErrorCode(SERVER_BUSY),
-            "Too many requests in flight in this session (max_inflight_calls): \
-             a subscriptions/listen stream counts as one",
-            None,
-        ));
-    };
-    Ok(Listening {
-        _place: place,
-        _share: ShareGuard::none(),
-        changes: registry.subscribe(),
-    })
-}
-
-/// Runs one listen stream until its client goes away, the server shuts
-/// down (`shutdown`) or the registry is gone; `Ok` ends it with its final
-/// result (nobody hears it when the client went away). An authenticated
-/// caller (`subject`) is also told of its tasks' changes of status
-/// (`notifications/tasks`, from `tasks`).
-pub(crate) async fn run(
-    subscription: SubscriptionContext,
-    listening: Listening,
-    shutdown: CancellationToken,
-    subject: Option<Arc<str>>,
-    tasks: broadcast::Receiver<TaskEvent>,
-) -> Result<(), McpError> {
-    if subscription.accepted().tools_list_changed != Some(true) {
-        // Nothing it asked for is ever sent: it holds nothing open.
-        return Ok(());
-    }
-    let Listening {
-        _place,
-        _share,
-        mut changes,
-    } = listening;
-    let sink = subscription.sink();
-    // Tasks are their caller's own: an unauthenticated stream hears of none.
-    let mut tasks = subject.is_some().then_some(tasks);
-    loop {
-        tokio::select! {
-            () = subscription.cancelled() => return Ok(()),
-            () = shutdown.cancelled() => return Ok(()),
-            event = next_task_event(&mut tasks) => {
-                if event.subject.as_deref() != subject.as_deref() {
-                    continue;
-                }
-                let mut note = ServerNotification::TaskStatusNotification(
-                    TaskStatusNotification::new(TaskStatusNotificationParams::new(event.task)),
-                );
-                note.get_meta_mut().set_subscription_id(sink.id().clone());
-                let peer = &subscription.request_context().peer;
-                if peer.send_notification(note).await.is_err() {
-                    return Ok(());
-                }
-            }
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    return Ok(());
-                }
-                // The change is seen; any number of changes while this is
-                // sent make one more notification.
-                match sink.notify_tool_list_changed().await {
-                    Ok(()) => {}
-                    Err(SubscriptionSendError::SubscriptionClosed | SubscriptionSendError::Service(_)) => {
-                        return Ok(());
-                    }
-                    Err(e) => {
-                        // Only a filter mistake of ours: say it once and end.
-                        tracing::warn!(error = %e, "a listen stream cannot send tools/list_changed");
-                        return Ok(());
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// The acknowledgment that opens a listen stream of the request `id` served
 /// by haip itself (`export/direct.rs`): what of the filter is `accepted`.
 pub(crate) fn acknowledgment(id: &RequestId, accepted: &SubscriptionFilter) -> Bytes {
@@ -247,7 +133,7 @@ pub(crate) fn acknowledgment(id: &RequestId, accepted: &SubscriptionFilter) -> B
 }
 
 /// A listen stream of the request `id` served by haip itself
-/// (`export/direct.rs`), run as [`run`] runs one rmcp serves ([`relay`]).
+/// (`export/direct.rs`, `export/stateless.rs`), run by [`relay`].
 pub(crate) struct Relay {
     pub(crate) listening: Listening,
     pub(crate) accepted: SubscriptionFilter,
@@ -417,8 +303,5 @@ mod tests {
         );
         assert!(listening.changes.has_changed().unwrap());
         listening.changes.mark_unchanged();
-        let ticket = ListenTicket::new(listening);
-        assert!(ticket.take().is_some());
-        assert!(ticket.take().is_none(), "taken once");
     }
 }

@@ -1,5 +1,6 @@
 //! `/mcp` (feature `mcp`): the door most MCP hosts take, held to the same
-//! budgets as HAIP's (docs/protocol.md §18.1) before a request reaches the MCP server:
+//! budgets as HAIP's (docs/protocol.md §18.1) before a request is served
+//! (`mcp/export/`: `direct.rs`, `session.rs`, `stateless.rs`):
 //!
 //! - **Origin and `Host`**: checked before any route, `/mcp` included, by
 //!   the server's front door (`guard.rs`): a browser `Origin` that is not
@@ -16,10 +17,10 @@
 //!   `-32601`, `-32602`). One over 64 KiB is checked on the blocking pool,
 //!   with one of `max(1, cores / 2)` permits; a `tools/call`'s arguments
 //!   are parsed there too and handed to the call beside the message, so the
-//!   MCP server parses only what is left (the method, the name, small
+//!   export parses only what is left (the method, the name, small
 //!   scalars, and values that travel in `Mcp-Param-*` headers too). Any
-//!   other large message is parsed by the MCP server under the permit, held
-//!   until it has done so: few at once, whatever arrives.
+//!   other large message is parsed under the permit, held until it is:
+//!   few at once, whatever arrives.
 //! - **Pools**: a request's place among the MCP sessions or the stateless
 //!   requests being served, each bounded by `max_sessions`, and its
 //!   caller's share of it (`max_sessions_per_caller`; the caller is its
@@ -31,7 +32,7 @@
 //!   naming no session (`404`).
 //! - **Answers**: counted until the client takes them (`answer.rs`). Only
 //!   bytes held and not taken count against the write deadline: a
-//!   `subscriptions/listen` stream may be silent for hours (rmcp sends an SSE
+//!   `subscriptions/listen` stream may be silent for hours (haip sends an SSE
 //!   comment every 15 s, which a reading client takes at once), and one
 //!   over the server's limit is refused here (`mcp/listen.rs`).
 
@@ -59,9 +60,8 @@ use crate::auth::{Caller, query_param};
 use crate::context::share::CallerKey;
 use crate::exec::admit::{Arrival, Check};
 use crate::mcp::export::session::{self, Incoming};
-use crate::mcp::export::{LargeArguments, McpProfile, direct};
+use crate::mcp::export::{McpProfile, direct, stateless};
 use crate::mcp::inbound::{self, Checked, INVALID_REQUEST, Refusal};
-use crate::mcp::listen::ListenTicket;
 use crate::schema::SchemaProfile;
 use crate::session::LARGE_PARAMS;
 use crate::stats::Door;
@@ -95,22 +95,19 @@ pub(super) async fn endpoint(req: Request<RequestBody>, hub: &Arc<Hub>) -> Respo
     let outflow = req.extensions().get::<Arc<Outflow>>().cloned();
     if req.method() != Method::POST {
         // `GET` (a session's stream) and `DELETE`: no body to read.
-        if let Some(sessions) = mcp.http.sessions()
-            && session::takes(req.headers())
-        {
-            let subject = caller.as_ref().map(|c| c.subject());
-            let response = match *req.method() {
-                Method::GET => sessions.get(req.headers(), subject).await,
-                Method::DELETE => sessions.delete(req.headers(), subject).await,
-                _ => return method_not_allowed(),
-            };
-            return answered(response, hub, outflow, None);
-        }
-        let admission = match mcp.http.admit(&req, key) {
-            Ok(admission) => admission,
-            Err(why) => return busy_answering(why, None),
+        let Some(sessions) = mcp.http.sessions() else {
+            return method_not_allowed("POST");
         };
-        let response = mcp.http.handle(req, caller, admission, None).await;
+        if !session::takes(req.headers()) {
+            // A revision without sessions has nothing to get or delete.
+            return method_not_allowed("POST");
+        }
+        let subject = caller.as_ref().map(|c| c.subject());
+        let response = match *req.method() {
+            Method::GET => sessions.get(req.headers(), subject).await,
+            Method::DELETE => sessions.delete(req.headers(), subject).await,
+            _ => return method_not_allowed("GET, POST, DELETE"),
+        };
         return answered(response, hub, outflow, None);
     }
     if let Some(refused) = unacceptable(&req) {
@@ -144,7 +141,7 @@ fn choose_profile(req: &mut Request<RequestBody>) -> Option<Response<Body>> {
 }
 
 /// Serves a `POST`: its body read within the budgets, checked once, the
-/// caller's scopes and the pools applied, then handed to the MCP server.
+/// caller's scopes and the pools applied, then served.
 async fn post(
     req: Request<RequestBody>,
     hub: &Arc<Hub>,
@@ -153,7 +150,7 @@ async fn post(
     key: CallerKey,
     outflow: Option<Arc<Outflow>>,
 ) -> Response<Body> {
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     let (bytes, mut reservation) = match read(&parts.headers, body, hub).await {
         Ok(read) => read,
         Err(refused) => return refused,
@@ -218,7 +215,7 @@ async fn post(
         return at.serve(direct, checked.cost, reservation, outflow).await;
     }
     // A call the caller's scopes do not allow: `403` and the scopes to step
-    // up to (docs/protocol.md §17.1), before the MCP server sees it.
+    // up to (docs/protocol.md §17.1), before it is served.
     if let (Some(caller), Some(name)) = (&caller, &name)
         && let Some(refused) = forbidden_call(hub, caller, checked.id.as_ref(), name)
     {
@@ -257,38 +254,51 @@ async fn post(
             )
             .await;
     }
-    match checked.method.as_deref() {
-        // A listen stream's place is taken (and the registry watched) now,
-        // before the MCP server acknowledges it: one over the limit is
-        // refused before anything is sent (`mcp/listen.rs`).
+    // Anything else is served on its own (`mcp/export/stateless.rs`).
+    let message: session::Message = match serde_json::from_slice(&bytes) {
+        Ok(message) => message,
+        Err(e) => {
+            let why = format!("Invalid Request: not a JSON-RPC 2.0 message ({e})");
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                &Refusal::new(400, INVALID_REQUEST, why),
+            );
+        }
+    };
+    drop(permit);
+    if let Err(refused) = stateless::check(&parts.headers, &message, |name| at.shown(name)) {
+        tracing::debug!(?refused, "/mcp: request refused for its headers");
+        return refused.response();
+    }
+    // A listen stream's place is taken (and the registry watched) now,
+    // before it is acknowledged: one over the limit is refused before
+    // anything is sent (`mcp/listen.rs`).
+    let listening = match checked.method.as_deref() {
         Some("subscriptions/listen") if checked.id.is_some() => {
             match mcp.http.listen(&hub.shared.registry, &key) {
-                Ok(listening) => {
-                    parts.extensions.insert(ListenTicket::new(listening));
-                }
+                Ok(listening) => Some(listening),
                 Err(why) => return busy_answering(why, checked.id.clone()),
             }
         }
-        _ => {}
-    }
-    if let Some(arguments) = arguments {
-        parts.extensions.insert(LargeArguments::new(arguments));
-        parts
-            .headers
-            .insert(header::CONTENT_LENGTH, bytes.len().into());
-    }
-    let req = Request::from_parts(parts, Full::new(bytes));
-    // Its place among the requests being served, and its caller's share of
-    // them.
-    let admission = match mcp.http.admit(&req, key) {
-        Ok(admission) => admission,
-        Err(why) => {
-            let id = checked.method.as_ref().and(checked.id.clone());
-            return busy_answering(why, id);
-        }
+        _ => None,
     };
-    let response = mcp.http.handle(req, caller, admission, permit).await;
-    answered(response, hub, outflow, Some(reservation))
+    let id = message.id();
+    let incoming = Incoming {
+        caller: caller.clone(),
+        key: key.clone(),
+        profile: at.profile,
+        arguments,
+        large,
+        door: Door::McpHttp,
+    };
+    let served = mcp
+        .http
+        .serve_stateless(&parts.headers, message, incoming, listening)
+        .await;
+    match served {
+        Ok(response) => answered(response, hub, outflow, Some(reservation)),
+        Err(why) => busy_answering(why, id),
+    }
 }
 
 /// Reads a `POST`'s body whole (one JSON-RPC message, at most
@@ -326,8 +336,7 @@ async fn read(
 }
 
 /// Checks the message once. A `large` call's arguments are parsed here
-/// too, off the workers, and left out of what the MCP server parses on
-/// them; so is its tool's name when its scopes matter (`scoped`).
+/// too, off the workers, and left out of what is parsed on them later; so is its tool's name when its scopes matter (`scoped`).
 async fn examine(
     bytes: &Bytes,
     large: bool,
@@ -344,7 +353,7 @@ async fn examine(
     let owned = bytes.clone();
     // What of the arguments travels in `Mcp-Param-*` headers too (the
     // `x-mcp-header` properties of the schema the client was shown)
-    // stays in the message the MCP server checks the headers against.
+    // stays in the message the headers are checked against.
     let registry = hub.shared.registry.clone();
     let profile = extensions
         .get::<McpProfile>()
@@ -380,12 +389,12 @@ async fn examine(
     })
 }
 
-/// The longest body a request served without the MCP server is taken in
+/// The longest body a request served by the fast paths is taken in
 /// unchecked (`mcp/export/direct.rs`): counted at the most its parsed form
 /// can cost, at most 17 times this. Longer ones are checked first.
 const DIRECT_UNCHECKED: usize = 4 * 1024;
 
-/// What serving a request without the MCP server needs of its `POST`.
+/// What serving a `POST` needs of it beside its message.
 struct Direct<'a> {
     hub: &'a Arc<Hub>,
     mcp: &'a McpDoor,
@@ -396,7 +405,7 @@ struct Direct<'a> {
 }
 
 impl Direct<'_> {
-    /// The request in `body`, when it is one served without the MCP server.
+    /// The request in `body`, when it is one for the fast path (`direct.rs`).
     fn route(&self, headers: &HeaderMap, body: &[u8]) -> Option<direct::Direct> {
         direct::route(headers, body, |name| self.annotated(name))
     }
@@ -412,7 +421,19 @@ impl Direct<'_> {
         })
     }
 
-    /// Serves `direct` as the MCP server would: the caller's scopes, the
+    /// The input schema of tool `name` as the request is shown it (its
+    /// schema profile), if there is such a tool.
+    fn shown(&self, name: &str) -> Option<Value> {
+        let hub = self.hub;
+        let profile = self.profile.unwrap_or(hub.shared.config.schema_profile);
+        hub.shared
+            .registry
+            .get(name)?
+            .advertised_input_schema(profile)
+            .cloned()
+    }
+
+    /// Serves `direct`: the caller's scopes, the
     /// body budget for what the request holds parsed (`cost`), the pools.
     async fn serve(
         &self,
@@ -540,19 +561,20 @@ fn answered(
     response.map(|body| AnswerBody::new(body, outflow, budget, shared, request).boxed_unsync())
 }
 
-/// `405`: `/mcp` takes `POST`, and `GET` and `DELETE` of a session.
-fn method_not_allowed() -> Response<Body> {
+/// `405`: `/mcp` takes `POST`, and `GET` and `DELETE` of a session
+/// (`allowed`).
+fn method_not_allowed(allowed: &'static str) -> Response<Body> {
     let mut response =
         Response::new(Full::new(Bytes::from_static(b"Method Not Allowed")).boxed_unsync());
     *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
     response
         .headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+        .insert(header::ALLOW, HeaderValue::from_static(allowed));
     response
 }
 
 /// `415` or `406` as a JSON-RPC error, for a POST that is not JSON or whose
-/// client does not take both answers the MCP server may give.
+/// client does not take both answers `/mcp` may give.
 fn unacceptable(req: &Request<RequestBody>) -> Option<Response<Body>> {
     let json = req
         .headers()

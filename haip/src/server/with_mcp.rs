@@ -102,7 +102,6 @@ impl McpSettings {
             .expect("request_state_key was checked when the server was built");
         let http = McpHttp::new(
             shared,
-            config.max_body_bytes,
             self.sessions,
             config.max_sessions_per_caller,
             Arc::new(rounds),

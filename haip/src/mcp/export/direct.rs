@@ -11,8 +11,9 @@
 //! [`route`] takes only a request whose headers agree with its body in every
 //! way the revision asks (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`)
 //! and whose tool has no `x-mcp-header` parameters; any other request, and
-//! every refusal of a header, goes on to the MCP server as before, which
-//! answers it with the JSON-RPC error the revision names.
+//! every refusal of a header, goes on to `stateless.rs`, which checks it
+//! in full and answers it (with the JSON-RPC error the revision names, when
+//! it is refused).
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -80,7 +81,7 @@ enum Method {
 }
 
 #[derive(Clone, Copy)]
-enum TaskMethod {
+pub(super) enum TaskMethod {
     Get,
     Update,
     Cancel,
@@ -298,36 +299,99 @@ impl ExportService {
             }
             Method::Task(kind, task, responses) => {
                 let answered = self
-                    .task(kind, &task, responses, &capabilities, caller.as_deref())
+                    .task(
+                        kind,
+                        &task,
+                        responses,
+                        Some(&capabilities),
+                        caller.as_deref(),
+                    )
                     .await;
                 let (status, message) = reply(&id, answered);
                 return json(status, &message);
             }
             Method::Call(params) => params,
         };
+        let of = CallOf {
+            meta,
+            version: ProtocolVersion::V_2026_07_28,
+            capabilities,
+            caller,
+            key,
+            arguments: None,
+            large: false,
+            statuses: true,
+        };
+        self.answer_call(id, *params, of).await
+    }
+}
+
+/// What a `tools/call` served on its own request needs beside its params.
+pub(super) struct CallOf {
+    /// The request's `_meta`.
+    pub(super) meta: Map<String, Value>,
+    /// The revision it is served in.
+    pub(super) version: ProtocolVersion,
+    /// What its client declared.
+    pub(super) capabilities: ClientCapabilities,
+    /// The authenticated caller, if any.
+    pub(super) caller: Option<Arc<Caller>>,
+    /// Whom it is counted against.
+    pub(super) key: CallerKey,
+    /// A large call's arguments, parsed beside the message by the front door.
+    pub(super) arguments: Option<Map<String, Value>>,
+    /// Its message is large.
+    pub(super) large: bool,
+    /// Its JSON-RPC error is answered with the HTTP status it names
+    /// ([`reply`]); else `200`.
+    pub(super) statuses: bool,
+}
+
+impl ExportService {
+    /// Runs the call `params` of the request `id` and answers it: plain JSON
+    /// when nothing comes before its result, else an SSE stream that
+    /// carries its progress and log lines, then its result.
+    pub(super) async fn answer_call(
+        self,
+        id: RequestId,
+        params: CallToolRequestParams,
+        of: CallOf,
+    ) -> Response<Body> {
+        let CallOf {
+            meta,
+            version,
+            capabilities,
+            caller,
+            key,
+            arguments,
+            large,
+            statuses,
+        } = of;
         let (outbox, mut sent) = mpsc::channel(OUTBOX);
         let cancelled = CancellationToken::new();
         let shutdown = self.shared.shutdown.clone();
         let link = Arc::new(Link {
             outbox: outbox.clone(),
+            version: version.clone(),
         });
         let request_cancelled = cancelled.clone();
         let mut serving = Box::pin(async move {
             let request = CallRequest {
                 id: &id,
                 meta: &meta,
-                version: Some(ProtocolVersion::V_2026_07_28),
+                version: Some(version),
                 capabilities,
                 caller,
                 key: Some(key),
                 door: Door::McpHttp,
-                arguments: None,
-                large: false,
+                arguments,
+                large,
                 cancelled: request_cancelled,
                 link,
             };
-            let answered = self.serve_call(*params, request).await;
-            reply(&id, answered.map(ServerResult::from))
+            let answered = self.serve_call(params, request).await;
+            let (status, message) = reply(&id, answered.map(ServerResult::from));
+            (if statuses { status } else { StatusCode::OK }, message)
         });
         // The client gone before its answer (this future dropped): the call
         // is cancelled.
@@ -361,7 +425,7 @@ impl ExportService {
     /// then those, and a caller's own tasks' changes, until its client goes
     /// away, the server shuts down, or the registry is gone (then its final
     /// result).
-    fn listen(
+    pub(super) fn listen(
         &self,
         id: RequestId,
         requested: SubscriptionFilter,
@@ -395,16 +459,17 @@ impl ExportService {
     }
 
     /// `tasks/get`, `tasks/update`, `tasks/cancel` of the task `task`, for a
-    /// client that takes tasks (it says so in `capabilities`).
-    async fn task(
+    /// client that takes tasks (it says so in `capabilities`, when they are
+    /// known).
+    pub(super) async fn task(
         &self,
         kind: TaskMethod,
         task: &str,
         responses: Option<InputResponses>,
-        capabilities: &ClientCapabilities,
+        capabilities: Option<&ClientCapabilities>,
         caller: Option<&Caller>,
     ) -> Result<ServerResult, McpError> {
-        if !capabilities.supports_tasks() {
+        if capabilities.is_some_and(|c| !c.supports_tasks()) {
             return Err(McpError::missing_required_client_capability(
                 ClientCapabilities::builder().enable_tasks().build(),
             ));
@@ -428,10 +493,13 @@ impl ExportService {
     }
 }
 
-/// How a call served here reaches its client: its notifications go on the
-/// request's answer, ahead of the result.
+/// How a call served on its own request (here, or by `stateless.rs`)
+/// reaches its client: its notifications go on the request's answer, ahead
+/// of the result.
 struct Link {
     outbox: mpsc::Sender<Bytes>,
+    /// The revision of its request.
+    version: ProtocolVersion,
 }
 
 impl ClientLink for Link {
@@ -450,14 +518,15 @@ impl ClientLink for Link {
         })
     }
 
-    /// Questions go by rounds in this revision (`mrtr.rs`); any other
-    /// request of the server has nowhere to go.
+    /// Questions go by rounds from 2026-07-28 on (`mrtr.rs`), and are
+    /// refused at once before it (a second POST would answer them, which
+    /// nothing waits for); any other request of the server has nowhere to go.
     fn peer(&self, _stateless: bool) -> Arc<dyn Peer> {
         Arc::new(NoSession)
     }
 
     fn session_version(&self) -> Option<ProtocolVersion> {
-        Some(ProtocolVersion::V_2026_07_28)
+        Some(self.version.clone())
     }
 }
 
@@ -504,7 +573,10 @@ pub(super) fn answer<R: Serialize>(id: &RequestId, result: &R) -> Bytes {
 /// own: a JSON-RPC error of the request's shape (revision, capabilities,
 /// headers) is `400`, an unknown method `404`, anything else `200`. A
 /// result carries the caching hints the revision asks of it.
-fn reply(id: &RequestId, answered: Result<ServerResult, McpError>) -> (StatusCode, Bytes) {
+pub(super) fn reply(
+    id: &RequestId,
+    answered: Result<ServerResult, McpError>,
+) -> (StatusCode, Bytes) {
     match answered {
         Ok(mut result) => {
             result.fill_missing_cache_hints();
@@ -539,7 +611,7 @@ pub(super) fn encode<T: Serialize>(message: &T) -> Bytes {
 }
 
 /// One JSON-RPC message as the whole answer.
-fn json(status: StatusCode, message: &Bytes) -> Response<Body> {
+pub(super) fn json(status: StatusCode, message: &Bytes) -> Response<Body> {
     let mut response = Response::new(Full::new(message.clone()).boxed_unsync());
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -627,7 +699,7 @@ mod tests {
     }
 
     #[test]
-    fn anything_else_goes_on_to_the_mcp_server() {
+    fn anything_else_goes_on_to_the_stateless_door() {
         let body = CALL.as_bytes();
         // A header missing, repeated, disagreeing, or Base64-wrapped.
         for skip in 0..GOOD.len() {
@@ -702,8 +774,8 @@ mod tests {
             r#""taskId":"t1","inputResponses":{"k":{}},"#,
         );
         assert!(route(&h, body.as_bytes(), |_| false).is_some());
-        // Without what they need, or another task in `Mcp-Name`: the MCP
-        // server says why.
+        // Without what they need, or another task in `Mcp-Name`:
+        // `stateless.rs` says why.
         let (h, body) = with("tasks/update", r#""taskId":"t1","#);
         assert!(route(&h, body.as_bytes(), |_| false).is_none());
         let (h, body) = with("tasks/cancel", "");

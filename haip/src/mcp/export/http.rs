@@ -1,18 +1,13 @@
-//! The Streamable HTTP endpoint at `/mcp` ([`McpHttp`]), and what the
-//! server's front door tells the MCP server of each request it hands over:
-//! its caller, its schema profile, whether it is large,
-//! and the place it was given in the endpoint's pools ([`Admission`]).
+//! The Streamable HTTP endpoint at `/mcp` ([`McpHttp`]): its pools, and
+//! which of haip's servers of MCP serves each request the front door hands
+//! over (`server/mcp.rs`).
 
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use serde_json::{Map, Value};
-use tokio::sync::OwnedSemaphorePermit;
-
 use super::ExportService;
 use super::direct::Direct;
-use super::session::Sessions;
+use super::session::{Incoming, Message, Sessions};
 use crate::context::Caller;
 use crate::context::share::{CallerKey, OverShare, ShareGuard, Shares};
 use crate::mcp::listen::{Listening, Listens};
@@ -24,6 +19,10 @@ use crate::tool::Registry;
 
 /// The Streamable HTTP MCP endpoint at `/mcp`: each protocol revision
 /// served as it expects.
+///
+/// Every request is served by haip's own code: a small 2026-07-28 request
+/// whose headers agree with its body by `direct.rs`, a session's by
+/// `session.rs`, any other by `stateless.rs`.
 ///
 /// **Sessions** (`ServerBuilder::mcp_sessions(true)`, the default):
 /// `initialize` (revisions before 2026-07-28) opens an MCP session held by
@@ -53,17 +52,11 @@ use crate::tool::Registry;
 /// so that neither starves the other. In each, and among listen streams, one
 /// caller holds at most its share, `max_sessions_per_caller` (a caller is
 /// its subject, or its peer address when unauthenticated: `context/share.rs`).
-/// The front door takes a request's place before handing it over
-/// ([`McpHttp::admit`]), and refuses one beyond a pool or a share with `503`
-/// naming which; the request's service holds the place until it is dropped
-/// (the session ended, the request was answered). The service factory's own
-/// count of the pool, which rmcp answers with a `500`, stays as the
-/// race-free backstop.
+/// A request's place is taken before it is served, and one beyond a pool
+/// or a share is refused with `503` naming which; the request's service
+/// holds the place until it is dropped (the session ended, the request was
+/// answered).
 pub(crate) struct McpHttp {
-    service: rmcp::transport::StreamableHttpService<
-        ExportService,
-        rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
-    >,
     max_sessions: usize,
     /// The MCP sessions, when `/mcp` has them (`session.rs`).
     sessions: Option<Arc<Sessions>>,
@@ -71,8 +64,8 @@ pub(crate) struct McpHttp {
     live_requests: Arc<AtomicUsize>,
     /// Each caller's shares of the pools (`max_sessions_per_caller`).
     shares: CallerShares,
-    /// What the services of requests served without the MCP server are
-    /// copied from (`direct.rs`).
+    /// What the services of stateless requests are copied from
+    /// (`direct.rs`, `stateless.rs`).
     direct: ExportService,
 }
 
@@ -84,84 +77,25 @@ struct CallerShares {
 }
 
 impl McpHttp {
-    /// `max_body_bytes`: the largest request body. `sessions`: MCP sessions
-    /// held by this instance instead of stateless requests. `per_caller`:
-    /// what one caller may hold of each pool (`max_sessions_per_caller`).
-    /// `rounds`: how stateless calls ask questions. `tasks`: the server's
-    /// tasks. Which `Host` and `Origin` may reach `/mcp` is the server's
-    /// front door's to say (`server/guard.rs`, for every route alike).
+    /// `sessions`: MCP sessions held by this instance for clients of
+    /// revisions before 2026-07-28. `per_caller`: what one caller may hold
+    /// of each pool (`max_sessions_per_caller`). `rounds`: how stateless
+    /// calls ask questions. `tasks`: the server's tasks. Which `Host` and
+    /// `Origin` may reach `/mcp` is the server's front door's to say
+    /// (`server/guard.rs`, for every route alike).
     pub(crate) fn new(
         shared: &Arc<Shared>,
-        max_body_bytes: usize,
         sessions: bool,
         per_caller: usize,
         rounds: Arc<Rounds>,
         tasks: Arc<Tasks>,
     ) -> McpHttp {
-        use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
-        // Sessions are served by haip itself (`session.rs`): whatever the
-        // MCP server is handed, it serves on its own.
-        let config = StreamableHttpServerConfig::default()
-            .with_legacy_session_mode(false)
-            // A request served on its own (a 2026-07-28 one, or any with
-            // sessions off): a result with nothing before it is plain JSON.
-            .with_json_response(true)
-            .with_cancellation_token(shared.shutdown.child_token())
-            // An SSE comment every 15 s on an idle response stream (a listen
-            // stream, a session's `GET`): proxies keep it open, and a client
-            // that went away is noticed.
-            .with_sse_keep_alive(Some(std::time::Duration::from_secs(15)))
-            .with_max_request_body_bytes(max_body_bytes)
-            .disable_allowed_hosts();
-        let live_requests = Arc::new(AtomicUsize::new(0));
-        let factory_shared = Arc::clone(shared);
-        let factory_requests = Arc::clone(&live_requests);
         let direct = ExportService::stateless(shared, &rounds, &tasks);
-        let service = rmcp::transport::StreamableHttpService::new(
-            move || {
-                // Asked for once the request is parsed: a large one's permit
-                // is not needed any more.
-                let Ok((held, fallback)) = SERVING.try_with(|serving| {
-                    serving.parsing.borrow_mut().take();
-                    let held = serving.held.borrow_mut().take();
-                    (held, serving.fallback.clone())
-                }) else {
-                    return Err(std::io::Error::other(
-                        "an MCP service is made only for an /mcp request",
-                    ));
-                };
-                let held = match held {
-                    Some(held) => held,
-                    // Nothing was taken for it (a `GET` or `DELETE`): its
-                    // place is taken now.
-                    None => {
-                        let (shares, key) = fallback;
-                        let share = shares
-                            .take(&key)
-                            .map_err(|over| std::io::Error::other(over_requests(&key, &over)))?;
-                        Held::new(share)
-                    }
-                };
-                let rounds = Some(Arc::clone(&rounds));
-                let mut service = ExportService::for_http(
-                    &factory_shared,
-                    &factory_requests,
-                    true,
-                    rounds,
-                    &tasks,
-                )?;
-                service.held = Some(Arc::new(held));
-                Ok(service)
-            },
-            Arc::default(),
-            config,
-        );
         let sessions = sessions.then(|| Sessions::new(shared, &direct.tasks, per_caller));
         McpHttp {
-            service,
             max_sessions: shared.config.max_sessions,
             sessions,
-            live_requests,
+            live_requests: Arc::new(AtomicUsize::new(0)),
             shares: CallerShares {
                 requests: Shares::new(per_caller),
                 listens: Listens::new(shared.config.max_sessions, per_caller),
@@ -173,25 +107,6 @@ impl McpHttp {
     /// The MCP sessions, when `/mcp` has them.
     pub(crate) fn sessions(&self) -> Option<&Arc<Sessions>> {
         self.sessions.as_ref()
-    }
-
-    /// The place `req` of the caller `key` needs in the pools, taken; or why
-    /// there is none, for the client. A POST needs one among the stateless
-    /// requests being served; `GET` and `DELETE` need none.
-    pub(crate) fn admit<B>(
-        &self,
-        req: &hyper::Request<B>,
-        key: CallerKey,
-    ) -> Result<Admission, String> {
-        let mut admission = Admission {
-            key,
-            share: None,
-            fallback: Arc::clone(&self.shares.requests),
-        };
-        if req.method() == hyper::Method::POST {
-            admission.share = Some(self.take_request(&admission.key)?);
-        }
-        Ok(admission)
     }
 
     /// The caller `key`'s place among the stateless requests being served.
@@ -210,6 +125,19 @@ impl McpHttp {
         Ok(share)
     }
 
+    /// A service of its own for one stateless request of the caller `key`,
+    /// counted among the stateless requests being served; or why it has no
+    /// place there, for the client.
+    fn service_for(&self, key: &CallerKey) -> Result<ExportService, String> {
+        let share = self.take_request(key)?;
+        let mut service = self
+            .direct
+            .for_request(&self.live_requests)
+            .map_err(|e| e.to_string())?;
+        service.held = Some(Arc::new(Held::new(share)));
+        Ok(service)
+    }
+
     /// Serves a request the front door routed here (`direct.rs`) with a
     /// service of its own, counted among the stateless requests; or why it
     /// has no place there, for the client.
@@ -220,61 +148,31 @@ impl McpHttp {
         key: CallerKey,
         profile: Option<SchemaProfile>,
     ) -> Result<hyper::Response<super::direct::Body>, String> {
-        let share = self.take_request(&key)?;
-        let mut service = self
-            .direct
-            .for_request(&self.live_requests)
-            .map_err(|e| e.to_string())?;
-        service.held = Some(Arc::new(Held::new(share)));
+        let service = self.service_for(&key)?;
         Ok(service.serve_direct(direct, caller, key, profile).await)
+    }
+
+    /// Serves any other message without a session (`stateless.rs`), checked
+    /// already against its `headers`; `listening`: the place taken for a
+    /// `subscriptions/listen` stream. `Err`: why it has no place among the
+    /// stateless requests, for the client.
+    pub(crate) async fn serve_stateless(
+        &self,
+        headers: &hyper::HeaderMap,
+        message: Message,
+        incoming: Incoming,
+        listening: Option<Listening>,
+    ) -> Result<hyper::Response<super::direct::Body>, String> {
+        let service = self.service_for(&incoming.key)?;
+        Ok(service
+            .serve_stateless(headers, message, incoming, listening)
+            .await)
     }
 
     /// A place for one `subscriptions/listen` stream of the caller `key`,
     /// watching the registry from now on; or why not, for the client.
     pub(crate) fn listen(&self, registry: &Registry, key: &CallerKey) -> Result<Listening, String> {
         self.shares.listens.open(registry, key)
-    }
-
-    /// Serves one request; `caller` is the authenticated caller, if any, and
-    /// `admission` the place [`admit`](Self::admit) took for it.
-    /// `parsing`: the permit a large request was let in with, given back once
-    /// the MCP server has parsed it (when it asks for its service), or with
-    /// the request's response at the latest; its calls validate their params
-    /// off the runtime's workers.
-    pub(crate) async fn handle<B>(
-        &self,
-        mut req: hyper::Request<B>,
-        caller: Option<Arc<Caller>>,
-        admission: Admission,
-        parsing: Option<OwnedSemaphorePermit>,
-    ) -> hyper::Response<
-        http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, std::convert::Infallible>,
-    >
-    where
-        B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
-        B::Error: std::fmt::Display,
-    {
-        use http_body_util::BodyExt;
-        req.extensions_mut().insert(McpCaller(caller));
-        // Whom the calls' tasks are counted against (`mcp/tasks.rs`).
-        req.extensions_mut().insert(admission.key.clone());
-        if parsing.is_some() {
-            req.extensions_mut().insert(LargeRequest);
-        }
-        let Admission {
-            key,
-            share,
-            fallback,
-        } = admission;
-        let serving = Serving {
-            parsing: RefCell::new(parsing),
-            held: RefCell::new(share.map(Held::new)),
-            fallback: (fallback, key),
-            profile: req.extensions().get::<McpProfile>().map(|p| p.0),
-        };
-        let served = self.service.handle(req);
-        let response = SERVING.scope(serving, served).await;
-        response.map(|b| b.boxed_unsync())
     }
 }
 
@@ -286,19 +184,6 @@ fn over_requests(key: &CallerKey, over: &OverShare) -> String {
         over.share,
         over.share
     )
-}
-
-/// What the front door took of `/mcp`'s pools for one request
-/// ([`McpHttp::admit`]), handed to [`McpHttp::handle`] with it.
-pub(crate) struct Admission {
-    /// Whom the request is counted against.
-    key: CallerKey,
-    /// The caller's share of the pool the request's service counts in; none
-    /// for a `GET` or `DELETE`.
-    share: Option<ShareGuard>,
-    /// The requests' shares, for a request rmcp serves on its own although
-    /// none was taken for it.
-    fallback: Arc<Shares>,
 }
 
 /// What a service made for an `/mcp` request or session holds while it
@@ -313,53 +198,6 @@ impl Held {
         Held { _share: share }
     }
 }
-
-tokio::task_local! {
-    /// The request being handed to the MCP server, while it is.
-    pub(super) static SERVING: Serving;
-}
-
-/// What the front door knows of the request being handed to the MCP
-/// server, for what the MCP server asks of it meanwhile: the service for
-/// the request (its factory takes no arguments), a tool's input schema.
-pub(super) struct Serving {
-    /// The permit of a large request: given back once the MCP server has
-    /// parsed it (when it asks for its service).
-    parsing: RefCell<Option<OwnedSemaphorePermit>>,
-    /// What the request's own service is to hold: taken by the first
-    /// service made for it.
-    held: RefCell<Option<Held>>,
-    /// The requests' shares and the caller: a service made for the request
-    /// with nothing taken for it takes its place among the requests then.
-    fallback: (Arc<Shares>, CallerKey),
-    /// The schema profile its URL asks for (`?schema_profile=`), if any.
-    pub(super) profile: Option<SchemaProfile>,
-}
-
-/// Marks a request over 64 KiB: its params are validated on the blocking pool.
-#[derive(Clone, Copy)]
-pub(crate) struct LargeRequest;
-
-/// The arguments of a large `tools/call`, parsed by the server's front door
-/// off the runtime's workers and left out of the message the MCP server
-/// parses (which keeps only their small scalars, and the values that travel
-/// in `Mcp-Param-*` headers too). Taken once, by the call.
-#[derive(Clone, Default)]
-pub(crate) struct LargeArguments(pub(crate) Arc<std::sync::Mutex<Option<Map<String, Value>>>>);
-
-impl LargeArguments {
-    pub(crate) fn new(arguments: Map<String, Value>) -> LargeArguments {
-        LargeArguments(Arc::new(std::sync::Mutex::new(Some(arguments))))
-    }
-
-    pub(super) fn take(&self) -> Option<Map<String, Value>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
-}
-
-/// The caller an authenticated `/mcp` request carries into its calls.
-#[derive(Clone)]
-pub(crate) struct McpCaller(pub(crate) Option<Arc<Caller>>);
 
 /// The schema profile of an `/mcp` request (`?schema_profile=` on its URL),
 /// set by the server's front door.

@@ -21,30 +21,27 @@ mod http;
 mod logs;
 mod render;
 mod request;
-mod rmcp_link;
 pub(crate) mod session;
+pub(crate) mod stateless;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use http::{LargeArguments, McpHttp, McpProfile};
+pub(crate) use http::{McpHttp, McpProfile};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, InputRequiredResult,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams,
+    ListToolsResult, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use self::as_task::AsTask;
 use self::calls::{Call, Stop, result_of};
-use self::http::{Held, McpCaller, SERVING};
-use self::logs::{log_level, per_request};
+use self::http::Held;
 use self::render::{error_result, invalid_params_result, mcp_tool};
 use self::request::CallRequest;
 use super::mrtr::{BadState, RoundPeer, Rounds};
@@ -196,9 +193,9 @@ impl ServerHandler for ExportService {
         // Every registry change is announced with
         // `notifications/tools/list_changed`: in an MCP session on its
         // stream, and without one on a `subscriptions/listen` stream (MCP
-        // 2026-07-28, `listen.rs`), which rmcp acknowledges only for what
-        // these capabilities promise. (A client of an earlier revision
-        // without a session has neither: `initialize` tells it so.)
+        // 2026-07-28, `listen.rs`), which acknowledges only what these
+        // capabilities promise. (A client of an earlier revision without a
+        // session has neither: `initialize` tells it so, `stateless.rs`.)
         if let Some(tools) = &mut capabilities.tools {
             tools.list_changed = Some(true);
         }
@@ -214,149 +211,10 @@ impl ServerHandler for ExportService {
         info.server_info = Implementation::new("haip", env!("CARGO_PKG_VERSION"));
         info
     }
-
-    /// The handshake of MCP revisions before 2026-07-28. Served on its own
-    /// (no MCP session), it promises no `listChanged`: such a client has no
-    /// stream to be told on (`subscriptions/listen` came with 2026-07-28).
-    async fn initialize(
-        &self,
-        request: rmcp::model::InitializeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<InitializeResult, McpError> {
-        context.peer.set_peer_info(request.clone());
-        let mut info = self.negotiate_initialize(&request)?;
-        if self.stateless
-            && let Some(tools) = &mut info.capabilities.tools
-        {
-            tools.list_changed = None;
-        }
-        Ok(info)
-    }
-
-    /// `logging/setLevel`: the least severe tool log line this client gets.
-    /// Removed in MCP 2026-07-28 (a request says its level in its `_meta`):
-    /// `-32601` for requests of that revision.
-    async fn set_level(
-        &self,
-        request: SetLevelRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        if per_request(context.meta.protocol_version().as_ref()) {
-            return Err(McpError::method_not_found::<
-                rmcp::model::SetLevelRequestMethod,
-            >());
-        }
-        self.log_level
-            .store(log_level(request.level) as u8, Relaxed);
-        Ok(())
-    }
-
-    /// `subscriptions/listen` (MCP 2026-07-28): tool list changes, the only
-    /// notifications of a server with tools only (`listen.rs`).
-    fn accepted_subscription_filter(
-        &self,
-        _requested: &rmcp::model::SubscriptionFilter,
-    ) -> Option<rmcp::model::SubscriptionFilter> {
-        Some(super::listen::accepted())
-    }
-
-    /// One listen stream, until its client goes away, the server shuts down
-    /// or the registry is gone (`listen.rs`).
-    async fn listen(
-        &self,
-        subscription: rmcp::service::SubscriptionContext,
-    ) -> Result<(), McpError> {
-        let listening =
-            super::listen::listening(&subscription, &self.inflight, &self.shared.registry)?;
-        let subject = subject_of(subscription.request_context());
-        let tasks = self.tasks.watch();
-        super::listen::run(
-            subscription,
-            listening,
-            self.shared.shutdown.clone(),
-            subject,
-            tasks,
-        )
-        .await
-    }
-
-    /// A tool as `tools/list` shows it to the client of the request being
-    /// served, in its schema profile: rmcp checks a call's `Mcp-Param-*`
-    /// headers against the `x-mcp-header` annotations of this input schema
-    /// (SEP-2243), so it must be the one the client was shown (only `full`
-    /// keeps annotations). Asked while the request is handed over.
-    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
-        let profile = SERVING
-            .try_with(|serving| serving.profile)
-            .ok()
-            .flatten()
-            .unwrap_or(self.shared.config.schema_profile);
-        mcp_tool(&self.shared.registry.get(name)?, profile)
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, McpError> {
-        let profile = context
-            .extensions
-            .get::<hyper::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<McpProfile>())
-            .map(|p| p.0);
-        Ok(self.tool_list(profile, caller_of(&context).as_deref()))
-    }
-
-    async fn call_tool(
-        &self,
-        params: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        self.serve_call(params, rmcp_link::from_rmcp(&context))
-            .await
-    }
-
-    /// `tasks/get`.
-    async fn get_task(
-        &self,
-        request: rmcp::model::GetTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<rmcp::model::GetTaskResult, McpError> {
-        let subject = subject_of(&context);
-        self.tasks.get(&request.task_id, subject.as_deref()).await
-    }
-
-    /// `tasks/update`: answers to a task's questions.
-    async fn update_task(
-        &self,
-        request: rmcp::model::UpdateTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        let subject = subject_of(&context);
-        self.tasks
-            .update(
-                &request.task_id,
-                subject.as_deref(),
-                request.input_responses,
-            )
-            .await
-    }
-
-    /// `tasks/cancel`.
-    async fn cancel_task(
-        &self,
-        request: rmcp::model::CancelTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        let subject = subject_of(&context);
-        self.tasks
-            .cancel(&request.task_id, subject.as_deref())
-            .await
-    }
 }
 
 impl ExportService {
-    /// Serves a `tools/call`, whichever MCP server hands it over.
+    /// Serves a `tools/call`, whichever door hands it over.
     pub(crate) async fn serve_call(
         &self,
         mut params: CallToolRequestParams,
@@ -607,18 +465,4 @@ impl DoorRule for Rule {
             Rule::BadState(_) => ErrorCode::INVALID_PARAMS,
         }
     }
-}
-
-/// The authenticated caller of an `/mcp` request, if any.
-fn caller_of(context: &RequestContext<RoleServer>) -> Option<Arc<Caller>> {
-    context
-        .extensions
-        .get::<hyper::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<McpCaller>())
-        .and_then(|c| c.0.clone())
-}
-
-/// The authenticated subject of an `/mcp` request, if any.
-fn subject_of(context: &RequestContext<RoleServer>) -> Option<Arc<str>> {
-    caller_of(context).map(|c| Arc::from(c.subject()))
 }

@@ -4,10 +4,11 @@
 //! (notifications for the request, and the server's own requests: questions,
 //! sampling, roots), and when the client gave up on it.
 //!
-//! The call's code (`calls.rs`, `as_task.rs`, `logs.rs`) reads only this; the
-//! MCP server the export runs under makes one [`CallRequest`] per
-//! `tools/call` and one [`ClientLink`] per client: rmcp's (`rmcp_link.rs`)
-//! or `/mcp`'s own (`direct.rs`).
+//! The call's code (`calls.rs`, `as_task.rs`, `logs.rs`) reads only this;
+//! each door makes one [`CallRequest`] per `tools/call` and one
+//! [`ClientLink`] per client: a request's own answer stream (`direct.rs`,
+//! for `stateless.rs` too), a session's streams (`session/link.rs`), or
+//! stdout (`session/stdio.rs`).
 
 use std::future::Future;
 use std::pin::Pin;

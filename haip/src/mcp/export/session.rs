@@ -104,12 +104,12 @@ const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 /// server's requests (`id` and `result` or `error`).
 #[derive(Deserialize)]
 pub(crate) struct Message {
-    jsonrpc: String,
-    id: Option<RequestId>,
-    method: Option<String>,
-    params: Option<Map<String, Value>>,
-    result: Option<Value>,
-    error: Option<Value>,
+    pub(super) jsonrpc: String,
+    pub(super) id: Option<RequestId>,
+    pub(super) method: Option<String>,
+    pub(super) params: Option<Map<String, Value>>,
+    pub(super) result: Option<Value>,
+    pub(super) error: Option<Value>,
 }
 
 impl Message {
@@ -951,13 +951,13 @@ impl Sessions {
 /// `tasks/get`, `tasks/update`, `tasks/cancel` params.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TaskParams {
-    task_id: String,
-    input_responses: Option<std::collections::BTreeMap<String, Value>>,
+pub(super) struct TaskParams {
+    pub(super) task_id: String,
+    pub(super) input_responses: Option<std::collections::BTreeMap<String, Value>>,
 }
 
 /// `params` as the params of a method, or the `-32602` that says why not.
-fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, McpError> {
+pub(super) fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, McpError> {
     T::deserialize(params)
         .map_err(|e| McpError::invalid_params(format!("Invalid params: {e}"), None))
 }
