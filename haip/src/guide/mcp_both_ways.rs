@@ -1,10 +1,12 @@
 //! # MCP both ways
 //!
-//! With the `mcp` feature (`haip = { version = "0.1", features = ["mcp"] }`),
-//! haip meets the Model Context Protocol both ways: it imports MCP servers'
-//! tools into its registry, and serves its registry (imported tools
-//! included) to MCP clients, over stdio and at `/mcp`. [`crate::mcp`] has
-//! the API.
+//! haip meets the Model Context Protocol both ways: it serves its registry
+//! to MCP clients, over stdio and at `/mcp` (feature `mcp`), and it imports
+//! MCP servers' tools into its registry (feature `mcp-import`, which turns
+//! on `mcp` too: `haip = { version = "0.1", features = ["mcp-import"] }`).
+//! Serving needs no MCP client code: the import's client (child processes,
+//! an HTTP client) is built only with `mcp-import`. [`crate::mcp`] has the
+//! API.
 //!
 //! Examples: `examples/mcp_import.rs` (an MCP server's tools over HAIP),
 //! `examples/mcp_export.rs` (the quickstart's tools over MCP stdio) and
@@ -22,7 +24,7 @@
 //! other tool's.
 //!
 //! ```no_run
-//! # #[cfg(feature = "mcp")]
+//! # #[cfg(feature = "mcp-import")]
 //! # async fn run() -> Result<(), haip::Error> {
 //! use haip::mcp::McpImport;
 //!

@@ -64,7 +64,7 @@
 #![cfg_attr(
     not(all(
         feature = "client",
-        feature = "mcp",
+        feature = "mcp-import",
         feature = "redis",
         feature = "oauth",
         feature = "metrics",

@@ -1,7 +1,7 @@
-//! The MCP bridge (feature `mcp`): tools from MCP servers served over HAIP, and
-//! haip tools served to MCP clients.
+//! The MCP bridge: haip tools served to MCP clients (feature `mcp`), and
+//! tools from MCP servers served over HAIP (feature `mcp-import`).
 //!
-//! **Import.** [`ServerBuilder::mcp_stdio`](crate::ServerBuilder::mcp_stdio)
+//! **Import** (feature `mcp-import`). [`ServerBuilder::mcp_stdio`](crate::ServerBuilder::mcp_stdio)
 //! runs an MCP server as a child process, [`ServerBuilder::mcp_http`](crate::ServerBuilder::mcp_http)
 //! connects to one over Streamable HTTP ([`McpImport`] has the options). Its
 //! tools join the registry with their input and output schemas, optionally
@@ -16,6 +16,7 @@
 //! registry, and the bridge reconnects with back-off.
 //!
 //! ```no_run
+//! # #[cfg(feature = "mcp-import")]
 //! #[tokio::main]
 //! async fn main() -> Result<(), haip::Error> {
 //!     haip::Server::builder()
@@ -24,6 +25,8 @@
 //!         .run()
 //!         .await
 //! }
+//! # #[cfg(not(feature = "mcp-import"))]
+//! # fn main() {}
 //! ```
 //!
 //! **Export.** The registry (annotated, hand-written and imported tools alike)
@@ -68,7 +71,12 @@
 //! }
 //! ```
 
+// The import's items are named above; built without `mcp-import`, those
+// names are shown as plain text rather than warned about.
+#![cfg_attr(not(feature = "mcp-import"), allow(rustdoc::broken_intra_doc_links))]
+
 pub(crate) mod export;
+#[cfg(feature = "mcp-import")]
 mod import;
 pub(crate) mod inbound;
 pub(crate) mod listen;
@@ -77,6 +85,16 @@ mod peer;
 mod stdio;
 pub(crate) mod tasks;
 
+#[cfg(feature = "mcp-import")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp-import")))]
 pub use import::McpImport;
+#[cfg(feature = "mcp-import")]
 pub(crate) use import::start as start_imports;
+
+/// The mark of a tool imported from an MCP server: a `{"content": [...]}`
+/// result holds MCP content blocks, which the MCP export passes on as they are.
+#[cfg(feature = "mcp-import")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct McpContent;
+
 pub use stdio::serve_stdio;

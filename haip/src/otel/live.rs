@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-import")]
 use opentelemetry::propagation::Injector;
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{
@@ -302,10 +302,10 @@ impl Extractor for MetaReader<'_> {
 }
 
 /// Writes `traceparent` and `tracestate` into a `_meta` object.
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-import")]
 struct MetaWriter<'a>(&'a mut Map<String, Value>);
 
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-import")]
 impl Injector for MetaWriter<'_> {
     fn set(&mut self, key: &str, value: String) {
         self.0.insert(key.to_owned(), Value::String(value));
@@ -423,7 +423,7 @@ impl LinkLive {
         Some(QuestionLive(span))
     }
 
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-import")]
     pub(super) fn upstream(&self, tool: &str, server: &str) -> (UpstreamLive, Map<String, Value>) {
         let parent = OtelContext::new().with_remote_span_context(self.parent.clone());
         let mut span = self
@@ -447,10 +447,10 @@ impl LinkLive {
 }
 
 /// An upstream call's span, on.
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-import")]
 pub(crate) struct UpstreamLive(Span);
 
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-import")]
 impl UpstreamLive {
     pub(super) fn end(mut self, error: Option<&str>) {
         if let Some(error) = error {
@@ -615,7 +615,7 @@ mod tests {
         assert!(refused.contains("between 0 and 1"), "{refused}");
     }
 
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-import")]
     #[test]
     fn a_caller_s_traceparent_is_the_parent_and_is_passed_on() {
         let tracing = Tracing::new(&settings(1.0)).unwrap();

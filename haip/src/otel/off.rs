@@ -4,7 +4,7 @@
 
 use std::time::SystemTime;
 
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-import")]
 use serde_json::{Map, Value};
 
 use crate::stats::{Door, Ended};
@@ -116,7 +116,7 @@ impl TraceLink {
     }
 
     /// No span, and no `_meta` entries.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-import")]
     pub(crate) fn upstream(
         &self,
         _tool: &str,
@@ -127,11 +127,11 @@ impl TraceLink {
 }
 
 /// An MCP import's call to the server it imports from: nothing.
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-import")]
 #[derive(Debug, Default)]
 pub(crate) struct UpstreamSpan {}
 
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-import")]
 impl UpstreamSpan {
     /// Nothing.
     pub(crate) fn end(self, _error: Option<&str>) {}

@@ -225,7 +225,7 @@ impl TraceLink {
     /// An upstream call's client span (`tools/call {tool}` to `server`),
     /// and the `_meta` entries that carry it to the server called
     /// (`traceparent`, `tracestate`). Without a trace, no span and no entries.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-import")]
     pub(crate) fn upstream(&self, tool: &str, server: &str) -> (UpstreamSpan, Map<String, Value>) {
         if let Some(live) = &self.live {
             let (span, meta) = live.upstream(tool, server);
@@ -236,13 +236,13 @@ impl TraceLink {
 }
 
 /// An MCP import's call to the server it imports from.
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-import")]
 #[derive(Default)]
 pub(crate) struct UpstreamSpan {
     live: Option<super::live::UpstreamLive>,
 }
 
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-import")]
 impl UpstreamSpan {
     /// Ends it: `None` when the upstream server answered a result, or what
     /// went wrong.

@@ -36,7 +36,8 @@ pub struct ServerBuilder {
     state: StateMap,
     auth: AuthSetting,
     cors_origins: Vec<String>,
-    /// MCP servers to import, and how `/mcp` is served (feature `mcp`).
+    /// MCP servers to import (feature `mcp-import`), and how `/mcp` is
+    /// served (feature `mcp`).
     mcp: McpGiven,
     /// `redis` / `HAIP_REDIS_URL`: sessions shared through this Redis server.
     redis_url: Option<String>,
@@ -823,13 +824,12 @@ impl ServerBuilder {
     }
 }
 
-/// The MCP bridge (feature `mcp`): servers whose tools are imported, and
-/// `/mcp`, where MCP clients reach the registry.
-#[cfg(feature = "mcp")]
-#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+/// Importing MCP servers' tools (feature `mcp-import`).
+#[cfg(feature = "mcp-import")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp-import")))]
 impl ServerBuilder {
     /// Imports the tools of an MCP server run as a child process (see
-    /// [`McpImport::stdio`](crate::mcp::McpImport::stdio)). Feature `mcp`.
+    /// [`McpImport::stdio`](crate::mcp::McpImport::stdio)). Feature `mcp-import`.
     ///
     /// ```no_run
     /// # fn demo() -> Result<(), haip::Error> {
@@ -848,18 +848,24 @@ impl ServerBuilder {
     }
 
     /// Imports the tools of an MCP server reached over Streamable HTTP (see
-    /// [`McpImport::http`](crate::mcp::McpImport::http)). Feature `mcp`.
+    /// [`McpImport::http`](crate::mcp::McpImport::http)). Feature `mcp-import`.
     pub fn mcp_http(self, url: impl Into<String>) -> Self {
         self.mcp(crate::mcp::McpImport::http(url))
     }
 
     /// Imports the tools of an MCP server, with options (a name prefix, the
-    /// restart back-off, ...). Feature `mcp`.
+    /// restart back-off, ...). Feature `mcp-import`.
     pub fn mcp(mut self, import: crate::mcp::McpImport) -> Self {
         self.mcp.imports.push(import);
         self
     }
+}
 
+/// Serving the registry to MCP clients (feature `mcp`): `/mcp`, where MCP
+/// clients reach the registry.
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+impl ServerBuilder {
     /// Serve the registry to MCP clients over Streamable HTTP at `/mcp`, with
     /// the server's authentication (default on with the `mcp` feature).
     pub fn mcp_endpoint(mut self, enabled: bool) -> Self {

@@ -353,7 +353,7 @@ impl Server {
                     .to_owned(),
             });
         }
-        #[cfg(feature = "mcp")]
+        #[cfg(feature = "mcp-import")]
         if !self.mcp.imports.is_empty() {
             return Err(Error::InvalidConfig {
                 setting: "mcp",

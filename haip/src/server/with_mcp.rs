@@ -19,6 +19,7 @@ use super::reply::{Body, json_response};
 use super::with_redis::Cluster;
 use super::{Server, ShutdownSignal};
 use crate::Error;
+#[cfg(feature = "mcp-import")]
 use crate::mcp::McpImport;
 use crate::mcp::export::McpHttp;
 use crate::mcp::export::session::{self, Sessions};
@@ -40,6 +41,7 @@ pub(super) const CORS_EXPOSED_HEADERS: &str = "X-HAIP-Session, Mcp-Session-Id";
 #[derive(Default)]
 pub(crate) struct McpGiven {
     /// `mcp`, `mcp_stdio`, `mcp_http`.
+    #[cfg(feature = "mcp-import")]
     pub(super) imports: Vec<McpImport>,
     /// `mcp_endpoint` (default on).
     pub(super) endpoint: Option<bool>,
@@ -59,6 +61,7 @@ impl McpGiven {
 
     /// Refuses an import that cannot work, naming it.
     pub(super) fn validate(&self) -> Result<(), Error> {
+        #[cfg(feature = "mcp-import")]
         for import in &self.imports {
             import.validate()?;
         }
@@ -68,6 +71,7 @@ impl McpGiven {
     /// The settings the built server keeps.
     pub(super) fn settings(self) -> McpSettings {
         McpSettings {
+            #[cfg(feature = "mcp-import")]
             imports: self.imports.into_iter().map(Arc::new).collect(),
             endpoint: self.endpoint.unwrap_or(true),
             sessions: self.sessions.unwrap_or(true),
@@ -78,6 +82,7 @@ impl McpGiven {
 /// The MCP bridge's settings: servers to import, and whether `/mcp` is served.
 #[derive(Debug, Clone)]
 pub(crate) struct McpSettings {
+    #[cfg(feature = "mcp-import")]
     pub(super) imports: Vec<Arc<McpImport>>,
     endpoint: bool,
     /// `/mcp` holds MCP sessions instead of serving each request on its own.
@@ -119,7 +124,10 @@ impl McpSettings {
     /// returns (or their first connection attempt has failed and is being
     /// retried).
     pub(super) async fn start_imports(&self, shared: &Arc<Shared>, tracker: &TaskTracker) {
+        #[cfg(feature = "mcp-import")]
         crate::mcp::start_imports(&self.imports, shared, tracker).await;
+        #[cfg(not(feature = "mcp-import"))]
+        let _ = (shared, tracker);
     }
 
     /// Where `/mcp` is, on a server whose routes are at `base`

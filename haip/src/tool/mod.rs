@@ -345,18 +345,18 @@ impl Tool {
 /// Marks on a tool, one per type: what an adapter records about a tool for
 /// itself (the MCP import's "results are MCP content blocks"), without the
 /// calls layer knowing what they mean.
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-import")]
 #[derive(Default, Clone)]
 struct Marks(Vec<Arc<dyn std::any::Any + Send + Sync>>);
 
-/// Without the `mcp` feature no adapter marks tools: a tool holds none.
-#[cfg(not(feature = "mcp"))]
+/// Without the `mcp-import` feature no adapter marks tools: a tool holds none.
+#[cfg(not(feature = "mcp-import"))]
 #[derive(Default, Clone)]
 struct Marks;
 
 /// What the MCP bridge keeps on the tools it imports, and how it tells its
 /// own tools from others of the same name.
-#[cfg(feature = "mcp")]
+#[cfg(feature = "mcp-import")]
 mod for_mcp {
     use std::any::Any;
     use std::sync::Arc;

@@ -243,7 +243,7 @@ impl Registry {
     /// Changes the tool list in one step: readers see it before or after `f`,
     /// never half-way. `f` must keep names unique. Used by the MCP import,
     /// which adds and removes the tools it manages.
-    #[cfg(feature = "mcp")]
+    #[cfg(feature = "mcp-import")]
     pub(crate) fn edit<R>(&self, f: impl FnOnce(&mut Vec<Tool>) -> R) -> R {
         let mut guard = self.current.write().unwrap_or_else(|e| e.into_inner());
         let mut tools = guard.tools.clone();

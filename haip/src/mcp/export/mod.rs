@@ -19,7 +19,7 @@ pub(crate) mod direct;
 mod events;
 mod http;
 mod logs;
-mod render;
+pub(crate) mod render;
 mod request;
 pub(crate) mod session;
 pub(crate) mod stateless;

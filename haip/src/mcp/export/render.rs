@@ -8,8 +8,8 @@ use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::{Map, Value};
 
 use crate::content::Shape;
-use crate::mcp::import::{McpContent, set_title_hints_icons};
 use crate::protocol::payload::ToolFailure;
+use crate::protocol::{Icon, IconTheme};
 use crate::schema::SchemaProfile;
 use crate::tool::Tool;
 
@@ -63,7 +63,13 @@ fn describes_object(schema: &Map<String, Value>) -> bool {
 
 /// Whether `tool` was imported from an MCP server (its results hold content blocks).
 pub(super) fn imported(tool: &Tool) -> bool {
-    tool.mark::<McpContent>().is_some()
+    #[cfg(feature = "mcp-import")]
+    return tool.mark::<crate::mcp::McpContent>().is_some();
+    #[cfg(not(feature = "mcp-import"))]
+    {
+        let _ = tool;
+        false
+    }
 }
 
 /// A successful result: `structuredContent` when the tool advertises an
@@ -158,4 +164,39 @@ pub(super) fn error_result(message: String, details: Option<Value>) -> CallToolR
         content.push(ContentBlock::text(details.to_string()));
     }
     CallToolResult::error(content)
+}
+
+/// A haip tool's title, hints and icons on the MCP tool `out`, as the MCP
+/// export shows them (docs/protocol.md §6.13: the same fields one to one;
+/// an import reads them back, `import/convert.rs`): the
+/// hints only when declared, the icons only when there are any.
+pub(crate) fn set_title_hints_icons(out: &mut rmcp::model::Tool, tool: &Tool) {
+    out.title = tool.title().map(str::to_owned);
+    let hints = tool.annotations();
+    if !hints.is_empty() {
+        out.annotations = Some(rmcp::model::ToolAnnotations::from_raw(
+            None, // the title goes in `Tool.title`, not the older `annotations.title`
+            hints.read_only_hint,
+            hints.destructive_hint,
+            hints.idempotent_hint,
+            hints.open_world_hint,
+        ));
+    }
+    if !tool.icons().is_empty() {
+        out.icons = Some(tool.icons().iter().map(mcp_icon).collect());
+    }
+}
+
+/// Our icon as an MCP icon.
+fn mcp_icon(icon: &Icon) -> rmcp::model::Icon {
+    let mut out = rmcp::model::Icon::new(icon.src.clone());
+    out.mime_type = icon.mime_type.clone();
+    if !icon.sizes.is_empty() {
+        out.sizes = Some(icon.sizes.clone());
+    }
+    out.theme = icon.theme.map(|theme| match theme {
+        IconTheme::Light => rmcp::model::IconTheme::Light,
+        IconTheme::Dark => rmcp::model::IconTheme::Dark,
+    });
+    out
 }

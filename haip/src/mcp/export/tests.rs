@@ -10,7 +10,6 @@ use serde_json::{Value, json};
 use super::ExportService;
 use super::render::{failure_result, mcp_tool, success_result};
 use crate::Context;
-use crate::mcp::import::McpContent;
 use crate::mcp::tasks::Tasks;
 use crate::schema::SchemaProfile;
 use crate::session::Shared;
@@ -67,10 +66,11 @@ fn results_carry_text_and_structured_content_when_advertised() {
     assert!(success_result(&tool(None), Value::Null).content.is_empty());
 }
 
+#[cfg(feature = "mcp-import")]
 #[test]
 fn imported_content_blocks_pass_through() {
     let imported = Tool::builder("img")
-        .mark(McpContent)
+        .mark(crate::mcp::McpContent)
         .handler(|_: Value, _: Context| async { Ok(Value::Null) })
         .build()
         .unwrap();

@@ -1,23 +1,19 @@
 //! An MCP tool as a haip tool: its name (under the import's prefix),
 //! description, schemas, title, hints and icons, and a handler that forwards
-//! its calls (`forward.rs`). The title, hints and icons go the other way here
-//! too, for the MCP export: the same fields both ways.
+//! its calls (`forward.rs`). The title, hints and icons go the other way in
+//! the MCP export (`export/render.rs`): the same fields both ways.
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::Context;
+use crate::mcp::McpContent;
 use crate::protocol::{Icon, IconTheme, ToolAnnotations};
 use crate::tool::{Tool, ToolError};
 
 use super::builder::McpImport;
 use super::forward::{Upstream, call};
-
-/// The mark of a tool imported from an MCP server: a `{"content": [...]}`
-/// result holds MCP content blocks, which the MCP export passes on as they are.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct McpContent;
 
 /// Builds the haip tool for one MCP tool.
 pub(super) fn imported_tool(
@@ -89,41 +85,6 @@ fn annotations_of(remote: &rmcp::model::Tool) -> ToolAnnotations {
     }
 }
 
-/// A haip tool's title, hints and icons on the MCP tool `out`, as the MCP
-/// export shows them (docs/protocol.md §6.13: the same fields one to one;
-/// [`title_of`], [`annotations_of`] and [`icon_of`] read them back): the
-/// hints only when declared, the icons only when there are any.
-pub(crate) fn set_title_hints_icons(out: &mut rmcp::model::Tool, tool: &Tool) {
-    out.title = tool.title().map(str::to_owned);
-    let hints = tool.annotations();
-    if !hints.is_empty() {
-        out.annotations = Some(rmcp::model::ToolAnnotations::from_raw(
-            None, // the title goes in `Tool.title`, not the older `annotations.title`
-            hints.read_only_hint,
-            hints.destructive_hint,
-            hints.idempotent_hint,
-            hints.open_world_hint,
-        ));
-    }
-    if !tool.icons().is_empty() {
-        out.icons = Some(tool.icons().iter().map(mcp_icon).collect());
-    }
-}
-
-/// Our icon as an MCP icon.
-fn mcp_icon(icon: &Icon) -> rmcp::model::Icon {
-    let mut out = rmcp::model::Icon::new(icon.src.clone());
-    out.mime_type = icon.mime_type.clone();
-    if !icon.sizes.is_empty() {
-        out.sizes = Some(icon.sizes.clone());
-    }
-    out.theme = icon.theme.map(|theme| match theme {
-        IconTheme::Light => rmcp::model::IconTheme::Light,
-        IconTheme::Dark => rmcp::model::IconTheme::Dark,
-    });
-    out
-}
-
 /// An MCP icon as ours.
 fn icon_of(icon: &rmcp::model::Icon) -> Icon {
     Icon {
@@ -144,6 +105,7 @@ mod tests {
     use serde_json::{Map, json};
 
     use super::*;
+    use crate::mcp::export::render::set_title_hints_icons;
 
     /// What the MCP export sets on a tool beside its name, description and
     /// schemas (its `mcp_tool` calls the same code).

@@ -24,5 +24,4 @@ mod progress;
 mod supervise;
 
 pub use builder::McpImport;
-pub(crate) use convert::{McpContent, set_title_hints_icons};
 pub(crate) use supervise::start;
