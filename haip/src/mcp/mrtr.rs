@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::{InputRequests, RequestStateCodec, RequestStateError, SealOptions};
+use rmcp::model::InputRequests;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -30,10 +30,14 @@ use tokio::sync::Notify;
 use super::peer::Can;
 use super::peer::{Keyed, TakeError, Taken};
 
+mod seal;
+
+use self::seal::{Seal, Unsealed};
+
 /// The server's side of rounds: the key `requestState` is signed with, and
 /// how long a state lives.
 pub(crate) struct Rounds {
-    codec: RequestStateCodec,
+    seal: Seal,
     ttl: Duration,
 }
 
@@ -64,9 +68,9 @@ struct State {
 
 impl Rounds {
     /// With `key` (at least 32 bytes) to sign states, which live for `ttl`.
-    pub(crate) fn new(key: &[u8], ttl: Duration) -> Result<Rounds, RequestStateError> {
-        let codec = RequestStateCodec::try_new(key.to_vec())?;
-        Ok(Rounds { codec, ttl })
+    pub(crate) fn new(key: &[u8], ttl: Duration) -> Result<Rounds, String> {
+        let seal = Seal::new(key)?;
+        Ok(Rounds { seal, ttl })
     }
 
     /// The answers a retry brings: those its `requestState` holds (checked:
@@ -83,13 +87,13 @@ impl Rounds {
         let mut answers = Answers::default();
         if let Some(sealed) = request_state {
             let opened = self
-                .codec
-                .open_with(sealed, subject.unwrap_or_default().as_bytes())
+                .seal
+                .open(sealed, subject.unwrap_or_default().as_bytes())
                 .map_err(|e| match e {
-                    RequestStateError::Expired => {
+                    Unsealed::Expired => {
                         BadState("requestState has expired: start the call again without it".into())
                     }
-                    _ => BadState(
+                    Unsealed::Invalid => BadState(
                         "requestState failed verification (tampered with, or not this server's)"
                             .into(),
                     ),
@@ -129,10 +133,8 @@ impl Rounds {
         };
         // A `State` is plain JSON: it always serializes.
         let payload = serde_json::to_vec(&state).unwrap_or_default();
-        let options = SealOptions::new()
-            .associated_data(subject.unwrap_or_default().as_bytes())
-            .ttl(self.ttl);
-        self.codec.seal_with(&payload, &options)
+        self.seal
+            .seal(&payload, subject.unwrap_or_default().as_bytes(), self.ttl)
     }
 }
 
