@@ -44,13 +44,13 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use rmcp::model::{
+use crate::mcp::model::{
     GetMeta, NotificationMetaObject, RequestId, ServerJsonRpcMessage, ServerNotification,
     SubscriptionFilter, SubscriptionsAcknowledgedNotification,
     SubscriptionsAcknowledgedNotificationParams, TaskStatusNotification,
     TaskStatusNotificationParams, ToolListChangedNotification,
 };
+use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 

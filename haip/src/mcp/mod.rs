@@ -80,6 +80,7 @@ pub(crate) mod export;
 mod import;
 pub(crate) mod inbound;
 pub(crate) mod listen;
+pub(crate) mod model;
 pub(crate) mod mrtr;
 mod peer;
 mod stdio;

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::InputRequests;
+use crate::mcp::model::InputRequests;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -192,12 +192,12 @@ impl RoundPeer {
     }
 
     /// The capabilities the call's refused questions needed, if any.
-    pub(crate) fn refused(&self) -> Option<rmcp::model::ClientCapabilities> {
+    pub(crate) fn refused(&self) -> Option<crate::mcp::model::ClientCapabilities> {
         let refused = *self.refused.lock().unwrap_or_else(|e| e.into_inner());
         if !(refused.elicit || refused.sample || refused.roots) {
             return None;
         }
-        let mut caps = rmcp::model::ClientCapabilities::default();
+        let mut caps = crate::mcp::model::ClientCapabilities::default();
         if refused.elicit {
             caps.elicitation = Some(Default::default());
         }

@@ -40,8 +40,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::ErrorData as McpError;
-use rmcp::model::{
+use crate::mcp::model::McpError;
+use crate::mcp::model::{
     CreateTaskResult, DetailedTask, GetTaskResult, InputRequests, JsonObject, Task, TaskPayload,
 };
 use serde_json::{Map, Value, json};
@@ -144,11 +144,11 @@ impl Board {
     /// The task fields of `record` as MCP shows them.
     fn task_of(&self, record: &TaskRecord) -> Task {
         let status = match record.shown_status() {
-            TaskStatus::Working => rmcp::model::TaskStatus::Working,
-            TaskStatus::InputRequired => rmcp::model::TaskStatus::InputRequired,
-            TaskStatus::Completed => rmcp::model::TaskStatus::Completed,
-            TaskStatus::Failed => rmcp::model::TaskStatus::Failed,
-            TaskStatus::Cancelled => rmcp::model::TaskStatus::Cancelled,
+            TaskStatus::Working => crate::mcp::model::TaskStatus::Working,
+            TaskStatus::InputRequired => crate::mcp::model::TaskStatus::InputRequired,
+            TaskStatus::Completed => crate::mcp::model::TaskStatus::Completed,
+            TaskStatus::Failed => crate::mcp::model::TaskStatus::Failed,
+            TaskStatus::Cancelled => crate::mcp::model::TaskStatus::Cancelled,
         };
         let mut task = Task::new(
             record.id.clone(),

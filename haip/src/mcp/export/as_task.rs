@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use rmcp::model::{CallToolResult, RequestId};
+use crate::mcp::model::{CallToolResult, RequestId};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -27,7 +27,7 @@ use crate::tool::{TaskSupport, Tool};
 /// How a call that may become a task was answered.
 pub(super) enum AsTask {
     /// It is a task now, running on.
-    Task(rmcp::model::CreateTaskResult),
+    Task(crate::mcp::model::CreateTaskResult),
     /// It could not become one (too many tasks): this says why.
     Refused(CallToolResult),
     /// It stopped before it became one: answered as any call.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use rmcp::model::{
+use crate::mcp::model::{
     CallToolRequestParams, CallToolResult, ProgressNotificationParam, ProtocolVersion,
 };
 use serde_json::{Map, Value};

@@ -20,18 +20,18 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::mcp::model::McpError;
+use crate::mcp::model::ServerHandler;
+use crate::mcp::model::{
+    CallToolRequestParams, ClientCapabilities, DiscoverResult, ErrorCode, InputResponses,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion, RequestId,
+    ServerResult, SubscriptionFilter, SubscriptionsListenResult,
+};
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Response, StatusCode};
-use rmcp::ErrorData as McpError;
-use rmcp::ServerHandler;
-use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, DiscoverResult, ErrorCode, InputResponses,
-    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion, RequestId,
-    ServerResult, SubscriptionFilter, SubscriptionsListenResult,
-};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
-use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, ProtocolVersion};
+use crate::mcp::model::{LoggingLevel, LoggingMessageNotificationParam, ProtocolVersion};
 use serde::Deserialize;
 use serde_json::Value;
 

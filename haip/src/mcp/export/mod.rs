@@ -31,11 +31,11 @@ pub(crate) use http::{McpHttp, McpProfile};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-use rmcp::model::{
+use crate::mcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, InputRequiredResult,
     ListToolsResult, ServerCapabilities, ServerConfig,
 };
-use rmcp::{ErrorData as McpError, ServerHandler};
+use crate::mcp::model::{McpError, ServerHandler};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -204,7 +204,7 @@ impl ServerHandler for ExportService {
             .extensions
             .get_or_insert_with(Default::default)
             .insert(
-                rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+                crate::mcp::model::TASKS_EXTENSION_ID.to_owned(),
                 Default::default(),
             );
         let mut info = InitializeResult::new(capabilities);
@@ -421,7 +421,7 @@ impl ExportService {
                 Some(forbidden.details()),
             )),
             Refused::Door(Rule::NeedsTasks) => Err(McpError::missing_required_client_capability(
-                rmcp::model::ClientCapabilities::builder()
+                crate::mcp::model::ClientCapabilities::builder()
                     .enable_tasks()
                     .build(),
             )),

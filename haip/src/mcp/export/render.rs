@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{CallToolResult, ContentBlock};
+use crate::mcp::model::{CallToolResult, ContentBlock};
 use serde_json::{Map, Value};
 
 use crate::content::Shape;
@@ -16,12 +16,12 @@ use crate::tool::Tool;
 /// A haip tool as an MCP tool, its schemas in `profile` (docs/protocol.md §6.14);
 /// `None` when the profile cannot serve it. The output schema is advertised
 /// only when it describes an object (MCP's `structuredContent` must be one).
-pub(crate) fn mcp_tool(tool: &Tool, profile: SchemaProfile) -> Option<rmcp::model::Tool> {
+pub(crate) fn mcp_tool(tool: &Tool, profile: SchemaProfile) -> Option<crate::mcp::model::Tool> {
     let input = match tool.advertised_input_schema(profile)? {
         Value::Object(map) => map.clone(),
         _ => Map::new(),
     };
-    let mut out = rmcp::model::Tool::new(
+    let mut out = crate::mcp::model::Tool::new(
         tool.name().to_owned(),
         tool.description().to_owned(),
         Arc::new(input),
@@ -35,7 +35,7 @@ pub(crate) fn mcp_tool(tool: &Tool, profile: SchemaProfile) -> Option<rmcp::mode
     // MCP has no field for tags; `_meta` is where a server says more about
     // a tool, under a key of its own. (HAIP's `TOOL_LIST` has no such place.)
     if !tool.tags().is_empty() {
-        let mut meta = rmcp::model::MetaObject::new();
+        let mut meta = crate::mcp::model::MetaObject::new();
         meta.0
             .insert(TAGS_META.to_owned(), Value::from(tool.tags()));
         out.meta = Some(meta);
@@ -170,11 +170,11 @@ pub(super) fn error_result(message: String, details: Option<Value>) -> CallToolR
 /// export shows them (docs/protocol.md §6.13: the same fields one to one;
 /// an import reads them back, `import/convert.rs`): the
 /// hints only when declared, the icons only when there are any.
-pub(crate) fn set_title_hints_icons(out: &mut rmcp::model::Tool, tool: &Tool) {
+pub(crate) fn set_title_hints_icons(out: &mut crate::mcp::model::Tool, tool: &Tool) {
     out.title = tool.title().map(str::to_owned);
     let hints = tool.annotations();
     if !hints.is_empty() {
-        out.annotations = Some(rmcp::model::ToolAnnotations::from_raw(
+        out.annotations = Some(crate::mcp::model::ToolAnnotations::from_raw(
             None, // the title goes in `Tool.title`, not the older `annotations.title`
             hints.read_only_hint,
             hints.destructive_hint,
@@ -188,15 +188,15 @@ pub(crate) fn set_title_hints_icons(out: &mut rmcp::model::Tool, tool: &Tool) {
 }
 
 /// Our icon as an MCP icon.
-fn mcp_icon(icon: &Icon) -> rmcp::model::Icon {
-    let mut out = rmcp::model::Icon::new(icon.src.clone());
+fn mcp_icon(icon: &Icon) -> crate::mcp::model::Icon {
+    let mut out = crate::mcp::model::Icon::new(icon.src.clone());
     out.mime_type = icon.mime_type.clone();
     if !icon.sizes.is_empty() {
         out.sizes = Some(icon.sizes.clone());
     }
     out.theme = icon.theme.map(|theme| match theme {
-        IconTheme::Light => rmcp::model::IconTheme::Light,
-        IconTheme::Dark => rmcp::model::IconTheme::Dark,
+        IconTheme::Light => crate::mcp::model::IconTheme::Light,
+        IconTheme::Dark => crate::mcp::model::IconTheme::Dark,
     });
     out
 }

@@ -14,7 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use rmcp::model::{
+use crate::mcp::model::{
     ClientCapabilities, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
     ProtocolVersion, RequestId,
 };

@@ -44,16 +44,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use crate::mcp::model::McpError;
+use crate::mcp::model::ServerHandler;
+use crate::mcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode,
+    InitializeRequestParams, ProtocolVersion, RequestId, ServerResult, SetLevelRequestParams,
+};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Response, StatusCode};
-use rmcp::ErrorData as McpError;
-use rmcp::ServerHandler;
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode,
-    InitializeRequestParams, ProtocolVersion, RequestId, ServerResult, SetLevelRequestParams,
-};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;

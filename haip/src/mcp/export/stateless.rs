@@ -42,16 +42,16 @@
 
 use std::borrow::Cow;
 
+use crate::mcp::model::McpError;
+use crate::mcp::model::ServerHandler;
+use crate::mcp::model::{
+    CallToolRequestParams, ClientCapabilities, DiscoverResult, ErrorCode, InitializeRequestParams,
+    ProtocolVersion, RequestId, ServerResult, SetLevelRequestParams, SubscriptionFilter,
+};
 use base64::Engine;
 use http_body_util::{BodyExt, Empty};
 use hyper::header::HeaderMap;
 use hyper::{Response, StatusCode};
-use rmcp::ErrorData as McpError;
-use rmcp::ServerHandler;
-use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, DiscoverResult, ErrorCode, InitializeRequestParams,
-    ProtocolVersion, RequestId, ServerResult, SetLevelRequestParams, SubscriptionFilter,
-};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use rmcp::ServerHandler;
+use crate::mcp::model::ServerHandler;
 use serde_json::{Value, json};
 
 use super::ExportService;

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{
+use crate::mcp::model::{
     CreateMessageRequestParams, ElicitRequestParams, LoggingMessageNotificationParam,
     ProgressNotificationParam, ProtocolVersion,
 };

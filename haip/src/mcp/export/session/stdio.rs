@@ -11,10 +11,10 @@
 
 use std::sync::Arc;
 
+use crate::mcp::model::McpError;
+use crate::mcp::model::ServerHandler;
+use crate::mcp::model::{InitializeRequestParams, RequestId, ServerResult};
 use bytes::Bytes;
-use rmcp::ErrorData as McpError;
-use rmcp::ServerHandler;
-use rmcp::model::{InitializeRequestParams, RequestId, ServerResult};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
