@@ -7,8 +7,8 @@
 //! optional JWT authentication ([`auth`]), replay and resumption after a lost
 //! connection, and flow control. A Rust client is in `haip::client` (feature
 //! `client`); the `haip` command line is behind the `cli` feature; the MCP
-//! bridge (`haip::mcp`) is behind the `mcp` feature (serving MCP clients) and
-//! the `mcp-import` feature (importing MCP servers' tools too).
+//! bridge (`haip::mcp`) is the `mcp` feature (serving MCP clients; on by
+//! default) and the `mcp-import` feature (importing MCP servers' tools too).
 //!
 //! ```no_run
 //! use haip::{haip_tool, Context, ToolError};
