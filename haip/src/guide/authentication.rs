@@ -4,7 +4,8 @@
 //! transport connection, every upstream POST, `/stats`, `/metrics` and
 //! `/mcp` present a token, which must verify; `/health` (and the inspector
 //! page, which asks for a token itself) never need one. [`crate::auth`] has
-//! the API.
+//! the API. JWT checks are the `jwt` feature (`oauth` turns it on); your own
+//! [`Authenticator`](crate::auth::Authenticator) needs none.
 //!
 //! Examples: `examples/auth.rs` (`cargo run --example auth` prints a token
 //! and commands to try, and serves with JWT authentication on) and

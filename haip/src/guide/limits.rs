@@ -155,7 +155,7 @@
 //! |---|---|
 //! | `HAIP_ADDR` | `addr` |
 //! | `HAIP_CORS_ALLOWED_ORIGINS`, `HAIP_ALLOWED_HOSTS` | `cors_allowed_origins`, `allowed_hosts` (comma-separated) |
-//! | `HAIP_JWT_SECRET` | HS256 authentication with that secret (empty or under 32 bytes: a start-up error) |
+//! | `HAIP_JWT_SECRET` | HS256 authentication with that secret (empty or under 32 bytes: a start-up error; feature `jwt`, without which it is a start-up error too) |
 //! | `HAIP_ALLOW_UNAUTHENTICATED=1` | `allow_unauthenticated` |
 //! | `HAIP_TOOL_SCHEMA_LEGACY=1` | `tool_schema_legacy_field` |
 //! | `HAIP_SCHEMA_PROFILE` | `schema_profile` (an unknown name: a start-up error) |

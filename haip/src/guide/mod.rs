@@ -42,25 +42,26 @@
 //! `haip`'s one default feature is `mcp`: `haip::serve()` serves every
 //! tool over HAIP and over MCP with no feature named. `default-features =
 //! false` leaves HAIP alone (the runtime, `#[haip_tool]`, WebSocket, SSE and
-//! HTTP streaming, JWT authentication), which needs no feature.
+//! HTTP streaming, your own `Authenticator`), which needs no feature.
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `mcp` | on | `haip::mcp`: the registry served to MCP clients, at `/mcp` and over stdio |
 //! | `mcp-import` | | MCP servers' tools imported into the registry (`ServerBuilder::mcp_stdio`, `mcp_http`); implies `mcp` |
 //! | `mcp-tls` | | `https://` URLs for imported MCP servers; implies `mcp-import` |
+//! | `jwt` | | JWT authentication (`auth::Jwt`, `jwt_hs256`, `jwt_public_key`, `HAIP_JWT_SECRET`) |
 //! | `client` | | `haip::client`, a Rust HAIP client (WebSocket) |
 //! | `cli` | | the `haip` command (`tools`, `schema`, `lint`, `call`, `health`, `bench`); implies `client` |
 //! | `redis` | | sessions and MCP tasks shared by several instances through Redis |
-//! | `oauth` | | an OAuth 2.1 resource server (`auth::OAuth`) |
+//! | `oauth` | | an OAuth 2.1 resource server (`auth::OAuth`); implies `jwt` |
 //! | `metrics` | | Prometheus metrics at `GET /metrics` |
 //! | `otel` | | OpenTelemetry traces of calls, exported over OTLP/HTTP |
 //! | `testing` | | `haip::testing`: a server's tools called in memory, for tests; implies `client` |
 //! | `inspector` | | the browser inspector at `/inspector` |
 //!
-//! The examples turn on `mcp-import`, `redis`, `inspector`, `oauth`, `metrics` and
+//! The examples turn on `jwt`, `mcp-import`, `redis`, `inspector`, `oauth`, `metrics` and
 //! `otel`;
-//! `cargo doc --open -p haip --features client,cli,mcp-import,redis,inspector,oauth,metrics,otel,testing`
+//! `cargo doc --open -p haip --features client,cli,jwt,mcp-import,redis,inspector,oauth,metrics,otel,testing`
 //! builds these pages with every link in place.
 
 // The guide names items of every feature. Built without some of them, those
@@ -68,6 +69,7 @@
 #![cfg_attr(
     not(all(
         feature = "client",
+        feature = "jwt",
         feature = "mcp-import",
         feature = "redis",
         feature = "oauth",

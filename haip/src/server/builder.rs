@@ -9,7 +9,7 @@ use super::with_oauth::OAuthSetting;
 use super::with_redis::Cluster;
 use super::{Config, Limits, Server};
 use crate::Error;
-use crate::auth::{Authenticator, Jwt};
+use crate::auth::Authenticator;
 use crate::schema::{SchemaProfile, refusals};
 use crate::session::Shared;
 use crate::tool::{Registry, StateMap, TagFilter, Tool};
@@ -67,7 +67,10 @@ struct TraceSettings {
 enum AuthSetting {
     #[default]
     Off,
-    Hs256(String),
+    /// `jwt_hs256`, `HAIP_JWT_SECRET` (a build without the `jwt` feature
+    /// refuses it).
+    Hs256(#[cfg_attr(not(feature = "jwt"), allow(dead_code))] String),
+    #[cfg(feature = "jwt")]
     PublicKey(Vec<u8>),
     Custom(Arc<dyn Authenticator>),
     /// An OAuth resource server (`oauth`, `HAIP_OAUTH_ISSUER`; a build
@@ -95,6 +98,7 @@ impl std::fmt::Debug for ServerBuilder {
                 &match &self.auth {
                     AuthSetting::Off => "off",
                     AuthSetting::Hs256(_) => "jwt hs256",
+                    #[cfg(feature = "jwt")]
                     AuthSetting::PublicKey(_) => "jwt public key",
                     AuthSetting::Custom(_) => "custom",
                     AuthSetting::OAuth(oauth) => oauth.name(),
@@ -262,25 +266,36 @@ impl ServerBuilder {
     }
 
     /// Requires an HS256-signed JWT from every client (docs/protocol.md §17).
+    /// Feature `jwt`.
+    #[cfg(feature = "jwt")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "jwt")))]
     pub fn jwt_hs256(mut self, secret: impl Into<String>) -> Self {
         self.auth = AuthSetting::Hs256(secret.into());
         self
     }
 
     /// Requires a JWT signed with the private half of this PEM public key: RS256
-    /// for an RSA key, ES256 for a P-256 key.
+    /// for an RSA key, ES256 for a P-256 key. Feature `jwt`.
+    #[cfg(feature = "jwt")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "jwt")))]
     pub fn jwt_public_key(mut self, pem: impl AsRef<[u8]>) -> Self {
         self.auth = AuthSetting::PublicKey(pem.as_ref().to_vec());
         self
     }
 
-    /// With JWT authentication: the `iss` every token must carry.
+    /// With JWT authentication: the `iss` every token must carry. Feature
+    /// `jwt`.
+    #[cfg(feature = "jwt")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "jwt")))]
     pub fn jwt_issuer(mut self, issuer: impl Into<String>) -> Self {
         self.config.jwt_issuer = Some(issuer.into());
         self
     }
 
-    /// With JWT authentication: an `aud` every token must carry.
+    /// With JWT authentication: an `aud` every token must carry. Feature
+    /// `jwt`.
+    #[cfg(feature = "jwt")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "jwt")))]
     pub fn jwt_audience(mut self, audience: impl Into<String>) -> Self {
         self.config.jwt_audience = Some(audience.into());
         self
@@ -761,12 +776,25 @@ impl ServerBuilder {
     }
 
     fn authenticator_for(&self) -> Result<Option<Arc<dyn Authenticator>>, Error> {
+        match &self.auth {
+            AuthSetting::Off => Ok(None),
+            AuthSetting::Custom(custom) => Ok(Some(Arc::clone(custom))),
+            AuthSetting::OAuth(oauth) => oauth.authenticator().map(Some),
+            #[cfg(feature = "jwt")]
+            AuthSetting::PublicKey(_) => self.jwt(),
+            AuthSetting::Hs256(_) => self.jwt(),
+        }
+    }
+
+    /// The JWT authenticator `jwt_hs256`, `jwt_public_key` or
+    /// `HAIP_JWT_SECRET` asked for.
+    #[cfg(feature = "jwt")]
+    fn jwt(&self) -> Result<Option<Arc<dyn Authenticator>>, Error> {
+        use crate::auth::Jwt;
         let jwt = match &self.auth {
-            AuthSetting::Off => return Ok(None),
-            AuthSetting::Custom(custom) => return Ok(Some(Arc::clone(custom))),
-            AuthSetting::OAuth(oauth) => return oauth.authenticator().map(Some),
             AuthSetting::Hs256(secret) => Jwt::hs256(secret)?,
             AuthSetting::PublicKey(pem) => Jwt::public_key_pem(pem)?,
+            _ => return Ok(None),
         };
         let jwt = match &self.config.jwt_issuer {
             Some(issuer) => jwt.issuer(issuer.clone()),
@@ -777,6 +805,19 @@ impl ServerBuilder {
             None => jwt,
         };
         Ok(Some(Arc::new(jwt)))
+    }
+
+    /// Without the `jwt` feature a JWT secret (`HAIP_JWT_SECRET`) cannot be
+    /// checked: the server refuses to start rather than run without the
+    /// authentication it was told to require.
+    #[cfg(not(feature = "jwt"))]
+    fn jwt(&self) -> Result<Option<Arc<dyn Authenticator>>, Error> {
+        Err(Error::InvalidConfig {
+            setting: "HAIP_JWT_SECRET",
+            reason: "JWT authentication needs haip's `jwt` feature; \
+                     without it the server would run unauthenticated"
+                .to_owned(),
+        })
     }
 }
 

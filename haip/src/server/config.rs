@@ -12,7 +12,9 @@ pub(crate) struct Config {
     pub(crate) session: SessionConfig,
     pub(crate) max_body_bytes: usize,
     pub(crate) allow_unauthenticated: bool,
+    #[cfg(feature = "jwt")]
     pub(crate) jwt_issuer: Option<String>,
+    #[cfg(feature = "jwt")]
     pub(crate) jwt_audience: Option<String>,
     pub(crate) max_inflight_body_bytes: usize,
     pub(crate) body_read_timeout: Duration,
@@ -56,7 +58,9 @@ impl Default for Config {
             session: SessionConfig::default(),
             max_body_bytes: 10 * 1024 * 1024,
             allow_unauthenticated: false,
+            #[cfg(feature = "jwt")]
             jwt_issuer: None,
+            #[cfg(feature = "jwt")]
             jwt_audience: None,
             max_inflight_body_bytes: 128 * 1024 * 1024,
             body_read_timeout: Duration::from_secs(30),
