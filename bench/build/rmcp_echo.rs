@@ -1,6 +1,7 @@
-//! The `echo` tool of the rmcp fixtures, written against rmcp's
-//! `ServerHandler` as its own examples do: `{"echoed": message}` as text and
-//! as structured content.
+//! The `echo` tool of the bare rmcp servers (the build fixtures here, and
+//! `bench/mcp-door`'s `rmcp_server`), written against rmcp's `ServerHandler`
+//! as its own examples do: `{"echoed": message}` as text and as structured
+//! content, the result haip's built-in `echo` gives.
 
 use std::sync::Arc;
 
@@ -55,11 +56,21 @@ impl ServerHandler for Echo {
         Ok(ListToolsResult::with_all_items(vec![self.tool.clone()]))
     }
 
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        (name == "echo").then(|| self.tool.clone())
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if request.name != "echo" {
+            return Err(ErrorData::invalid_params(
+                format!("no tool {}", request.name),
+                None,
+            ));
+        }
         let message = request
             .arguments
             .as_ref()
