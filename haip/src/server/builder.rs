@@ -1088,3 +1088,24 @@ impl TraceSettings {
         }
     }
 }
+
+#[cfg(all(test, not(feature = "jwt")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jwt_secret_without_the_jwt_feature_is_refused() {
+        let mut builder = crate::Server::builder();
+        // What `HAIP_JWT_SECRET` sets (the environment is the process's,
+        // shared by every test: set here directly).
+        builder.auth = AuthSetting::Hs256("s".repeat(32));
+        match builder.build() {
+            Err(Error::InvalidConfig { setting, reason }) => {
+                assert_eq!(setting, "HAIP_JWT_SECRET");
+                assert!(reason.contains("`jwt` feature"), "{reason}");
+            }
+            Err(other) => panic!("refused for another reason: {other}"),
+            Ok(_) => panic!("a server built without `jwt` ran without the authentication asked"),
+        }
+    }
+}
