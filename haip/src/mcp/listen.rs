@@ -44,13 +44,9 @@
 
 use std::sync::Arc;
 
-use crate::mcp::model::{
-    GetMeta, NotificationMetaObject, RequestId, ServerJsonRpcMessage, ServerNotification,
-    SubscriptionFilter, SubscriptionsAcknowledgedNotification,
-    SubscriptionsAcknowledgedNotificationParams, TaskStatusNotification,
-    TaskStatusNotificationParams, ToolListChangedNotification,
-};
+use crate::mcp::model::{RequestId, SUBSCRIPTION_ID, SubscriptionFilter};
 use bytes::Bytes;
+use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -62,7 +58,7 @@ use crate::tool::Registry;
 /// prompts or resources), of what was requested and what the server's
 /// capabilities advertise.
 pub(crate) fn accepted() -> SubscriptionFilter {
-    SubscriptionFilter::builder().tools_list_changed().build()
+    SubscriptionFilter::tools_list_changed()
 }
 
 /// The places for listen streams, server-wide, and each caller's share of
@@ -122,14 +118,8 @@ pub(crate) struct Listening {
 /// The acknowledgment that opens a listen stream of the request `id` served
 /// by haip itself (`export/direct.rs`): what of the filter is `accepted`.
 pub(crate) fn acknowledgment(id: &RequestId, accepted: &SubscriptionFilter) -> Bytes {
-    let mut params = SubscriptionsAcknowledgedNotificationParams::new(accepted.clone());
-    let mut meta = NotificationMetaObject::new();
-    meta.set_subscription_id(id.clone());
-    params.meta = Some(meta);
-    let note = ServerNotification::SubscriptionsAcknowledgedNotification(
-        SubscriptionsAcknowledgedNotification::new(params),
-    );
-    encode(note)
+    let params = serde_json::json!({ "notifications": accepted });
+    encode(id, "notifications/subscriptions/acknowledged", params)
 }
 
 /// A listen stream of the request `id` served by haip itself
@@ -175,16 +165,11 @@ pub(crate) async fn relay(relay: Relay) {
         _share,
         mut changes,
     } = listening;
-    let tagged = |mut note: ServerNotification| {
-        note.get_meta_mut().set_subscription_id(id.clone());
-        encode(note)
-    };
-    let changed_note = tagged(ServerNotification::ToolListChangedNotification(
-        ToolListChangedNotification {
-            method: Default::default(),
-            extensions: Default::default(),
-        },
-    ));
+    let changed_note = encode(
+        &id,
+        "notifications/tools/list_changed",
+        Value::Object(Default::default()),
+    );
     // Tasks are their caller's own: an unauthenticated stream hears of none.
     let mut tasks = subject.is_some().then_some(tasks);
     loop {
@@ -195,9 +180,9 @@ pub(crate) async fn relay(relay: Relay) {
                 if event.subject.as_deref() != subject.as_deref() {
                     continue;
                 }
-                tagged(ServerNotification::TaskStatusNotification(TaskStatusNotification::new(
-                    TaskStatusNotificationParams::new(event.task),
-                )))
+                // The task's fields are the params (an object: they encode).
+                let params = serde_json::to_value(&event.task).unwrap_or_default();
+                encode(&id, "notifications/tasks", params)
             }
             changed = changes.changed() => {
                 if changed.is_err() {
@@ -215,9 +200,15 @@ pub(crate) async fn relay(relay: Relay) {
     }
 }
 
-/// A notification as one JSON-RPC message.
-fn encode(note: ServerNotification) -> Bytes {
-    let message = ServerJsonRpcMessage::notification(note);
+/// The notification `method` of the listen stream `id` as one JSON-RPC
+/// message: `params` (an object) with the stream's id in their `_meta`.
+fn encode(id: &RequestId, method: &str, mut params: Value) -> Bytes {
+    if let Value::Object(params) = &mut params {
+        let mut meta = serde_json::Map::new();
+        meta.insert(SUBSCRIPTION_ID.to_owned(), id.to_value());
+        params.insert("_meta".to_owned(), Value::Object(meta));
+    }
+    let message = serde_json::json!({"jsonrpc": "2.0", "method": method, "params": params});
     // Notifications are maps of strings and JSON values: they always encode.
     Bytes::from(serde_json::to_vec(&message).unwrap_or_default())
 }

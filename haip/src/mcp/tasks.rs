@@ -143,16 +143,9 @@ pub(crate) struct Board {
 impl Board {
     /// The task fields of `record` as MCP shows them.
     fn task_of(&self, record: &TaskRecord) -> Task {
-        let status = match record.shown_status() {
-            TaskStatus::Working => crate::mcp::model::TaskStatus::Working,
-            TaskStatus::InputRequired => crate::mcp::model::TaskStatus::InputRequired,
-            TaskStatus::Completed => crate::mcp::model::TaskStatus::Completed,
-            TaskStatus::Failed => crate::mcp::model::TaskStatus::Failed,
-            TaskStatus::Cancelled => crate::mcp::model::TaskStatus::Cancelled,
-        };
         let mut task = Task::new(
             record.id.clone(),
-            status,
+            record.shown_status(),
             iso8601_millis(record.created_ms),
             iso8601_millis(record.updated_ms),
         )

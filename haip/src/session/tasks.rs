@@ -45,8 +45,9 @@ use tokio::sync::mpsc;
 
 use super::store::StoreFuture;
 
-/// A task's status, as MCP names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A task's status, as MCP names it (on the wire too: `mcp/model.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum TaskStatus {
     Working,
     InputRequired,

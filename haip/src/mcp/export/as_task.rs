@@ -231,7 +231,7 @@ fn task_end(shared: &Shared, tool: &Tool, stop: Stop, cancelled: bool) -> (Ended
         result
             .content
             .iter()
-            .find_map(|c| c.as_text().map(|t| t.text.clone()))
+            .find_map(|c| c.as_text().map(str::to_owned))
             .unwrap_or_default()
     };
     if panicked {

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::mcp::model::McpError;
-use crate::mcp::model::ServerHandler;
 use crate::mcp::model::{
     CallToolRequestParams, ClientCapabilities, DiscoverResult, ErrorCode, InputResponses,
     LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion, RequestId,
@@ -194,10 +193,13 @@ pub(crate) fn route(
             if one(headers, "mcp-name")? != name || annotated(&name) {
                 return None;
             }
-            let mut call = CallToolRequestParams::new(name);
-            call.arguments = params.arguments;
-            call.input_responses = params.input_responses;
-            call.request_state = params.request_state;
+            let call = CallToolRequestParams {
+                meta: None,
+                name,
+                arguments: params.arguments,
+                input_responses: params.input_responses,
+                request_state: params.request_state,
+            };
             Method::Call(Box::new(call))
         }
         "tools/list" => Method::List,
@@ -280,13 +282,13 @@ impl ExportService {
         let params = match method {
             Method::List => {
                 let list = self.tool_list(profile, caller.as_deref());
-                let (status, message) = reply(&id, Ok(ServerResult::ListToolsResult(list)));
+                let (status, message) = reply(&id, Ok(ServerResult::ListTools(list)));
                 return json(status, &message);
             }
             Method::Discover => {
-                let versions = self.supported_protocol_versions().into_owned();
+                let versions = self.supported_protocol_versions().to_vec();
                 let discovered = DiscoverResult::from_server_info(versions, self.get_info());
-                let (status, message) = reply(&id, Ok(ServerResult::DiscoverResult(discovered)));
+                let (status, message) = reply(&id, Ok(ServerResult::Discover(discovered)));
                 return json(status, &message);
             }
             Method::Listen(requested, Some(listening)) => {
@@ -437,9 +439,8 @@ impl ExportService {
             .intersection(&listen::accepted())
             .intersection(&advertised);
         let first = listen::acknowledgment(&id, &accepted);
-        let mut done = SubscriptionsListenResult::complete(id.clone());
-        done.meta.set_server_info(self.get_info().server_info);
-        let last = answer(&id, &ServerResult::SubscriptionsListenResult(done));
+        let done = SubscriptionsListenResult::complete(&id, &self.get_info().server_info);
+        let last = answer(&id, &ServerResult::SubscriptionsListen(done));
         let (outbox, rest) = mpsc::channel(OUTBOX);
         let cancelled = CancellationToken::new();
         let shutdown = self.shared.shutdown.clone();
@@ -471,16 +472,13 @@ impl ExportService {
     ) -> Result<ServerResult, McpError> {
         if capabilities.is_some_and(|c| !c.supports_tasks()) {
             return Err(McpError::missing_required_client_capability(
-                ClientCapabilities::builder().enable_tasks().build(),
+                ClientCapabilities::tasks(),
             ));
         }
         let subject = caller.map(Caller::subject);
         let tasks = &self.tasks;
         match kind {
-            TaskMethod::Get => tasks
-                .get(task, subject)
-                .await
-                .map(ServerResult::GetTaskResult),
+            TaskMethod::Get => tasks.get(task, subject).await.map(ServerResult::GetTask),
             TaskMethod::Update => tasks
                 .update(task, subject, responses.unwrap_or_default())
                 .await

@@ -8,11 +8,6 @@
 //! relayed in `logs.rs`; `http.rs` is the `/mcp` endpoint, which makes a
 //! service per MCP session or per request.
 
-// MCP logging and sampling are deprecated upstream (SEP-2577), and still what
-// today's MCP clients speak: tools' log lines and `ctx.sample` use them
-// (here and in the submodules).
-#![allow(deprecated)]
-
 mod as_task;
 mod calls;
 pub(crate) mod direct;
@@ -31,11 +26,14 @@ pub(crate) use http::{McpHttp, McpProfile};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
+use std::collections::BTreeMap;
+
 use crate::mcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, InputRequiredResult,
-    ListToolsResult, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams,
+    InitializeResult, InputRequiredResult, JsonObject, ListToolsResult, ServerCapabilities,
+    ServerConfig, TASKS_EXTENSION_ID, ToolsCapability,
 };
-use crate::mcp::model::{McpError, ServerHandler};
+use crate::mcp::model::{McpError, ProtocolVersion};
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -184,32 +182,54 @@ impl LiveSession {
     }
 }
 
-impl ServerHandler for ExportService {
-    fn get_info(&self) -> ServerConfig {
-        let mut capabilities = ServerCapabilities::builder()
-            .enable_logging()
-            .enable_tools()
-            .build();
-        // Every registry change is announced with
-        // `notifications/tools/list_changed`: in an MCP session on its
-        // stream, and without one on a `subscriptions/listen` stream (MCP
-        // 2026-07-28, `listen.rs`), which acknowledges only what these
-        // capabilities promise. (A client of an earlier revision without a
-        // session has neither: `initialize` tells it so, `stateless.rs`.)
-        if let Some(tools) = &mut capabilities.tools {
-            tools.list_changed = Some(true);
-        }
+impl ExportService {
+    /// What the server is and can do, at the newest revision that begins
+    /// with `initialize`.
+    pub(crate) fn get_info(&self) -> ServerConfig {
         // Tasks (SEP-2663), for the tools that support them.
-        capabilities
-            .extensions
-            .get_or_insert_with(Default::default)
-            .insert(
-                crate::mcp::model::TASKS_EXTENSION_ID.to_owned(),
-                Default::default(),
-            );
-        let mut info = InitializeResult::new(capabilities);
-        info.server_info = Implementation::new("haip", env!("CARGO_PKG_VERSION"));
-        info
+        let mut extensions = BTreeMap::new();
+        extensions.insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
+        let capabilities = ServerCapabilities {
+            extensions: Some(extensions),
+            logging: Some(JsonObject::new()),
+            // Every registry change is announced with
+            // `notifications/tools/list_changed`: in an MCP session on its
+            // stream, and without one on a `subscriptions/listen` stream
+            // (MCP 2026-07-28, `listen.rs`), which acknowledges only what
+            // these capabilities promise. (A client of an earlier revision
+            // without a session has neither: `initialize` tells it so,
+            // `stateless.rs`.)
+            tools: Some(ToolsCapability {
+                list_changed: Some(true),
+            }),
+        };
+        InitializeResult {
+            protocol_version: ProtocolVersion::V_2025_11_25,
+            capabilities,
+            server_info: Implementation {
+                name: "haip".to_owned(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            },
+        }
+    }
+
+    /// The revisions served: every one haip knows.
+    pub(crate) fn supported_protocol_versions(&self) -> &'static [ProtocolVersion] {
+        ProtocolVersion::KNOWN_VERSIONS
+    }
+
+    /// The answer to `initialize`: the client's revision when it is one
+    /// that begins with `initialize` and is served, else the newest such.
+    pub(crate) fn negotiate_initialize(
+        &self,
+        params: &InitializeRequestParams,
+    ) -> Result<InitializeResult, McpError> {
+        let mut info = self.get_info();
+        let asked = &params.protocol_version;
+        if asked.has_initialize() && self.supported_protocol_versions().contains(asked) {
+            info.protocol_version = asked.clone();
+        }
+        Ok(info)
     }
 }
 
@@ -421,9 +441,7 @@ impl ExportService {
                 Some(forbidden.details()),
             )),
             Refused::Door(Rule::NeedsTasks) => Err(McpError::missing_required_client_capability(
-                crate::mcp::model::ClientCapabilities::builder()
-                    .enable_tasks()
-                    .build(),
+                crate::mcp::model::ClientCapabilities::tasks(),
             )),
             Refused::Door(Rule::BadState(bad)) => Err(McpError::invalid_params(bad.0, None)),
             Refused::InvalidParams(tool, found) => Ok(invalid_params_result(&tool, &found).into()),

@@ -36,8 +36,7 @@ pub(crate) fn mcp_tool(tool: &Tool, profile: SchemaProfile) -> Option<crate::mcp
     // a tool, under a key of its own. (HAIP's `TOOL_LIST` has no such place.)
     if !tool.tags().is_empty() {
         let mut meta = crate::mcp::model::MetaObject::new();
-        meta.0
-            .insert(TAGS_META.to_owned(), Value::from(tool.tags()));
+        meta.insert(TAGS_META.to_owned(), Value::from(tool.tags()));
         out.meta = Some(meta);
     }
     Some(out)
@@ -174,13 +173,13 @@ pub(crate) fn set_title_hints_icons(out: &mut crate::mcp::model::Tool, tool: &To
     out.title = tool.title().map(str::to_owned);
     let hints = tool.annotations();
     if !hints.is_empty() {
-        out.annotations = Some(crate::mcp::model::ToolAnnotations::from_raw(
-            None, // the title goes in `Tool.title`, not the older `annotations.title`
-            hints.read_only_hint,
-            hints.destructive_hint,
-            hints.idempotent_hint,
-            hints.open_world_hint,
-        ));
+        // The title goes in `Tool.title`, not the older `annotations.title`.
+        out.annotations = Some(crate::mcp::model::ToolAnnotations {
+            read_only_hint: hints.read_only_hint,
+            destructive_hint: hints.destructive_hint,
+            idempotent_hint: hints.idempotent_hint,
+            open_world_hint: hints.open_world_hint,
+        });
     }
     if !tool.icons().is_empty() {
         out.icons = Some(tool.icons().iter().map(mcp_icon).collect());
@@ -189,14 +188,13 @@ pub(crate) fn set_title_hints_icons(out: &mut crate::mcp::model::Tool, tool: &To
 
 /// Our icon as an MCP icon.
 fn mcp_icon(icon: &Icon) -> crate::mcp::model::Icon {
-    let mut out = crate::mcp::model::Icon::new(icon.src.clone());
-    out.mime_type = icon.mime_type.clone();
-    if !icon.sizes.is_empty() {
-        out.sizes = Some(icon.sizes.clone());
+    crate::mcp::model::Icon {
+        src: icon.src.clone(),
+        mime_type: icon.mime_type.clone(),
+        sizes: (!icon.sizes.is_empty()).then(|| icon.sizes.clone()),
+        theme: icon.theme.map(|theme| match theme {
+            IconTheme::Light => crate::mcp::model::IconTheme::Light,
+            IconTheme::Dark => crate::mcp::model::IconTheme::Dark,
+        }),
     }
-    out.theme = icon.theme.map(|theme| match theme {
-        IconTheme::Light => crate::mcp::model::IconTheme::Light,
-        IconTheme::Dark => crate::mcp::model::IconTheme::Dark,
-    });
-    out
 }

@@ -45,7 +45,6 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use crate::mcp::model::McpError;
-use crate::mcp::model::ServerHandler;
 use crate::mcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode,
     InitializeRequestParams, ProtocolVersion, RequestId, ServerResult, SetLevelRequestParams,
@@ -601,7 +600,7 @@ impl Sessions {
         );
         self.put(&session).await?;
         let stream = session.open_stream();
-        let answer = session.reply(&id, Ok(ServerResult::InitializeResult(info)));
+        let answer = session.reply(&id, Ok(ServerResult::Initialize(info)));
         stream.push(answer);
         stream.end();
         self.lock()
@@ -661,14 +660,14 @@ impl Sessions {
         let params = Value::Object(params);
         match method {
             "ping" => Ok(ServerResult::empty(())),
-            "tools/list" => Ok(ServerResult::ListToolsResult(
+            "tools/list" => Ok(ServerResult::ListTools(
                 service.tool_list(incoming.profile, incoming.caller.as_deref()),
             )),
             "initialize" => {
                 let params = parse::<InitializeRequestParams>(params)?;
                 service
                     .negotiate_initialize(&params)
-                    .map(ServerResult::InitializeResult)
+                    .map(ServerResult::Initialize)
             }
             "logging/setLevel" if !per_request(Some(&session.version)) => {
                 let params = parse::<SetLevelRequestParams>(params)?;
@@ -684,7 +683,7 @@ impl Sessions {
             "tasks/get" | "tasks/update" | "tasks/cancel" => {
                 if !session.capabilities.supports_tasks() {
                     return Err(McpError::missing_required_client_capability(
-                        ClientCapabilities::builder().enable_tasks().build(),
+                        ClientCapabilities::tasks(),
                     ));
                 }
                 let task = parse::<TaskParams>(params)?;
@@ -693,7 +692,7 @@ impl Sessions {
                     "tasks/get" => tasks
                         .get(&task.task_id, subject)
                         .await
-                        .map(ServerResult::GetTaskResult),
+                        .map(ServerResult::GetTask),
                     "tasks/update" => tasks
                         .update(
                             &task.task_id,
@@ -1116,11 +1115,9 @@ impl McpSession {
             session.lock().running.remove(&id);
             let answered = answered.and_then(|response| match response {
                 // A task handle only for a client that takes tasks (SEP-2663).
-                CallToolResponse::Task(_) if !declared => {
-                    Err(McpError::missing_required_client_capability(
-                        ClientCapabilities::builder().enable_tasks().build(),
-                    ))
-                }
+                CallToolResponse::Task(_) if !declared => Err(
+                    McpError::missing_required_client_capability(ClientCapabilities::tasks()),
+                ),
                 response => Ok(ServerResult::from(response)),
             });
             let answer = session.reply(&id, answered);

@@ -43,7 +43,6 @@
 use std::borrow::Cow;
 
 use crate::mcp::model::McpError;
-use crate::mcp::model::ServerHandler;
 use crate::mcp::model::{
     CallToolRequestParams, ClientCapabilities, DiscoverResult, ErrorCode, InitializeRequestParams,
     ProtocolVersion, RequestId, ServerResult, SetLevelRequestParams, SubscriptionFilter,
@@ -420,7 +419,7 @@ fn lifecycle(
             None => {
                 let asked: ProtocolVersion = serde_json::from_value(Value::from(own))
                     .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
-                return Err(McpError::unsupported_protocol_version(asked, &supported));
+                return Err(McpError::unsupported_protocol_version(asked, supported));
             }
         },
         None => headers
@@ -534,11 +533,11 @@ impl ExportService {
                     if let Some(tools) = &mut info.capabilities.tools {
                         tools.list_changed = None;
                     }
-                    Ok(ServerResult::InitializeResult(info))
+                    Ok(ServerResult::Initialize(info))
                 })
             }
             "ping" if !lifecycle.modern => Ok(ServerResult::empty(())),
-            "tools/list" => Ok(ServerResult::ListToolsResult(
+            "tools/list" => Ok(ServerResult::ListTools(
                 self.tool_list(incoming.profile, caller),
             )),
             // It would last for this request only: nothing is kept.
@@ -547,9 +546,9 @@ impl ExportService {
                     .map(|_| ServerResult::empty(()))
             }
             "server/discover" => {
-                let versions = self.supported_protocol_versions().into_owned();
+                let versions = self.supported_protocol_versions().to_vec();
                 let discovered = DiscoverResult::from_server_info(versions, self.get_info());
-                Ok(ServerResult::DiscoverResult(discovered))
+                Ok(ServerResult::Discover(discovered))
             }
             task @ ("tasks/get" | "tasks/update" | "tasks/cancel") => {
                 let kind = match task {

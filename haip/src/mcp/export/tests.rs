@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use crate::mcp::model::ServerHandler;
 use serde_json::{Value, json};
 
 use super::ExportService;
@@ -57,11 +56,11 @@ fn results_carry_text_and_structured_content_when_advertised() {
     let r = success_result(&tool(Some(object)), json!({"r": 1}));
     assert_eq!(r.is_error, Some(false));
     assert_eq!(r.structured_content, Some(json!({"r": 1})));
-    assert_eq!(r.content[0].as_text().unwrap().text, "{\"r\":1}");
+    assert_eq!(r.content[0].as_text().unwrap(), "{\"r\":1}");
 
     let r = success_result(&tool(Some(json!({"type": "string"}))), json!("plain"));
     assert_eq!(r.structured_content, None);
-    assert_eq!(r.content[0].as_text().unwrap().text, "plain");
+    assert_eq!(r.content[0].as_text().unwrap(), "plain");
 
     assert!(success_result(&tool(None), Value::Null).content.is_empty());
 }
@@ -80,18 +79,15 @@ fn imported_content_blocks_pass_through() {
     ]});
     let r = success_result(&imported, value.clone());
     assert_eq!(r.content.len(), 2);
-    assert_eq!(r.content[0].as_text().unwrap().text, "a logo");
-    assert!(r.content[1].as_image().is_some());
+    assert_eq!(r.content[0].as_text().unwrap(), "a logo");
+    assert_eq!(
+        serde_json::to_value(&r.content[1]).unwrap(),
+        json!({"type": "image", "data": "iVBORw0=", "mimeType": "image/png"})
+    );
     // A haip tool returning the same shape is not reinterpreted.
     let r = success_result(&tool(None), value);
     assert_eq!(r.content.len(), 1);
-    assert!(
-        r.content[0]
-            .as_text()
-            .unwrap()
-            .text
-            .starts_with("{\"content\"")
-    );
+    assert!(r.content[0].as_text().unwrap().starts_with("{\"content\""));
 }
 
 /// Every service promises `listChanged` (a session's stream, or without
@@ -127,8 +123,8 @@ fn tool_errors_are_readable_text() {
     let r = failure_result(e.into_failure());
     assert_eq!(r.is_error, Some(true));
     assert_eq!(
-        r.content[0].as_text().unwrap().text,
+        r.content[0].as_text().unwrap(),
         "no such user (TOOL_EXECUTION_ERROR)"
     );
-    assert_eq!(r.content[1].as_text().unwrap().text, "{\"id\":3}");
+    assert_eq!(r.content[1].as_text().unwrap(), "{\"id\":3}");
 }

@@ -110,9 +110,14 @@ mod tests {
     /// What the MCP export sets on a tool beside its name, description and
     /// schemas (its `mcp_tool` calls the same code).
     fn exported(tool: &Tool) -> rmcp::model::Tool {
-        let mut out = rmcp::model::Tool::new(tool.name().to_owned(), "", Arc::new(Map::new()));
+        let mut out = crate::mcp::model::Tool::new(
+            tool.name().to_owned(),
+            String::new(),
+            Arc::new(Map::new()),
+        );
         set_title_hints_icons(&mut out, tool);
-        out
+        // As a client reads it off the wire.
+        serde_json::from_value(serde_json::to_value(&out).unwrap()).unwrap()
     }
 
     #[test]

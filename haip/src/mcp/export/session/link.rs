@@ -2,17 +2,12 @@
 //! notifications and the server's requests (elicitation, sampling, roots)
 //! go on the call's own stream, and the answers come back matched by id.
 
-// MCP sampling and roots are deprecated upstream (SEP-2577), and still what
-// today's MCP clients speak.
-#![allow(deprecated)]
-
 use std::sync::Arc;
 
 use crate::mcp::model::{
-    CreateMessageRequestParams, ElicitRequestParams, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProtocolVersion,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion, check_elicitation,
+    check_sampling,
 };
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::McpSession;
@@ -85,7 +80,7 @@ impl Peer for Asker {
                 return Err(AskError::Unsupported);
             }
             let params = elicitation_params(&message, &form);
-            if let Err(e) = ElicitRequestParams::deserialize(&params) {
+            if let Err(e) = check_elicitation(&params) {
                 return Err(AskError::InvalidForm(format!(
                     "not an MCP elicitation form: {e}"
                 )));
@@ -110,7 +105,7 @@ impl Peer for Asker {
                 return Err(SampleError::Unsupported);
             }
             let params = request.to_mcp_params();
-            if let Err(e) = CreateMessageRequestParams::deserialize(&params) {
+            if let Err(e) = check_sampling(&params) {
                 return Err(SampleError::Failed(format!("invalid request: {e}")));
             }
             let reply = session

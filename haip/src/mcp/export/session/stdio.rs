@@ -12,7 +12,6 @@
 use std::sync::Arc;
 
 use crate::mcp::model::McpError;
-use crate::mcp::model::ServerHandler;
 use crate::mcp::model::{InitializeRequestParams, RequestId, ServerResult};
 use bytes::Bytes;
 use serde::Deserialize;
@@ -236,7 +235,7 @@ fn open(
     let version = info.protocol_version.clone();
     // One client: its questions' ids need name no instance.
     let session = sessions.session(service, None, version, params.capabilities, None);
-    let answer = session.reply(id, Ok(ServerResult::InitializeResult(info)));
+    let answer = session.reply(id, Ok(ServerResult::Initialize(info)));
     (Some(session), answer)
 }
 
