@@ -412,6 +412,24 @@ pub(crate) fn header_paths(schema: &Value) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Whether an input schema annotates any property with `x-mcp-header`
+/// ([`header_paths`] is not empty), found without building the paths: asked
+/// for every `tools/call` served on the fast path.
+pub(crate) fn has_header_params(schema: &Value) -> bool {
+    fn walk(schema: &Value, depth: usize) -> bool {
+        if depth >= MAX_HEADER_DEPTH {
+            return false;
+        }
+        let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+            return false;
+        };
+        properties
+            .values()
+            .any(|property| property.get("x-mcp-header").is_some() || walk(property, depth + 1))
+    }
+    walk(schema, 0)
+}
+
 /// The properties an input schema annotates with a header name
 /// (`x-mcp-header`: a string that is not empty), each with its path and
 /// the header's name (after `Mcp-Param-`).
@@ -933,6 +951,13 @@ mod tests {
             "text": {"type": "string"}
         }});
         let paths = header_paths(&schema);
+        assert!(has_header_params(&schema));
+        let deep = json!({"properties": {"a": {"properties": {"b": {"x-mcp-header": "B"}}}}});
+        assert!(has_header_params(&deep));
+        assert!(!has_header_params(
+            &json!({"properties": {"a": {"type": "string"}}})
+        ));
+        assert!(!has_header_params(&json!({"type": "object"})));
         assert_eq!(
             paths,
             [

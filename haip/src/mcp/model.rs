@@ -529,27 +529,52 @@ pub(crate) struct CallToolRequestParams {
     pub(crate) request_state: Option<String>,
 }
 
-/// One block of a result's content: `{"type": ..., ...}`, kept as it came
-/// (text, image, audio, an embedded resource or a link to one).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(transparent)]
-pub(crate) struct ContentBlock(JsonObject);
+/// One block of a result's content: `{"type": ..., ...}`: text haip
+/// writes, or a block kept as it came (text, image, audio, an embedded
+/// resource or a link to one).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ContentBlock {
+    /// `{"type": "text", "text": ...}`.
+    Text(String),
+    /// Any block, as it came.
+    Kept(JsonObject),
+}
 
 impl ContentBlock {
     /// A text block.
     pub(crate) fn text(text: impl Into<String>) -> ContentBlock {
-        let mut block = JsonObject::new();
-        block.insert("type".to_owned(), Value::from("text"));
-        block.insert("text".to_owned(), Value::from(text.into()));
-        ContentBlock(block)
+        ContentBlock::Text(text.into())
     }
 
     /// The text of a text block.
     pub(crate) fn as_text(&self) -> Option<&str> {
-        if self.0.get("type")? != "text" {
-            return None;
+        match self {
+            ContentBlock::Text(text) => Some(text),
+            ContentBlock::Kept(block) => {
+                if block.get("type")? != "text" {
+                    return None;
+                }
+                block.get("text")?.as_str()
+            }
         }
-        self.0.get("text")?.as_str()
+    }
+}
+
+impl Serialize for ContentBlock {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Text<'a> {
+            r#type: &'static str,
+            text: &'a str,
+        }
+        match self {
+            ContentBlock::Text(text) => Text {
+                r#type: "text",
+                text,
+            }
+            .serialize(serializer),
+            ContentBlock::Kept(block) => block.serialize(serializer),
+        }
     }
 }
 
@@ -586,7 +611,7 @@ impl<'de> Deserialize<'de> for ContentBlock {
                 None => return Err(D::Error::missing_field(field)),
             }
         }
-        Ok(ContentBlock(block))
+        Ok(ContentBlock::Kept(block))
     }
 }
 

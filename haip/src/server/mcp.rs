@@ -417,7 +417,7 @@ impl Direct<'_> {
         let profile = self.profile.unwrap_or(hub.shared.config.schema_profile);
         hub.shared.registry.get(name).is_some_and(|tool| {
             tool.advertised_input_schema(profile)
-                .is_some_and(|schema| !inbound::header_paths(schema).is_empty())
+                .is_some_and(inbound::has_header_params)
         })
     }
 

@@ -604,8 +604,13 @@ pub(super) fn error_message(id: &RequestId, error: &McpError) -> Bytes {
 
 /// A message as JSON.
 pub(super) fn encode<T: Serialize>(message: &T) -> Bytes {
+    // Room for a small answer at once, not grown from a few bytes.
+    let mut out = Vec::with_capacity(256);
     // The messages are maps of strings and JSON values: they always encode.
-    Bytes::from(serde_json::to_vec(message).unwrap_or_default())
+    match serde_json::to_writer(&mut out, message) {
+        Ok(()) => Bytes::from(out),
+        Err(_) => Bytes::new(),
+    }
 }
 
 /// One JSON-RPC message as the whole answer.
