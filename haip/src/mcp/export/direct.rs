@@ -674,10 +674,11 @@ fn stream(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+    /// A request's headers, `pairs` in order (names may repeat).
+    pub(in crate::mcp::export) fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (name, value) in pairs {
             map.append(*name, HeaderValue::from_static(value));

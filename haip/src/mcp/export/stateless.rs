@@ -603,16 +603,9 @@ fn accepted() -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mcp::export::direct::tests::headers;
     use hyper::header::HeaderValue;
     use serde_json::json;
-
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(*name, HeaderValue::from_static(value));
-        }
-        map
-    }
 
     fn message(value: Value) -> Message {
         serde_json::from_value(value).expect("a message")
