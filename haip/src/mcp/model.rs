@@ -498,11 +498,12 @@ pub(crate) struct ListToolsResult {
     pub(crate) ttl_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) cache_scope: Option<CacheScope>,
-    pub(crate) tools: Vec<Tool>,
+    /// Shared: each made once per registry and schema profile.
+    pub(crate) tools: Vec<Arc<Tool>>,
 }
 
 impl ListToolsResult {
-    pub(crate) fn with_all_items(tools: Vec<Tool>) -> ListToolsResult {
+    pub(crate) fn with_all_items(tools: Vec<Arc<Tool>>) -> ListToolsResult {
         ListToolsResult {
             result_type: Some(ResultType::Complete),
             ttl_ms: None,
@@ -1095,10 +1096,14 @@ impl ServerResult {
     pub(crate) fn strip_non_object_output_for_legacy_peer(&mut self) {
         match self {
             ServerResult::ListTools(r) => {
+                let object = |schema: &Arc<JsonObject>| {
+                    schema.get("type").and_then(Value::as_str) == Some("object")
+                };
                 for tool in &mut r.tools {
-                    tool.output_schema.take_if(|schema| {
-                        schema.get("type").and_then(Value::as_str) != Some("object")
-                    });
+                    // Shared tools are copied only when one must change.
+                    if tool.output_schema.as_ref().is_some_and(|s| !object(s)) {
+                        Arc::make_mut(tool).output_schema = None;
+                    }
                 }
             }
             ServerResult::CallTool(r) => {

@@ -1,4 +1,5 @@
-use std::sync::{Arc, RwLock};
+use std::any::{Any, TypeId};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::Tool;
 use crate::hash::FastMap;
@@ -31,6 +32,9 @@ pub(crate) struct Snapshot {
     /// Whether any tool requires OAuth scopes (so that a request need not
     /// look for its tool's when none does).
     scoped: bool,
+    /// What the doors made of these tools once, for every request that reads
+    /// this snapshot ([`Snapshot::memo`]): a few entries, gone with it.
+    memos: Mutex<FastMap<(TypeId, u64), Arc<dyn Any + Send + Sync>>>,
 }
 
 impl Snapshot {
@@ -45,7 +49,32 @@ impl Snapshot {
             tools,
             index,
             scoped,
+            memos: Mutex::default(),
         }
+    }
+
+    /// What `make` makes of these tools for `key` (MCP's `tools/list` in
+    /// one schema profile, say): made once, by the first request that asks,
+    /// and shared by every later one until the registry changes. Keys are
+    /// the caller's to keep few.
+    pub(crate) fn memo<T: Any + Send + Sync>(
+        &self,
+        key: u64,
+        make: impl FnOnce(&Snapshot) -> T,
+    ) -> Arc<T> {
+        let id = (TypeId::of::<T>(), key);
+        let memos = || self.memos.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(made) = memos()
+            .get(&id)
+            .and_then(|m| Arc::clone(m).downcast::<T>().ok())
+        {
+            return made;
+        }
+        // Made outside the lock: two first requests may both make it, and
+        // the one kept is as good as the other.
+        let made = Arc::new(make(self));
+        memos().insert(id, Arc::clone(&made) as Arc<dyn Any + Send + Sync>);
+        made
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&Tool> {
@@ -287,6 +316,40 @@ mod tests {
             .iter()
             .map(|t| t.name().to_owned())
             .collect()
+    }
+
+    #[test]
+    fn memos_are_made_once_per_snapshot_key_and_type() {
+        let r = Registry::default();
+        r.register(tool("a", "first"));
+        let made = std::sync::atomic::AtomicUsize::new(0);
+        let count = |s: &Snapshot| {
+            made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            s.tools().len()
+        };
+        let snapshot = r.snapshot();
+        assert_eq!(*snapshot.memo(1, count), 1);
+        assert_eq!(*snapshot.memo(1, count), 1);
+        assert_eq!(
+            made.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "made once"
+        );
+        snapshot.memo(2, count);
+        assert_eq!(
+            made.load(std::sync::atomic::Ordering::Relaxed),
+            2,
+            "per key"
+        );
+        assert_eq!(*snapshot.memo(1, |_| "a string"), "a string", "per type");
+        // A change is a new snapshot: what was made of the old one is not shown.
+        r.register(tool("b", "second"));
+        assert_eq!(*r.snapshot().memo(1, count), 2);
+        assert_eq!(
+            *snapshot.memo(1, count),
+            1,
+            "the old snapshot keeps its own"
+        );
     }
 
     #[test]

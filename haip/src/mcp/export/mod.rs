@@ -330,15 +330,22 @@ impl ExportService {
     ) -> ListToolsResult {
         let profile = profile.unwrap_or(self.shared.config.schema_profile);
         let snapshot = self.shared.registry.snapshot();
+        // Each tool as MCP shows it in this profile, made once per registry.
         // A tool the profile cannot describe is left out (a host in strict
         // mode would refuse every tool for one it cannot take), and so is
         // one the caller's scopes do not allow (docs/protocol.md §17.1).
+        let shown: Arc<Vec<Option<Arc<crate::mcp::model::Tool>>>> =
+            snapshot.memo(profile as u64, |snapshot| {
+                let tools = snapshot.tools().iter();
+                tools.map(|t| mcp_tool(t, profile).map(Arc::new)).collect()
+            });
         ListToolsResult::with_all_items(
             snapshot
                 .tools()
                 .iter()
-                .filter(|t| self.shared.config.shows(caller, t))
-                .filter_map(|t| mcp_tool(t, profile))
+                .zip(shown.iter())
+                .filter(|(t, _)| self.shared.config.shows(caller, t))
+                .filter_map(|(_, shown)| shown.clone())
                 .collect(),
         )
     }

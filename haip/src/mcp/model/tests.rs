@@ -157,7 +157,7 @@ fn tool_list(output: Value) -> ServerResult {
         Arc::new(JsonObject::new()),
     );
     tool.output_schema = Some(Arc::new(output));
-    ServerResult::ListTools(ListToolsResult::with_all_items(vec![tool]))
+    ServerResult::ListTools(ListToolsResult::with_all_items(vec![Arc::new(tool)]))
 }
 
 #[test]
