@@ -1,5 +1,8 @@
+#[cfg(feature = "mcp")]
 use std::any::{Any, TypeId};
-use std::sync::{Arc, Mutex, RwLock};
+#[cfg(feature = "mcp")]
+use std::sync::Mutex;
+use std::sync::{Arc, RwLock};
 
 use super::Tool;
 use crate::hash::FastMap;
@@ -34,6 +37,7 @@ pub(crate) struct Snapshot {
     scoped: bool,
     /// What the doors made of these tools once, for every request that reads
     /// this snapshot ([`Snapshot::memo`]): a few entries, gone with it.
+    #[cfg(feature = "mcp")]
     memos: Mutex<FastMap<(TypeId, u64), Arc<dyn Any + Send + Sync>>>,
 }
 
@@ -49,6 +53,7 @@ impl Snapshot {
             tools,
             index,
             scoped,
+            #[cfg(feature = "mcp")]
             memos: Mutex::default(),
         }
     }
@@ -56,7 +61,8 @@ impl Snapshot {
     /// What `make` makes of these tools for `key` (MCP's `tools/list` in
     /// one schema profile, say): made once, by the first request that asks,
     /// and shared by every later one until the registry changes. Keys are
-    /// the caller's to keep few.
+    /// the caller's to keep few. (MCP's `tools/list` is the one user.)
+    #[cfg(feature = "mcp")]
     pub(crate) fn memo<T: Any + Send + Sync>(
         &self,
         key: u64,
@@ -318,6 +324,7 @@ mod tests {
             .collect()
     }
 
+    #[cfg(feature = "mcp")]
     #[test]
     fn memos_are_made_once_per_snapshot_key_and_type() {
         let r = Registry::default();
