@@ -399,14 +399,14 @@ impl DiscoverResult {
     /// What `server` is and serves, not to be cached.
     pub(crate) fn from_server_info(
         supported_versions: Vec<ProtocolVersion>,
-        server: ServerConfig,
+        server: &ServerConfig,
     ) -> DiscoverResult {
         let mut meta = MetaObject::new();
         meta.insert(SERVER_INFO.to_owned(), json!(server.server_info));
         DiscoverResult {
             result_type: ResultType::Complete,
             supported_versions,
-            capabilities: server.capabilities,
+            capabilities: server.capabilities.clone(),
             ttl_ms: 0,
             cache_scope: CacheScope::Private,
             meta,

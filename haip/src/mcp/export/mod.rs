@@ -23,8 +23,8 @@ mod tests;
 
 pub(crate) use http::{McpHttp, McpProfile};
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 
 use std::collections::BTreeMap;
 
@@ -184,33 +184,10 @@ impl LiveSession {
 
 impl ExportService {
     /// What the server is and can do, at the newest revision that begins
-    /// with `initialize`.
-    pub(crate) fn get_info(&self) -> ServerConfig {
-        // Tasks (SEP-2663), for the tools that support them.
-        let mut extensions = BTreeMap::new();
-        extensions.insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
-        let capabilities = ServerCapabilities {
-            extensions: Some(extensions),
-            logging: Some(JsonObject::new()),
-            // Every registry change is announced with
-            // `notifications/tools/list_changed`: in an MCP session on its
-            // stream, and without one on a `subscriptions/listen` stream
-            // (MCP 2026-07-28, `listen.rs`), which acknowledges only what
-            // these capabilities promise. (A client of an earlier revision
-            // without a session has neither: `initialize` tells it so,
-            // `stateless.rs`.)
-            tools: Some(ToolsCapability {
-                list_changed: Some(true),
-            }),
-        };
-        InitializeResult {
-            protocol_version: ProtocolVersion::V_2025_11_25,
-            capabilities,
-            server_info: Implementation {
-                name: "haip".to_owned(),
-                version: env!("CARGO_PKG_VERSION").to_owned(),
-            },
-        }
+    /// with `initialize`: the same for every request, made once.
+    pub(crate) fn get_info(&self) -> &'static ServerConfig {
+        static INFO: OnceLock<ServerConfig> = OnceLock::new();
+        INFO.get_or_init(server_config)
     }
 
     /// The revisions served: every one haip knows.
@@ -220,16 +197,46 @@ impl ExportService {
 
     /// The answer to `initialize`: the client's revision when it is one
     /// that begins with `initialize` and is served, else the newest such.
+    /// (One of them is always served: nothing is refused.)
     pub(crate) fn negotiate_initialize(
         &self,
         params: &InitializeRequestParams,
-    ) -> Result<InitializeResult, McpError> {
-        let mut info = self.get_info();
+    ) -> InitializeResult {
+        let mut info = self.get_info().clone();
         let asked = &params.protocol_version;
         if asked.has_initialize() && self.supported_protocol_versions().contains(asked) {
             info.protocol_version = asked.clone();
         }
-        Ok(info)
+        info
+    }
+}
+
+/// What haip is and can do over MCP ([`ExportService::get_info`]).
+fn server_config() -> ServerConfig {
+    // Tasks (SEP-2663), for the tools that support them.
+    let mut extensions = BTreeMap::new();
+    extensions.insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
+    let capabilities = ServerCapabilities {
+        extensions: Some(extensions),
+        logging: Some(JsonObject::new()),
+        // Every registry change is announced with
+        // `notifications/tools/list_changed`: in an MCP session on its
+        // stream, and without one on a `subscriptions/listen` stream
+        // (MCP 2026-07-28, `listen.rs`), which acknowledges only what
+        // these capabilities promise. (A client of an earlier revision
+        // without a session has neither: `initialize` tells it so,
+        // `stateless.rs`.)
+        tools: Some(ToolsCapability {
+            list_changed: Some(true),
+        }),
+    };
+    InitializeResult {
+        protocol_version: ProtocolVersion::V_2025_11_25,
+        capabilities,
+        server_info: Implementation {
+            name: "haip".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        },
     }
 }
 

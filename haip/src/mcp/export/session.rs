@@ -585,10 +585,7 @@ impl Sessions {
         let service = ExportService::for_http(&self.shared, &self.live, false, None, &self.tasks)
             .map_err(|e| e.to_string())?
             .holding(share);
-        let info = match service.negotiate_initialize(&params) {
-            Ok(info) => info,
-            Err(error) => return Ok(json_error(StatusCode::BAD_REQUEST, &id, &error)),
-        };
+        let info = service.negotiate_initialize(&params);
         let owner = incoming.caller.as_ref().map(|c| Arc::from(c.subject()));
         let version = info.protocol_version.clone();
         let session = self.session(
@@ -665,9 +662,9 @@ impl Sessions {
             )),
             "initialize" => {
                 let params = parse::<InitializeRequestParams>(params)?;
-                service
-                    .negotiate_initialize(&params)
-                    .map(ServerResult::Initialize)
+                Ok(ServerResult::Initialize(
+                    service.negotiate_initialize(&params),
+                ))
             }
             "logging/setLevel" if !per_request(Some(&session.version)) => {
                 let params = parse::<SetLevelRequestParams>(params)?;

@@ -527,13 +527,13 @@ impl ExportService {
                 return self.listen(id, requested, listening, caller);
             }
             "initialize" if !lifecycle.modern => {
-                parse::<InitializeRequestParams>(Value::Object(params)).and_then(|params| {
-                    let mut info = self.negotiate_initialize(&params)?;
+                parse::<InitializeRequestParams>(Value::Object(params)).map(|params| {
+                    let mut info = self.negotiate_initialize(&params);
                     // No session: no stream to be told of list changes on.
                     if let Some(tools) = &mut info.capabilities.tools {
                         tools.list_changed = None;
                     }
-                    Ok(ServerResult::Initialize(info))
+                    ServerResult::Initialize(info)
                 })
             }
             "ping" if !lifecycle.modern => Ok(ServerResult::empty(())),

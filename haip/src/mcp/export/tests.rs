@@ -107,7 +107,7 @@ async fn http_services_count_and_all_promise_list_changed() {
     assert_eq!(live.load(Relaxed), 2);
     let full = ExportService::for_http(&shared, &live, true, None, &tasks);
     assert!(full.is_err(), "a third service with max_sessions = 2");
-    let tools = |s: &ExportService| s.get_info().capabilities.tools.unwrap();
+    let tools = |s: &ExportService| s.get_info().capabilities.tools.clone().unwrap();
     assert_eq!(tools(&session).list_changed, Some(true));
     assert_eq!(tools(&stateless).list_changed, Some(true));
     assert!(stateless.get_info().capabilities.logging.is_some());

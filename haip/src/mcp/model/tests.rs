@@ -125,7 +125,7 @@ fn initialize_and_discover_say_what_the_server_is() {
         })
     );
     let versions = vec![ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
-    let discovered = DiscoverResult::from_server_info(versions, info());
+    let discovered = DiscoverResult::from_server_info(versions, &info());
     assert_eq!(
         wire(&ServerResult::Discover(discovered)),
         json!({
@@ -414,7 +414,7 @@ mod read_by_the_sdk {
         assert_eq!(wire(&theirs), wire(&got));
 
         let versions = vec![ProtocolVersion::V_2026_07_28];
-        let discovered = DiscoverResult::from_server_info(versions, info());
+        let discovered = DiscoverResult::from_server_info(versions, &info());
         let theirs: sdk::DiscoverResult = read(wire(&discovered));
         assert_eq!(wire(&theirs), wire(&discovered));
 

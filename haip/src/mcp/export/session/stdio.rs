@@ -228,10 +228,7 @@ fn open(
     };
     let shared = &sessions.shared;
     let service = ExportService::new(Arc::clone(shared), None, Arc::clone(&sessions.tasks));
-    let info = match service.negotiate_initialize(&params) {
-        Ok(info) => info,
-        Err(error) => return (None, error_message(id, &error)),
-    };
+    let info = service.negotiate_initialize(&params);
     let version = info.protocol_version.clone();
     // One client: its questions' ids need name no instance.
     let session = sessions.session(service, None, version, params.capabilities, None);
