@@ -576,6 +576,9 @@ fn method_not_allowed(allowed: &'static str) -> Response<Body> {
 /// `415` or `406` as a JSON-RPC error, for a POST that is not JSON or whose
 /// client does not take both answers `/mcp` may give.
 fn unacceptable(req: &Request<RequestBody>) -> Option<Response<Body>> {
+    if plainly_acceptable(req.headers()) {
+        return None;
+    }
     let json = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -626,6 +629,24 @@ fn unacceptable(req: &Request<RequestBody>) -> Option<Response<Body>> {
         ));
     }
     None
+}
+
+/// The headers nearly every client sends, recognised without taking them
+/// apart: one `Content-Type: application/json`, and one `Accept` of exactly
+/// the two types `/mcp` answers with. Anything else is read in full.
+fn plainly_acceptable(headers: &HeaderMap) -> bool {
+    let single = |name| {
+        let mut values = headers.get_all(name).iter();
+        values
+            .next()
+            .filter(|_| values.next().is_none())
+            .map(HeaderValue::as_bytes)
+    };
+    single(header::CONTENT_TYPE) == Some(b"application/json")
+        && matches!(
+            single(header::ACCEPT),
+            Some(b"application/json, text/event-stream" | b"text/event-stream, application/json")
+        )
 }
 
 fn status_of(status: u16) -> StatusCode {

@@ -29,7 +29,7 @@ use crate::mcp::model::{
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
-use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -50,6 +50,11 @@ use crate::stats::Door;
 const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 /// The `_meta` key of what a request's client declared.
 const CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
+/// The headers a 2026-07-28 request repeats its body in: looked up by name
+/// made once, not parsed from text for every request.
+const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 /// Messages a call may send before its result that wait for its client.
 const OUTBOX: usize = 32;
 /// An SSE comment on an answer stream this long silent: proxies keep it
@@ -63,6 +68,8 @@ use super::events::sse;
 pub(crate) struct Direct {
     id: RequestId,
     method: Method,
+    /// The rest of its `_meta`: what a call reads later (progress token,
+    /// log level, trace context).
     meta: Map<String, Value>,
     capabilities: ClientCapabilities,
 }
@@ -141,16 +148,17 @@ struct Message<'a> {
     id: RequestId,
     #[serde(borrow)]
     method: Cow<'a, str>,
-    params: Option<Params>,
+    #[serde(borrow)]
+    params: Option<Params<'a>>,
 }
 
 /// The params of `tools/call` and `tools/list` (whose `cursor` is not
 /// read: the list is never paged).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Params {
-    #[serde(rename = "_meta")]
-    meta: Option<Map<String, Value>>,
+struct Params<'a> {
+    #[serde(rename = "_meta", borrow)]
+    meta: Option<Meta<'a>>,
     name: Option<String>,
     arguments: Option<Map<String, Value>>,
     task_id: Option<String>,
@@ -169,6 +177,76 @@ fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
     T::deserialize(field).map(Some)
 }
 
+/// A request's `_meta`, read in the message's one pass: its revision and
+/// its client's capabilities typed, as this door needs them, and every other
+/// key kept as it came, for what reads it later.
+#[derive(Default)]
+struct Meta<'a> {
+    /// Its `io.modelcontextprotocol/protocolVersion`.
+    version: Option<Cow<'a, str>>,
+    /// Its `io.modelcontextprotocol/clientCapabilities`.
+    capabilities: Option<ClientCapabilities>,
+    rest: Map<String, Value>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Meta<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(meta: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Meta<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Meta<'de>, A::Error> {
+                let mut meta = Meta::default();
+                // A key repeated: its last value counts, as in any JSON object here.
+                while let Some(Text(key)) = map.next_key()? {
+                    match &*key {
+                        VERSION_KEY => meta.version = Some(map.next_value::<Text<'de>>()?.0),
+                        CAPABILITIES_KEY => meta.capabilities = Some(map.next_value()?),
+                        _ => {
+                            let value = map.next_value()?;
+                            meta.rest.insert(key.into_owned(), value);
+                        }
+                    }
+                }
+                Ok(meta)
+            }
+        }
+        meta.deserialize_map(Fields)
+    }
+}
+
+/// A JSON string, borrowed from the message unless it holds escapes.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(text: D) -> Result<Self, D::Error> {
+        struct Chars;
+        impl<'de> serde::de::Visitor<'de> for Chars {
+            type Value = Text<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(text)))
+            }
+
+            fn visit_str<E>(self, text: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(text.to_owned())))
+            }
+        }
+        text.deserialize_str(Chars)
+    }
+}
+
 /// The request in `body` when it is one served here; `None` sends it on.
 /// `annotated`: the called tool's input schema has parameters that travel
 /// in `Mcp-Param-*` headers too.
@@ -178,7 +256,7 @@ pub(crate) fn route(
     annotated: impl FnOnce(&str) -> bool,
 ) -> Option<Direct> {
     // Only this revision's requests are served here: nothing else is parsed.
-    if one(headers, "mcp-protocol-version")? != ProtocolVersion::V_2026_07_28.as_str() {
+    if one(headers, &PROTOCOL_VERSION)? != ProtocolVersion::V_2026_07_28.as_str() {
         return None;
     }
     let message: Message<'_> = serde_json::from_slice(body).ok()?;
@@ -190,7 +268,7 @@ pub(crate) fn route(
     let method = match &*message.method {
         "tools/call" => {
             let name = params.name?;
-            if one(headers, "mcp-name")? != name || annotated(&name) {
+            if one(headers, &MCP_NAME)? != name || annotated(&name) {
                 return None;
             }
             let call = CallToolRequestParams {
@@ -217,20 +295,19 @@ pub(crate) fn route(
                 return None;
             }
             let task_id = params.task_id?;
-            if one(headers, "mcp-name")? != task_id {
+            if one(headers, &MCP_NAME)? != task_id {
                 return None;
             }
             Method::Task(kind, task_id, responses)
         }
         _ => return None,
     };
-    let version = meta.get(VERSION_KEY)?.as_str()?;
-    let agreed = version == ProtocolVersion::V_2026_07_28.as_str()
-        && one(headers, "mcp-protocol-version")? == version
-        && one(headers, "mcp-method")? == message.method;
+    // The header named this revision (above): so must the body.
+    let agreed = meta.version.as_deref() == Some(ProtocolVersion::V_2026_07_28.as_str())
+        && one(headers, &MCP_METHOD)? == message.method;
     // A progress token is repeated in every notification: a short string
     // or an integer.
-    let token = match meta.get("progressToken") {
+    let token = match meta.rest.get("progressToken") {
         None => true,
         Some(Value::String(token)) => token.len() <= MAX_TOKEN_BYTES,
         Some(token) => token.is_i64() || token.is_u64(),
@@ -238,12 +315,11 @@ pub(crate) fn route(
     if !agreed || !token {
         return None;
     }
-    let capabilities = ClientCapabilities::deserialize(meta.get(CAPABILITIES_KEY)?).ok()?;
     Some(Direct {
         id: message.id,
         method,
-        meta,
-        capabilities,
+        meta: meta.rest,
+        capabilities: meta.capabilities?,
     })
 }
 
@@ -257,7 +333,7 @@ fn short(id: &RequestId) -> bool {
 
 /// The one value of header `name` as text; `None` when it is missing,
 /// repeated, not text, or Base64-wrapped (`=?base64?…?=`).
-fn one<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+fn one<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h str> {
     let mut values = headers.get_all(name).iter();
     let value = values.next()?.to_str().ok()?;
     (values.next().is_none() && !value.starts_with("=?base64?")).then_some(value)
@@ -699,7 +775,9 @@ pub(super) mod tests {
         let direct = route(&headers(&GOOD), CALL.as_bytes(), |_| false).expect("served here");
         assert_eq!(direct.id, RequestId::Number(7));
         assert!(matches!(&direct.method, Method::Call(p) if p.name == "echo"));
-        assert!(direct.meta.contains_key(VERSION_KEY));
+        // What the door reads of `_meta` is typed; nothing else is in it.
+        assert!(direct.meta.is_empty());
+        assert_eq!(direct.capabilities, ClientCapabilities::default());
     }
 
     #[test]
