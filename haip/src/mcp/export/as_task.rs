@@ -38,7 +38,7 @@ impl ExportService {
     /// Runs a call of a tool that supports tasks, for a client that takes
     /// them: it becomes a task once it waits for anything but answers of the
     /// client's next round (see [`TaskSupport`]).
-    pub(super) async fn run_as_task(&self, call: Call<'_>) -> AsTask {
+    pub(super) async fn run_as_task(&self, mut call: Call<'_>) -> AsTask {
         // Who the task counts against: the `/mcp` front door's key for the
         // request; over stdio (no HTTP request) the one client, no share.
         let caller = share_of(call.request.key.as_ref(), call.subject.as_deref());
@@ -52,7 +52,7 @@ impl ExportService {
         let request = call.request;
         let peer = self.tasks.peer(request.can(), call.round.clone());
         let start = self.start_of(
-            &call,
+            &mut call,
             cancel.clone(),
             Arc::clone(&slot),
             Arc::new(Arc::clone(&peer)),

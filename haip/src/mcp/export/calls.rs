@@ -105,10 +105,11 @@ impl ExportService {
 }
 
 impl ExportService {
-    /// What starts `call`, its questions going to `peer`.
+    /// What starts `call`, its questions going to `peer`. Its params move
+    /// to what starts it.
     pub(super) fn start_of(
         &self,
-        call: &Call<'_>,
+        call: &mut Call<'_>,
         cancel: CancellationToken,
         slot: Arc<CallSlot>,
         peer: Arc<dyn Peer>,
@@ -118,7 +119,7 @@ impl ExportService {
         exec::Start {
             key: CallKey(n),
             tool: call.tool.clone(),
-            params: call.params.clone(),
+            params: std::mem::take(&mut call.params),
             call_id: format!("mcp-{n}"),
             session_id: Arc::clone(&self.session_id),
             cancel,
@@ -149,7 +150,7 @@ impl ExportService {
     /// Runs one call to its end (or its timeout), relaying progress (when the
     /// client sent a progress token) and the client's cancellation. The
     /// concurrency `permit` is held until the tool's task has stopped.
-    pub(super) async fn run(&self, call: Call<'_>) -> Stop {
+    pub(super) async fn run(&self, mut call: Call<'_>) -> Stop {
         // Unbounded but small by construction, as in a session: a progress
         // event only when the slot fills, then at most TimedOut and Finished.
         let (events_tx, mut events) = mpsc::unbounded_channel();
@@ -165,7 +166,7 @@ impl ExportService {
             Some(round) => Arc::new(Arc::clone(round)),
             None => request.link.peer(self.stateless),
         };
-        let start = self.start_of(&call, cancel.clone(), Arc::clone(&slot), peer);
+        let start = self.start_of(&mut call, cancel.clone(), Arc::clone(&slot), peer);
         let Call { tool, permit, .. } = call;
         let logs = self.log_relay(request, tool);
         // A call that finished on its first poll is done here and now.
@@ -298,13 +299,14 @@ pub(super) fn result_of(shared: &Shared, tool: &Tool, stop: Stop) -> (Ended, Cal
         debug_errors: config.debug_errors,
     };
     let (completion, ended) = exec::complete(tool, outcome, policy, &shared.stats);
-    let result = match completion {
+    let (result, most) = match completion {
         Completion::Done(ToolOutcome::Ok(value)) => {
             success_result(tool, value.unwrap_or(Value::Null))
         }
-        Completion::Done(ToolOutcome::Cancelled(_)) => {
-            error_result(format!("Tool {name} was cancelled"), None)
-        }
+        Completion::Done(ToolOutcome::Cancelled(_)) => (
+            error_result(format!("Tool {name} was cancelled"), None),
+            None,
+        ),
         Completion::Done(ToolOutcome::Error(failure)) => {
             // An imported tool's `isError` blocks pass through as they are.
             let blocks = failure
@@ -312,17 +314,25 @@ pub(super) fn result_of(shared: &Shared, tool: &Tool, stop: Stop) -> (Ended, Cal
                 .as_ref()
                 .filter(|_| imported(tool))
                 .and_then(passthrough_blocks);
-            match blocks {
+            let result = match blocks {
                 Some(blocks) => CallToolResult::error(blocks),
                 None => failure_result(failure),
-            }
+            };
+            (result, None)
         }
         // Not asked for (`render: None`): MCP renders values itself.
-        Completion::Encoded(_) => error_result(format!("Internal error in tool {name}"), None),
+        Completion::Encoded(_) => (
+            error_result(format!("Internal error in tool {name}"), None),
+            None,
+        ),
     };
     // As HAIP's `TOOL_DONE` (docs/protocol.md §18.1): a result too large to send
     // becomes an error the model can read, and the call still ends once.
+    // One that cannot be that large is not measured.
     let limit = config.max_outbound_message_bytes;
+    if most.is_some_and(|most| most <= limit) {
+        return (ended, result);
+    }
     let size = json_len(&result);
     if size > limit {
         static TOO_LARGE: Throttle = Throttle::new();

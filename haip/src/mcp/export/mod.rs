@@ -99,7 +99,7 @@ impl ExportService {
         let permits = shared.config.max_inflight_calls;
         ExportService {
             shared,
-            session_id: Arc::from(format!("mcp-{}", uuid::Uuid::new_v4())),
+            session_id: new_session_id(),
             inflight: Arc::new(Semaphore::new(permits)),
             calls: Arc::new(AtomicU64::new(0)),
             _live: live,
@@ -153,10 +153,25 @@ impl ExportService {
     ) -> Result<ExportService, std::io::Error> {
         let guard = LiveSession::enter(live, self.shared.config.max_sessions)?;
         let mut service = self.clone();
-        service.session_id = Arc::from(format!("mcp-{}", uuid::Uuid::new_v4()));
+        service.session_id = new_session_id();
         service._live = Some(guard);
         Ok(service)
     }
+}
+
+/// A new service's id (what its calls' `Context::session_id` gives): `mcp-`
+/// and a random UUID, written straight into its one allocation (a stateless
+/// request makes one per request).
+fn new_session_id() -> Arc<str> {
+    const PREFIX: &str = "mcp-";
+    let mut id = [0u8; PREFIX.len() + uuid::fmt::Hyphenated::LENGTH];
+    id[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
+    let written = uuid::Uuid::new_v4()
+        .hyphenated()
+        .encode_lower(&mut id[PREFIX.len()..])
+        .len();
+    let id = std::str::from_utf8(&id[..PREFIX.len() + written]).unwrap_or(PREFIX);
+    Arc::from(id)
 }
 
 impl ExportService {

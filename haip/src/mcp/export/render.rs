@@ -75,20 +75,31 @@ pub(super) fn imported(tool: &Tool) -> bool {
 /// object output schema, and always the value as text (a string as itself,
 /// anything else as JSON) for clients that read only `content`. An imported
 /// MCP tool's content blocks pass through as they are.
-pub(super) fn success_result(tool: &Tool, value: Value) -> CallToolResult {
+///
+/// With it, when it is known without writing the result out, the most
+/// bytes it can take as JSON ([`RESULT_FRAME`] and its parts at their most
+/// escaped), so that a small result is not measured byte by byte.
+pub(super) fn success_result(tool: &Tool, value: Value) -> (CallToolResult, Option<usize>) {
     if imported(tool)
         && let Some(blocks) = passthrough_blocks(&value)
     {
-        return CallToolResult::success(blocks);
+        return (CallToolResult::success(blocks), None);
     }
     if tool.shape().has_content() {
-        return content_result(value);
+        return (content_result(value), None);
     }
-    let text = match &value {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
+    // As JSON, the value takes exactly its text's bytes; a string value, at
+    // most its bytes each escaped (`\u001f`).
+    let (text, value_most) = match &value {
+        Value::String(s) => (s.clone(), s.len() * MOST_ESCAPED + 2),
+        Value::Null => (String::new(), 4),
+        other => {
+            let text = other.to_string();
+            let len = text.len();
+            (text, len)
+        }
     };
+    let mut most = RESULT_FRAME + text.len() * MOST_ESCAPED + 2;
     let content = if text.is_empty() {
         Vec::new()
     } else {
@@ -98,9 +109,16 @@ pub(super) fn success_result(tool: &Tool, value: Value) -> CallToolResult {
     let structured = matches!(tool.output_schema(), Some(Value::Object(s)) if describes_object(s));
     if structured {
         result.structured_content = Some(value);
+        most += value_most;
     }
-    result
+    (result, Some(most))
 }
+
+/// The most bytes one byte of a string takes in JSON (`\u0000`).
+const MOST_ESCAPED: usize = 6;
+/// More than a plain result takes besides its text and structured value:
+/// `{"content":[{"type":"text","text":…}],"structuredContent":…,"isError":false}`.
+const RESULT_FRAME: usize = 128;
 
 /// A `{"content": [...], "structured"?: ...}` result (docs/protocol.md §6.12): the
 /// blocks one to one, the structured value as `structuredContent`.

@@ -53,16 +53,48 @@ fn only_object_output_schemas_are_advertised() {
 #[test]
 fn results_carry_text_and_structured_content_when_advertised() {
     let object = json!({"type": "object"});
-    let r = success_result(&tool(Some(object)), json!({"r": 1}));
+    let (r, _) = success_result(&tool(Some(object)), json!({"r": 1}));
     assert_eq!(r.is_error, Some(false));
     assert_eq!(r.structured_content, Some(json!({"r": 1})));
     assert_eq!(r.content[0].as_text().unwrap(), "{\"r\":1}");
 
-    let r = success_result(&tool(Some(json!({"type": "string"}))), json!("plain"));
+    let (r, _) = success_result(&tool(Some(json!({"type": "string"}))), json!("plain"));
     assert_eq!(r.structured_content, None);
     assert_eq!(r.content[0].as_text().unwrap(), "plain");
 
-    assert!(success_result(&tool(None), Value::Null).content.is_empty());
+    assert!(
+        success_result(&tool(None), Value::Null)
+            .0
+            .content
+            .is_empty()
+    );
+}
+
+/// A result is measured byte by byte only when it might be too large: what
+/// `success_result` says it takes at most must never be less than it takes.
+#[test]
+fn a_results_most_is_never_less_than_its_size() {
+    let object = tool(Some(json!({"type": "object"})));
+    let plain = tool(None);
+    let escaped: String = (0u8..32).map(char::from).chain("\"\\é😀".chars()).collect();
+    let values = [
+        Value::Null,
+        json!(""),
+        json!("plain"),
+        json!(escaped.clone()),
+        json!({"r": 1}),
+        json!({"nested": {"list": [1, 2.5, null, true], "s": escaped}}),
+        json!([escaped.repeat(3)]),
+        json!(-12.5e300),
+    ];
+    for value in values {
+        for tool in [&object, &plain] {
+            let (result, most) = success_result(tool, value.clone());
+            let most = most.expect("a plain result's most is known");
+            let size = crate::protocol::json_len(&result);
+            assert!(size <= most, "{value}: {size} bytes, said at most {most}");
+        }
+    }
 }
 
 #[cfg(feature = "mcp-import")]
@@ -77,7 +109,7 @@ fn imported_content_blocks_pass_through() {
         {"type": "text", "text": "a logo"},
         {"type": "image", "data": "iVBORw0=", "mimeType": "image/png"}
     ]});
-    let r = success_result(&imported, value.clone());
+    let (r, _) = success_result(&imported, value.clone());
     assert_eq!(r.content.len(), 2);
     assert_eq!(r.content[0].as_text().unwrap(), "a logo");
     assert_eq!(
@@ -85,7 +117,7 @@ fn imported_content_blocks_pass_through() {
         json!({"type": "image", "data": "iVBORw0=", "mimeType": "image/png"})
     );
     // A haip tool returning the same shape is not reinterpreted.
-    let r = success_result(&tool(None), value);
+    let (r, _) = success_result(&tool(None), value);
     assert_eq!(r.content.len(), 1);
     assert!(r.content[0].as_text().unwrap().starts_with("{\"content\""));
 }
