@@ -37,6 +37,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::ExportService;
+use super::header_names::{METHOD as MCP_METHOD, NAME as MCP_NAME, PROTOCOL_VERSION};
 use super::request::{CallRequest, ClientLink, Sent};
 use crate::context::share::CallerKey;
 use crate::context::{Caller, Peer};
@@ -50,11 +51,6 @@ use crate::stats::Door;
 const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 /// The `_meta` key of what a request's client declared.
 const CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
-/// The headers a 2026-07-28 request repeats its body in: looked up by name
-/// made once, not parsed from text for every request.
-const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
-const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 /// Messages a call may send before its result that wait for its client.
 const OUTBOX: usize = 32;
 /// An SSE comment on an answer stream this long silent: proxies keep it

@@ -53,6 +53,21 @@ use crate::session::Shared;
 use crate::stats::Ended;
 use crate::tool::TaskSupport;
 
+/// The headers of MCP's Streamable HTTP that `/mcp` reads on every request,
+/// as names made once: a lookup by text parses the text every time.
+pub(crate) mod header_names {
+    use hyper::header::HeaderName;
+
+    /// `MCP-Protocol-Version`.
+    pub(crate) const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+    /// `Mcp-Method` (2026-07-28, SEP-2243).
+    pub(crate) const METHOD: HeaderName = HeaderName::from_static("mcp-method");
+    /// `Mcp-Name` (2026-07-28, SEP-2243).
+    pub(crate) const NAME: HeaderName = HeaderName::from_static("mcp-name");
+    /// `Mcp-Session-Id`.
+    pub(crate) const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+}
+
 /// One MCP session's view of the registry.
 #[derive(Clone)]
 pub(crate) struct ExportService {

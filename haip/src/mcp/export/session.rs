@@ -61,6 +61,8 @@ use tokio_util::sync::CancellationToken;
 use super::ExportService;
 use super::direct::{Body, answer, encode, error_message, notification};
 use super::events::{Stream, last_event, sse};
+pub(crate) use super::header_names::SESSION_ID;
+use super::header_names::{METHOD, NAME, PROTOCOL_VERSION};
 use super::logs::{log_level, per_request};
 use super::request::CallRequest;
 use crate::context::Caller;
@@ -82,8 +84,6 @@ pub(crate) use stdio::serve as serve_stdio;
 /// How often, at most, a session's record in a shared store is renewed
 /// (ms): a request of a session held here meanwhile reads nothing there.
 const TOUCH_EVERY: u64 = 1000;
-/// The header that names an MCP session.
-pub(crate) const SESSION_ID: &str = "mcp-session-id";
 /// How often idle sessions are looked for, at most.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
 /// The server's requests of one session waiting for the client's answers.
@@ -153,7 +153,7 @@ pub(crate) struct Incoming {
 /// Whether a request's headers name a revision with sessions (or none:
 /// 2025-03-26 is assumed).
 fn session_revision(headers: &HeaderMap) -> bool {
-    match headers.get("mcp-protocol-version") {
+    match headers.get(PROTOCOL_VERSION) {
         None => true,
         Some(value) => value.to_str().is_ok_and(|v| SESSION_REVISIONS.contains(&v)),
     }
@@ -183,7 +183,7 @@ pub(crate) fn route(headers: &HeaderMap, body: &[u8]) -> Option<Message> {
     if message.method.as_deref() == Some("initialize") {
         // The header, when there is one, names the revision asked for.
         let asked = params.and_then(|p| p.get("protocolVersion"))?.as_str()?;
-        let header = headers.get("mcp-protocol-version");
+        let header = headers.get(PROTOCOL_VERSION);
         return header
             .is_none_or(|h| h.as_bytes() == asked.as_bytes())
             .then_some(message);
@@ -966,7 +966,7 @@ fn mismatched(
     params: Option<&Map<String, Value>>,
 ) -> Option<McpError> {
     let said = |name| headers.get(name).map(|v| v.to_str().unwrap_or_default());
-    if let Some(said) = said("mcp-method")
+    if let Some(said) = said(METHOD)
         && said != method
     {
         let message =
@@ -975,7 +975,7 @@ fn mismatched(
     }
     let name = params.and_then(|p| p.get("name")).and_then(Value::as_str);
     if method == "tools/call"
-        && let (Some(said), Some(name)) = (said("mcp-name"), name)
+        && let (Some(said), Some(name)) = (said(NAME), name)
         && said != name
     {
         let message = format!("Mcp-Name header ({said}) does not match the called tool ({name})");
@@ -988,13 +988,18 @@ impl State {
     /// Lets go of ended streams older than [`KEPT_FOR`], and of the oldest
     /// beyond [`KEPT_STREAMS`].
     fn prune(&mut self) {
-        self.streams
-            .retain(|_, stream| stream.ended().is_none_or(|at| at.elapsed() < KEPT_FOR));
-        let mut ended: Vec<_> = self
-            .streams
-            .iter()
-            .filter_map(|(n, stream)| Some((stream.ended()?, *n)))
-            .collect();
+        // One look at each stream and at the clock: this runs every few
+        // requests of a busy session.
+        let now = Instant::now();
+        let mut ended = Vec::with_capacity(self.streams.len());
+        self.streams.retain(|n, stream| match stream.ended() {
+            Some(at) if now.saturating_duration_since(at) >= KEPT_FOR => false,
+            Some(at) => {
+                ended.push((at, *n));
+                true
+            }
+            None => true,
+        });
         if ended.len() > KEPT_STREAMS {
             ended.sort_unstable();
             for (_, n) in &ended[..ended.len() - KEPT_STREAMS] {
