@@ -776,6 +776,55 @@ pub(super) mod tests {
         assert_eq!(direct.capabilities, ClientCapabilities::default());
     }
 
+    /// `_meta` is read in the message's one pass: the revision and the
+    /// capabilities typed (however the JSON spells them), every other key
+    /// kept for what reads it later; a revision that is not text, or
+    /// capabilities that are not capabilities, send the request on.
+    #[test]
+    fn meta_is_read_typed_and_the_rest_kept() {
+        let call = |meta: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"echo","_meta":{meta}}}}}"#
+            )
+        };
+        let served = |meta: &str| route(&headers(&GOOD), call(meta).as_bytes(), |_| false);
+        let version = r#""io.modelcontextprotocol/protocolVersion""#;
+        let capabilities = r#""io.modelcontextprotocol/clientCapabilities""#;
+
+        // Escapes in a key or in the revision: read as the text they spell.
+        let escaped = format!(
+            r#"{{"io.modelcontextprotocol\/protocolVersion":"2026\u002d07-28",{capabilities}:{{"elicitation":{{}}}},"progressToken":"p1","traceparent":"00-ab-cd-01"}}"#
+        );
+        let direct = served(&escaped).expect("served here");
+        assert!(direct.capabilities.elicitation.is_some());
+        assert_eq!(direct.meta.get("progressToken"), Some(&Value::from("p1")));
+        assert_eq!(
+            direct.meta.get("traceparent"),
+            Some(&Value::from("00-ab-cd-01"))
+        );
+        assert_eq!(direct.meta.len(), 2);
+
+        // A key given twice: its last value counts, as anywhere in JSON here.
+        let twice =
+            format!(r#"{{{version}:"2025-11-25",{version}:"2026-07-28",{capabilities}:{{}}}}"#);
+        assert!(served(&twice).is_some());
+        let twice =
+            format!(r#"{{{version}:"2026-07-28",{version}:"2025-11-25",{capabilities}:{{}}}}"#);
+        assert!(served(&twice).is_none());
+
+        // Not this revision, not text, missing, or capabilities that are not.
+        for meta in [
+            format!(r#"{{{version}:"2025-11-25",{capabilities}:{{}}}}"#),
+            format!(r#"{{{version}:20260728,{capabilities}:{{}}}}"#),
+            format!(r#"{{{capabilities}:{{}}}}"#),
+            format!(r#"{{{version}:"2026-07-28"}}"#),
+            format!(r#"{{{version}:"2026-07-28",{capabilities}:[]}}"#),
+            "[]".to_owned(),
+        ] {
+            assert!(served(&meta).is_none(), "{meta}");
+        }
+    }
+
     #[test]
     fn anything_else_goes_on_to_the_stateless_door() {
         let body = CALL.as_bytes();
