@@ -61,8 +61,7 @@ use super::session::{Incoming, Message, TaskParams, parse};
 use crate::mcp::inbound;
 use crate::mcp::listen::Listening;
 
-/// The header that names a request's revision.
-const VERSION_HEADER: &str = "mcp-protocol-version";
+use super::header_names::{METHOD, NAME, PROTOCOL_VERSION as VERSION_HEADER};
 /// The `_meta` key of a request's own revision.
 const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 /// The `_meta` key of what a request's client declared.
@@ -244,7 +243,7 @@ fn missing_meta(params: Option<&Map<String, Value>>) -> Vec<&'static str> {
 /// An `initialize` need not carry the standard headers, but an
 /// `Mcp-Method` it carries must be one, and say `initialize`.
 fn initialize_method(headers: &HeaderMap) -> Result<(), String> {
-    let mut values = headers.get_all("mcp-method").iter();
+    let mut values = headers.get_all(METHOD).iter();
     let Some(first) = values.next() else {
         return Ok(());
     };
@@ -271,7 +270,7 @@ fn standard_headers(
     params: Option<&Map<String, Value>>,
     schema: impl FnOnce(&str) -> Option<Value>,
 ) -> Result<(), String> {
-    match single(headers, "mcp-method")? {
+    match single(headers, METHOD.as_str())? {
         None => return Err("missing required Mcp-Method header".into()),
         Some(said) if said != method => {
             return Err(format!(
@@ -291,7 +290,7 @@ fn standard_headers(
     };
     let expected = named.and_then(|key| params?.get(key)?.as_str());
     if let Some(expected) = expected {
-        let Some(raw) = single(headers, "mcp-name")? else {
+        let Some(raw) = single(headers, NAME.as_str())? else {
             return Err(format!("missing required Mcp-Name header for `{method}`"));
         };
         let said = decoded(raw).ok_or("Mcp-Name header is not valid Base64")?;
