@@ -51,7 +51,7 @@ use tokio::sync::Notify;
 /// side in this process: each has its own).
 static GATES: LazyLock<Mutex<HashMap<String, Arc<Notify>>>> = LazyLock::new(Default::default);
 
-fn gate(name: &str) -> Arc<Notify> {
+pub(crate) fn gate(name: &str) -> Arc<Notify> {
     let mut gates = GATES.lock().unwrap();
     Arc::clone(gates.entry(name.to_owned()).or_default())
 }
@@ -73,11 +73,17 @@ async fn hold(ctx: Context) -> Result<String, haip::ToolError> {
 
 /// Two in-process instances, `a` and `b`, sharing `redis`.
 async fn pair(redis: &RedisServer) -> (haip::ServerHandle, haip::ServerHandle) {
+    pair_at(&redis.url()).await
+}
+
+/// Two in-process instances, `a` and `b`, sharing the Redis at `url`, with
+/// the tools [`gated`] (opened by [`gate`]) and [`hold`] beside the demo's.
+pub(crate) async fn pair_at(url: &str) -> (haip::ServerHandle, haip::ServerHandle) {
     let builder = |id: &str| {
         demo_builder()
             .tool(gated::tool())
             .tool(hold::tool())
-            .redis(redis.url())
+            .redis(url)
             .instance_id(id)
     };
     let (a, _) = start(builder("a")).await;
@@ -377,13 +383,15 @@ async fn posts_sent_to_another_instance_reach_the_stream() {
 }
 
 /// A quickstart process sharing sessions through Redis.
-struct Instance {
+pub(crate) struct Instance {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl Instance {
-    async fn spawn(redis: &str, id: &str) -> Instance {
+    /// Starts the quickstart as instance `id` of the Redis at `redis`, and
+    /// waits until it answers `/health`.
+    pub(crate) async fn spawn(redis: &str, id: &str) -> Instance {
         let binary = mcp_support::example_binary("quickstart");
         let port = mcp_support::free_port();
         let child = Command::new(binary)
@@ -425,7 +433,7 @@ impl Instance {
     }
 
     /// `kill -9`.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         self.child.kill().expect("the instance can be killed");
         self.child.wait().expect("the instance is reaped");
     }
@@ -771,7 +779,7 @@ async fn losing_redis_keeps_sessions_working_and_it_recovers() {
     // What was recorded misses the call made while Redis was away: once Redis
     // is back the session is marked so, and when a stops it is not restored
     // from that (it would end e1 again, and reuse seqs), but refused.
-    let key = format!("haip:s:{session}");
+    let key = format!("haip:s:{{{session}}}");
     let deadline = Instant::now() + Duration::from_secs(15);
     while redis.command(&["HEXISTS", &key, "lost"]).unwrap() != ":1" {
         assert!(
@@ -948,7 +956,7 @@ async fn a_restored_session_knows_the_calls_it_took_before_it_answered(kind: Kin
     }))
     .await;
     // Nothing goes out for the call until it ends: wait for its record.
-    let calls = format!("haip:s:{session}:c");
+    let calls = format!("haip:s:{{{session}}}:c");
     let deadline = Instant::now() + Duration::from_secs(10);
     while redis.command(&["SISMEMBER", &calls, "g1"]).unwrap() != ":1" {
         assert!(Instant::now() < deadline, "the call was never recorded");

@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 
+use super::conn::Conn;
 use super::keys::{INSTANCES, lease_key};
 use super::{IO_TIMEOUT, LEASE_REFRESH, LEASE_TTL, RedisSessionStore};
 use crate::session::ResumeRefused;
@@ -63,12 +63,17 @@ impl RedisSessionStore {
         })
     }
 
-    pub(super) async fn lease(&self, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+    pub(super) async fn lease(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         let key = lease_key(&self.instance);
         let ms = LEASE_TTL.as_millis() as u64;
-        let stats = self.counts();
+        let stats = self.counts().to_string();
+        if conn.is_cluster() {
+            // Two slots: two commands (the lease first, as in one pipeline).
+            let () = conn.pset_ex(key, stats, ms).await?;
+            return conn.sadd(INSTANCES, &*self.instance).await;
+        }
         redis::pipe()
-            .pset_ex(key, stats.to_string(), ms)
+            .pset_ex(key, stats, ms)
             .ignore()
             .sadd(INSTANCES, &*self.instance)
             .ignore()
@@ -117,7 +122,7 @@ impl RedisSessionStore {
 
     pub(super) async fn refresh_lease(
         self: Arc<Self>,
-        mut conn: ConnectionManager,
+        mut conn: Conn,
         shutdown: CancellationToken,
     ) {
         let mut next = LEASE_REFRESH;
@@ -134,9 +139,9 @@ impl RedisSessionStore {
             next = if ok { LEASE_REFRESH } else { RETRY };
             if self.healthy.swap(ok, Relaxed) != ok {
                 if ok {
-                    tracing::info!(url = %self.url, "Redis is reachable again");
+                    tracing::info!(url = %self.redacted_url(), "Redis is reachable again");
                 } else {
-                    tracing::warn!(url = %self.url, "Redis is unreachable: sessions go on here, but cannot be resumed on other instances meanwhile");
+                    tracing::warn!(url = %self.redacted_url(), "Redis is unreachable: sessions go on here, but cannot be resumed on other instances meanwhile");
                 }
             }
         }
@@ -151,7 +156,12 @@ impl RedisSessionStore {
 const RETRY: Duration = Duration::from_millis(250);
 
 /// A URL without its password, for `/stats`.
-fn redact(url: &str) -> String {
+pub(super) fn redact(url: &str) -> String {
+    // A cluster's seed list is several URLs: each loses its password.
+    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
+}
+
+fn redact_one(url: &str) -> String {
     match url.split_once('@') {
         Some((auth, host)) => match auth.rsplit_once(':') {
             Some((scheme_user, _password)) if scheme_user.contains("//") => {
@@ -160,5 +170,23 @@ fn redact(url: &str) -> String {
             _ => format!("{auth}@{host}"),
         },
         None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_redacted_from_every_url() {
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redact("redis://:secret@10.0.0.1:6379/0"),
+            "redis://:***@10.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redact("redis://ada:one@10.0.0.1:7000,redis://ada:two@10.0.0.2:7000"),
+            "redis://ada:***@10.0.0.1:7000,redis://ada:***@10.0.0.2:7000"
+        );
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use tokio_util::sync::CancellationToken;
 
+use super::conn::{Heard, Subscription};
 use super::keys::{inbox_key, lease_key, open_key};
 use super::messages::{decode_message, decode_open, encode_message, encode_open, split_message};
 use super::tasks;
@@ -36,13 +37,10 @@ impl RedisSessionStore {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    pub(super) async fn subscribe(&self) -> redis::RedisResult<redis::aio::PubSub> {
-        let subscribe = async {
-            let mut pubsub = self.client.get_async_pubsub().await?;
-            pubsub.subscribe(inbox_key(&self.instance)).await?;
-            Ok(pubsub)
-        };
-        tokio::time::timeout(IO_TIMEOUT, subscribe)
+    /// Subscribes to this instance's channel (see [`Target::subscribe`]).
+    pub(super) async fn subscribe(&self) -> redis::RedisResult<Subscription> {
+        let channel = inbox_key(&self.instance);
+        tokio::time::timeout(IO_TIMEOUT, self.target.subscribe(&channel))
             .await
             .unwrap_or_else(|_| {
                 Err(redis::RedisError::from((
@@ -57,33 +55,55 @@ impl RedisSessionStore {
     /// is lost with it), until `shutdown`.
     pub(super) async fn listen(
         self: Arc<Self>,
-        pubsub: redis::aio::PubSub,
+        subscribed: Subscription,
         shutdown: CancellationToken,
     ) {
         use futures_util::StreamExt;
-        let mut pubsub = Some(pubsub);
+        let mut subscribed = Some(subscribed);
         loop {
-            if let Some(subscribed) = pubsub.take() {
-                let mut messages = subscribed.into_on_message();
-                loop {
+            match subscribed.take() {
+                Some(Subscription::Single(pubsub)) => {
+                    let mut messages = pubsub.into_on_message();
+                    loop {
+                        tokio::select! {
+                            () = shutdown.cancelled() => return,
+                            message = messages.next() => match message {
+                                Some(message) => self.dispatch(message.get_payload_bytes()),
+                                None => break,
+                            },
+                        }
+                    }
+                    self.subscription_lost();
+                }
+                Some(Subscription::Cluster { _conn, mut rx }) => loop {
+                    // The cluster connection subscribes again by itself.
                     tokio::select! {
                         () = shutdown.cancelled() => return,
-                        message = messages.next() => match message {
-                            Some(message) => self.dispatch(message.get_payload_bytes()),
-                            None => break,
+                        heard = rx.recv() => match heard {
+                            Some(Heard::Message(payload)) => self.dispatch(&payload),
+                            Some(Heard::Lost) => self.subscription_lost(),
+                            None => {
+                                self.subscription_lost();
+                                break;
+                            }
                         },
                     }
-                }
-                tracing::warn!(url = %self.url, "lost the subscription to other instances' messages");
-                // Their other ends learn it from the silence.
-                self.lock_links().clear();
+                },
+                None => {}
             }
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(RESUBSCRIBE) => {}
             }
-            pubsub = self.subscribe().await.ok();
+            subscribed = self.subscribe().await.ok();
         }
+    }
+
+    /// The subscription was lost: so are the links it fed (their other ends
+    /// learn it from the silence).
+    fn subscription_lost(&self) {
+        tracing::warn!(url = %self.redacted_url(), "lost the subscription to other instances' messages");
+        self.lock_links().clear();
     }
 
     fn lock_links(&self) -> std::sync::MutexGuard<'_, HashMap<u64, LinkEnd>> {
@@ -174,7 +194,8 @@ impl RedisSessionStore {
             if !pending.is_empty() {
                 let mut pipe = redis::pipe();
                 for message in pending.drain(..) {
-                    pipe.publish(&channel, message).ignore();
+                    pipe.add_command(self.target.publish(&channel, message))
+                        .ignore();
                 }
                 let sent =
                     tokio::time::timeout(IO_TIMEOUT, pipe.query_async::<()>(&mut conn)).await;
@@ -308,7 +329,9 @@ impl RedisSessionStore {
         let opening = encode_open(id, &self.instance, &open);
         let published = tokio::time::timeout(
             IO_TIMEOUT,
-            conn.publish::<_, _, u64>(inbox_key(&peer), opening),
+            self.target
+                .publish(&inbox_key(&peer), opening)
+                .query_async::<u64>(&mut conn),
         )
         .await;
         match published {

@@ -19,7 +19,14 @@
 //! anyone: it is ended here (see `writer.rs`), and its client, resuming, is
 //! relayed to the copy that runs.
 //!
-//! Keys (all expire `replay_window_time` after the session's last change):
+//! Redis is one server or a Redis Cluster (`conn.rs`). A session's keys
+//! carry its id as their hash tag, so a cluster keeps them in one slot,
+//! where one script changes them together; every command and script touches
+//! keys of one slot only.
+//!
+//! Keys (all expire `replay_window_time` after the session's last change;
+//! the braces of `haip:s:{session}` are there, the hash tag around the id;
+//! elsewhere `{…}` stands for the value):
 //!
 //! | key | type | holds |
 //! |---|---|---|
@@ -34,7 +41,7 @@
 //! task store of [`tasks`], on the same connection and lease.
 //!
 //! Instances talk to each other through one pub/sub channel each,
-//! `haip:to:{instance}`: links ([`crate::session::link`]) that relay a client
+//! `haip:to:{instance}` (sharded, `SSUBSCRIBE` / `SPUBLISH`, in a cluster): links ([`crate::session::link`]) that relay a client
 //! connection to the instance running its session, or forward an upstream
 //! POST to the instance holding its stream, and the signals of tasks (kind
 //! `S`: answers and cancellations for the instance running a task). Every
@@ -45,7 +52,8 @@
 //! Recording never blocks a session: records go through a bounded queue to
 //! one writer task that sends them in batches, each batch one call of a
 //! Lua script (`RECORD`) that applies every session's records in it: one
-//! round trip per batch, however many sessions it carries. When Redis is away,
+//! round trip per batch, however many sessions it carries (in a cluster,
+//! one call per slot the batch touches, sent at once). When Redis is away,
 //! sessions go on working on their instance; records made meanwhile are lost,
 //! and restoring answers `session store unavailable` until Redis is back (the
 //! connection reconnects by itself, and the writer tries again every
@@ -70,7 +78,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -81,6 +88,7 @@ use crate::session::{
 };
 use crate::session::{TakeoverAddress, Takeovers};
 
+mod conn;
 mod keys;
 mod lease;
 mod links;
@@ -91,6 +99,7 @@ mod scripts;
 pub(crate) mod tasks;
 mod writer;
 
+use self::conn::{Conn, Target};
 use self::links::{INCOMING_QUEUE, LinkEnd};
 use self::writer::{Entry, QUEUE};
 
@@ -106,9 +115,10 @@ const IO_TIMEOUT: Duration = Duration::from_secs(3);
 pub(crate) struct RedisSessionStore {
     local: InMemorySessionStore,
     url: String,
-    client: redis::Client,
+    /// The server, or the cluster's nodes.
+    target: Target,
     instance: Arc<str>,
-    conn: OnceLock<ConnectionManager>,
+    conn: OnceLock<Conn>,
     queue: mpsc::Sender<Entry>,
     queue_rx: std::sync::Mutex<Option<mpsc::Receiver<Entry>>>,
     /// How long records are kept after a session's last change.
@@ -168,13 +178,13 @@ impl RedisSessionStore {
         ttl: Duration,
         window_cap: usize,
     ) -> Result<RedisSessionStore, redis::RedisError> {
-        let client = redis::Client::open(url)?;
+        let target = Target::parse(url)?;
         let (queue, queue_rx) = mpsc::channel(QUEUE);
         let (incoming, incoming_rx) = mpsc::channel(INCOMING_QUEUE);
         Ok(RedisSessionStore {
             local: InMemorySessionStore::default(),
             url: url.to_owned(),
-            client,
+            target,
             instance: Arc::from(instance),
             conn: OnceLock::new(),
             queue,
@@ -207,6 +217,16 @@ impl RedisSessionStore {
     /// The instance id.
     pub(crate) fn instance(&self) -> &str {
         &self.instance
+    }
+
+    /// Whether the store is a Redis Cluster (not one server).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.target.is_cluster()
+    }
+
+    /// The Redis URL, its passwords hidden (for logs).
+    pub(crate) fn redacted_url(&self) -> String {
+        lease::redact(&self.url)
     }
 
     /// The Redis URL.
@@ -256,11 +276,7 @@ impl RedisSessionStore {
         let _ = self.shared.set(Arc::clone(shared));
         let _ = self.shutdown.set(shutdown.clone());
         let tasks = shared.runner.tasks();
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(IO_TIMEOUT))
-            .set_response_timeout(Some(IO_TIMEOUT))
-            .set_number_of_retries(2);
-        let connect = self.client.get_connection_manager_with_config(config);
+        let connect = self.target.connect();
         let mut conn = tokio::time::timeout(IO_TIMEOUT * 2, connect)
             .await
             .map_err(|_| ConnectError::NoAnswer)??;

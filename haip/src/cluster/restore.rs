@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::keys::{calls_key, claim_key, session_key, window_key};
+use super::keys::{calls_key, claim_key, lease_key, session_key, window_key};
 use super::scripts::CLAIM;
 use super::{IO_TIMEOUT, RedisSessionStore};
 use crate::session::{NotRestored, ResumeRefused, Snapshot};
@@ -43,32 +43,51 @@ impl RedisSessionStore {
             }
             // A claim whose instance died with it (restored there, then
             // killed within the claim's life) does not hold the session.
-            let claimed: redis::Value = redis::cmd("EVAL")
-                .arg(CLAIM)
-                .arg(2)
-                .arg(claim_key(&id))
-                .arg(session_key(&id))
-                .arg(&*store.instance)
-                .arg(CLAIM_MS)
-                .query_async(&mut conn)
-                .await?;
-            match claimed {
-                redis::Value::Int(1) => {}
-                redis::Value::Int(0) => {
-                    return Ok(Err(NotRestored::Refused(ResumeRefused::BeingResumed)));
-                }
-                // What was recorded misses what happened while Redis was
-                // away: restoring it would end calls that ended, and send
-                // again `seq`s the client has seen with other contents.
-                redis::Value::Int(-1) => {
-                    return Ok(Err(NotRestored::Refused(ResumeRefused::RecordsLost)));
-                }
-                redis::Value::Int(_) => {
-                    return Ok(Err(NotRestored::Refused(ResumeRefused::UnknownSession)));
-                }
-                owner => {
-                    let owner: String = redis::from_redis_value(owner)?;
-                    return Ok(Err(NotRestored::Elsewhere(owner)));
+            let mut dead: Vec<String> = Vec::new();
+            loop {
+                let claimed: redis::Value = redis::cmd("EVAL")
+                    .arg(CLAIM)
+                    .arg(2)
+                    .arg(claim_key(&id))
+                    .arg(session_key(&id))
+                    .arg(&*store.instance)
+                    .arg(CLAIM_MS)
+                    .arg(&dead)
+                    .query_async(&mut conn)
+                    .await?;
+                match claimed {
+                    redis::Value::Int(1) => break,
+                    // What was recorded misses what happened while Redis was
+                    // away: restoring it would end calls that ended, and send
+                    // again `seq`s the client has seen with other contents.
+                    redis::Value::Int(-1) => {
+                        return Ok(Err(NotRestored::Refused(ResumeRefused::RecordsLost)));
+                    }
+                    redis::Value::Int(_) => {
+                        return Ok(Err(NotRestored::Refused(ResumeRefused::UnknownSession)));
+                    }
+                    other => {
+                        // Another instance owns it, or holds its claim: the
+                        // session is there while its lease lives.
+                        let (role, instance): (String, String) = redis::from_redis_value(other)?;
+                        let alive: bool = redis::cmd("EXISTS")
+                            .arg(lease_key(&instance))
+                            .query_async(&mut conn)
+                            .await?;
+                        if alive {
+                            return Ok(Err(if role == "o" {
+                                NotRestored::Elsewhere(instance)
+                            } else {
+                                NotRestored::Refused(ResumeRefused::BeingResumed)
+                            }));
+                        }
+                        // Each answer names an instance not named before:
+                        // at most the owner and the holder.
+                        if dead.contains(&instance) || dead.len() >= 2 {
+                            return Ok(Err(NotRestored::Refused(ResumeRefused::BeingResumed)));
+                        }
+                        dead.push(instance);
+                    }
                 }
             }
             let (meta, window, calls): (BTreeMap<String, String>, Vec<Vec<u8>>, Vec<String>) =

@@ -5,21 +5,28 @@
 /// Claims session `KEYS[2]` (its claim key `KEYS[1]`) for instance
 /// `ARGV[1]` for `ARGV[2]` ms, and makes that instance its owner, so that
 /// records of it from any other instance are refused from then on (see
-/// [`RECORD`]). Answers 1 when claimed; the owner's id when it is another
-/// instance whose lease is alive (the session runs there, or is being
-/// restored there); 0 when another instance whose lease is alive holds the
-/// claim; -1 when records of it were lost; -2 when there is no such session.
+/// [`RECORD`]). `ARGV[3]…`: instances known dead (their leases are gone).
+///
+/// Answers 1 when claimed; `{'o', owner}` when another instance owns it
+/// and `{'h', holder}` when another holds the claim, neither known dead (the
+/// caller reads that instance's lease: alive, the session is there or being
+/// restored there; gone, it asks again with the instance among the dead);
+/// -1 when records of it were lost; -2 when there is no such session. The
+/// leases are read by the caller, not here: in a Redis Cluster they live in
+/// other slots than the session's keys, which a script may not touch.
 pub(super) const CLAIM: &str = r"
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return -2
 end
+local dead = {}
+for i = 3, #ARGV do dead[ARGV[i]] = true end
 local owner = redis.call('HGET', KEYS[2], 'owner')
-if owner and owner ~= ARGV[1] and redis.call('EXISTS', 'haip:i:' .. owner) == 1 then
-  return owner
+if owner and owner ~= ARGV[1] and not dead[owner] then
+  return {'o', owner}
 end
 local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] and redis.call('EXISTS', 'haip:i:' .. holder) == 1 then
-  return 0
+if holder and holder ~= ARGV[1] and not dead[holder] then
+  return {'h', holder}
 end
 if redis.call('HEXISTS', KEYS[2], 'lost') == 1 then
   return -1
@@ -42,6 +49,11 @@ return 1
 /// stream session opened, closed). A session's keys get their expiry once,
 /// after its records, as they would after each.
 ///
+/// `KEYS[1]`: the key of the batch's first session. In a Redis Cluster it
+/// routes the script to the node of the batch's slot: every session of a
+/// batch is then in that slot, and the batch has no `+` / `-` records (the
+/// writer sends those apart).
+///
 /// Fencing: the records of a session whose `owner` is another instance
 /// (which restored it: see [`CLAIM`]) are refused, and the script answers
 /// the ids of those sessions. The copy here is stale: it is ended, and what
@@ -63,7 +75,7 @@ while i <= n do
   local run = not skip
   if kind == 'S' then
     expire()
-    s = 'haip:s:' .. ARGV[i + 1]
+    s = 'haip:s:{' .. ARGV[i + 1] .. '}'
     w, c = s .. ':w', s .. ':c'
     local held = redis.call('HGET', s, 'owner')
     skip = held and held ~= owner or false

@@ -7,11 +7,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::Bytes;
-use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::keys::open_key;
+use super::conn::{Conn, slot};
+use super::keys::{open_key, session_key};
 use super::scripts::RECORD;
 use super::{IO_TIMEOUT, RedisSessionStore};
 use crate::hash::FastMap;
@@ -220,7 +220,7 @@ impl RedisSessionStore {
     pub(super) async fn write(
         self: Arc<Self>,
         mut rx: mpsc::Receiver<Entry>,
-        mut conn: ConnectionManager,
+        mut conn: Conn,
         shutdown: CancellationToken,
     ) {
         let mut batch = Vec::with_capacity(BATCH);
@@ -290,7 +290,7 @@ impl RedisSessionStore {
                     }
                     drop(lost);
                     if !self.healthy.swap(true, Relaxed) {
-                        tracing::info!(url = %self.url, "Redis is reachable again");
+                        tracing::info!(url = %self.redacted_url(), "Redis is reachable again");
                     }
                 } else {
                     self.failed_trips.fetch_add(1, Relaxed);
@@ -305,7 +305,7 @@ impl RedisSessionStore {
                 self.dropped.fetch_add(batch.len() as u64, Relaxed);
                 self.lost(batch.iter().map(Entry::session));
                 if self.healthy.swap(false, Relaxed) {
-                    tracing::warn!(url = %self.url, "Redis is unreachable: session records are being dropped");
+                    tracing::warn!(url = %self.redacted_url(), "Redis is unreachable: session records are being dropped");
                 }
             }
             let n = batch.len() as u64;
@@ -331,7 +331,7 @@ impl RedisSessionStore {
     /// Before the writer stops: sessions whose records were lost and were
     /// not marked yet are marked, so that no other instance restores them
     /// from what is missing. Best effort: Redis may still be away.
-    async fn mark_lost_at_exit(&self, conn: &mut ConnectionManager, sha: &mut Option<String>) {
+    async fn mark_lost_at_exit(&self, conn: &mut Conn, sha: &mut Option<String>) {
         loop {
             let marks: Vec<(Arc<str>, bool)> = {
                 let lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
@@ -356,37 +356,124 @@ impl RedisSessionStore {
 
     /// Sends a batch of records: one `EVALSHA` of [`RECORD`], the script
     /// loaded first when Redis does not have it (the first batch, or Redis
-    /// restarted since). Answers the sessions whose records were refused
-    /// (another instance restored them).
+    /// restarted since); in a Redis Cluster, one per hash slot of the
+    /// batch's sessions, all at once (see [`send_by_slot`](Self::send_by_slot)).
+    /// Answers the sessions whose records were refused (another instance
+    /// restored them).
     async fn send(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut Conn,
         sha: &mut Option<String>,
         marks: &[(Arc<str>, bool)],
         batch: &[Entry],
     ) -> redis::RedisResult<Vec<String>> {
+        if conn.is_cluster() {
+            return self.send_by_slot(conn, sha, marks, batch).await;
+        }
+        let (groups, streams) = self.grouped(batch);
+        let groups: Vec<&Group<'_>> = groups.iter().collect();
+        let marks: Vec<&(Arc<str>, bool)> = marks.iter().collect();
+        let record = |sha: &str| self.record_call(sha, None, &marks, &groups, &streams);
         if let Some(known) = sha.as_deref() {
-            match self
-                .record_call(known, marks, batch)
-                .query_async(conn)
-                .await
-            {
-                Err(e)
-                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {}
+            match record(known).query_async(conn).await {
+                Err(e) if is_no_script(&e) => {}
                 done => return done,
             }
         }
-        let loaded: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(RECORD)
-            .query_async(conn)
-            .await?;
-        let call = self.record_call(&loaded, marks, batch);
+        let loaded = load(conn).await?;
+        let call = record(&loaded);
         *sha = Some(loaded);
         call.query_async(conn).await
     }
 
-    /// The [`RECORD`] call for a batch of records.
+    /// [`send`](Self::send) to a Redis Cluster: a script may only touch
+    /// keys of one hash slot, so the batch is split by the slot of each
+    /// session's keys (they share it: see `keys.rs`), each part one
+    /// `EVALSHA` routed by its first session's key to the node that holds
+    /// the slot, and the stream sessions opened and closed are each one
+    /// `SADD` / `SREM`. The parts go at once, on the cluster connection's
+    /// one connection per node, so a batch costs one round trip per node
+    /// it touches, not one per slot. Within a session, records keep their
+    /// order (they are in one part); across sessions no order was ever
+    /// promised. Any part failing fails the batch: its sessions are marked
+    /// as having lost records, as when Redis is away.
+    async fn send_by_slot(
+        &self,
+        conn: &mut Conn,
+        sha: &mut Option<String>,
+        marks: &[(Arc<str>, bool)],
+        batch: &[Entry],
+    ) -> redis::RedisResult<Vec<String>> {
+        use futures_util::future::join_all;
+        let (groups, streams) = self.grouped(batch);
+        // By slot: (the key that routes the part, its marks, its sessions).
+        type Part<'p, 'a> = (String, Vec<&'p (Arc<str>, bool)>, Vec<&'p Group<'a>>);
+        let mut parts: std::collections::BTreeMap<u16, Part<'_, '_>> = Default::default();
+        fn part<'m, 'p, 'a>(
+            parts: &'m mut std::collections::BTreeMap<u16, Part<'p, 'a>>,
+            id: &str,
+        ) -> &'m mut Part<'p, 'a> {
+            let key = session_key(id);
+            parts
+                .entry(slot(key.as_bytes()))
+                .or_insert_with(|| (key, Vec::new(), Vec::new()))
+        }
+        for mark in marks {
+            part(&mut parts, &mark.0).1.push(mark);
+        }
+        for group in &groups {
+            part(&mut parts, group.id).2.push(group);
+        }
+        let sha = match sha.as_deref() {
+            Some(known) => known.to_owned(),
+            None => {
+                let loaded = load(conn).await?;
+                *sha = Some(loaded.clone());
+                loaded
+            }
+        };
+        let calls: Vec<redis::Cmd> = parts
+            .values()
+            .map(|(key, marks, groups)| self.record_call(&sha, Some(key), marks, groups, &[]))
+            .collect();
+        let shared = conn.clone();
+        let run = |call: &redis::Cmd| {
+            let mut conn = shared.clone();
+            let call = call.clone();
+            async move { call.query_async::<Vec<String>>(&mut conn).await }
+        };
+        let mut answers = join_all(calls.iter().map(run)).await;
+        // A node that restarted since has lost the script: load it (on
+        // every primary) and send again what it refused, nothing else.
+        if answers
+            .iter()
+            .any(|a| matches!(a, Err(e) if is_no_script(e)))
+        {
+            load(conn).await?;
+            for (answer, call) in answers.iter_mut().zip(&calls) {
+                if matches!(answer, Err(e) if is_no_script(e)) {
+                    *answer = run(call).await;
+                }
+            }
+        }
+        let streams = streams.iter().map(|(kind, key, member)| {
+            let mut conn = conn.clone();
+            let mut call = redis::cmd(if *kind == "+" { "SADD" } else { "SREM" });
+            call.arg(key).arg(member);
+            async move { call.query_async::<()>(&mut conn).await }
+        });
+        for changed in join_all(streams).await {
+            changed?;
+        }
+        let mut fenced = Vec::new();
+        for answer in answers {
+            fenced.extend(answer?);
+        }
+        Ok(fenced)
+    }
+
+    /// The [`RECORD`] call for a batch of records, with `key` as its one key
+    /// (in a Redis Cluster, the key that routes it), or none.
     ///
     /// Records are grouped by session, in the order sessions first appear: a
     /// session's committed envelopes become one append with one update of
@@ -397,12 +484,21 @@ impl RedisSessionStore {
     /// which is what matters: it is only ever ended after them. `marks`
     /// come first: sessions whose records were lost (and whether each runs
     /// here), marked so that no instance restores them from what is missing.
-    fn record_call(&self, sha: &str, marks: &[(Arc<str>, bool)], batch: &[Entry]) -> redis::Cmd {
-        let (groups, streams) = self.grouped(batch);
+    fn record_call(
+        &self,
+        sha: &str,
+        key: Option<&str>,
+        marks: &[&(Arc<str>, bool)],
+        groups: &[&Group<'_>],
+        streams: &[StreamChange],
+    ) -> redis::Cmd {
         let mut call = redis::cmd("EVALSHA");
-        call.arg(sha)
-            .arg(0)
-            .arg(&*self.instance)
+        call.arg(sha);
+        match key {
+            Some(key) => call.arg(1).arg(key),
+            None => call.arg(0),
+        };
+        call.arg(&*self.instance)
             .arg(self.ttl.as_millis() as u64)
             .arg(self.window_cap);
         for (id, here) in marks {
@@ -411,13 +507,13 @@ impl RedisSessionStore {
                 .arg("L")
                 .arg(if *here { "1" } else { "0" });
         }
-        for group in &groups {
+        for group in groups {
             call.arg("S").arg(&**group.id);
             for op in &group.ops {
                 op.push_args(&mut call);
             }
         }
-        for (kind, key, member) in &streams {
+        for (kind, key, member) in streams {
             call.arg(*kind).arg(key).arg(member);
         }
         call
@@ -616,3 +712,17 @@ const PROBE: Duration = Duration::from_millis(250);
 /// How long a session's last frames may take after its calls were cancelled
 /// at shutdown (as the connection driver allows them).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether Redis answered that it does not have the script.
+fn is_no_script(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// Loads [`RECORD`] (on every primary, in a Redis Cluster): its SHA1.
+async fn load(conn: &mut Conn) -> redis::RedisResult<String> {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(RECORD)
+        .query_async(conn)
+        .await
+}

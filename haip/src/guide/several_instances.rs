@@ -118,6 +118,35 @@
 //! before, but it is never restored elsewhere from what is missing
 //! (`RESUME_FAILED` `records lost while the session store was away`).
 //!
+//! ## A Redis Cluster
+//!
+//! Name a Redis Cluster by its seed nodes, several URLs separated by commas
+//! (or one `redis+cluster://` URL whose hosts are separated by commas):
+//!
+//! ```sh
+//! HAIP_REDIS_URL=redis://10.0.0.1:7000,redis://10.0.0.2:7000,redis://10.0.0.3:7000
+//! HAIP_REDIS_URL=redis+cluster://10.0.0.1:7000,10.0.0.2:7000
+//! ```
+//!
+//! haip finds the other nodes itself, and follows slots as they move
+//! (`MOVED` and `ASK`). Each session's keys carry its id as their hash tag
+//! (`haip:s:{session}`, `haip:s:{session}:w`, …), so one node holds all of
+//! them, and each batch of records goes out split by slot: one script per
+//! slot, all at once, one round trip per node. Instances reach each other
+//! through sharded pub/sub (`SSUBSCRIBE`, Redis 7 or later): each
+//! instance's channel lives on the node of its slot, and a message costs
+//! that node alone, not the whole cluster. What a session needs survives a
+//! node's loss only if the node has a replica that takes over; a primary
+//! lost before it replicated what it acknowledged is the "records lost"
+//! case above.
+//!
+//! **MCP tasks stay on their instance on a Redis Cluster** (for now): the
+//! task store counts every record against its caller's share in the same
+//! atomic step, across slots a Redis Cluster will not join. An instance
+//! keeps its tasks in memory and says so at start; a client polling a task
+//! must reach the instance that runs it. With one Redis server, tasks are
+//! shared as above.
+//!
 //! What sharing costs (resumption across instances, Redis memory per
 //! detached session) is measured in `BENCHMARKS.md` (`bash bench/cluster.sh`).
 //!

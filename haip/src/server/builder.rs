@@ -245,7 +245,10 @@ impl ServerBuilder {
     }
 
     /// Shares sessions with the other instances using the Redis server at
-    /// `url` (`redis://host:port/db`; feature `redis`): a client whose
+    /// `url` (`redis://host:port/db`; feature `redis`), or the Redis Cluster
+    /// its seed nodes name (`redis://h1:7000,redis://h2:7000`, or
+    /// `redis+cluster://h1:7000,h2:7000`; see the guide's
+    /// [several instances](crate::guide::several_instances)): a client whose
     /// instance went away resumes its session on any other, its missed
     /// envelopes replayed and the calls that died with the instance ended
     /// with `TOOL_DONE ERROR INTERNAL_ERROR` "instance lost". The server

@@ -90,8 +90,7 @@ mod tests;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
+use super::conn::Conn;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -206,7 +205,7 @@ impl RedisTaskStore {
     }
 
     /// The connection, while Redis is known to answer.
-    fn conn(&self) -> Option<ConnectionManager> {
+    fn conn(&self) -> Option<Conn> {
         self.cluster
             .conn
             .get()
@@ -369,10 +368,7 @@ fn ttl_arg(ttl: Duration) -> u64 {
 }
 
 /// One round trip, within [`IO_TIMEOUT`]; any failure is `Unavailable`.
-async fn query(
-    conn: Option<ConnectionManager>,
-    cmd: redis::Cmd,
-) -> Result<redis::Value, TaskStoreError> {
+async fn query(conn: Option<Conn>, cmd: redis::Cmd) -> Result<redis::Value, TaskStoreError> {
     let Some(mut conn) = conn else {
         return Err(TaskStoreError::Unavailable);
     };
@@ -571,12 +567,13 @@ impl TaskStore for RedisTaskStore {
         let message = encode_signal(id, &signal);
         let channel = inbox_key(owner);
         let conn = self.conn();
+        let publish = self.cluster.target.publish(&channel, message);
         Box::pin(async move {
             let Some(mut conn) = conn else {
                 return Err(TaskStoreError::Unavailable);
             };
             let published =
-                tokio::time::timeout(IO_TIMEOUT, conn.publish::<_, _, u64>(channel, message)).await;
+                tokio::time::timeout(IO_TIMEOUT, publish.query_async::<u64>(&mut conn)).await;
             match published {
                 // Somebody listens: the owner (its only subscriber).
                 Ok(Ok(receivers)) if receivers > 0 => Ok(()),

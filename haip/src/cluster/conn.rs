@@ -1,0 +1,326 @@
+//! Where the store's Redis is, and the connection to it: one server
+//! (`redis://host:port/db`), or a Redis Cluster named by its seed nodes
+//! (several URLs separated by commas, or a `redis+cluster://` URL). Both are
+//! a [`Conn`], which the rest of the store uses alike: what differs is that
+//! a cluster takes no command that touches keys of two hash slots (see the
+//! key table of [`super`]), so the writer sends each slot's records apart.
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
+
+use super::IO_TIMEOUT;
+
+/// The Redis a store talks to, parsed from its URL.
+pub(super) enum Target {
+    /// One server.
+    Single(redis::Client),
+    /// A Redis Cluster: the client, and the seed nodes (for the
+    /// connection that subscribes).
+    Cluster {
+        client: Box<ClusterClient>,
+        seeds: Vec<redis::ConnectionInfo>,
+    },
+}
+
+impl Target {
+    /// The target `url` names: a cluster when it lists several URLs
+    /// separated by commas, or its scheme is `redis+cluster` (`rediss+cluster`
+    /// with TLS); one server otherwise. A URL after the first may leave out
+    /// its scheme (`redis+cluster://h1:7000,h2:7000`): it takes the first's.
+    pub(super) fn parse(url: &str) -> Result<Target, redis::RedisError> {
+        let mut parts = url.split(',').map(str::trim);
+        let first = parts.next().unwrap_or_default();
+        let (scheme, first) = match first.split_once("://") {
+            Some(("redis+cluster", rest)) => ("redis", rest),
+            Some(("rediss+cluster", rest)) => ("rediss", rest),
+            Some(("redis+sentinel" | "rediss+sentinel", _)) => {
+                return Err(invalid(
+                    "Redis Sentinel URLs are not supported yet: name the primary (redis://host:port)",
+                ));
+            }
+            Some((scheme, rest)) => (scheme, rest),
+            None => {
+                return Err(invalid(
+                    "not a URL: it needs a scheme, as in redis://host:port",
+                ));
+            }
+        };
+        let rest: Vec<&str> = parts.collect();
+        let cluster = url.contains("+cluster://") || !rest.is_empty();
+        if !cluster {
+            return Ok(Target::Single(redis::Client::open(url)?));
+        }
+        let mut urls = vec![format!("{scheme}://{first}")];
+        for node in rest {
+            if node.is_empty() {
+                return Err(invalid("an empty node in the list of cluster nodes"));
+            }
+            urls.push(if node.contains("://") {
+                node.to_owned()
+            } else {
+                format!("{scheme}://{node}")
+            });
+        }
+        let infos = urls
+            .iter()
+            .map(|u| u.as_str().into_connection_info())
+            .collect::<Result<Vec<_>, _>>()?;
+        let client = Box::new(cluster_builder(infos.clone()).build()?);
+        Ok(Target::Cluster {
+            client,
+            seeds: infos,
+        })
+    }
+
+    /// Whether it is a Redis Cluster.
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Target::Cluster { .. })
+    }
+
+    /// Connects: one connection that reconnects by itself (to the server,
+    /// or to each node of the cluster as its slots move).
+    pub(super) async fn connect(&self) -> Result<Conn, redis::RedisError> {
+        match self {
+            Target::Single(client) => {
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(IO_TIMEOUT))
+                    .set_response_timeout(Some(IO_TIMEOUT))
+                    .set_number_of_retries(2);
+                let conn = client.get_connection_manager_with_config(config).await?;
+                Ok(Conn::Single(conn))
+            }
+            Target::Cluster { client, .. } => {
+                Ok(Conn::Cluster(client.get_async_connection().await?))
+            }
+        }
+    }
+
+    /// Subscribes to `channel`: a classic subscription on the one server;
+    /// in a Redis Cluster, a sharded one (`SSUBSCRIBE`), held by the node
+    /// of the channel's slot, which the cluster connection follows when the
+    /// slot moves (subscribing again after any disconnection). What arrives
+    /// comes out of the [`Subscription`].
+    pub(super) async fn subscribe(&self, channel: &str) -> redis::RedisResult<Subscription> {
+        match self {
+            Target::Single(client) => {
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(channel).await?;
+                Ok(Subscription::Single(Box::new(pubsub)))
+            }
+            Target::Cluster { seeds, .. } => {
+                let (tx, rx) = tokio::sync::mpsc::channel(PUSHED);
+                let pushed = move |info: redis::PushInfo| -> Result<(), ()> {
+                    let heard = match info.kind {
+                        redis::PushKind::SMessage => match info.data.into_iter().last() {
+                            Some(Value::BulkString(payload)) => Heard::Message(payload),
+                            _ => return Ok(()),
+                        },
+                        redis::PushKind::Disconnection | redis::PushKind::SUnsubscribe => {
+                            Heard::Lost
+                        }
+                        _ => return Ok(()),
+                    };
+                    // Bounded: a listener that falls this far behind loses
+                    // messages, as its links would on a lost subscription
+                    // (the other ends learn it from the silence).
+                    if tx.try_send(heard).is_err() {
+                        tracing::debug!("a message between instances dropped: too many waiting");
+                    }
+                    Ok(())
+                };
+                let client = cluster_builder(seeds.clone())
+                    .use_protocol(redis::ProtocolVersion::RESP3)
+                    .push_sender(pushed)
+                    .build()?;
+                let mut conn = client.get_async_connection().await?;
+                conn.ssubscribe(channel).await?;
+                Ok(Subscription::Cluster { _conn: conn, rx })
+            }
+        }
+    }
+
+    /// `PUBLISH` on the one server; `SPUBLISH` in a Redis Cluster (the
+    /// sharded channel's node, where its subscriber is). Either answers
+    /// how many subscribers received the message.
+    pub(super) fn publish(&self, channel: &str, message: Vec<u8>) -> Cmd {
+        let mut cmd = redis::cmd(if self.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        });
+        cmd.arg(channel).arg(message);
+        cmd
+    }
+}
+
+/// Messages of a cluster subscription waiting for their listener, at most.
+const PUSHED: usize = 4096;
+
+/// What a sharded subscription hears.
+pub(super) enum Heard {
+    /// A message's payload.
+    Message(Vec<u8>),
+    /// The subscription was lost (a disconnection, or its slot moved): it
+    /// is made again, but what was published meanwhile is gone.
+    Lost,
+}
+
+/// A subscription to one channel (see [`Target::subscribe`]).
+pub(super) enum Subscription {
+    /// A classic subscription on one server: when its messages end, it is
+    /// lost.
+    Single(Box<redis::aio::PubSub>),
+    /// A sharded subscription of a cluster connection, which the connection
+    /// keeps (subscribing again on its own); what it hears.
+    Cluster {
+        _conn: ClusterConnection,
+        rx: tokio::sync::mpsc::Receiver<Heard>,
+    },
+}
+
+/// A cluster client for `nodes`, with the store's timeouts.
+fn cluster_builder(nodes: Vec<redis::ConnectionInfo>) -> redis::cluster::ClusterClientBuilder {
+    redis::cluster::ClusterClientBuilder::new(nodes)
+        .connection_timeout(IO_TIMEOUT)
+        .response_timeout(IO_TIMEOUT)
+        .retries(2)
+}
+
+fn invalid(why: &'static str) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, why))
+}
+
+/// A connection to the store's Redis: cheap to clone (clones share it).
+#[derive(Clone)]
+pub(super) enum Conn {
+    /// To one server.
+    Single(ConnectionManager),
+    /// To a Redis Cluster: each command goes to the node that holds its
+    /// keys' slot (`MOVED` and `ASK` followed).
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// Whether it is a Redis Cluster's.
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Conn::Cluster(_))
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// The hash slot of `key` in a Redis Cluster: CRC16 (XMODEM) of its hash
+/// tag (the text between its first `{` and the next `}`, when not empty)
+/// or of the whole key, modulo 16384.
+pub(super) fn slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(key)) % 16384
+}
+
+/// CRC16/XMODEM (polynomial 0x1021, initial value 0), as Redis Cluster
+/// computes it.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_redis_clusters() {
+        // Redis Cluster's specification: "123456789" has CRC16 0x31C3.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot(b"123456789"), 12739);
+        // Hash tags: only what is inside the first `{…}` counts.
+        assert_eq!(slot(b"haip:s:{abc}"), slot(b"abc"));
+        assert_eq!(slot(b"haip:s:{abc}:w"), slot(b"haip:s:{abc}:c"));
+        assert_eq!(slot(b"x{}y"), crc16(b"x{}y") % 16384);
+        assert_ne!(slot(b"{}abc"), slot(b"abc"), "an empty tag is no tag");
+        assert_eq!(slot(b"a{b}{c}"), slot(b"b"));
+        assert_eq!(slot(b"a{b"), crc16(b"a{b") % 16384);
+    }
+
+    #[test]
+    fn urls_name_one_server_or_a_cluster() {
+        assert!(
+            !Target::parse("redis://127.0.0.1:6379")
+                .unwrap()
+                .is_cluster()
+        );
+        assert!(
+            !Target::parse("redis://127.0.0.1:6379/2")
+                .unwrap()
+                .is_cluster()
+        );
+        for cluster in [
+            "redis://127.0.0.1:7000,redis://127.0.0.1:7001",
+            "redis://127.0.0.1:7000, 127.0.0.1:7001",
+            "redis+cluster://127.0.0.1:7000",
+            "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
+        ] {
+            let target = Target::parse(cluster).unwrap();
+            assert!(target.is_cluster(), "{cluster}");
+        }
+        let Target::Cluster { seeds, .. } =
+            Target::parse("redis+cluster://127.0.0.1:7000,127.0.0.1:7001").unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!(seeds.len(), 2);
+        for bad in [
+            "not a url",
+            "redis://127.0.0.1:7000,",
+            "redis+sentinel://127.0.0.1:26379/haip",
+            "redis://127.0.0.1:7000,nonsense://x",
+        ] {
+            let err = Target::parse(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} refused"));
+            assert!(!err.to_string().is_empty(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! Sessions shared through a Redis Cluster (feature `redis`): a real
+//! three-primary cluster (three `redis-server`s in cluster mode joined by
+//! `redis-cli --cluster create`, started by the test support on loopback),
+//! named to haip by its seed list (`HAIP_REDIS_URL=redis://…,redis://…`).
+//!
+//! - Each session's keys live on the node that holds its slot (its id is
+//!   their hash tag), and sessions spread over the nodes; an instance killed
+//!   with `kill -9` mid-call: every one of its sessions resumes on another
+//!   instance, restored from the nodes its records were written to (the
+//!   writer sends each batch's slots apart), the running call ended with
+//!   "instance lost".
+//! - A client that moves to another live instance: relayed over pub/sub,
+//!   whichever node each instance subscribed on; its calls follow, a cancel
+//!   reaches the call. An SSE stream's upstream POSTs sent to the other
+//!   instance are forwarded (the open-streams set is written apart from the
+//!   sessions' records).
+
+use crate::cluster::{Instance, gate, pair_at};
+use crate::conn;
+use crate::redis_support;
+use crate::support;
+
+use std::collections::HashSet;
+
+use conn::{Conn, Kind, assert_ok, post};
+use redis_support::RedisCluster;
+use serde_json::json;
+use support::resume_hai;
+
+/// Sessions opened on one instance: enough for their slots to span the
+/// cluster's nodes (all twelve on one node: about one chance in 60 000).
+const SESSIONS: usize = 12;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instances_sessions_resume_elsewhere_over_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let seeds = cluster.seed_list();
+    let mut a = Instance::spawn(&seeds, "a").await;
+    let b = Instance::spawn(&seeds, "b").await;
+
+    let mut conns = Vec::new();
+    for i in 0..SESSIONS {
+        let mut conn = Conn::connect(Kind::Ws, a.addr, None).await;
+        let done = conn
+            .call_done("e1", "echo", json!({ "message": format!("before {i}") }))
+            .await;
+        assert_eq!(done["status"], "OK", "{done}");
+        conns.push(conn);
+    }
+    // A reply reaches its client only once its records are written: each
+    // session's keys are on the node of its slot, in one slot.
+    let mut nodes = HashSet::new();
+    for conn in &conns {
+        let session = &conn.session;
+        let keys = [
+            format!("haip:s:{{{session}}}"),
+            format!("haip:s:{{{session}}}:w"),
+        ];
+        let node = cluster.node_for_key(&keys[0]);
+        assert_eq!(cluster.node_for_key(&keys[1]), node, "{keys:?}");
+        for key in &keys {
+            cluster.check_keyslot(key).expect("the slot Redis computes");
+            let exists = cluster.nodes()[node].command(&["EXISTS", key]);
+            assert_eq!(exists.as_deref(), Ok(":1"), "{key} on node {node}");
+        }
+        nodes.insert(node);
+    }
+    assert!(
+        nodes.len() >= 2,
+        "{SESSIONS} sessions on one node: {nodes:?}"
+    );
+
+    // A five-step call on the first session, killed in its first steps.
+    conns[0]
+        .call(
+            "p1",
+            "process_file",
+            json!({"filename": "a.txt", "operation": "read"}),
+        )
+        .await;
+    let update = conns[0].expect_update("p1").await;
+    assert_eq!(update["status"], "RUNNING", "{update}");
+    a.kill();
+    let sessions: Vec<String> = conns.drain(..).map(|c| c.session.clone()).collect();
+
+    for (i, session) in sessions.iter().enumerate() {
+        // Each client saw only its HAI (seq 1): the rest is replayed.
+        let mut conn = Conn::connect(Kind::Ws, b.addr, None).await;
+        conn.send(&resume_hai("resume", session, "1")).await;
+        conn.follow(session, 1);
+        let want = if i == 0 { 2 } else { 1 };
+        let mut dones = Vec::new();
+        let mut confirmed = false;
+        while dones.len() < want || !confirmed {
+            let env = conn.recv().await;
+            match env["type"].as_str() {
+                Some("TOOL_DONE") => dones.push(env["payload"].clone()),
+                Some("HAI") => {
+                    assert_eq!(env["payload"]["last_rx_seq"], "0", "{env}");
+                    confirmed = true;
+                }
+                Some("TOOL_UPDATE") if i == 0 => assert_eq!(env["payload"]["call_id"], "p1"),
+                other => panic!("session {i}: unexpected {other:?}: {env}"),
+            }
+        }
+        assert_eq!(
+            dones[0],
+            json!({"call_id": "e1", "status": "OK", "result": {"echoed": format!("before {i}")}}),
+            "session {i}"
+        );
+        if i == 0 {
+            assert_eq!(dones[1]["call_id"], "p1");
+            assert_eq!(dones[1]["status"], "ERROR");
+            let message = dones[1]["result"]["error"].as_str().unwrap();
+            assert!(message.contains("instance lost"), "{message}");
+        }
+        // Nothing else is owed, and the session lives on, on b.
+        conn.ping_marker().await;
+        let done = conn
+            .call_done("e2", "echo", json!({"message": "after"}))
+            .await;
+        assert_eq!(done["result"], json!({"echoed": "after"}), "session {i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_move_between_live_instances_over_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    clients_move_between_live_instances(&cluster.seed_list()).await;
+}
+
+async fn clients_move_between_live_instances(url: &str) {
+    let (a, b) = pair_at(url).await;
+
+    // An SSE stream on a; its upstream POSTs sent to b.
+    let mut stream = Conn::connect(Kind::Sse, a.local_addr(), None).await;
+    let done = stream
+        .call_done("s1", "echo", json!({"message": "stream"}))
+        .await;
+    assert_eq!(done["status"], "OK");
+    let call = json!({"id": "c2", "channel": "USER", "type": "TOOL_CALL",
+        "payload": {"call_id": "s2", "tool": "echo", "params": {"message": "via b"}}});
+    let response = post(
+        b.local_addr(),
+        "/haip/message",
+        None,
+        &[("x-haip-session", stream.session.as_str())],
+        &call.to_string(),
+    )
+    .await;
+    assert_ok(&response);
+    let done = stream.expect_done("s2").await;
+    assert_eq!(done["result"], json!({"echoed": "via b"}));
+    // Named by nobody: the subject's one open stream, found in the set of
+    // open streams (a key of its own slot).
+    let call = json!({"id": "c3", "channel": "USER", "type": "TOOL_CALL",
+        "payload": {"call_id": "s3", "tool": "echo", "params": {"message": "anywhere"}}});
+    let response = post(
+        b.local_addr(),
+        "/haip/message",
+        None,
+        &[],
+        &call.to_string(),
+    )
+    .await;
+    assert_ok(&response);
+    let done = stream.expect_done("s3").await;
+    assert_eq!(done["result"], json!({"echoed": "anywhere"}));
+
+    // A session that stays on a while its client moves to b.
+    let mut conn = Conn::connect(Kind::Ws, a.local_addr(), None).await;
+    let session = conn.session.clone();
+    let done = conn
+        .call_done("e1", "echo", json!({"message": "on a"}))
+        .await;
+    assert_eq!(done["status"], "OK");
+    let seen = conn.last_seq();
+    conn.call("h1", "hold", json!({})).await;
+    let update = conn.expect_update("h1").await;
+    assert_eq!(update["status"], "RUNNING", "{update}");
+    let gate_name = format!("move over {url}");
+    conn.call("g1", "gated", json!({ "name": gate_name })).await;
+    drop(conn);
+
+    let mut conn = Conn::connect(Kind::Ws, b.local_addr(), None).await;
+    conn.send(&resume_hai("r", &session, &seen.to_string()))
+        .await;
+    conn.follow(&session, seen);
+    loop {
+        let env = conn.recv().await;
+        match env["type"].as_str() {
+            Some("HAI") => break,
+            Some("TOOL_UPDATE") => assert_eq!(env["payload"]["call_id"], "h1", "{env}"),
+            other => panic!("unexpected {other:?}: {env}"),
+        }
+    }
+    let done = conn
+        .call_done("e2", "echo", json!({"message": "through b"}))
+        .await;
+    assert_eq!(done["result"], json!({"echoed": "through b"}));
+    gate(&gate_name).notify_one();
+    let done = conn.expect_done("g1").await;
+    assert_eq!(done["result"], "released", "{done}");
+    conn.request("TOOL_CANCEL", json!({"call_id": "h1"})).await;
+    let update = conn.expect_update("h1").await;
+    assert_eq!(update["status"], "CANCELLING", "{update}");
+    let done = conn.expect_done("h1").await;
+    assert_eq!(done["status"], "CANCELLED", "{done}");
+    conn.ping_marker().await;
+}
