@@ -289,7 +289,7 @@ async fn a_refused_relayed_resumption_stays_on_the_greeted_session(kind: Kind) {
     assert_eq!(stats["cluster"]["relayedConnections"], 1, "{stats}");
     // Wait for a refresh of a's lease made after the relay was counted.
     next_refresh(&redis, "a").await;
-    let lease: Value = serde_json::from_str(&redis.get("haip:i:a").unwrap().unwrap()).unwrap();
+    let lease: Value = serde_json::from_str(&redis.get("{haip}:i:a").unwrap().unwrap()).unwrap();
     assert_eq!(lease["activeConnections"], 1, "{lease}");
     drop(on_a);
 }
@@ -474,7 +474,7 @@ async fn a_killed_instances_session_resumes_elsewhere_at_once(kind: Kind) {
     drop(conn);
     // The lease of a is still there: the session is taken for running on a.
     assert!(
-        redis.get("haip:i:a").expect("Redis answers").is_some(),
+        redis.get("{haip}:i:a").expect("Redis answers").is_some(),
         "the lease outlives the instance"
     );
 
@@ -809,7 +809,9 @@ async fn losing_redis_keeps_sessions_working_and_it_recovers() {
 async fn lapse(redis: &RedisServer, id: &str) {
     next_refresh(redis, id).await;
     assert_eq!(
-        redis.command(&["DEL", &format!("haip:i:{id}")]).unwrap(),
+        redis
+            .command(&["DEL", &format!("{{haip}}:i:{id}")])
+            .unwrap(),
         ":1"
     );
 }
@@ -817,7 +819,7 @@ async fn lapse(redis: &RedisServer, id: &str) {
 /// Returns once instance `id` has refreshed its lease (seen as its time to
 /// live growing), within a bound.
 async fn next_refresh(redis: &RedisServer, id: &str) {
-    let key = format!("haip:i:{id}");
+    let key = format!("{{haip}}:i:{id}");
     let left = || -> i64 {
         redis
             .command(&["PTTL", &key])

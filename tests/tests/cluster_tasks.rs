@@ -2,6 +2,9 @@
 //! and several instances sharing it (and their `request_state_key`), each
 //! serving stateless `/mcp`; a task runs on the instance that started it,
 //! and any instance answers `tasks/get`, `tasks/update` and `tasks/cancel`.
+//! Each test runs twice: on one Redis server, and on a real three-primary
+//! Redis Cluster (`…_over_a_redis_cluster`), where the task store's keys
+//! share one slot.
 //!
 //! - A task started on A is followed to its result with `tasks/get` on B.
 //! - A task on A asks two questions: `tasks/update` sent to B answers them,
@@ -28,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use haip::{Answer, Context, Limits, ServerBuilder, ServerHandle, TaskSupport, Tool, ToolError};
 use mcp_http::mcp_request;
-use redis_support::RedisServer;
+use redis_support::{RedisCluster, RedisServer};
 use serde_json::{Value, json};
 use support::{base_limits, builder, start, within};
 
@@ -115,10 +118,44 @@ fn tools() -> Vec<Tool> {
     vec![report, two, hold]
 }
 
-/// An instance's builder: the test tools, sessions and tasks in `redis`.
-fn instance(redis: &RedisServer, id: &str) -> ServerBuilder {
+/// The Redis the instances share: one server, or a three-primary cluster.
+enum Store {
+    One(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl Store {
+    fn one() -> Store {
+        Store::One(RedisServer::start())
+    }
+
+    fn cluster() -> Store {
+        Store::Cluster(RedisCluster::start())
+    }
+
+    /// What `HAIP_REDIS_URL` would say.
+    fn url(&self) -> String {
+        match self {
+            Store::One(redis) => redis.url(),
+            Store::Cluster(cluster) => cluster.seed_list(),
+        }
+    }
+
+    /// One command about the key `args[1]`, sent to the node that holds it;
+    /// the first line of the reply.
+    fn command(&self, args: &[&str]) -> String {
+        let answer = match self {
+            Store::One(redis) => redis.command(args),
+            Store::Cluster(cluster) => cluster.nodes()[cluster.node_for_key(args[1])].command(args),
+        };
+        answer.unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+}
+
+/// An instance's builder: the test tools, sessions and tasks in `store`.
+fn instance(store: &Store, id: &str) -> ServerBuilder {
     let mut builder = builder()
-        .redis(redis.url())
+        .redis(store.url())
         .instance_id(id)
         .request_state_key(STATE_KEY)
         .limits(Limits {
@@ -131,8 +168,8 @@ fn instance(redis: &RedisServer, id: &str) -> ServerBuilder {
     builder
 }
 
-async fn serve(redis: &RedisServer, id: &str) -> ServerHandle {
-    start(instance(redis, id)).await.0
+async fn serve(store: &Store, id: &str) -> ServerHandle {
+    start(instance(store, id)).await.0
 }
 
 // ----- MCP requests, as tests/tests/mcp_tasks.rs sends them ------------------------
@@ -245,8 +282,8 @@ async fn active_calls(addr: SocketAddr) -> u64 {
 }
 
 /// The milliseconds Redis keeps `key` (`PTTL`: -2 gone, -1 forever).
-fn pttl(redis: &RedisServer, key: &str) -> i64 {
-    let reply = redis.command(&["PTTL", key]).unwrap();
+fn pttl(store: &Store, key: &str) -> i64 {
+    let reply = store.command(&["PTTL", key]);
     reply
         .strip_prefix(':')
         .and_then(|n| n.parse().ok())
@@ -254,8 +291,8 @@ fn pttl(redis: &RedisServer, key: &str) -> i64 {
 }
 
 /// Whether instance `id`'s lease is in Redis.
-fn leased(redis: &RedisServer, id: &str) -> bool {
-    redis.command(&["EXISTS", &format!("haip:i:{id}")]).unwrap() == ":1"
+fn leased(store: &Store, id: &str) -> bool {
+    store.command(&["EXISTS", &format!("{{haip}}:i:{id}")]) == ":1"
 }
 
 fn assert_lost(got: &Value) {
@@ -269,9 +306,17 @@ fn assert_lost(got: &Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_started_on_one_instance_is_followed_on_another() {
-    let redis = RedisServer::start();
-    let a = serve(&redis, "a").await;
-    let b = serve(&redis, "b").await;
+    a_task_started_on_one_instance_is_followed_on_another_in(Store::one()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_started_on_one_instance_is_followed_on_another_over_a_redis_cluster() {
+    a_task_started_on_one_instance_is_followed_on_another_in(Store::cluster()).await;
+}
+
+async fn a_task_started_on_one_instance_is_followed_on_another_in(store: Store) {
+    let a = serve(&store, "a").await;
+    let b = serve(&store, "b").await;
     let id = task(a.local_addr(), "report", json!({"ms": 400, "label": "q3"})).await;
     // Known everywhere at once: written before the call answered.
     let now = get(b.local_addr(), &id).await;
@@ -294,15 +339,23 @@ async fn a_task_started_on_one_instance_is_followed_on_another() {
         assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
     }
     // An ended task's records expire `task_ttl` after its end.
-    let kept = pttl(&redis, &format!("haip:t:{id}"));
+    let kept = pttl(&store, &format!("{{haip}}:t:{id}"));
     assert!(kept > 0 && kept <= TTL.as_millis() as i64, "PTTL {kept}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn questions_of_a_task_on_one_instance_are_answered_through_another() {
-    let redis = RedisServer::start();
-    let a = serve(&redis, "a").await;
-    let b = serve(&redis, "b").await;
+    questions_of_a_task_on_one_instance_are_answered_through_another_in(Store::one()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_of_a_task_on_one_instance_are_answered_through_another_over_a_redis_cluster() {
+    questions_of_a_task_on_one_instance_are_answered_through_another_in(Store::cluster()).await;
+}
+
+async fn questions_of_a_task_on_one_instance_are_answered_through_another_in(store: Store) {
+    let a = serve(&store, "a").await;
+    let b = serve(&store, "b").await;
     let id = task(a.local_addr(), "two", json!({})).await;
     within("both questions, seen on b", async {
         loop {
@@ -339,14 +392,22 @@ async fn questions_of_a_task_on_one_instance_are_answered_through_another() {
         "{done}"
     );
     // No question is left behind.
-    assert_eq!(pttl(&redis, &format!("haip:t:{id}:q")), -2);
+    assert_eq!(pttl(&store, &format!("{{haip}}:t:{id}:q")), -2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_on_one_instance_is_cancelled_through_another() {
-    let redis = RedisServer::start();
-    let a = serve(&redis, "a").await;
-    let b = serve(&redis, "b").await;
+    a_task_on_one_instance_is_cancelled_through_another_in(Store::one()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_on_one_instance_is_cancelled_through_another_over_a_redis_cluster() {
+    a_task_on_one_instance_is_cancelled_through_another_in(Store::cluster()).await;
+}
+
+async fn a_task_on_one_instance_is_cancelled_through_another_in(store: Store) {
+    let a = serve(&store, "a").await;
+    let b = serve(&store, "b").await;
     let id = task(a.local_addr(), "hold", json!({"label": "cancel-me"})).await;
     poll("the call to start", Duration::from_secs(10), || {
         started("cancel-me")
@@ -381,7 +442,15 @@ async fn a_task_on_one_instance_is_cancelled_through_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_whose_instance_died_fails_once_as_lost() {
-    let redis = RedisServer::start();
+    a_task_whose_instance_died_fails_once_as_lost_in(Store::one()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_instance_died_fails_once_as_lost_over_a_redis_cluster() {
+    a_task_whose_instance_died_fails_once_as_lost_in(Store::cluster()).await;
+}
+
+async fn a_task_whose_instance_died_fails_once_as_lost_in(store: Store) {
     // A runs on a runtime of its own: dropping that runtime is A dying
     // mid-task (no shutdown, its lease left to expire).
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -389,9 +458,9 @@ async fn a_task_whose_instance_died_fails_once_as_lost() {
         .enable_all()
         .build()
         .unwrap();
-    let a = runtime.spawn(start(instance(&redis, "a"))).await.unwrap().0;
-    let b = serve(&redis, "b").await;
-    let c = serve(&redis, "c").await;
+    let a = runtime.spawn(start(instance(&store, "a"))).await.unwrap().0;
+    let b = serve(&store, "b").await;
+    let c = serve(&store, "c").await;
     let id = task(a.local_addr(), "hold", json!({"label": "dies"})).await;
     poll("the call to start", Duration::from_secs(10), || {
         started("dies")
@@ -399,12 +468,12 @@ async fn a_task_whose_instance_died_fails_once_as_lost() {
     .await;
     assert_eq!(status(&get(b.local_addr(), &id).await), "working");
     // A running task's record outlives `task_ttl` while its owner lives.
-    let running = pttl(&redis, &format!("haip:t:{id}"));
+    let running = pttl(&store, &format!("{{haip}}:t:{id}"));
     assert!(running > TTL.as_millis() as i64, "PTTL {running}");
 
     runtime.shutdown_background();
     drop(a);
-    poll("a's lease to expire", LEASE_WAIT, || !leased(&redis, "a")).await;
+    poll("a's lease to expire", LEASE_WAIT, || !leased(&store, "a")).await;
     // B and C at once: both see it failed, and it was written once.
     let (on_b, on_c) = tokio::join!(get(b.local_addr(), &id), get(c.local_addr(), &id));
     assert_lost(&on_b);
@@ -418,7 +487,7 @@ async fn a_task_whose_instance_died_fails_once_as_lost() {
         assert_eq!(result(&got), &first, "round {round}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let kept = pttl(&redis, &format!("haip:t:{id}"));
+    let kept = pttl(&store, &format!("{{haip}}:t:{id}"));
     assert!(kept > 0 && kept <= TTL.as_millis() as i64, "PTTL {kept}");
     let cancel = rpc(c.local_addr(), "tasks/cancel", json!({"taskId": id})).await;
     assert_eq!(
@@ -431,9 +500,17 @@ async fn a_task_whose_instance_died_fails_once_as_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_taken_for_dead_does_not_overwrite_its_lost_task() {
-    let redis = RedisServer::start();
-    let a = serve(&redis, "a").await;
-    let b = serve(&redis, "b").await;
+    an_owner_taken_for_dead_does_not_overwrite_its_lost_task_in(Store::one()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_taken_for_dead_does_not_overwrite_its_lost_task_over_a_redis_cluster() {
+    an_owner_taken_for_dead_does_not_overwrite_its_lost_task_in(Store::cluster()).await;
+}
+
+async fn an_owner_taken_for_dead_does_not_overwrite_its_lost_task_in(store: Store) {
+    let a = serve(&store, "a").await;
+    let b = serve(&store, "b").await;
     let id = task(a.local_addr(), "hold", json!({"label": "presumed-dead"})).await;
     poll("the call to start", Duration::from_secs(10), || {
         started("presumed-dead")
@@ -444,7 +521,7 @@ async fn an_owner_taken_for_dead_does_not_overwrite_its_lost_task() {
     // asks in between.
     let lost = within("b to take a for dead", async {
         loop {
-            redis.command(&["DEL", "haip:i:a"]).unwrap();
+            store.command(&["DEL", "{haip}:i:a"]);
             let got = get(b.local_addr(), &id).await;
             if status(&got) != "working" {
                 return got;

@@ -277,7 +277,7 @@ fn integer(redis: &RedisServer, command: &[&str]) -> i64 {
 /// The bytes the share of `caller` holds in `redis` (-1: none).
 fn held(redis: &RedisServer, caller: &str) -> i64 {
     let sum = "return tonumber(redis.call('HGET', KEYS[1], '=') or '-1')";
-    integer(redis, &["EVAL", sum, "1", &format!("haip:tb:{caller}")])
+    integer(redis, &["EVAL", sum, "1", &format!("{{haip}}:tb:{caller}")])
 }
 
 /// The records of `caller`'s share that are still in `redis`, and the sum
@@ -289,14 +289,17 @@ local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
 if #ids ~= redis.call('HLEN', KEYS[1]) - 1 then return -1 end
 local n, bytes = 0, 0
 for _, id in ipairs(ids) do
-  if redis.call('EXISTS', 'haip:t:' .. id) == 1 then
+  if redis.call('EXISTS', '{haip}:t:' .. id) == 1 then
     n = n + 1
     bytes = bytes + tonumber(redis.call('HGET', KEYS[1], id))
   end
 end
 return n * 1000000000 + bytes
 ";
-    let (bytes, expiry) = (format!("haip:tb:{caller}"), format!("haip:te:{caller}"));
+    let (bytes, expiry) = (
+        format!("{{haip}}:tb:{caller}"),
+        format!("{{haip}}:te:{caller}"),
+    );
     let both = integer(redis, &["EVAL", sum, "2", &bytes, &expiry]);
     (both / 1_000_000_000, both % 1_000_000_000)
 }
@@ -322,7 +325,7 @@ async fn one_caller_fills_only_its_own_share_of_the_task_store_in_redis() {
         "{holds}"
     );
     for key in ["tb", "te"] {
-        let kept = integer(&redis, &["PTTL", &format!("haip:{key}:{alices}")]);
+        let kept = integer(&redis, &["PTTL", &format!("{{haip}}:{key}:{alices}")]);
         assert!(kept > 0, "her share's keys expire: PTTL {kept}");
     }
     for addr in [a, b] {
@@ -332,7 +335,7 @@ async fn one_caller_fills_only_its_own_share_of_the_task_store_in_redis() {
     // Once all her first records are gone, none of them is counted: her
     // share holds her two last tasks, as their records are now.
     within("Alice's first records to expire", async {
-        let gone = |id: &String| integer(&redis, &["EXISTS", &format!("haip:t:{id}")]) == 0;
+        let gone = |id: &String| integer(&redis, &["EXISTS", &format!("{{haip}}:t:{id}")]) == 0;
         while !filled.iter().all(gone) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

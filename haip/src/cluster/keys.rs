@@ -1,11 +1,14 @@
 //! The names of the session store's keys and channels in Redis (the table
 //! of the module's documentation). A session's keys carry its id as their
 //! hash tag (`{…}`), so that a Redis Cluster keeps them in one slot, where
-//! one script may change them together.
+//! one script may change them together. The rest (leases, the set of
+//! instances, the open streams, and the task store's keys) share the tag
+//! `{haip}`: one slot, where a task's script may read a lease, and a lease
+//! and the set of instances are written in one pipeline.
 
 /// The set of instance ids that took a lease (the dead ones are dropped when
 /// `/stats` finds their lease gone).
-pub(super) const INSTANCES: &str = "haip:instances";
+pub(super) const INSTANCES: &str = "{haip}:instances";
 
 pub(super) fn session_key(id: &str) -> String {
     format!("haip:s:{{{id}}}")
@@ -24,11 +27,11 @@ pub(super) fn claim_key(id: &str) -> String {
 }
 
 pub(super) fn lease_key(instance: &str) -> String {
-    format!("haip:i:{instance}")
+    format!("{{haip}}:i:{instance}")
 }
 
 pub(super) fn open_key(subject: Option<&str>) -> String {
-    format!("haip:open:{}", subject.unwrap_or(""))
+    format!("{{haip}}:open:{}", subject.unwrap_or(""))
 }
 
 pub(super) fn inbox_key(instance: &str) -> String {

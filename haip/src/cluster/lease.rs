@@ -67,11 +67,7 @@ impl RedisSessionStore {
         let key = lease_key(&self.instance);
         let ms = LEASE_TTL.as_millis() as u64;
         let stats = self.counts().to_string();
-        if conn.is_cluster() {
-            // Two slots: two commands (the lease first, as in one pipeline).
-            let () = conn.pset_ex(key, stats, ms).await?;
-            return conn.sadd(INSTANCES, &*self.instance).await;
-        }
+        // One slot (`{haip}`): one pipeline, in a cluster too.
         redis::pipe()
             .pset_ex(key, stats, ms)
             .ignore()

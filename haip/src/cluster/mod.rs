@@ -25,7 +25,8 @@
 //! keys of one slot only.
 //!
 //! Keys (all expire `replay_window_time` after the session's last change;
-//! the braces of `haip:s:{session}` are there, the hash tag around the id;
+//! the braces of `haip:s:{session}` are there, the hash tag around the id,
+//! and so are those of `{haip}`, the tag of the keys that share one slot;
 //! elsewhere `{…}` stands for the value):
 //!
 //! | key | type | holds |
@@ -34,10 +35,10 @@
 //! | `haip:s:{session}:w` | list | committed envelopes, oldest first (at most 10 × `replay_window_messages`) |
 //! | `haip:s:{session}:c` | set | call ids owed a `TOOL_DONE` |
 //! | `haip:s:{session}:claim` | string | the instance restoring it (10 s) |
-//! | `haip:i:{instance}` | string | the instance's lease ([`LEASE_TTL`]) |
-//! | `haip:open:{subject}` | set | `{session} {instance}` of each open stream session (upstream POST targets) |
+//! | `{haip}:i:{instance}` | string | the instance's lease ([`LEASE_TTL`]) |
+//! | `{haip}:open:{subject}` | set | `{session} {instance}` of each open stream session (upstream POST targets) |
 //!
-//! MCP task records (`haip:t:{task}`, `haip:t:{task}:q`) are kept by the
+//! MCP task records (`{haip}:t:{task}`, `{haip}:t:{task}:q`) are kept by the
 //! task store of [`tasks`], on the same connection and lease.
 //!
 //! Instances talk to each other through one pub/sub channel each,

@@ -140,12 +140,12 @@
 //! lost before it replicated what it acknowledged is the "records lost"
 //! case above.
 //!
-//! **MCP tasks stay on their instance on a Redis Cluster** (for now): the
-//! task store counts every record against its caller's share in the same
-//! atomic step, across slots a Redis Cluster will not join. An instance
-//! keeps its tasks in memory and says so at start; a client polling a task
-//! must reach the instance that runs it. With one Redis server, tasks are
-//! shared as above.
+//! The keys that are not one session's (leases, the set of instances, the
+//! open streams, MCP task records and their callers' shares) share the hash
+//! tag `{haip}`, so one node holds them all: a task's script reads its
+//! owner's lease and its caller's share in the same atomic step, as on one
+//! server. Sessions, which carry most of the traffic, spread over the
+//! nodes; tasks do not, yet.
 //!
 //! What sharing costs (resumption across instances, Redis memory per
 //! detached session) is measured in `BENCHMARKS.md` (`bash bench/cluster.sh`).

@@ -57,15 +57,6 @@ impl Cluster {
         clock: Arc<dyn crate::session::Clock>,
     ) -> Option<Arc<dyn crate::session::tasks::TaskStore>> {
         let store = self.0.as_ref()?;
-        if store.is_cluster() {
-            // The task store's scripts count each record against its
-            // caller's share in the same step, which a Redis Cluster cannot
-            // do across slots yet: tasks stay on their instance.
-            tracing::warn!(
-                "MCP tasks are kept by each instance, not in the Redis Cluster: a task is known only to the instance that runs it"
-            );
-            return None;
-        }
         Some(crate::cluster::tasks::RedisTaskStore::attach(
             store, limits, clock,
         ))

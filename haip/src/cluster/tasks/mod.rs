@@ -7,12 +7,12 @@
 //!
 //! | key | type | holds | expires |
 //! |---|---|---|---|
-//! | `haip:t:{task}` | hash | `owner` (the instance running it), `subject` (absent: none), `caller` (whose share it counts against, `TaskRecord::caller`; absent: no caller's), `status` (`working`, `completed`, `failed` or `cancelled`), `message` (absent: none), `created`, `updated` (ms since the Unix epoch), `result` (JSON `CallToolResult`), `error` (JSON `{code, message}`) | running: [`running_ttl`] after its owner last refreshed it; ended: `ttl` (`TaskLimits::ttl`) after it ended |
-//! | `haip:t:{task}:q` | hash | the open questions: key → `{method, params}` JSON | with its record; deleted when the task ends |
-//! | `haip:i:{instance}` | string | the owner's lease ([`super`]): a task whose owner's lease is gone is lost | [`LEASE_TTL`](super::LEASE_TTL) |
-//! | `haip:tb:{caller}` | hash | a caller's share: task id → the bytes its record is counted for; `=` → their sum | a minute after the last of its records, extended as they are |
-//! | `haip:te:{caller}` | sorted set | the same tasks, scored by when their records expire (ms since the Unix epoch, as last seen) | with `haip:tb:{caller}` |
-//! | `haip:mcp:{session}` | hash | an MCP session (`mcp/export/session.rs`): `record` (JSON: who opened it, its revision, its client's capabilities, its log level), `held-by:{instance}` for each instance that holds it | `idle_timeout` after its last use on any instance; deleted by its `DELETE` |
+//! | `{haip}:t:{task}` | hash | `owner` (the instance running it), `subject` (absent: none), `caller` (whose share it counts against, `TaskRecord::caller`; absent: no caller's), `status` (`working`, `completed`, `failed` or `cancelled`), `message` (absent: none), `created`, `updated` (ms since the Unix epoch), `result` (JSON `CallToolResult`), `error` (JSON `{code, message}`) | running: [`running_ttl`] after its owner last refreshed it; ended: `ttl` (`TaskLimits::ttl`) after it ended |
+//! | `{haip}:t:{task}:q` | hash | the open questions: key → `{method, params}` JSON | with its record; deleted when the task ends |
+//! | `{haip}:i:{instance}` | string | the owner's lease ([`super`]): a task whose owner's lease is gone is lost | [`LEASE_TTL`](super::LEASE_TTL) |
+//! | `{haip}:tb:{caller}` | hash | a caller's share: task id → the bytes its record is counted for; `=` → their sum | a minute after the last of its records, extended as they are |
+//! | `{haip}:te:{caller}` | sorted set | the same tasks, scored by when their records expire (ms since the Unix epoch, as last seen) | with `{haip}:tb:{caller}` |
+//! | `{haip}:mcp:{session}` | hash | an MCP session (`mcp/export/session.rs`): `record` (JSON: who opened it, its revision, its client's capabilities, its log level), `held-by:{instance}` for each instance that holds it | `idle_timeout` after its last use on any instance; deleted by its `DELETE` |
 //!
 //! A record's `status` is `working` or an end as written; `tasks/get` shows
 //! `input_required` while its `:q` hash has a question (read in the same
@@ -127,28 +127,28 @@ pub(crate) fn running_ttl(ttl: Duration) -> Duration {
 
 /// An MCP session's record and the instances that hold it.
 fn mcp_session_key(id: &str) -> String {
-    format!("haip:mcp:{id}")
+    format!("{{haip}}:mcp:{id}")
 }
 
 fn task_key(id: &str) -> String {
-    format!("haip:t:{id}")
+    format!("{{haip}}:t:{id}")
 }
 
 fn questions_key(id: &str) -> String {
-    format!("haip:t:{id}:q")
+    format!("{{haip}}:t:{id}:q")
 }
 
 /// A caller's share: the bytes each of its records is counted for, and
 /// their sum (field `=`).
 #[cfg(test)]
 fn share_bytes_key(caller: &str) -> String {
-    format!("haip:tb:{caller}")
+    format!("{{haip}}:tb:{caller}")
 }
 
 /// A caller's share: its records by when they expire.
 #[cfg(test)]
 fn share_expiry_key(caller: &str) -> String {
-    format!("haip:te:{caller}")
+    format!("{{haip}}:te:{caller}")
 }
 
 /// What the scripts answer for a change beyond the caller's share of bytes.

@@ -3,8 +3,8 @@
 //!
 //! Each that changes a record also counts it for its caller (the record's
 //! `caller` field; a record without one is no caller's), in the same script:
-//! the caller's share keys (`haip:tb:{caller}`: bytes by task, and `=` their
-//! sum; `haip:te:{caller}`: tasks by when their records expire) hold the
+//! the caller's share keys (`{haip}:tb:{caller}`: bytes by task, and `=` their
+//! sum; `{haip}:te:{caller}`: tasks by when their records expire) hold the
 //! [charge](crate::session::tasks::TaskRecord::charge) of each of its
 //! records, computed here from what Redis holds, until the record is gone.
 //! Redis runs no script when a record expires: the tasks of a share whose
@@ -27,12 +27,12 @@ local RESERVE = 1024
 local function ended(s)
   return s == 'completed' or s == 'failed' or s == 'cancelled'
 end
-local function id_of(rec) return string.sub(rec, 8) end
+local function id_of(rec) return string.sub(rec, 10) end
 -- A record's caller's share keys (nil: no caller's).
 local function share_keys(rec)
   local caller = redis.call('HGET', rec, 'caller')
   if not caller then return nil end
-  return 'haip:tb:' .. caller, 'haip:te:' .. caller
+  return '{haip}:tb:' .. caller, '{haip}:te:' .. caller
 end
 -- The bytes of a record but its message, result, error and questions.
 local function base(rec)
@@ -61,7 +61,7 @@ end
 -- Forgets the tasks of a share whose records are gone by `now`.
 local function purge(b, e, now)
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', e, '-inf', now)) do
-    local left = redis.call('PTTL', 'haip:t:' .. id)
+    local left = redis.call('PTTL', '{haip}:t:' .. id)
     if left == -2 then
       forget(b, e, id)
     else

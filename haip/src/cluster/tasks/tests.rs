@@ -46,9 +46,13 @@ fn flat(pairs: &[(&str, String)]) -> redis::Value {
 
 #[test]
 fn keys_are_named_by_the_task() {
-    assert_eq!(task_key("t1"), "haip:t:t1");
-    assert_eq!(questions_key("t1"), "haip:t:t1:q");
-    assert_eq!(lease_key(""), "haip:i:", "the prefix GET names leases with");
+    assert_eq!(task_key("t1"), "{haip}:t:t1");
+    assert_eq!(questions_key("t1"), "{haip}:t:t1:q");
+    assert_eq!(
+        lease_key(""),
+        "{haip}:i:",
+        "the prefix GET names leases with"
+    );
     // The scripts name a record's and its caller's share's keys themselves.
     for script in [CREATE, GET, ASK, ANSWERED, NOTE, FINISH, REFRESH] {
         assert!(script.contains(&format!("'{}' .. id", task_key(""))));
@@ -58,7 +62,7 @@ fn keys_are_named_by_the_task() {
     }
     assert_eq!(
         share_bytes_key(r#"subject "ada""#),
-        r#"haip:tb:subject "ada""#
+        r#"{haip}:tb:subject "ada""#
     );
     assert_eq!(
         running_ttl(Duration::from_secs(1)),
