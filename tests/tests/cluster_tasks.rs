@@ -2,9 +2,10 @@
 //! and several instances sharing it (and their `request_state_key`), each
 //! serving stateless `/mcp`; a task runs on the instance that started it,
 //! and any instance answers `tasks/get`, `tasks/update` and `tasks/cancel`.
-//! Each test runs twice: on one Redis server, and on a real three-primary
-//! Redis Cluster (`…_over_a_redis_cluster`), where the task store's keys
-//! share one slot.
+//! Each test runs three times: on one Redis server, on a real
+//! three-primary Redis Cluster (`…_over_a_redis_cluster`), where the task
+//! store's keys share one slot, and on a primary watched by three sentinels
+//! (`…_with_sentinels`, named `redis+sentinel://…/haip`).
 //!
 //! - A task started on A is followed to its result with `tasks/get` on B.
 //! - A task on A asks two questions: `tasks/update` sent to B answers them,
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use haip::{Answer, Context, Limits, ServerBuilder, ServerHandle, TaskSupport, Tool, ToolError};
 use mcp_http::mcp_request;
-use redis_support::{RedisCluster, RedisServer};
+use redis_support::{RedisCluster, RedisSentinels, RedisServer};
 use serde_json::{Value, json};
 use support::{base_limits, builder, start, within};
 
@@ -122,6 +123,9 @@ fn tools() -> Vec<Tool> {
 enum Store {
     One(RedisServer),
     Cluster(RedisCluster),
+    /// A primary, its replica and three sentinels (no failover here:
+    /// `redis_ha.rs` has one).
+    Sentinels(Box<std::sync::Mutex<RedisSentinels>>),
 }
 
 impl Store {
@@ -133,11 +137,27 @@ impl Store {
         Store::Cluster(RedisCluster::start())
     }
 
+    fn sentinels() -> Store {
+        Store::Sentinels(Box::new(std::sync::Mutex::new(RedisSentinels::start())))
+    }
+
+    /// `base`, made this store's own: the variants of a test run side by
+    /// side, and `hold`'s labels are seen by all of them.
+    fn label(&self, base: &str) -> String {
+        let kind = match self {
+            Store::One(_) => "one",
+            Store::Cluster(_) => "cluster",
+            Store::Sentinels(_) => "sentinels",
+        };
+        format!("{base} ({kind})")
+    }
+
     /// What `HAIP_REDIS_URL` would say.
     fn url(&self) -> String {
         match self {
             Store::One(redis) => redis.url(),
             Store::Cluster(cluster) => cluster.seed_list(),
+            Store::Sentinels(sentinels) => sentinels.lock().unwrap().url(),
         }
     }
 
@@ -147,6 +167,7 @@ impl Store {
         let answer = match self {
             Store::One(redis) => redis.command(args),
             Store::Cluster(cluster) => cluster.nodes()[cluster.node_for_key(args[1])].command(args),
+            Store::Sentinels(sentinels) => sentinels.lock().unwrap().primary().command(args),
         };
         answer.unwrap_or_else(|e| panic!("{args:?}: {e}"))
     }
@@ -314,6 +335,11 @@ async fn a_task_started_on_one_instance_is_followed_on_another_over_a_redis_clus
     a_task_started_on_one_instance_is_followed_on_another_in(Store::cluster()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_started_on_one_instance_is_followed_on_another_with_sentinels() {
+    a_task_started_on_one_instance_is_followed_on_another_in(Store::sentinels()).await;
+}
+
 async fn a_task_started_on_one_instance_is_followed_on_another_in(store: Store) {
     let a = serve(&store, "a").await;
     let b = serve(&store, "b").await;
@@ -351,6 +377,11 @@ async fn questions_of_a_task_on_one_instance_are_answered_through_another() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn questions_of_a_task_on_one_instance_are_answered_through_another_over_a_redis_cluster() {
     questions_of_a_task_on_one_instance_are_answered_through_another_in(Store::cluster()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_of_a_task_on_one_instance_are_answered_through_another_with_sentinels() {
+    questions_of_a_task_on_one_instance_are_answered_through_another_in(Store::sentinels()).await;
 }
 
 async fn questions_of_a_task_on_one_instance_are_answered_through_another_in(store: Store) {
@@ -405,12 +436,18 @@ async fn a_task_on_one_instance_is_cancelled_through_another_over_a_redis_cluste
     a_task_on_one_instance_is_cancelled_through_another_in(Store::cluster()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_on_one_instance_is_cancelled_through_another_with_sentinels() {
+    a_task_on_one_instance_is_cancelled_through_another_in(Store::sentinels()).await;
+}
+
 async fn a_task_on_one_instance_is_cancelled_through_another_in(store: Store) {
     let a = serve(&store, "a").await;
     let b = serve(&store, "b").await;
-    let id = task(a.local_addr(), "hold", json!({"label": "cancel-me"})).await;
+    let label = store.label("cancel-me");
+    let id = task(a.local_addr(), "hold", json!({"label": label})).await;
     poll("the call to start", Duration::from_secs(10), || {
-        started("cancel-me")
+        started(&label)
     })
     .await;
     assert_eq!(status(&get(b.local_addr(), &id).await), "working");
@@ -423,7 +460,7 @@ async fn a_task_on_one_instance_is_cancelled_through_another_in(store: Store) {
     }
     // The tool on a really stopped, and its end did not change the record.
     poll("the call on a to stop", Duration::from_secs(10), || {
-        stopped("cancel-me")
+        stopped(&label)
     })
     .await;
     within("a's call to end", async {
@@ -450,6 +487,11 @@ async fn a_task_whose_instance_died_fails_once_as_lost_over_a_redis_cluster() {
     a_task_whose_instance_died_fails_once_as_lost_in(Store::cluster()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_instance_died_fails_once_as_lost_with_sentinels() {
+    a_task_whose_instance_died_fails_once_as_lost_in(Store::sentinels()).await;
+}
+
 async fn a_task_whose_instance_died_fails_once_as_lost_in(store: Store) {
     // A runs on a runtime of its own: dropping that runtime is A dying
     // mid-task (no shutdown, its lease left to expire).
@@ -461,9 +503,10 @@ async fn a_task_whose_instance_died_fails_once_as_lost_in(store: Store) {
     let a = runtime.spawn(start(instance(&store, "a"))).await.unwrap().0;
     let b = serve(&store, "b").await;
     let c = serve(&store, "c").await;
-    let id = task(a.local_addr(), "hold", json!({"label": "dies"})).await;
+    let label = store.label("dies");
+    let id = task(a.local_addr(), "hold", json!({"label": label})).await;
     poll("the call to start", Duration::from_secs(10), || {
-        started("dies")
+        started(&label)
     })
     .await;
     assert_eq!(status(&get(b.local_addr(), &id).await), "working");
@@ -508,12 +551,18 @@ async fn an_owner_taken_for_dead_does_not_overwrite_its_lost_task_over_a_redis_c
     an_owner_taken_for_dead_does_not_overwrite_its_lost_task_in(Store::cluster()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_taken_for_dead_does_not_overwrite_its_lost_task_with_sentinels() {
+    an_owner_taken_for_dead_does_not_overwrite_its_lost_task_in(Store::sentinels()).await;
+}
+
 async fn an_owner_taken_for_dead_does_not_overwrite_its_lost_task_in(store: Store) {
     let a = serve(&store, "a").await;
     let b = serve(&store, "b").await;
-    let id = task(a.local_addr(), "hold", json!({"label": "presumed-dead"})).await;
+    let label = store.label("presumed-dead");
+    let id = task(a.local_addr(), "hold", json!({"label": label})).await;
     poll("the call to start", Duration::from_secs(10), || {
-        started("presumed-dead")
+        started(&label)
     })
     .await;
     // A's lease disappears (as when A cannot reach Redis for a while): B
@@ -536,7 +585,7 @@ async fn an_owner_taken_for_dead_does_not_overwrite_its_lost_task_in(store: Stor
     poll(
         "a to stop the call of its lost task",
         Duration::from_secs(30),
-        || stopped("presumed-dead"),
+        || stopped(&label),
     )
     .await;
     within("a's call to end", async {

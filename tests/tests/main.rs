@@ -65,7 +65,7 @@ mod mcp_tasks;
 mod metrics;
 mod middleware;
 mod profiles;
-mod redis_cluster;
+mod redis_ha;
 mod redis_server;
 mod reliability;
 mod reliability_flow;

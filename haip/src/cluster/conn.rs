@@ -1,11 +1,16 @@
 //! Where the store's Redis is, and the connection to it: one server
-//! (`redis://host:port/db`), or a Redis Cluster named by its seed nodes
-//! (several URLs separated by commas, or a `redis+cluster://` URL). Both are
-//! a [`Conn`], which the rest of the store uses alike: what differs is that
-//! a cluster takes no command that touches keys of two hash slots (see the
-//! key table of [`super`]), so the writer sends each slot's records apart.
+//! (`redis://host:port/db`), a Redis Cluster named by its seed nodes
+//! (several URLs separated by commas, or a `redis+cluster://` URL), or a
+//! primary watched by Redis Sentinel (`redis+sentinel://s1:26379,s2:26379/name`).
+//! Each is a [`Conn`], which the rest of the store uses alike: what differs
+//! is that a cluster takes no command that touches keys of two hash slots
+//! (see the key table of [`super`]), so the writer sends each slot's
+//! records apart; and that a Sentinel's primary may change, so the
+//! connection asks the sentinels again after it fails.
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use std::sync::Arc;
+
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
@@ -22,22 +27,44 @@ pub(super) enum Target {
         client: Box<ClusterClient>,
         seeds: Vec<redis::ConnectionInfo>,
     },
+    /// A primary that Redis Sentinel watches, and fails over to a replica.
+    Sentinel(Arc<Sentinels>),
+}
+
+/// The sentinels of one primary (its service name), asked where it is.
+pub(super) struct Sentinels {
+    client: tokio::sync::Mutex<redis::sentinel::SentinelClient>,
+}
+
+impl Sentinels {
+    /// A client of the primary the sentinels name now (checked with `ROLE`).
+    async fn primary(&self) -> redis::RedisResult<redis::Client> {
+        let mut client = self.client.lock().await;
+        tokio::time::timeout(IO_TIMEOUT, client.async_get_client())
+            .await
+            .unwrap_or_else(|_| Err(invalid_io("no sentinel named the primary in time")))
+    }
 }
 
 impl Target {
-    /// The target `url` names: a cluster when it lists several URLs
-    /// separated by commas, or its scheme is `redis+cluster` (`rediss+cluster`
-    /// with TLS); one server otherwise. A URL after the first may leave out
-    /// its scheme (`redis+cluster://h1:7000,h2:7000`): it takes the first's.
+    /// The target `url` names: a primary watched by Redis Sentinel when its
+    /// scheme is `redis+sentinel` (see [`sentinel`]); a cluster when it lists
+    /// several URLs separated by commas, or its scheme is `redis+cluster`
+    /// (`rediss+cluster` with TLS); one server otherwise. A URL after the
+    /// first may leave out its scheme (`redis+cluster://h1:7000,h2:7000`):
+    /// it takes the first's.
     pub(super) fn parse(url: &str) -> Result<Target, redis::RedisError> {
+        if let Some(rest) = url.trim().strip_prefix("redis+sentinel://") {
+            return sentinel(rest);
+        }
         let mut parts = url.split(',').map(str::trim);
         let first = parts.next().unwrap_or_default();
         let (scheme, first) = match first.split_once("://") {
             Some(("redis+cluster", rest)) => ("redis", rest),
             Some(("rediss+cluster", rest)) => ("rediss", rest),
-            Some(("redis+sentinel" | "rediss+sentinel", _)) => {
+            Some(("rediss+sentinel", _)) => {
                 return Err(invalid(
-                    "Redis Sentinel URLs are not supported yet: name the primary (redis://host:port)",
+                    "TLS to Redis Sentinel (rediss+sentinel) is not supported: use redis+sentinel",
                 ));
             }
             Some((scheme, rest)) => (scheme, rest),
@@ -79,6 +106,12 @@ impl Target {
         matches!(self, Target::Cluster { .. })
     }
 
+    /// Whether it is a primary watched by Redis Sentinel.
+    #[cfg(test)]
+    pub(super) fn is_sentinel(&self) -> bool {
+        matches!(self, Target::Sentinel(_))
+    }
+
     /// Connects: one connection that reconnects by itself (to the server,
     /// or to each node of the cluster as its slots move).
     pub(super) async fn connect(&self) -> Result<Conn, redis::RedisError> {
@@ -94,6 +127,15 @@ impl Target {
             Target::Cluster { client, .. } => {
                 Ok(Conn::Cluster(client.get_async_connection().await?))
             }
+            Target::Sentinel(sentinels) => {
+                let conn = Arc::new(FollowedPrimary {
+                    sentinels: Arc::clone(sentinels),
+                    current: std::sync::Mutex::new(None),
+                });
+                // Connected now, so that a wrong setting fails the start.
+                conn.connection().await?;
+                Ok(Conn::Sentinel(conn))
+            }
         }
     }
 
@@ -106,6 +148,13 @@ impl Target {
         match self {
             Target::Single(client) => {
                 let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(channel).await?;
+                Ok(Subscription::Single(Box::new(pubsub)))
+            }
+            // On the primary the sentinels name now; when it fails, the
+            // subscription ends, and the next one asks them again.
+            Target::Sentinel(sentinels) => {
+                let mut pubsub = sentinels.primary().await?.get_async_pubsub().await?;
                 pubsub.subscribe(channel).await?;
                 Ok(Subscription::Single(Box::new(pubsub)))
             }
@@ -192,6 +241,110 @@ fn invalid(why: &'static str) -> redis::RedisError {
     redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, why))
 }
 
+fn invalid_io(why: &'static str) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, why))
+}
+
+/// `redis+sentinel://[user:password@]host:port[,host:port…]/service[/db]`
+/// (what follows the scheme, in `rest`): the sentinels' addresses, the
+/// service name they watch the primary under, and the primary's database
+/// and credentials (the sentinels themselves are asked without).
+fn sentinel(rest: &str) -> Result<Target, redis::RedisError> {
+    let (auth, rest) = match rest.rsplit_once('@') {
+        Some((auth, rest)) => (Some(auth), rest),
+        None => (None, rest),
+    };
+    let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut path = path.split('/').filter(|p| !p.is_empty());
+    let service = path.next().ok_or_else(|| {
+        invalid("a Sentinel URL names the primary's service: redis+sentinel://host:26379/name")
+    })?;
+    let db = match path.next() {
+        Some(db) => db
+            .parse::<i64>()
+            .map_err(|_| invalid("the database after the service name is a number"))?,
+        None => 0,
+    };
+    if path.next().is_some() {
+        return Err(invalid("a Sentinel URL's path is /service or /service/db"));
+    }
+    let nodes = hosts
+        .split(',')
+        .map(str::trim)
+        .map(|host| {
+            if host.is_empty() {
+                return Err(invalid("an empty host in the list of sentinels"));
+            }
+            format!("redis://{host}").as_str().into_connection_info()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut primary = redis::RedisConnectionInfo::default().set_db(db);
+    if let Some(auth) = auth {
+        let (user, password) = auth.split_once(':').unwrap_or((auth, ""));
+        if !user.is_empty() {
+            primary = primary.set_username(user);
+        }
+        if !password.is_empty() {
+            primary = primary.set_password(password);
+        }
+    }
+    let node =
+        redis::sentinel::SentinelNodeConnectionInfo::default().set_redis_connection_info(primary);
+    let client = redis::sentinel::SentinelClient::build(
+        nodes,
+        service.to_owned(),
+        Some(node),
+        redis::sentinel::SentinelServerType::Master,
+    )?;
+    Ok(Target::Sentinel(Arc::new(Sentinels {
+        client: tokio::sync::Mutex::new(client),
+    })))
+}
+
+/// A connection to the primary the sentinels name: made when first needed,
+/// and dropped when a command fails as a failover makes it fail (the
+/// primary unreachable, or now a read-only replica), so that the next
+/// command asks the sentinels again. The command that failed fails: the
+/// store's writer counts its records lost, as when Redis is away.
+pub(super) struct FollowedPrimary {
+    sentinels: Arc<Sentinels>,
+    current: std::sync::Mutex<Option<MultiplexedConnection>>,
+}
+
+impl FollowedPrimary {
+    async fn connection(&self) -> redis::RedisResult<MultiplexedConnection> {
+        if let Some(conn) = self.lock().clone() {
+            return Ok(conn);
+        }
+        let client = self.sentinels.primary().await?;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(IO_TIMEOUT))
+            .set_response_timeout(Some(IO_TIMEOUT));
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        *self.lock() = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A command failed with `e`: if a failover may be why, the next one
+    /// connects to whichever primary the sentinels name then.
+    fn failed(&self, e: &redis::RedisError) {
+        let moved = e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+        if moved {
+            *self.lock() = None;
+        }
+    }
+}
+
 /// A connection to the store's Redis: cheap to clone (clones share it).
 #[derive(Clone)]
 pub(super) enum Conn {
@@ -200,6 +353,8 @@ pub(super) enum Conn {
     /// To a Redis Cluster: each command goes to the node that holds its
     /// keys' slot (`MOVED` and `ASK` followed).
     Cluster(ClusterConnection),
+    /// To the primary Redis Sentinel names, followed across failovers.
+    Sentinel(Arc<FollowedPrimary>),
 }
 
 impl Conn {
@@ -214,6 +369,14 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            Conn::Sentinel(primary) => Box::pin(async move {
+                let mut conn = primary.connection().await?;
+                let answer = conn.req_packed_command(cmd).await;
+                if let Err(e) = &answer {
+                    primary.failed(e);
+                }
+                answer
+            }),
         }
     }
 
@@ -226,6 +389,14 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.req_packed_commands(cmd, offset, count),
             Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+            Conn::Sentinel(primary) => Box::pin(async move {
+                let mut conn = primary.connection().await?;
+                let answer = conn.req_packed_commands(cmd, offset, count).await;
+                if let Err(e) = &answer {
+                    primary.failed(e);
+                }
+                answer
+            }),
         }
     }
 
@@ -233,6 +404,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.get_db(),
             Conn::Cluster(conn) => conn.get_db(),
+            Conn::Sentinel(primary) => primary.lock().as_ref().map_or(0, |c| c.get_db()),
         }
     }
 }
@@ -285,7 +457,7 @@ mod tests {
     }
 
     #[test]
-    fn urls_name_one_server_or_a_cluster() {
+    fn urls_name_one_server_a_cluster_or_sentinels() {
         assert!(
             !Target::parse("redis://127.0.0.1:6379")
                 .unwrap()
@@ -311,11 +483,24 @@ mod tests {
             unreachable!()
         };
         assert_eq!(seeds.len(), 2);
+        for sentinel in [
+            "redis+sentinel://127.0.0.1:26379/haip",
+            "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/haip",
+            "redis+sentinel://:secret@127.0.0.1:26379/haip/2",
+        ] {
+            let target = Target::parse(sentinel).unwrap();
+            assert!(target.is_sentinel() && !target.is_cluster(), "{sentinel}");
+        }
         for bad in [
             "not a url",
             "redis://127.0.0.1:7000,",
-            "redis+sentinel://127.0.0.1:26379/haip",
             "redis://127.0.0.1:7000,nonsense://x",
+            "redis+sentinel://127.0.0.1:26379",
+            "redis+sentinel://127.0.0.1:26379/",
+            "redis+sentinel://127.0.0.1:26379,/haip",
+            "redis+sentinel://127.0.0.1:26379/haip/zero",
+            "redis+sentinel://127.0.0.1:26379/haip/0/more",
+            "rediss+sentinel://127.0.0.1:26379/haip",
         ] {
             let err = Target::parse(bad)
                 .err()

@@ -147,6 +147,27 @@
 //! server. Sessions, which carry most of the traffic, spread over the
 //! nodes; tasks do not, yet.
 //!
+//! ## Redis Sentinel
+//!
+//! Name a primary that Redis Sentinel watches by its sentinels and the
+//! name they watch it under (and, if it needs them, its credentials and
+//! database):
+//!
+//! ```sh
+//! HAIP_REDIS_URL=redis+sentinel://10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379/haip
+//! HAIP_REDIS_URL=redis+sentinel://:password@10.0.0.1:26379,10.0.0.2:26379/haip/2
+//! ```
+//!
+//! haip asks the sentinels for the primary (and checks its `ROLE`). When a
+//! command fails as a failover makes it fail (the primary unreachable, or
+//! demoted to a read-only replica), the next one asks them again and
+//! connects to the primary they name then; the subscription to the other
+//! instances' messages moves with it. While there is no primary, it is as
+//! when Redis is away (above): sessions go on, records made meanwhile are
+//! lost and their sessions marked. What the old primary acknowledged but
+//! had not replicated when it died is lost with it, unseen: replication is
+//! asynchronous.
+//!
 //! What sharing costs (resumption across instances, Redis memory per
 //! detached session) is measured in `BENCHMARKS.md` (`bash bench/cluster.sh`).
 //!

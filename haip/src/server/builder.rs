@@ -245,9 +245,10 @@ impl ServerBuilder {
     }
 
     /// Shares sessions with the other instances using the Redis server at
-    /// `url` (`redis://host:port/db`; feature `redis`), or the Redis Cluster
+    /// `url` (`redis://host:port/db`; feature `redis`), the Redis Cluster
     /// its seed nodes name (`redis://h1:7000,redis://h2:7000`, or
-    /// `redis+cluster://h1:7000,h2:7000`; see the guide's
+    /// `redis+cluster://h1:7000,h2:7000`), or the primary Redis Sentinel
+    /// watches (`redis+sentinel://s1:26379,s2:26379/name`; see the guide's
     /// [several instances](crate::guide::several_instances)): a client whose
     /// instance went away resumes its session on any other, its missed
     /// envelopes replayed and the calls that died with the instance ended

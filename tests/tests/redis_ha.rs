@@ -1,7 +1,10 @@
-//! Sessions shared through a Redis Cluster (feature `redis`): a real
-//! three-primary cluster (three `redis-server`s in cluster mode joined by
-//! `redis-cli --cluster create`, started by the test support on loopback),
-//! named to haip by its seed list (`HAIP_REDIS_URL=redis://…,redis://…`).
+//! Sessions shared through a Redis Cluster or a Sentinel-watched primary
+//! (feature `redis`). A real three-primary cluster (three `redis-server`s in
+//! cluster mode joined by `redis-cli --cluster create`, started by the test
+//! support on loopback), named to haip by its seed list
+//! (`HAIP_REDIS_URL=redis://…,redis://…`); and a real Sentinel setup (a
+//! primary, a replica, three sentinels), named by
+//! `redis+sentinel://s1,s2,s3/haip`.
 //!
 //! - Each session's keys live on the node that holds its slot (its id is
 //!   their hash tag), and sessions spread over the nodes; an instance killed
@@ -14,6 +17,10 @@
 //!   reaches the call. An SSE stream's upstream POSTs sent to the other
 //!   instance are forwarded (the open-streams set is written apart from the
 //!   sessions' records).
+//! - Sentinel: the primary killed (SIGKILL); the sentinels promote the
+//!   replica, and the instances follow: a session opened before the
+//!   failover and one opened after it resume on another instance once the
+//!   instance that ran them is killed.
 
 use crate::cluster::{Instance, gate, pair_at};
 use crate::conn;
@@ -23,8 +30,9 @@ use crate::support;
 use std::collections::HashSet;
 
 use conn::{Conn, Kind, assert_ok, post};
-use redis_support::RedisCluster;
+use redis_support::{RedisCluster, RedisSentinels};
 use serde_json::json;
+use std::time::{Duration, Instant};
 use support::resume_hai;
 
 /// Sessions opened on one instance: enough for their slots to span the
@@ -207,4 +215,95 @@ async fn clients_move_between_live_instances(url: &str) {
     let done = conn.expect_done("h1").await;
     assert_eq!(done["status"], "CANCELLED", "{done}");
     conn.ping_marker().await;
+}
+
+/// Resumes `session` (whose client saw only its HAI) on `addr`: its call
+/// `e1` answered `echoed`, nothing else owed, and it goes on there.
+async fn resumes_with(addr: std::net::SocketAddr, session: &str, echoed: &str) {
+    let mut conn = Conn::connect(Kind::Ws, addr, None).await;
+    conn.send(&resume_hai("resume", session, "1")).await;
+    conn.follow(session, 1);
+    let (mut confirmed, mut done) = (false, None);
+    while !confirmed || done.is_none() {
+        let env = conn.recv().await;
+        match env["type"].as_str() {
+            Some("HAI") => confirmed = true,
+            Some("TOOL_DONE") => done = Some(env["payload"].clone()),
+            other => panic!("{session}: unexpected {other:?}: {env}"),
+        }
+    }
+    assert_eq!(
+        done.unwrap(),
+        json!({"call_id": "e1", "status": "OK", "result": {"echoed": echoed}})
+    );
+    conn.ping_marker().await;
+    let done = conn
+        .call_done("e2", "echo", json!({"message": "after"}))
+        .await;
+    assert_eq!(done["result"], json!({"echoed": "after"}), "{session}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_resume_elsewhere_across_a_sentinel_failover() {
+    let mut sentinels = RedisSentinels::start();
+    let url = sentinels.url();
+    let mut a = Instance::spawn(&url, "a").await;
+    let b = Instance::spawn(&url, "b").await;
+
+    let mut before = Conn::connect(Kind::Ws, a.addr, None).await;
+    let done = before
+        .call_done("e1", "echo", json!({"message": "before"}))
+        .await;
+    assert_eq!(done["status"], "OK", "{done}");
+    let key = format!("haip:s:{{{}}}", before.session);
+    // On the replica too before its primary goes.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sentinels.replica().command(&["EXISTS", &key]).as_deref() != Ok(":1") {
+        assert!(Instant::now() < deadline, "{key} never reached the replica");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The primary dies; the sentinels promote the replica.
+    let old = sentinels
+        .current_primary_port()
+        .expect("the sentinels agree");
+    sentinels.primary().stop();
+    let new = sentinels
+        .wait_for_failover(old, Duration::from_secs(30))
+        .expect("the sentinels fail over");
+    assert_eq!(new, sentinels.replica().port());
+
+    // a follows: its lease is written on the new primary.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sentinels
+        .replica()
+        .command(&["EXISTS", "{haip}:i:a"])
+        .as_deref()
+        != Ok(":1")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "a never wrote its lease on the new primary"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A session opened after the failover is recorded there.
+    let mut after = Conn::connect(Kind::Ws, a.addr, None).await;
+    let done = after
+        .call_done("e1", "echo", json!({"message": "after the failover"}))
+        .await;
+    assert_eq!(done["status"], "OK", "{done}");
+    let key = format!("haip:s:{{{}}}", after.session);
+    assert_eq!(
+        sentinels.replica().command(&["EXISTS", &key]).as_deref(),
+        Ok(":1"),
+        "a reply reaches its client once its records are written"
+    );
+
+    // a dies: both sessions are restored on b from the new primary.
+    a.kill();
+    let sessions = [before.session.clone(), after.session.clone()];
+    drop((before, after));
+    resumes_with(b.addr, &sessions[1], "after the failover").await;
+    resumes_with(b.addr, &sessions[0], "before").await;
 }
