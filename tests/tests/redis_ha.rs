@@ -46,15 +46,23 @@ async fn a_killed_instances_sessions_resume_elsewhere_over_a_redis_cluster() {
     let mut a = Instance::spawn(&seeds, "a").await;
     let b = Instance::spawn(&seeds, "b").await;
 
-    let mut conns = Vec::new();
+    // All at once, so that the writer's batches carry several sessions,
+    // of several slots on one node, and of several nodes.
+    let mut opening = tokio::task::JoinSet::new();
     for i in 0..SESSIONS {
-        let mut conn = Conn::connect(Kind::Ws, a.addr, None).await;
-        let done = conn
-            .call_done("e1", "echo", json!({ "message": format!("before {i}") }))
-            .await;
-        assert_eq!(done["status"], "OK", "{done}");
-        conns.push(conn);
+        let addr = a.addr;
+        opening.spawn(async move {
+            let mut conn = Conn::connect(Kind::Ws, addr, None).await;
+            let done = conn
+                .call_done("e1", "echo", json!({ "message": format!("before {i}") }))
+                .await;
+            assert_eq!(done["status"], "OK", "{done}");
+            (i, conn)
+        });
     }
+    let mut conns: Vec<(usize, Conn)> = opening.join_all().await;
+    conns.sort_by_key(|(i, _)| *i);
+    let mut conns: Vec<Conn> = conns.into_iter().map(|(_, conn)| conn).collect();
     // A reply reaches its client only once its records are written: each
     // session's keys are on the node of its slot, in one slot.
     let mut nodes = HashSet::new();

@@ -124,9 +124,10 @@ impl Target {
                 let conn = client.get_connection_manager_with_config(config).await?;
                 Ok(Conn::Single(conn))
             }
-            Target::Cluster { client, .. } => {
-                Ok(Conn::Cluster(client.get_async_connection().await?))
-            }
+            Target::Cluster { client, .. } => Ok(Conn::Cluster(
+                client.get_async_connection().await?,
+                Arc::new(std::sync::Mutex::new(None)),
+            )),
             Target::Sentinel(sentinels) => {
                 let conn = Arc::new(FollowedPrimary {
                     sentinels: Arc::clone(sentinels),
@@ -139,11 +140,11 @@ impl Target {
         }
     }
 
-    /// Subscribes to `channel`: a classic subscription on the one server;
-    /// in a Redis Cluster, a sharded one (`SSUBSCRIBE`), held by the node
-    /// of the channel's slot, which the cluster connection follows when the
-    /// slot moves (subscribing again after any disconnection). What arrives
-    /// comes out of the [`Subscription`].
+    /// Subscribes to `channel`: a classic subscription on the one server
+    /// (or the primary the sentinels name); in a Redis Cluster, a sharded
+    /// one (`SSUBSCRIBE`), held by the node of the channel's slot. What
+    /// arrives comes out of the [`Subscription`]; when it is lost (a node
+    /// gone, the slot moved), the listener subscribes again.
     pub(super) async fn subscribe(&self, channel: &str) -> redis::RedisResult<Subscription> {
         match self {
             Target::Single(client) => {
@@ -221,8 +222,8 @@ pub(super) enum Subscription {
     /// A classic subscription on one server: when its messages end, it is
     /// lost.
     Single(Box<redis::aio::PubSub>),
-    /// A sharded subscription of a cluster connection, which the connection
-    /// keeps (subscribing again on its own); what it hears.
+    /// A sharded subscription of a cluster connection (kept open while it
+    /// is), and what it hears.
     Cluster {
         _conn: ClusterConnection,
         rx: tokio::sync::mpsc::Receiver<Heard>,
@@ -351,8 +352,12 @@ pub(super) enum Conn {
     /// To one server.
     Single(ConnectionManager),
     /// To a Redis Cluster: each command goes to the node that holds its
-    /// keys' slot (`MOVED` and `ASK` followed).
-    Cluster(ClusterConnection),
+    /// keys' slot (`MOVED` and `ASK` followed); and which node holds which
+    /// slots, as the cluster said last (see [`Conn::slot_nodes`]).
+    Cluster(
+        ClusterConnection,
+        Arc<std::sync::Mutex<Option<Arc<SlotNodes>>>>,
+    ),
     /// To the primary Redis Sentinel names, followed across failovers.
     Sentinel(Arc<FollowedPrimary>),
 }
@@ -360,7 +365,86 @@ pub(super) enum Conn {
 impl Conn {
     /// Whether it is a Redis Cluster's.
     pub(super) fn is_cluster(&self) -> bool {
-        matches!(self, Conn::Cluster(_))
+        matches!(self, Conn::Cluster(..))
+    }
+
+    /// Which node holds which slots (`CLUSTER SLOTS`), asked once and kept
+    /// until [`forget_slots`](Self::forget_slots); `None` when not a cluster.
+    pub(super) async fn slot_nodes(&mut self) -> redis::RedisResult<Option<Arc<SlotNodes>>> {
+        let Conn::Cluster(conn, known) = self else {
+            return Ok(None);
+        };
+        if let Some(nodes) = lock(known).clone() {
+            return Ok(Some(nodes));
+        }
+        let reply: Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
+        let nodes = Arc::new(SlotNodes::parse(&reply).ok_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::Parse, "an unexpected CLUSTER SLOTS reply"))
+        })?);
+        *lock(known) = Some(Arc::clone(&nodes));
+        Ok(Some(nodes))
+    }
+
+    /// Slots may have moved: the next [`slot_nodes`](Self::slot_nodes) asks.
+    pub(super) fn forget_slots(&self) {
+        if let Conn::Cluster(_, known) = self {
+            *lock(known) = None;
+        }
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Which node of a Redis Cluster holds which slots: ranges of slots, each
+/// with the index of its primary among the nodes.
+#[derive(Debug)]
+pub(super) struct SlotNodes {
+    ranges: Vec<(u16, u16, usize)>,
+}
+
+impl SlotNodes {
+    /// From a `CLUSTER SLOTS` reply: `[[start, end, [ip, port, …], …], …]`.
+    fn parse(reply: &Value) -> Option<SlotNodes> {
+        let Value::Array(entries) = reply else {
+            return None;
+        };
+        let mut names: Vec<(Vec<u8>, i64)> = Vec::new();
+        let mut ranges = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let Value::Array(fields) = entry else {
+                return None;
+            };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(primary))) =
+                (fields.first(), fields.get(1), fields.get(2))
+            else {
+                return None;
+            };
+            let (Some(Value::BulkString(ip)), Some(Value::Int(port))) =
+                (primary.first(), primary.get(1))
+            else {
+                return None;
+            };
+            let name = (ip.clone(), *port);
+            let node = match names.iter().position(|n| *n == name) {
+                Some(node) => node,
+                None => {
+                    names.push(name);
+                    names.len() - 1
+                }
+            };
+            ranges.push((u16::try_from(*start).ok()?, u16::try_from(*end).ok()?, node));
+        }
+        Some(SlotNodes { ranges })
+    }
+
+    /// The node that holds `slot`, if the cluster said.
+    pub(super) fn node(&self, slot: u16) -> Option<usize> {
+        self.ranges
+            .iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .map(|(_, _, node)| *node)
     }
 }
 
@@ -368,7 +452,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
-            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn, _) => conn.req_packed_command(cmd),
             Conn::Sentinel(primary) => Box::pin(async move {
                 let mut conn = primary.connection().await?;
                 let answer = conn.req_packed_command(cmd).await;
@@ -388,7 +472,7 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(conn) => conn.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(conn, _) => conn.req_packed_commands(cmd, offset, count),
             Conn::Sentinel(primary) => Box::pin(async move {
                 let mut conn = primary.connection().await?;
                 let answer = conn.req_packed_commands(cmd, offset, count).await;
@@ -403,7 +487,7 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(conn) => conn.get_db(),
-            Conn::Cluster(conn) => conn.get_db(),
+            Conn::Cluster(conn, _) => conn.get_db(),
             Conn::Sentinel(primary) => primary.lock().as_ref().map_or(0, |c| c.get_db()),
         }
     }
@@ -454,6 +538,32 @@ mod tests {
         assert_ne!(slot(b"{}abc"), slot(b"abc"), "an empty tag is no tag");
         assert_eq!(slot(b"a{b}{c}"), slot(b"b"));
         assert_eq!(slot(b"a{b"), crc16(b"a{b") % 16384);
+    }
+
+    #[test]
+    fn cluster_slots_replies_say_which_node_holds_a_slot() {
+        let node = |ip: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(ip.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let range =
+            |start, end, primary| Value::Array(vec![Value::Int(start), Value::Int(end), primary]);
+        let reply = Value::Array(vec![
+            range(0, 5460, node("127.0.0.1", 7000)),
+            range(5461, 10922, node("127.0.0.1", 7001)),
+            range(10923, 16000, node("127.0.0.1", 7002)),
+            range(16001, 16383, node("127.0.0.1", 7000)),
+        ]);
+        let nodes = SlotNodes::parse(&reply).unwrap();
+        assert_eq!(nodes.node(0), Some(0));
+        assert_eq!(nodes.node(5461), Some(1));
+        assert_eq!(nodes.node(16000), Some(2));
+        assert_eq!(nodes.node(16383), Some(0));
+        assert!(SlotNodes::parse(&Value::Array(vec![Value::Int(1)])).is_none());
+        assert!(SlotNodes::parse(&Value::Nil).is_none());
     }
 
     #[test]

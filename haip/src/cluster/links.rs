@@ -76,13 +76,14 @@ impl RedisSessionStore {
                     self.subscription_lost();
                 }
                 Some(Subscription::Cluster { _conn, mut rx }) => loop {
-                    // The cluster connection subscribes again by itself.
                     tokio::select! {
                         () = shutdown.cancelled() => return,
                         heard = rx.recv() => match heard {
                             Some(Heard::Message(payload)) => self.dispatch(&payload),
-                            Some(Heard::Lost) => self.subscription_lost(),
-                            None => {
+                            // A node gone, or the channel's slot moved: a
+                            // fresh subscription, on the node that has the
+                            // slot now, rather than trusting the old one.
+                            Some(Heard::Lost) | None => {
                                 self.subscription_lost();
                                 break;
                             }

@@ -50,9 +50,10 @@ return 1
 /// after its records, as they would after each.
 ///
 /// `KEYS[1]`: the key of the batch's first session. In a Redis Cluster it
-/// routes the script to the node of the batch's slot: every session of a
-/// batch is then in that slot, and the batch has no `+` / `-` records (the
-/// writer sends those apart).
+/// routes the script to the node of its slot: every session of the batch
+/// is then on that node (a script without flags may touch keys of several
+/// slots, if its node holds them all), and the batch has no `+` / `-`
+/// records (the writer sends those apart).
 ///
 /// Fencing: the records of a session whose `owner` is another instance
 /// (which restored it: see [`CLAIM`]) are refused, and the script answers

@@ -387,16 +387,21 @@ impl RedisSessionStore {
     }
 
     /// [`send`](Self::send) to a Redis Cluster: a script may only touch
-    /// keys of one hash slot, so the batch is split by the slot of each
-    /// session's keys (they share it: see `keys.rs`), each part one
-    /// `EVALSHA` routed by its first session's key to the node that holds
-    /// the slot, and the stream sessions opened and closed are each one
-    /// `SADD` / `SREM`. The parts go at once, on the cluster connection's
-    /// one connection per node, so a batch costs one round trip per node
-    /// it touches, not one per slot. Within a session, records keep their
-    /// order (they are in one part); across sessions no order was ever
-    /// promised. Any part failing fails the batch: its sessions are marked
-    /// as having lost records, as when Redis is away.
+    /// keys its node holds, so the batch is split by the node that holds
+    /// each session's slot (a session's keys share it: see `keys.rs`), as
+    /// the cluster said last (`CLUSTER SLOTS`), each part one `EVALSHA`
+    /// routed by its first session's key; and the stream sessions opened
+    /// and closed are each one `SADD` / `SREM`. The parts go at once: a
+    /// batch costs one script and one round trip per node it touches.
+    /// Within a session, records keep their order (they are in one part);
+    /// across sessions no order was ever promised.
+    ///
+    /// Any part failing fails the batch: its sessions are marked as having
+    /// lost records, as when Redis is away, and the slots are asked again
+    /// for the next batch. That covers slots that moved since they were
+    /// asked: the part's node refuses the keys it no longer holds, some of
+    /// the part's records may have been applied before, and what Redis
+    /// holds of those sessions is no longer trusted, whatever it is.
     async fn send_by_slot(
         &self,
         conn: &mut Conn,
@@ -406,23 +411,31 @@ impl RedisSessionStore {
     ) -> redis::RedisResult<Vec<String>> {
         use futures_util::future::join_all;
         let (groups, streams) = self.grouped(batch);
-        // By slot: (the key that routes the part, its marks, its sessions).
+        let nodes = conn.slot_nodes().await?;
+        // By node (a slot no node is known to hold: a part of its own):
+        // the key that routes the part, its marks, its sessions.
         type Part<'p, 'a> = (String, Vec<&'p (Arc<str>, bool)>, Vec<&'p Group<'a>>);
-        let mut parts: std::collections::BTreeMap<u16, Part<'_, '_>> = Default::default();
-        fn part<'m, 'p, 'a>(
-            parts: &'m mut std::collections::BTreeMap<u16, Part<'p, 'a>>,
-            id: &str,
-        ) -> &'m mut Part<'p, 'a> {
-            let key = session_key(id);
-            parts
-                .entry(slot(key.as_bytes()))
-                .or_insert_with(|| (key, Vec::new(), Vec::new()))
-        }
+        let mut parts: std::collections::BTreeMap<usize, Part<'_, '_>> = Default::default();
+        let node_of = |key: &str| {
+            let slot = slot(key.as_bytes());
+            let node = nodes.as_ref().and_then(|n| n.node(slot));
+            node.unwrap_or(usize::from(u16::MAX) + usize::from(slot))
+        };
         for mark in marks {
-            part(&mut parts, &mark.0).1.push(mark);
+            let key = session_key(&mark.0);
+            let at = node_of(&key);
+            let part = parts
+                .entry(at)
+                .or_insert_with(|| (key, Vec::new(), Vec::new()));
+            part.1.push(mark);
         }
         for group in &groups {
-            part(&mut parts, group.id).2.push(group);
+            let key = session_key(group.id);
+            let at = node_of(&key);
+            let part = parts
+                .entry(at)
+                .or_insert_with(|| (key, Vec::new(), Vec::new()));
+            part.2.push(group);
         }
         let sha = match sha.as_deref() {
             Some(known) => known.to_owned(),
@@ -467,7 +480,8 @@ impl RedisSessionStore {
         }
         let mut fenced = Vec::new();
         for answer in answers {
-            fenced.extend(answer?);
+            let answer = answer.inspect_err(|_| conn.forget_slots())?;
+            fenced.extend(answer);
         }
         Ok(fenced)
     }
