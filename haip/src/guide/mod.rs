@@ -52,7 +52,7 @@
 //! | `jwt` | | JWT authentication (`auth::Jwt`, `jwt_hs256`, `jwt_public_key`, `HAIP_JWT_SECRET`) |
 //! | `client` | | `haip::client`, a Rust HAIP client (WebSocket) |
 //! | `cli` | | the `haip` command (`tools`, `schema`, `lint`, `call`, `health`, `bench`); implies `client` |
-//! | `redis` | | sessions and MCP tasks shared by several instances through Redis |
+//! | `redis` | | sessions and MCP tasks shared by several instances through Redis (one server, a Redis Cluster, or Sentinel) |
 //! | `oauth` | | an OAuth 2.1 resource server (`auth::OAuth`); implies `jwt` |
 //! | `metrics` | | Prometheus metrics at `GET /metrics` |
 //! | `otel` | | OpenTelemetry traces of calls, exported over OTLP/HTTP |
