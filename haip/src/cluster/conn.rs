@@ -9,6 +9,7 @@
 //! connection asks the sentinels again after it fails.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster::ClusterClient;
@@ -161,6 +162,8 @@ impl Target {
             }
             Target::Cluster { seeds, .. } => {
                 let (tx, rx) = tokio::sync::mpsc::channel(PUSHED);
+                let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+                let held = Arc::clone(&queued);
                 let pushed = move |info: redis::PushInfo| -> Result<(), ()> {
                     let heard = match info.kind {
                         redis::PushKind::SMessage => match info.data.into_iter().last() {
@@ -172,11 +175,18 @@ impl Target {
                         }
                         _ => return Ok(()),
                     };
-                    // Bounded: a listener that falls this far behind loses
-                    // messages, as its links would on a lost subscription
-                    // (the other ends learn it from the silence).
-                    if tx.try_send(heard).is_err() {
-                        tracing::debug!("a message between instances dropped: too many waiting");
+                    // Bounded in messages and in bytes: a listener that falls
+                    // this far behind loses messages, as its links would on
+                    // a lost subscription (the other ends learn it from the
+                    // silence).
+                    let bytes = match &heard {
+                        Heard::Message(payload) => payload.len(),
+                        Heard::Lost => 0,
+                    };
+                    let before = held.fetch_add(bytes, Relaxed);
+                    if before + bytes > PUSHED_BYTES || tx.try_send(heard).is_err() {
+                        held.fetch_sub(bytes, Relaxed);
+                        tracing::debug!("a message between instances dropped: too much waiting");
                     }
                     Ok(())
                 };
@@ -186,7 +196,11 @@ impl Target {
                     .build()?;
                 let mut conn = client.get_async_connection().await?;
                 conn.ssubscribe(channel).await?;
-                Ok(Subscription::Cluster { _conn: conn, rx })
+                Ok(Subscription::Cluster {
+                    _conn: conn,
+                    rx,
+                    queued,
+                })
             }
         }
     }
@@ -207,6 +221,9 @@ impl Target {
 
 /// Messages of a cluster subscription waiting for their listener, at most.
 const PUSHED: usize = 4096;
+/// Bytes of those messages, at most (a message may carry a relayed
+/// envelope as large as `max_message_bytes`).
+const PUSHED_BYTES: usize = 64 << 20;
 
 /// What a sharded subscription hears.
 pub(super) enum Heard {
@@ -227,6 +244,9 @@ pub(super) enum Subscription {
     Cluster {
         _conn: ClusterConnection,
         rx: tokio::sync::mpsc::Receiver<Heard>,
+        /// Bytes of the messages in `rx`: the listener takes each off as it
+        /// takes the message.
+        queued: Arc<std::sync::atomic::AtomicUsize>,
     },
 }
 

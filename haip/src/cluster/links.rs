@@ -75,11 +75,18 @@ impl RedisSessionStore {
                     }
                     self.subscription_lost();
                 }
-                Some(Subscription::Cluster { _conn, mut rx }) => loop {
+                Some(Subscription::Cluster {
+                    _conn,
+                    mut rx,
+                    queued,
+                }) => loop {
                     tokio::select! {
                         () = shutdown.cancelled() => return,
                         heard = rx.recv() => match heard {
-                            Some(Heard::Message(payload)) => self.dispatch(&payload),
+                            Some(Heard::Message(payload)) => {
+                                queued.fetch_sub(payload.len(), Relaxed);
+                                self.dispatch(&payload);
+                            }
                             // A node gone, or the channel's slot moved: a
                             // fresh subscription, on the node that has the
                             // slot now, rather than trusting the old one.
