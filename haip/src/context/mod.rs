@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::de::DeserializeOwned;
 use serde_json::{Number, Value};
@@ -541,6 +541,10 @@ pub(crate) struct Progress {
 #[derive(Default)]
 pub(crate) struct CallSlot {
     state: Mutex<SlotState>,
+    /// Where the call reports when its [`ProgressSink`] was made without a
+    /// channel: set by [`attach`](Self::attach) once the call is known to
+    /// go on (most calls finish on their first poll, and need none).
+    events: OnceLock<(CallKey, mpsc::UnboundedSender<CallEvent>)>,
 }
 
 #[derive(Default)]
@@ -598,6 +602,26 @@ impl CallSlot {
         std::mem::take(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()).asks)
     }
 
+    /// From now on the call reports on `events` (as `key`); told at once
+    /// if something is waiting already. A slot takes one channel: a second
+    /// is ignored.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn attach(&self, key: CallKey, events: mpsc::UnboundedSender<CallEvent>) {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let waiting = !state.closed && !state.is_empty();
+        if self.events.set((key, events)).is_ok()
+            && waiting
+            && let Some((key, events)) = self.events.get()
+        {
+            let _ = events.send(CallEvent::Progress(*key));
+        }
+    }
+
+    /// The channel [`attach`](Self::attach) gave, if any.
+    pub(crate) fn events(&self) -> Option<&mpsc::UnboundedSender<CallEvent>> {
+        self.events.get().map(|(_, events)| events)
+    }
+
     /// Discards everything pending and every later report (after
     /// `CANCELLING` or `TOOL_DONE`); questions waiting end with
     /// [`AskError::CallEnded`].
@@ -614,7 +638,9 @@ impl CallSlot {
 pub(crate) struct ProgressSink {
     pub(crate) key: CallKey,
     pub(crate) slot: Arc<CallSlot>,
-    pub(crate) events: mpsc::UnboundedSender<CallEvent>,
+    /// Where a fill is announced; `None`: on the channel the slot is given
+    /// later ([`CallSlot::attach`]), nowhere until then.
+    pub(crate) events: Option<mpsc::UnboundedSender<CallEvent>>,
 }
 
 impl ProgressSink {
@@ -666,9 +692,9 @@ impl ProgressSink {
             change(&mut state);
             was_empty
         };
-        if was_empty {
+        if was_empty && let Some(events) = self.events.as_ref().or_else(|| self.slot.events()) {
             // The session may be gone (connection closed): nothing to report to.
-            let _ = self.events.send(CallEvent::Progress(self.key));
+            let _ = events.send(CallEvent::Progress(self.key));
         }
     }
 }
@@ -693,7 +719,7 @@ mod tests {
         let sink = ProgressSink {
             key: CallKey(key),
             slot: slot.clone(),
-            events: tx,
+            events: Some(tx),
         };
         let ctx = Context::new(Parts {
             call_id: "c".into(),

@@ -57,6 +57,49 @@ pub(crate) trait Around: Send + Sync + 'static {
     ) -> crate::tool::ToolFuture;
 }
 
+/// A call polled once by [`CallRunner::begin`].
+pub(crate) enum Begun {
+    /// It finished there.
+    Done(CallKey, Box<Outcome>),
+    /// It goes on: [`CallRunner::go_on`] gives it its task.
+    Going(GoingCall),
+}
+
+/// A call that did not finish on its first poll.
+pub(crate) struct GoingCall {
+    key: CallKey,
+    call: Going,
+}
+
+impl GoingCall {
+    /// The call's key.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn key(&self) -> CallKey {
+        self.key
+    }
+}
+
+/// Where a running call reports what its session must hear of at once.
+struct Reporter {
+    /// The channel its caller gave, if any.
+    events: Option<mpsc::UnboundedSender<CallEvent>>,
+    /// Else the one its slot is given once the call goes on.
+    slot: Arc<CallSlot>,
+}
+
+impl Reporter {
+    fn send(&self, event: CallEvent) {
+        let events = self.events.as_ref().or_else(|| self.slot.events());
+        // The session may be gone (connection closed): nothing to report to.
+        if let Some(events) = events {
+            let _ = events.send(event);
+        }
+    }
+}
+
+/// A started call's future.
+type Going = std::pin::Pin<Box<dyn Future<Output = Outcome> + Send>>;
+
 /// Params not checked against the tool's input schema yet: with layers, they
 /// are checked after the layers, which may rewrite them.
 #[derive(Debug, Clone, Copy)]
@@ -125,6 +168,27 @@ impl CallRunner {
         start: Start,
         events: &mpsc::UnboundedSender<CallEvent>,
     ) -> Option<(CallKey, Box<Outcome>)> {
+        match self.begin(start, Some(events.clone())) {
+            Begun::Done(key, outcome) => Some((key, outcome)),
+            Begun::Going(going) => {
+                self.go_on(going, events.clone());
+                None
+            }
+        }
+    }
+
+    /// Builds a call's [`Context`] and polls the call once (unless
+    /// [`Start::inline`] is off): a call that finished is [`Begun::Done`];
+    /// one that goes on is handed back, to be given its task by
+    /// [`go_on`](Self::go_on). `events`: where its progress is announced;
+    /// `None` for a caller that makes its channel only for a call that goes
+    /// on, and gives it to the call's slot ([`CallSlot::attach`]) before
+    /// `go_on`.
+    pub(crate) fn begin(
+        &self,
+        start: Start,
+        events: Option<mpsc::UnboundedSender<CallEvent>>,
+    ) -> Begun {
         let Start {
             key,
             tool,
@@ -141,6 +205,7 @@ impl CallRunner {
             trace,
             unchecked,
         } = start;
+        let timeouts = Arc::clone(&slot);
         let sink = ProgressSink {
             key,
             slot,
@@ -156,28 +221,38 @@ impl CallRunner {
             peer,
         })
         .traced(trace);
-        let events = events.clone();
         let around = self.around.clone();
-        let mut call = Box::pin(async move {
+        let mut call: Going = Box::pin(async move {
             let handler = match around {
                 Some(around) => around.call(tool.clone(), params, ctx, unchecked),
                 None => tool.call(params, ctx),
             };
-            let outcome = run(key, &tool, handler, cancel, limits, &events).await;
-            (outcome, events)
+            // The channel the caller gave, or the one its slot is given
+            // before the call goes on (a timeout is never on the first poll).
+            let reporter = Reporter {
+                events,
+                slot: timeouts,
+            };
+            run(key, &tool, handler, cancel, limits, &reporter).await
         });
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        if inline && let std::task::Poll::Ready((outcome, _)) = call.as_mut().poll(&mut cx) {
-            return Some((key, Box::new(outcome)));
+        if inline && let std::task::Poll::Ready(outcome) = call.as_mut().poll(&mut cx) {
+            return Begun::Done(key, Box::new(outcome));
         }
+        Begun::Going(GoingCall { key, call })
+    }
+
+    /// Runs a call [`begin`](Self::begin) handed back in its own task,
+    /// which reports [`CallEvent::Finished`] on `events`.
+    pub(crate) fn go_on(&self, going: GoingCall, events: mpsc::UnboundedSender<CallEvent>) {
+        let GoingCall { key, call } = going;
         // Polled again in its task at once: whatever it waits for learns the
         // task's waker then (a future heeds the waker of its latest poll).
         self.tasks.spawn(async move {
-            let (outcome, events) = call.await;
+            let outcome = call.await;
             // The session may be gone (connection closed); then nobody is waiting.
             let _ = events.send(CallEvent::Finished(key, Box::new(outcome)));
         });
-        None
     }
 
     /// Validates large params of a call that has no session core (the MCP
@@ -417,7 +492,7 @@ async fn run(
         grace,
         render,
     }: Limits,
-    events: &mpsc::UnboundedSender<CallEvent>,
+    events: &Reporter,
 ) -> Outcome {
     let mut call = AssertUnwindSafe(handler).catch_unwind();
     let deadline = async {
@@ -438,7 +513,7 @@ async fn run(
         },
         () = cancel.cancelled() => {}
         () = deadline => {
-            let _ = events.send(CallEvent::TimedOut(key));
+            events.send(CallEvent::TimedOut(key));
             cancel.cancel();
         }
     }

@@ -21,7 +21,7 @@ use super::render::{
 use super::request::CallRequest;
 use crate::context::{CallSlot, Caller, Peer};
 use crate::exec::admit::CallBook;
-use crate::exec::{self, CallEvent, CallKey, Completion, Outcome, Policy};
+use crate::exec::{self, Begun, CallEvent, CallKey, Completion, Outcome, Policy};
 use crate::mcp::mrtr::{BadState, RoundPeer};
 use crate::otel::TraceLink;
 use crate::protocol::payload::ToolOutcome;
@@ -151,12 +151,11 @@ impl ExportService {
     /// client sent a progress token) and the client's cancellation. The
     /// concurrency `permit` is held until the tool's task has stopped.
     pub(super) async fn run(&self, mut call: Call<'_>) -> Stop {
-        // Unbounded but small by construction, as in a session: a progress
-        // event only when the slot fills, then at most TimedOut and Finished.
-        let (events_tx, mut events) = mpsc::unbounded_channel();
         let slot = Arc::new(CallSlot::default());
-        // Server shutdown cancels the call as well as the client's cancellation.
-        let cancel = self.shared.shutdown.child_token();
+        // The client's cancellation cancels the call, and so does server
+        // shutdown (below, once the call goes on: a call that finishes on
+        // its first poll needs neither).
+        let cancel = CancellationToken::new();
         // So does the request's end before its answer (its future dropped:
         // the client went away); after the answer, cancelling changes nothing.
         let _cancel_on_drop = cancel.clone().drop_guard();
@@ -169,17 +168,32 @@ impl ExportService {
         let start = self.start_of(&mut call, cancel.clone(), Arc::clone(&slot), peer);
         let Call { tool, permit, .. } = call;
         let logs = self.log_relay(request, tool);
-        // A call that finished on its first poll is done here and now.
-        if let Some((_, outcome)) = self.shared.runner.start(start, &events_tx) {
-            logs.flush(&slot).await;
-            return Stop::Outcome(*outcome);
-        }
-        // Only the call's task reports now: its end closes the channel.
-        drop(events_tx);
+        // A call that finished on its first poll is done here and now, with
+        // no channel made for it.
+        let going = match self.shared.runner.begin(start, None) {
+            Begun::Done(_, outcome) => {
+                logs.flush(&slot).await;
+                return Stop::Outcome(*outcome);
+            }
+            Begun::Going(going) => going,
+        };
+        // Unbounded but small by construction, as in a session: a progress
+        // event only when the slot fills, then at most TimedOut and Finished.
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        slot.attach(going.key(), events_tx.clone());
+        // Only the call's task (and its slot, until it ends) reports now:
+        // its end closes the channel.
+        self.shared.runner.go_on(going, events_tx);
+        let shutdown = &self.shared.shutdown;
         let token = request.progress_token();
         loop {
             let event = tokio::select! {
                 () = request.cancelled.cancelled(), if !cancel.is_cancelled() => {
+                    cancel.cancel();
+                    slot.close();
+                    continue;
+                }
+                () = shutdown.cancelled(), if !cancel.is_cancelled() => {
                     cancel.cancel();
                     slot.close();
                     continue;

@@ -17,7 +17,8 @@
 
 use std::borrow::Cow;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::Poll;
 use std::time::Duration;
 
 use crate::mcp::model::McpError;
@@ -441,13 +442,10 @@ impl ExportService {
             large,
             statuses,
         } = of;
-        let (outbox, mut sent) = mpsc::channel(OUTBOX);
         let cancelled = CancellationToken::new();
         let shutdown = self.shared.shutdown.clone();
-        let link = Arc::new(Link {
-            outbox: outbox.clone(),
-            version: version.clone(),
-        });
+        let link = Arc::new(Link::new(version.clone()));
+        let request_link = Arc::clone(&link);
         let request_cancelled = cancelled.clone();
         let mut serving = Box::pin(async move {
             let request = CallRequest {
@@ -461,7 +459,7 @@ impl ExportService {
                 arguments,
                 large,
                 cancelled: request_cancelled,
-                link,
+                link: request_link,
             };
             let answered = self.serve_call(params, request).await;
             let (status, message) = reply(&id, answered.map(ServerResult::from));
@@ -470,6 +468,25 @@ impl ExportService {
         // The client gone before its answer (this future dropped): the call
         // is cancelled.
         let on_drop = cancelled.clone().drop_guard();
+        // Most calls finish on their first poll having sent nothing: they
+        // are answered as plain JSON, and no outbox is made for them.
+        let first_poll = std::future::poll_fn(|cx| Poll::Ready(serving.as_mut().poll(cx))).await;
+        if let Poll::Ready((status, message)) = first_poll {
+            on_drop.disarm();
+            let Some(mut sent) = link.receiver() else {
+                return json(status, &message);
+            };
+            // What the call sent before its result goes first; the stream
+            // ends once the call's senders are gone.
+            drop((link, serving));
+            return match sent.try_recv() {
+                Ok(first) => stream(first, sent, Some(message), cancelled, shutdown),
+                Err(_) => json(status, &message),
+            };
+        }
+        let mut sent = link.receiver_or_open();
+        let outbox = link.sender();
+        drop(link);
         let first = tokio::select! {
             biased;
             Some(first) = sent.recv() => first,
@@ -565,11 +582,66 @@ impl ExportService {
 
 /// How a call served on its own request (here, or by `stateless.rs`)
 /// reaches its client: its notifications go on the request's answer, ahead
-/// of the result.
-struct Link {
-    outbox: mpsc::Sender<Bytes>,
+/// of the result, through an outbox made when the call first sends one.
+pub(super) struct Link {
+    /// What the call sent, waiting for the answer's stream.
+    outbox: OnceLock<Outbox>,
     /// The revision of its request.
     version: ProtocolVersion,
+}
+
+/// A call's notifications on their way to its answer's stream.
+struct Outbox {
+    sender: mpsc::Sender<Bytes>,
+    /// Taken once, by the request that answers.
+    receiver: Mutex<Option<mpsc::Receiver<Bytes>>>,
+}
+
+impl Link {
+    pub(super) fn new(version: ProtocolVersion) -> Link {
+        Link {
+            outbox: OnceLock::new(),
+            version,
+        }
+    }
+
+    /// The outbox, made now if the call has sent nothing yet.
+    fn outbox(&self) -> &Outbox {
+        self.outbox.get_or_init(|| {
+            let (sender, receiver) = mpsc::channel(OUTBOX);
+            Outbox {
+                sender,
+                receiver: Mutex::new(Some(receiver)),
+            }
+        })
+    }
+
+    /// What the call sent, if it sent anything (taken once).
+    pub(super) fn receiver(&self) -> Option<mpsc::Receiver<Bytes>> {
+        let outbox = self.outbox.get()?;
+        outbox
+            .receiver
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// What the call sends, from now on (taken once).
+    pub(super) fn receiver_or_open(&self) -> mpsc::Receiver<Bytes> {
+        let outbox = self.outbox();
+        let taken = outbox
+            .receiver
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        // Taken only here or by `receiver`, once per request.
+        taken.unwrap_or_else(|| mpsc::channel(1).1)
+    }
+
+    /// A sender into the outbox (made now if need be).
+    pub(super) fn sender(&self) -> mpsc::Sender<Bytes> {
+        self.outbox().sender.clone()
+    }
 }
 
 impl ClientLink for Link {
@@ -577,14 +649,14 @@ impl ClientLink for Link {
         let message = notification("notifications/progress", &note);
         Box::pin(async move {
             // A client that went away just misses it.
-            let _ = self.outbox.send(message).await;
+            let _ = self.outbox().sender.send(message).await;
         })
     }
 
     fn log(&self, note: LoggingMessageNotificationParam) -> Sent<'_> {
         let message = notification("notifications/message", &note);
         Box::pin(async move {
-            let _ = self.outbox.send(message).await;
+            let _ = self.outbox().sender.send(message).await;
         })
     }
 

@@ -117,7 +117,7 @@ mod tests {
             progress: Some(ProgressSink {
                 key: CallKey(1),
                 slot: Arc::clone(&slot),
-                events: tx,
+                events: Some(tx),
             }),
             state: None,
             caller: None,
