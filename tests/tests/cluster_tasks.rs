@@ -19,18 +19,28 @@
 //! - A lives but its lease is gone (taken for dead): the task is failed as
 //!   lost, A stops the call when it sees that, and A's own late end does not
 //!   overwrite the failure.
+//! - A task of a tool marked idempotent (`again`) whose instance dies is
+//!   taken over by one other instance and runs again from the start: its
+//!   question gets the answer its client gave the first run, `tasks/get`
+//!   says which attempt it is on, and it completes once, with the second
+//!   run's result; its caller's listen streams hear of both on the instance
+//!   that took it over. With `task_attempts` 2, its second instance dying
+//!   too fails it as lost, saying it was the last attempt.
 
 use crate::conn;
 use crate::mcp_http;
 use crate::redis_support;
 use crate::support;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use haip::{Answer, Context, Limits, ServerBuilder, ServerHandle, TaskSupport, Tool, ToolError};
+use haip::{
+    Answer, Context, Limits, ServerBuilder, ServerHandle, TaskSupport, Tool, ToolAnnotations,
+    ToolError,
+};
 use mcp_http::mcp_request;
 use redis_support::{RedisCluster, RedisSentinels, RedisServer};
 use serde_json::{Value, json};
@@ -52,6 +62,11 @@ const LEASE_WAIT: Duration = Duration::from_secs(20);
 /// value the tool held was dropped).
 static STARTED: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::default);
 static STOPPED: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::default);
+
+/// How many times each `again` call ran (by label), and the labels whose
+/// run may finish.
+static RUNS: LazyLock<Mutex<HashMap<String, u32>>> = LazyLock::new(Default::default);
+static RELEASED: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::default);
 
 fn started(label: &str) -> bool {
     STARTED.lock().unwrap().contains(label)
@@ -116,7 +131,37 @@ fn tools() -> Vec<Tool> {
         })
         .build()
         .unwrap();
-    vec![report, two, hold]
+    // Marked idempotent: its task runs again when its instance dies.
+    let again = Tool::builder("again")
+        .task_support(TaskSupport::Optional)
+        .annotations(ToolAnnotations::new().idempotent(true))
+        .handler(|params: Value, ctx: Context| async move {
+            let label = params["label"].as_str().unwrap_or_default().to_owned();
+            // Looking something up first: the call waits, and becomes a task.
+            tokio::task::yield_now().await;
+            let run = {
+                let mut runs = RUNS.lock().unwrap();
+                let run = runs.entry(label.clone()).or_insert(0);
+                *run += 1;
+                *run
+            };
+            let name = match ctx.ask::<Name>("Name?").key("name").await? {
+                Answer::Accepted(n) => n.name,
+                _ => "-".to_owned(),
+            };
+            STARTED.lock().unwrap().insert(format!("{label} run {run}"));
+            // Until the test lets it finish (or it is stopped).
+            while !RELEASED.lock().unwrap().contains(&label) {
+                tokio::select! {
+                    () = ctx.cancelled() => return Ok(json!("stopped")),
+                    () = tokio::time::sleep(Duration::from_millis(10)) => {}
+                }
+            }
+            Ok::<_, ToolError>(json!({"label": label, "name": name, "run": run}))
+        })
+        .build()
+        .unwrap();
+    vec![report, two, hold, again]
 }
 
 /// The Redis the instances share: one server, or a three-primary cluster.
@@ -175,12 +220,18 @@ impl Store {
 
 /// An instance's builder: the test tools, sessions and tasks in `store`.
 fn instance(store: &Store, id: &str) -> ServerBuilder {
+    instance_with(store, id, 3)
+}
+
+/// An instance whose re-runnable tasks run at most `attempts` times.
+fn instance_with(store: &Store, id: &str, attempts: u32) -> ServerBuilder {
     let mut builder = builder()
         .redis(store.url())
         .instance_id(id)
         .request_state_key(STATE_KEY)
         .limits(Limits {
             task_ttl: TTL,
+            task_attempts: attempts,
             ..base_limits()
         });
     for tool in tools() {
@@ -206,7 +257,13 @@ fn meta() -> Value {
 }
 
 /// Sends one 2026-07-28 request; the JSON-RPC response.
-async fn rpc(addr: SocketAddr, method: &str, mut params: Value) -> Value {
+async fn rpc(addr: SocketAddr, method: &str, params: Value) -> Value {
+    rpc_as(addr, None, method, params).await
+}
+
+/// Sends one 2026-07-28 request with the bearer `token`, if any; the
+/// JSON-RPC response.
+async fn rpc_as(addr: SocketAddr, token: Option<&str>, method: &str, mut params: Value) -> Value {
     params["_meta"] = meta();
     let name = params
         .get("name")
@@ -221,6 +278,10 @@ async fn rpc(addr: SocketAddr, method: &str, mut params: Value) -> Value {
     ];
     if !name.is_empty() {
         headers.push(("Mcp-Name", name.as_str()));
+    }
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    if let Some(bearer) = &bearer {
+        headers.push(("Authorization", bearer.as_str()));
     }
     within(
         &format!("{method} on {addr}"),
@@ -598,4 +659,237 @@ async fn an_owner_taken_for_dead_does_not_overwrite_its_lost_task_in(store: Stor
         let got = get(addr, &id).await;
         assert_eq!(result(&got), result(&lost), "{got}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerunnable_task_whose_instance_died_runs_again_on_another() {
+    a_rerunnable_task_whose_instance_died_runs_again_on_another_in(Store::one()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerunnable_task_whose_instance_died_runs_again_on_another_over_a_redis_cluster() {
+    a_rerunnable_task_whose_instance_died_runs_again_on_another_in(Store::cluster()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerunnable_task_whose_instance_died_runs_again_on_another_with_sentinels() {
+    a_rerunnable_task_whose_instance_died_runs_again_on_another_in(Store::sentinels()).await;
+}
+
+/// An instance on a runtime of its own, and that runtime: dropping it is
+/// the instance dying mid-task (no shutdown, its lease left to expire).
+async fn mortal(builder: ServerBuilder) -> (ServerHandle, tokio::runtime::Runtime) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = runtime.spawn(start(builder)).await.unwrap().0;
+    (handle, runtime)
+}
+
+/// Answers the task's `name` question with `name`, through `addr`.
+async fn answer_name(addr: SocketAddr, id: &str, name: &str) {
+    let update = json!({"taskId": id, "inputResponses": {"name": {"action": "accept", "content": {"name": name}}}});
+    let ack = rpc(addr, "tasks/update", update).await;
+    assert_eq!(result(&ack), &json!({"resultType": "complete"}), "{ack}");
+}
+
+async fn a_rerunnable_task_whose_instance_died_runs_again_on_another_in(store: Store) {
+    let (a, runtime) = mortal(instance(&store, "a")).await;
+    let b = serve(&store, "b").await;
+    let c = serve(&store, "c").await;
+    let label = store.label("again");
+    let id = task(a.local_addr(), "again", json!({"label": label})).await;
+    // Its question, answered through B; then it runs on A.
+    until(b.local_addr(), &id, &["input_required"]).await;
+    answer_name(b.local_addr(), &id, "Ada").await;
+    poll("the first run to go on", Duration::from_secs(10), || {
+        started(&format!("{label} run 1"))
+    })
+    .await;
+
+    runtime.shutdown_background();
+    drop(a);
+    // B or C takes it over once A's lease is gone, and runs it again from
+    // the start: its question gets the answer given before, at once.
+    poll("the task to run again", LEASE_WAIT, || {
+        started(&format!("{label} run 2"))
+    })
+    .await;
+    let running = get(c.local_addr(), &id).await;
+    assert_eq!(status(&running), "working", "{running}");
+    let message = result(&running)["statusMessage"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains("attempt 2 of 3"), "{running}");
+    assert!(
+        open_keys(&running).is_empty(),
+        "no question asked again: {running}"
+    );
+
+    RELEASED.lock().unwrap().insert(label.clone());
+    let done = until(b.local_addr(), &id, &["completed", "failed", "cancelled"]).await;
+    let done = result(&done).clone();
+    assert_eq!(done["status"], "completed", "{done}");
+    let text = done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    let value: Value = serde_json::from_str(text).unwrap_or_default();
+    assert_eq!(value["name"], "Ada", "{done}");
+    assert_eq!(value["run"], 2, "{done}");
+    // One run again, by one instance, and one end, the same wherever asked.
+    for round in 0..6 {
+        let addr = [b.local_addr(), c.local_addr()][round % 2];
+        assert_eq!(result(&get(addr, &id).await), &done, "round {round}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(RUNS.lock().unwrap()[&label], 2);
+    // It left the index of re-runnable tasks, whichever instance ran it.
+    for owner in ["a", "b", "c"] {
+        let set = format!("{{haip}}:rr:{owner}");
+        assert_eq!(store.command(&["SISMEMBER", &set, &id]), ":0", "in {set}");
+    }
+}
+
+/// A re-runnable task runs `task_attempts` times at most: its instance
+/// dies each time, and after the last it fails as lost, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerunnable_task_out_of_attempts_fails_as_lost() {
+    let store = Store::one();
+    let (a, first) = mortal(instance_with(&store, "a", 2)).await;
+    let (b, second) = mortal(instance_with(&store, "b", 2)).await;
+    let label = store.label("out of attempts");
+    let id = task(a.local_addr(), "again", json!({"label": label})).await;
+    until(b.local_addr(), &id, &["input_required"]).await;
+    answer_name(b.local_addr(), &id, "Grace").await;
+    poll("the first run to go on", Duration::from_secs(10), || {
+        started(&format!("{label} run 1"))
+    })
+    .await;
+    first.shutdown_background();
+    drop(a);
+    // B, the only instance left, runs it again: then B dies too.
+    poll("the task to run again", LEASE_WAIT, || {
+        started(&format!("{label} run 2"))
+    })
+    .await;
+    let c = serve_with(&store, "c", 2).await;
+    second.shutdown_background();
+    drop(b);
+    poll("b's lease to expire", LEASE_WAIT, || !leased(&store, "b")).await;
+    let lost = until(c.local_addr(), &id, &["failed", "completed", "cancelled"]).await;
+    assert_lost(&lost);
+    let message = result(&lost)["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains("the last of its 2 attempts"), "{lost}");
+    assert_eq!(RUNS.lock().unwrap()[&label], 2, "no third run");
+}
+
+async fn serve_with(store: &Store, id: &str, attempts: u32) -> ServerHandle {
+    start(instance_with(store, id, attempts)).await.0
+}
+
+/// A caller's `subscriptions/listen` stream (its tasks' changes).
+async fn listen_as(addr: SocketAddr, token: &str) -> mcp_http::Streaming {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 99, "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": true}, "_meta": meta()},
+    });
+    let bearer = format!("Bearer {token}");
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "subscriptions/listen"),
+        ("Authorization", bearer.as_str()),
+    ];
+    let mut stream = within(
+        "a listen stream",
+        mcp_http::mcp_stream(addr, &body, &headers),
+    )
+    .await;
+    assert_eq!(stream.status, 200);
+    let ack = within("its acknowledgment", stream.next()).await;
+    assert_eq!(
+        ack.expect("an acknowledgment")["method"],
+        "notifications/subscriptions/acknowledged"
+    );
+    stream
+}
+
+/// The next `notifications/tasks` of task `id` on `stream` whose status
+/// message or status `matches`.
+async fn heard(
+    stream: &mut mcp_http::Streaming,
+    id: &str,
+    matches: impl Fn(&Value) -> bool,
+) -> Value {
+    loop {
+        let note = stream.next().await.expect("the stream goes on");
+        if note["method"] == "notifications/tasks"
+            && note["params"]["taskId"] == id
+            && matches(&note["params"])
+        {
+            return note["params"].clone();
+        }
+    }
+}
+
+/// The listen streams of the task's caller hear that it runs again, on the
+/// instance that took it over, and then that it completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_running_again_is_heard_on_its_callers_listen_streams() {
+    const SECRET: &str = "a test secret for tasks that run again";
+    let store = Store::one();
+    let ada = support::hs256_token(SECRET, "ada", None);
+    let (a, runtime) = mortal(instance(&store, "a").jwt_hs256(SECRET)).await;
+    let b = start(instance(&store, "b").jwt_hs256(SECRET)).await.0;
+    let c = start(instance(&store, "c").jwt_hs256(SECRET)).await.0;
+    // Which of B and C takes the task over is not known: Ada listens on both.
+    let mut on_b = listen_as(b.local_addr(), &ada).await;
+    let mut on_c = listen_as(c.local_addr(), &ada).await;
+    let label = store.label("heard again");
+    let call = json!({"name": "again", "arguments": {"label": label}});
+    let created = rpc_as(a.local_addr(), Some(&ada), "tools/call", call).await;
+    let id = result(&created)["taskId"]
+        .as_str()
+        .expect("a task")
+        .to_owned();
+    let update = json!({"taskId": id, "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}}});
+    within("the question, answered", async {
+        loop {
+            let got = rpc_as(b.local_addr(), Some(&ada), "tasks/update", update.clone()).await;
+            assert_eq!(result(&got), &json!({"resultType": "complete"}), "{got}");
+            if started(&format!("{label} run 1")) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    runtime.shutdown_background();
+    drop(a);
+    let again = |task: &Value| {
+        task["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("attempt 2 of 3"))
+    };
+    let (stream, note) = within("notifications/tasks of the run again", async {
+        tokio::select! {
+            note = heard(&mut on_b, &id, again) => (&mut on_b, note),
+            note = heard(&mut on_c, &id, again) => (&mut on_c, note),
+        }
+    })
+    .await;
+    assert_eq!(note["status"], "working", "{note}");
+    RELEASED.lock().unwrap().insert(label.clone());
+    let done = within(
+        "notifications/tasks of its end",
+        heard(stream, &id, |task| task["status"] == "completed"),
+    )
+    .await;
+    let text = done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains(r#""run":2"#), "{done}");
 }

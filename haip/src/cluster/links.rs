@@ -37,7 +37,7 @@ impl RedisSessionStore {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    /// Subscribes to this instance's channel (see [`Target::subscribe`]).
+    /// Subscribes to this instance's channel (see [`Target::subscribe`](super::conn::Target::subscribe)).
     pub(super) async fn subscribe(&self) -> redis::RedisResult<Subscription> {
         let channel = inbox_key(&self.instance);
         tokio::time::timeout(IO_TIMEOUT, self.target.subscribe(&channel))

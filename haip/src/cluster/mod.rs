@@ -58,7 +58,7 @@
 //! sessions go on working on their instance; records made meanwhile are lost,
 //! and restoring answers `session store unavailable` until Redis is back (the
 //! connection reconnects by itself, and the writer tries again every
-//! [`PROBE`](writer::PROBE)). Once it is, each session whose records were
+//! `PROBE` in `writer.rs`). Once it is, each session whose records were
 //! lost is marked (`lost`, and its `owner` set again if it runs here): while
 //! its instance lives it is relayed there as any other, but it is never
 //! restored from what was recorded, which misses what happened meanwhile

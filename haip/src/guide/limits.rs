@@ -60,6 +60,7 @@
 //! | `max_outbound_queue` | 4096 envelopes per session | a client that lets more pile up is disconnected (1008 `outbound queue overflow`) |
 //! | `request_state_ttl` | 10 min | `/mcp` questions without sessions ([MCP](super::mcp_both_ways#questions-without-sessions)) |
 //! | `task_ttl` / `max_tasks_per_client` / `max_task_bytes` / `max_task_bytes_per_client` | 30 min / 100 / 64 MiB / 8 MiB | [MCP tasks](super::mcp_both_ways#tasks) |
+//! | `task_attempts` | 3 | runs of a task of an idempotent tool when instances die ([several instances](super::several_instances#tasks-that-outlive-their-instance)) |
 //!
 //! ## Other settings
 //!

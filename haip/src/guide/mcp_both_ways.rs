@@ -229,7 +229,11 @@
 //! - With Redis ([several instances](super::several_instances)) the records
 //!   live in Redis: any instance answers `tasks/*`, passing answers and
 //!   cancellations on to the instance running the call, and a task whose
-//!   instance died fails with "instance lost", once.
+//!   instance died fails with "instance lost", once, unless its tool is
+//!   marked idempotent: then another instance runs it again from the start,
+//!   with its client's answers, up to [`Limits::task_attempts`] times
+//!   ([tasks that outlive their
+//!   instance](super::several_instances#tasks-that-outlive-their-instance)).
 //!
 //! ## Not mapped
 //!
@@ -255,6 +259,7 @@
 //! [`Limits::max_task_bytes_per_client`]: crate::Limits::max_task_bytes_per_client
 //! [`Limits::max_task_bytes`]: crate::Limits::max_task_bytes
 //! [`Limits::task_ttl`]: crate::Limits::task_ttl
+//! [`Limits::task_attempts`]: crate::Limits::task_attempts
 //! [`ToolBuilder::task_support`]: crate::ToolBuilder::task_support
 //! [`TaskSupport`]: crate::TaskSupport
 //!

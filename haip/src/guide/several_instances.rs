@@ -168,10 +168,40 @@
 //! had not replicated when it died is lost with it, unseen: replication is
 //! asynchronous.
 //!
+//! ## Tasks that outlive their instance
+//!
+//! An MCP task runs on the instance that started it. When that instance
+//! dies, a task of any tool fails with "instance lost", once; a task of a
+//! tool marked idempotent (`#[haip_tool(idempotent)]`, or
+//! `ToolAnnotations::idempotent`), which does no harm when it runs twice,
+//! runs again instead:
+//!
+//! - Every instance looks, each second, for such tasks whose instance's
+//!   lease is gone, and takes each over in one atomic script, so exactly one
+//!   instance does; it runs the tool again from the start, with the same
+//!   arguments, for the same caller.
+//! - The answers its client gave to the first run's questions are kept
+//!   with the task (64 at most): a run again that asks the same question,
+//!   under the same key, gets its answer at once, as an MRTR retry does.
+//! - `tasks/get` shows it `working`, its status message saying which
+//!   attempt it is on ("running again (attempt 2 of 3)"), and the listen
+//!   streams on the instance that took it over hear of it. It ends once,
+//!   with that run's end.
+//! - [`Limits::task_attempts`] (default 3) bounds the runs: once that many
+//!   instances died running it, it fails as lost, saying it was the last of
+//!   its attempts. 1 turns running again off.
+//!
+//! An instance that was only cut off from Redis for longer than its lease
+//! may still be running the task when another takes it over: both runs go
+//! on until it next refreshes its tasks (within 10 s) and stops its own,
+//! whose end Redis then refuses. The tool being idempotent is what makes
+//! that harmless.
+//!
 //! What sharing costs (resumption across instances, Redis memory per
 //! detached session) is measured in `BENCHMARKS.md` (`bash bench/cluster.sh`).
 //!
 //! [`ServerBuilder::redis`]: crate::ServerBuilder::redis
+//! [`Limits::task_attempts`]: crate::Limits::task_attempts
 //! [`ServerBuilder::instance_id`]: crate::ServerBuilder::instance_id
 //!
 //! ---

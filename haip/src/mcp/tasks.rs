@@ -30,6 +30,13 @@
 //!   tool error naming the setting; a result that would go beyond them is
 //!   not kept: the task fails, saying why.
 //!
+//! With a store shared by several instances, a task of a tool marked
+//! idempotent outlives its instance: when that instance dies, another takes
+//! the task over and runs it again from the start
+//! ([`Tasks::on_taken_over`], `export/as_task.rs`'s `run_again`), giving its
+//! questions the answers its client gave before, up to `task_attempts`
+//! runs (`session::tasks::Rerun`).
+//!
 //! [`TaskSupport`]: crate::TaskSupport
 
 // Sampling and roots are deprecated upstream (SEP-2577), and still what
@@ -54,7 +61,7 @@ use crate::context::share::CallerKey;
 use crate::protocol::iso8601_millis;
 use crate::session::Shared;
 use crate::session::tasks::{
-    TaskEnd, TaskRecord, TaskSignal, TaskStatus, TaskStore, TaskStoreError,
+    Rerun, TaskEnd, TaskRecord, TaskSignal, TaskStatus, TaskStore, TaskStoreError,
 };
 
 /// Questions one task may have open at once.
@@ -92,6 +99,11 @@ pub(crate) struct TaskSettings {
     pub(crate) max_per_client: usize,
     /// Tasks running on this instance, at most.
     pub(crate) max_running: usize,
+    /// How many times a task of a tool marked idempotent runs at most, with
+    /// a store shared by several instances: when the instance running it
+    /// dies, another takes it over and runs it again from the start, until
+    /// this many runs have been lost (`task_attempts`; 1: never again).
+    pub(crate) attempts: u32,
 }
 
 impl Default for TaskSettings {
@@ -101,6 +113,7 @@ impl Default for TaskSettings {
             poll_interval: Duration::from_secs(1),
             max_per_client: 100,
             max_running: 1024,
+            attempts: 3,
         }
     }
 }
@@ -348,7 +361,80 @@ impl Tasks {
             state: Mutex::new(PeerState::default()),
             order: tokio::sync::Mutex::new(()),
             cancel: CancellationToken::new(),
+            kept: Mutex::new(Map::new()),
         })
+    }
+
+    /// The peer of a task taken over from an instance that died, to run
+    /// again here (`record`, this instance's now): a task already, among
+    /// this instance's running ones, given the answers its client gave.
+    pub(crate) fn taken_over(&self, record: &TaskRecord) -> Arc<TaskPeer> {
+        let (can, kept) = match &record.rerun {
+            Some(rerun) => {
+                let [elicit, sample, roots] = rerun.can;
+                let can = Can {
+                    elicit,
+                    sample,
+                    roots,
+                };
+                (can, rerun.answers.clone())
+            }
+            None => (Can::default(), Map::new()),
+        };
+        let peer = Arc::new(TaskPeer {
+            id: record.id.clone(),
+            store: Arc::clone(self.store()),
+            board: Arc::clone(&self.board),
+            can,
+            round: None,
+            state: Mutex::new(PeerState {
+                mode: Mode::Task,
+                waiting: HashMap::new(),
+                created: true,
+            }),
+            order: tokio::sync::Mutex::new(()),
+            cancel: CancellationToken::new(),
+            kept: Mutex::new(kept),
+        });
+        self.lock_running()
+            .insert(record.id.clone(), Arc::clone(&peer));
+        peer
+    }
+
+    /// Announces task `id` as it is now to the listen streams.
+    pub(crate) async fn changed(&self, id: &str) {
+        self.board.changed(id).await;
+    }
+
+    /// How many times a re-runnable task runs at most.
+    pub(crate) fn attempts(&self) -> u32 {
+        self.board.settings.attempts
+    }
+
+    /// Whether tasks may run again on another instance: the store is
+    /// shared, and a task may run more than once.
+    pub(crate) fn reruns(&self) -> bool {
+        self.store().shared() && self.board.settings.attempts > 1
+    }
+
+    /// Runs `run` for each task this instance takes over from instances
+    /// that died ([`TaskStore::take_claims`]), until shutdown; from now on
+    /// this instance takes such tasks over. Once: later calls do nothing.
+    pub(crate) fn on_taken_over(&self, run: impl Fn(TaskRecord) + Send + 'static) {
+        let Some(mut claims) = self.store().take_claims() else {
+            return;
+        };
+        let shutdown = self.shared.shutdown.clone();
+        self.shared.runner.tasks().spawn(async move {
+            loop {
+                let record = tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    record = claims.recv() => record,
+                };
+                let Some(record) = record else { return };
+                run(record);
+            }
+        });
     }
 
     /// Whether the call of `peer`, still running after its first poll,
@@ -373,6 +459,7 @@ impl Tasks {
         subject: Option<&str>,
         caller: Option<&str>,
         end: Option<TaskEnd>,
+        rerun: Option<Rerun>,
     ) -> Result<CreateTaskResult, TaskStoreError> {
         let now = self.shared.clock.unix_millis();
         let _order = peer.order.lock().await;
@@ -397,6 +484,7 @@ impl Tasks {
             questions,
             result: None,
             error: None,
+            rerun,
         };
         if let Some(end) = end {
             record.status = end.status;
@@ -425,14 +513,16 @@ impl Tasks {
         let _order = peer.order.lock().await;
         peer.lock().mode = Mode::Ended;
         self.lock_running().remove(&peer.id);
-        match self.store().finish(&peer.id, end).await {
+        // Refused if another instance took the task over (this one was
+        // taken for dead): that one's run ends it.
+        match self.store().finish_run(&peer.id, end).await {
             Ok(_) => {}
             Err(TaskStoreError::Full(why)) => {
                 // The result does not fit (the server's bytes, or its
                 // caller's share): the task still ends, saying why (an end
                 // this small always fits: `session::tasks::END_RESERVE`).
                 let end = TaskEnd::not_kept(&why);
-                if let Err(e) = self.store().finish(&peer.id, end).await {
+                if let Err(e) = self.store().finish_run(&peer.id, end).await {
                     tracing::warn!(task = %peer.id, error = %e, "a task's end was not recorded");
                 }
             }
@@ -491,6 +581,17 @@ impl Tasks {
                 answers.insert(key.clone(), answer);
             }
         }
+        // A task that may run again keeps its answers once delivered, each
+        // with the question it answers, for the run again to be given.
+        let kept: Option<Map<String, Value>> = record.rerun.as_ref().map(|_| {
+            answers
+                .iter()
+                .filter_map(|(key, answer)| {
+                    let question = record.questions.get(key)?;
+                    Some((key.clone(), json!({"q": question, "a": answer})))
+                })
+                .collect()
+        });
         if let Err(e) = self
             .tell(&record.owner, id, TaskSignal::Answers(answers))
             .await
@@ -503,6 +604,11 @@ impl Tasks {
                 }
             }
             return Err(e);
+        }
+        if let Some(kept) = kept
+            && let Err(e) = self.store().keep_answers(id, &kept).await
+        {
+            tracing::debug!(task = %id, error = %e, "a task's answers were not kept for a run again");
         }
         self.board.changed(id).await;
         Ok(())
@@ -661,6 +767,9 @@ pub(crate) struct TaskPeer {
     order: tokio::sync::Mutex<()>,
     /// Cancelled by `tasks/cancel`.
     pub(crate) cancel: CancellationToken,
+    /// Answers an earlier run of the task was given, `{q, a}` by question
+    /// key: a run again asking the same question gets its answer at once.
+    kept: Mutex<Map<String, Value>>,
 }
 
 impl TaskPeer {
@@ -669,6 +778,14 @@ impl TaskPeer {
     }
 
     /// Answers from `tasks/update`, to the questions waiting for them.
+    /// The answer an earlier run was given to this very question (once).
+    fn kept_answer(&self, key: &str, request: &Value) -> Option<Value> {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let same = kept.get(key).is_some_and(|k| k.get("q") == Some(request));
+        let mut found = kept.remove(key).filter(|_| same)?;
+        found.get_mut("a").map(Value::take)
+    }
+
     fn answered(&self, answers: Map<String, Value>) {
         let mut state = self.lock();
         for (key, answer) in answers {
@@ -703,6 +820,9 @@ impl Keyed for TaskPeer {
                 }
                 Mode::Ended => return Err(TakeError::Ended),
                 _ => {}
+            }
+            if let Some(answer) = self.kept_answer(key, &request) {
+                return Ok(Taken::Now(answer));
             }
             if state.waiting.len() >= MAX_OPEN_QUESTIONS {
                 return Err(TakeError::TooManyOpen {

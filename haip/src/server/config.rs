@@ -26,6 +26,8 @@ pub(crate) struct Config {
     pub(crate) request_state_ttl: Duration,
     /// How long an ended MCP task is kept for `tasks/get`.
     pub(crate) task_ttl: Duration,
+    /// Runs of a re-runnable MCP task at most (`Limits::task_attempts`).
+    pub(crate) task_attempts: u32,
     /// The bytes of MCP task records one instance keeps.
     pub(crate) max_task_bytes: usize,
     /// MCP tasks one caller may have running on one instance.
@@ -69,6 +71,7 @@ impl Default for Config {
             request_state_key: None,
             request_state_ttl: Duration::from_secs(600),
             task_ttl: Duration::from_secs(30 * 60),
+            task_attempts: 3,
             max_task_bytes: 64 * 1024 * 1024,
             max_tasks_per_client: 100,
             max_task_bytes_per_client: 8 * 1024 * 1024,
@@ -103,7 +106,7 @@ impl Config {
                 ),
             });
         }
-        let positive: [(&'static str, u64); 12] = [
+        let positive: [(&'static str, u64); 13] = [
             (
                 "max_task_bytes_per_client",
                 self.max_task_bytes_per_client as u64,
@@ -113,6 +116,7 @@ impl Config {
                 self.max_sessions_per_caller as u64,
             ),
             ("task_ttl", self.task_ttl.as_millis() as u64),
+            ("task_attempts", u64::from(self.task_attempts)),
             ("max_task_bytes", self.max_task_bytes as u64),
             ("max_tasks_per_client", self.max_tasks_per_client as u64),
             ("max_body_bytes", self.max_body_bytes as u64),

@@ -83,6 +83,7 @@ use super::Config;
 ///   [`max_task_bytes`](Self::max_task_bytes),
 ///   [`max_task_bytes_per_client`](Self::max_task_bytes_per_client),
 ///   [`task_ttl`](Self::task_ttl),
+///   [`task_attempts`](Self::task_attempts),
 ///   [`request_state_ttl`](Self::request_state_ttl).
 ///
 /// The [guide's chapter on limits](crate::guide::limits) tells what each
@@ -279,6 +280,14 @@ pub struct Limits {
     /// 30 min; its `ttlMs`). A running task is kept while it runs. Used by
     /// `/mcp` (feature `mcp`).
     pub task_ttl: Duration,
+    /// How many times a task of a tool marked idempotent runs at most when
+    /// several instances share a Redis (default 3): when the instance
+    /// running it dies, another takes it over and runs it again from the
+    /// start, with the answers its client gave, until this many runs have
+    /// been lost; then it fails, saying so. 1: it fails with its first
+    /// instance, as a task of any other tool does. Used by `/mcp` (features
+    /// `mcp` and `redis`).
+    pub task_attempts: u32,
     /// How long the `requestState` of an `/mcp` call asking questions
     /// without a session stays valid (default 10 min; see
     /// [`request_state_key`](crate::ServerBuilder::request_state_key)): a
@@ -334,6 +343,7 @@ impl Limits {
             max_task_bytes: config.max_task_bytes,
             max_task_bytes_per_client: config.max_task_bytes_per_client,
             task_ttl: config.task_ttl,
+            task_attempts: config.task_attempts,
             request_state_ttl: config.request_state_ttl,
         }
     }
@@ -376,6 +386,7 @@ impl Limits {
             max_task_bytes,
             max_task_bytes_per_client,
             task_ttl,
+            task_attempts,
             request_state_ttl,
         } = *self;
         let session = &mut config.session;
@@ -413,6 +424,7 @@ impl Limits {
         config.max_task_bytes = max_task_bytes;
         config.max_task_bytes_per_client = max_task_bytes_per_client;
         config.task_ttl = task_ttl;
+        config.task_attempts = task_attempts;
         config.request_state_ttl = request_state_ttl;
     }
 }
@@ -433,6 +445,7 @@ mod tests {
         assert_eq!(limits.max_connections_per_peer, Some(1024));
         assert_eq!(limits.max_body_bytes, 10 * 1024 * 1024);
         assert_eq!(limits.task_ttl, Duration::from_secs(30 * 60));
+        assert_eq!(limits.task_attempts, 3);
         let mut config = Config::default();
         Limits::default().apply(&mut config);
         assert_eq!(

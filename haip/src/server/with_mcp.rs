@@ -193,6 +193,7 @@ fn task_settings(config: &Config) -> TaskSettings {
         ttl: config.task_ttl,
         poll_interval: TASK_POLL_INTERVAL,
         max_per_client: config.max_tasks_per_client,
+        attempts: config.task_attempts,
         max_running: config
             .session
             .max_sessions

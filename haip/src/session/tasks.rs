@@ -117,7 +117,45 @@ pub(crate) struct TaskRecord {
     pub(crate) result: Option<Value>,
     /// The JSON-RPC error (`{code, message}`) of a failed one.
     pub(crate) error: Option<Value>,
+    /// What running it again needs, for a task that may run again on
+    /// another instance when its own dies ([`Rerun`]); `None`: it fails
+    /// with its instance.
+    pub(crate) rerun: Option<Rerun>,
 }
+
+/// A task that runs again from the start on another instance when the one
+/// running it dies (a shared store's task of a tool marked idempotent): what
+/// the call needs, the attempt it is on, and the answers its client gave,
+/// which a run again is given when it asks the same questions.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Rerun {
+    /// The tool called.
+    pub(crate) tool: String,
+    /// Its arguments, as first checked.
+    pub(crate) arguments: Value,
+    /// Who called it: `{subject, scopes, claims}` (`None`: unauthenticated).
+    pub(crate) caller: Option<Value>,
+    /// Which of the server's requests its client takes: elicitation,
+    /// sampling, roots.
+    pub(crate) can: [bool; 3],
+    /// The attempt running now, from 1 (not in the JSON: a field of its own).
+    #[serde(skip)]
+    pub(crate) attempt: u32,
+    /// Attempts at most (not in the JSON: a field of its own).
+    #[serde(skip)]
+    pub(crate) attempts: u32,
+    /// The answers its client gave, by question key (not in the JSON:
+    /// fields of their own).
+    #[serde(skip)]
+    pub(crate) answers: Map<String, Value>,
+}
+
+/// The start of the name of the field a shared store keeps an answer in.
+pub(crate) const ANSWER_FIELD: &str = "a:";
+
+/// Answers a re-runnable task keeps for a run again, at most.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) const MAX_KEPT_ANSWERS: usize = 64;
 
 impl TaskRecord {
     /// The status a client is shown.
@@ -144,6 +182,7 @@ impl TaskRecord {
                 .sum::<usize>()
             + self.result.as_ref().map_or(0, json)
             + self.error.as_ref().map_or(0, json)
+            + self.rerun.as_ref().map_or(0, Rerun::weight)
     }
 
     /// The bytes it is counted for: its weight, and while the task runs
@@ -155,6 +194,19 @@ impl TaskRecord {
             } else {
                 END_RESERVE
             }
+    }
+}
+
+impl Rerun {
+    /// The bytes it adds to its record: its JSON and its answers' fields,
+    /// as the shared store counts them.
+    fn weight(&self) -> usize {
+        let json = serde_json::to_string(self).map_or(0, |j| j.len());
+        json + self
+            .answers
+            .iter()
+            .map(|(k, v)| ANSWER_FIELD.len() + k.len() + crate::protocol::json_len(v))
+            .sum::<usize>()
     }
 }
 
@@ -250,10 +302,24 @@ pub(crate) trait TaskStore: Send + Sync + 'static {
         id: &str,
         keys: Vec<String>,
     ) -> StoreFuture<Result<Vec<String>, TaskStoreError>>;
+    /// Keeps `answers` (by question key) for a run again of re-runnable
+    /// task `id` ([`Rerun::answers`]), up to [`MAX_KEPT_ANSWERS`].
+    fn keep_answers(
+        &self,
+        _id: &str,
+        _answers: &Map<String, Value>,
+    ) -> StoreFuture<Result<(), TaskStoreError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
     /// Sets the status message of a task that has not ended.
     fn note(&self, id: &str, message: String) -> StoreFuture<Result<(), TaskStoreError>>;
     /// Ends the task unless it has ended already; `true` if this ended it.
     fn finish(&self, id: &str, end: TaskEnd) -> StoreFuture<Result<bool, TaskStoreError>>;
+    /// Ends the task as its run here ended: as [`finish`](Self::finish),
+    /// unless another instance took the task over (then `false`).
+    fn finish_run(&self, id: &str, end: TaskEnd) -> StoreFuture<Result<bool, TaskStoreError>> {
+        self.finish(id, end)
+    }
     /// Tells instance `owner` about its task `id`.
     fn signal(
         &self,
@@ -263,6 +329,13 @@ pub(crate) trait TaskStore: Send + Sync + 'static {
     ) -> StoreFuture<Result<(), TaskStoreError>>;
     /// The signals for this instance's tasks (taken once, by the MCP export).
     fn take_signals(&self) -> Option<mpsc::Receiver<Signal>>;
+    /// The re-runnable tasks ([`Rerun`]) this instance took over from
+    /// instances that died, each to run again here (taken once, by the MCP
+    /// export; until then this instance takes over none). `None`: a store
+    /// no other instance shares, whose tasks die with it.
+    fn take_claims(&self) -> Option<mpsc::Receiver<TaskRecord>> {
+        None
+    }
 
     /// Whether other instances read this store: MCP sessions are then kept
     /// in it too, so that any instance serves any of them.
@@ -706,6 +779,7 @@ mod tests {
             questions: BTreeMap::new(),
             result: None,
             error: None,
+            rerun: None,
         }
     }
 

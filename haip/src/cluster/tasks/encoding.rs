@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 
 use super::SIGNAL;
 use crate::cluster::messages::frame;
-use crate::session::tasks::{Signal, TaskRecord, TaskSignal, TaskStatus};
+use crate::session::tasks::{Rerun, Signal, TaskRecord, TaskSignal, TaskStatus};
 
 /// The open questions of a new record as its `:q` hash holds them (none
 /// for one that has ended).
@@ -45,8 +45,18 @@ pub(super) fn fields_of(record: &TaskRecord) -> Vec<(&'static str, String)> {
     if let Some(error) = &record.error {
         fields.push(("error", error.to_string()));
     }
+    if let Some(rerun) = &record.rerun
+        && let Ok(json) = serde_json::to_string(rerun)
+    {
+        // Its answers are added later, one field each (`KEEP_ANSWERS`).
+        fields.push(("rerun", json));
+        fields.push(("attempt", rerun.attempt.to_string()));
+        fields.push(("attempts", rerun.attempts.to_string()));
+    }
     fields
 }
+
+pub(super) use crate::session::tasks::ANSWER_FIELD;
 
 /// The record of task `id` from its hash's fields and its questions' (`None`:
 /// not a record).
@@ -74,16 +84,50 @@ fn record_of(
             .collect::<BTreeMap<String, Value>>(),
         result: json(fields.remove("result")),
         error: json(fields.remove("error")),
+        rerun: rerun_of(&mut fields),
     })
+}
+
+/// A re-runnable task's [`Rerun`] from its record's fields.
+fn rerun_of(fields: &mut HashMap<String, String>) -> Option<Rerun> {
+    let mut rerun: Rerun = serde_json::from_str(&fields.remove("rerun")?).ok()?;
+    let number = |v: Option<String>| v.and_then(|v| v.parse::<u32>().ok()).unwrap_or(1);
+    rerun.attempt = number(fields.remove("attempt"));
+    rerun.attempts = number(fields.remove("attempts"));
+    rerun.answers = fields
+        .iter()
+        .filter_map(|(field, answer)| {
+            let key = field.strip_prefix(ANSWER_FIELD)?;
+            Some((key.to_owned(), serde_json::from_str(answer).ok()?))
+        })
+        .collect();
+    Some(rerun)
+}
+
+/// One task the `CLAIM` script took over: `{id, record fields}`.
+pub(super) fn decode_claimed(value: &redis::Value) -> Option<TaskRecord> {
+    let redis::Value::Array(parts) = value else {
+        return None;
+    };
+    let [id, fields] = parts.as_slice() else {
+        return None;
+    };
+    let id = string(id)?;
+    let record = record_of(&id, pairs(fields)?, Vec::new())?;
+    record.rerun.is_some().then_some(record)
 }
 
 /// The `GET` script's answer: `Some(None)` for an unknown task (or one that
 /// is not a record), `None` for an answer it never gives.
-pub(super) fn decode_get(id: &str, value: &redis::Value) -> Option<Option<TaskRecord>> {
+pub(super) fn decode_get(id: &str, value: &redis::Value) -> Option<Option<(TaskRecord, bool)>> {
     match value {
         redis::Value::Nil => Some(None),
         redis::Value::Array(parts) => match parts.as_slice() {
-            [fields, questions] => Some(record_of(id, pairs(fields)?, pairs(questions)?)),
+            [fields, questions, taken] => {
+                let record = record_of(id, pairs(fields)?, pairs(questions)?);
+                let taken = matches!(taken, redis::Value::Int(1));
+                Some(record.map(|record| (record, taken)))
+            }
             _ => None,
         },
         _ => None,

@@ -80,6 +80,12 @@ impl Parts {
         self.fixed + self.message + self.questions + self.end + self.reserve
     }
 
+    /// The parts of the record with `bytes` more of its own (answers kept
+    /// for a run again).
+    pub(super) fn grow_fixed(&mut self, bytes: usize) {
+        self.fixed += bytes;
+    }
+
     /// The parts of the record once it ended as `end`.
     pub(super) fn ended(&mut self, end: &TaskEnd) {
         let json = |v: &Option<Value>| v.as_ref().map_or(0, crate::protocol::json_len);
@@ -139,6 +145,24 @@ impl Ledger {
                 self.remove(&id);
             }
         }
+    }
+
+    /// Takes in the record of a task this instance took over from one that
+    /// died (it was written; it runs here now). Taken in even beyond the
+    /// bounds: its bytes were counted when it was created, and a task taken
+    /// over must be kept alive until it ends.
+    pub(super) fn take_over(&mut self, id: &str, parts: Parts, now: u64) {
+        self.expire(now);
+        self.remove(id);
+        self.bytes += parts.total();
+        self.by_id.insert(
+            id.to_owned(),
+            Entry {
+                parts,
+                state: State::Running { stopped: false },
+                written: true,
+            },
+        );
     }
 
     /// Takes a new record in, if it fits.

@@ -7,7 +7,9 @@
 //!
 //! | key | type | holds | expires |
 //! |---|---|---|---|
-//! | `{haip}:t:{task}` | hash | `owner` (the instance running it), `subject` (absent: none), `caller` (whose share it counts against, `TaskRecord::caller`; absent: no caller's), `status` (`working`, `completed`, `failed` or `cancelled`), `message` (absent: none), `created`, `updated` (ms since the Unix epoch), `result` (JSON `CallToolResult`), `error` (JSON `{code, message}`) | running: [`running_ttl`] after its owner last refreshed it; ended: `ttl` (`TaskLimits::ttl`) after it ended |
+//! | `{haip}:t:{task}` | hash | `owner` (the instance running it), `subject` (absent: none), `caller` (whose share it counts against, `TaskRecord::caller`; absent: no caller's), `status` (`working`, `completed`, `failed` or `cancelled`), `message` (absent: none), `created`, `updated` (ms since the Unix epoch), `result` (JSON `CallToolResult`), `error` (JSON `{code, message}`); a re-runnable task's ([`Rerun`]) also `rerun` (JSON: tool, arguments, caller, what its client takes), `attempt` (the run now, from 1), `attempts` (runs at most), and its client's answers kept for a run again: `a:{key}` (JSON `{q, a}`: question and answer), `acount`, `abytes` (their number and bytes) | running: [`running_ttl`] after its owner last refreshed it; ended: `ttl` (`TaskLimits::ttl`) after it ended |
+//! | `{haip}:rr` | set | the instances that own re-runnable tasks still running, which [`CLAIM`] looks through | never (an owner leaves once its tasks are gone) |
+//! | `{haip}:rr:{instance}` | set | the ids of the re-runnable tasks it owns still running | never (members leave as their tasks end or are taken over) |
 //! | `{haip}:t:{task}:q` | hash | the open questions: key → `{method, params}` JSON | with its record; deleted when the task ends |
 //! | `{haip}:i:{instance}` | string | the owner's lease ([`super`]): a task whose owner's lease is gone is lost | [`LEASE_TTL`](super::LEASE_TTL) |
 //! | `{haip}:tb:{caller}` | hash | a caller's share: task id → the bytes its record is counted for; `=` → their sum | a minute after the last of its records, extended as they are |
@@ -31,6 +33,23 @@
 //! with the `lost` error, in the same script: several instances reading it
 //! at once write it once, and the owner's late end is refused like any
 //! other. [`CREATE`] writes a new record (and completes once it is written).
+//!
+//! Tasks that run again ([`Rerun`]: a shared store's task of a tool marked
+//! idempotent, `Limits::task_attempts` runs at most): [`CREATE`] adds one to
+//! its owner's set `{haip}:rr:{owner}` (and the owner to `{haip}:rr`), and
+//! [`GET`] does not fail it as lost while it has attempts left. Instead
+//! every instance, each [`CLAIM_EVERY`] once its MCP export takes them
+//! ([`TaskStore::take_claims`]), runs [`CLAIM`]: of the owners whose lease
+//! is gone, their tasks (as many as it has room for), each with attempts
+//! left becomes
+//! this instance's on its next attempt (its open questions dropped, its
+//! status message saying so), atomically, so one instance takes each over;
+//! one without fails as lost, saying so. (A task whose owner is this very
+//! instance in an earlier life, which `CLAIM` leaves alone, is taken over by
+//! the next `GET` here.) The owner's own end is then written with
+//! [`TaskStore::finish_run`], which [`FINISH`] refuses once another
+//! instance owns the task, and [`REFRESH`] tells a former owner, which
+//! stops its call. [`KEEP_ANSWERS`] keeps the answers its client gives.
 //!
 //! Signals (answers and cancellations for the owner) go through the owner's
 //! channel `haip:to:{owner}` as messages of kind [`SIGNAL`] (`S`), link id 0,
@@ -74,8 +93,8 @@
 //!
 //! The lease check names the lease key inside the script (from the record's
 //! owner), and the share keys are named there too (from the record's
-//! caller), which a Redis Cluster would refuse; the session store talks to a
-//! single Redis server.
+//! caller): all these keys carry the hash tag `{haip}`, so that on a Redis
+//! Cluster they are on the node the script runs on.
 //!
 //! Here: the store and its operations. `scripts.rs` holds the Lua scripts,
 //! `encoding.rs` how records, the scripts' replies and signals are written
@@ -91,21 +110,27 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use super::conn::Conn;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use self::encoding::{decode_get, decode_signal, encode_signal, fields_of, questions_of, strings};
+use self::encoding::{
+    ANSWER_FIELD, decode_claimed, decode_get, decode_signal, encode_signal, fields_of,
+    questions_of, strings,
+};
 use self::ledger::{Creating, Ledger, Parts, State, lock};
 use self::scripts::{
-    ANSWERED, ASK, CREATE, END_SESSION, FINISH, GET, NOTE, PUT_SESSION, REFRESH, TOUCH_SESSION,
+    ANSWERED, ASK, CLAIM, CREATE, END_SESSION, FINISH, GET, KEEP_ANSWERS, NOTE, PUT_SESSION,
+    REFRESH, TOUCH_SESSION,
 };
 use super::keys::{inbox_key, lease_key};
 use super::{IO_TIMEOUT, RedisSessionStore};
+#[cfg(doc)]
+use crate::session::tasks::Rerun;
 use crate::session::tasks::{
-    HeldSession, SIGNAL_QUEUE, Signal, TaskEnd, TaskLimits, TaskRecord, TaskSignal, TaskStore,
-    TaskStoreError, too_many_bytes_of_caller, too_many_tasks_of_caller,
+    HeldSession, MAX_KEPT_ANSWERS, SIGNAL_QUEUE, Signal, TaskEnd, TaskLimits, TaskRecord,
+    TaskSignal, TaskStore, TaskStoreError, too_many_bytes_of_caller, too_many_tasks_of_caller,
 };
 use crate::session::{Clock, StoreFuture};
 
@@ -138,6 +163,11 @@ fn questions_key(id: &str) -> String {
     format!("{{haip}}:t:{id}:q")
 }
 
+/// The owners of re-runnable tasks still running, which `CLAIM` looks
+/// through; each owner's tasks are in the set of this name, `:`, and the
+/// owner.
+const RERUN_KEY: &str = "{haip}:rr";
+
 /// A caller's share: the bytes each of its records is counted for, and
 /// their sum (field `=`).
 #[cfg(test)]
@@ -167,6 +197,24 @@ pub(crate) struct RedisTaskStore {
     ledger: Arc<Mutex<Ledger>>,
     signals: mpsc::Sender<Signal>,
     signals_rx: Mutex<Option<mpsc::Receiver<Signal>>>,
+    /// The re-runnable tasks taken over, on their way to the MCP export.
+    claims: mpsc::Sender<TaskRecord>,
+    claims_rx: Mutex<Option<mpsc::Receiver<TaskRecord>>>,
+}
+
+/// How often an instance looks for re-runnable tasks whose owner is gone.
+pub(crate) const CLAIM_EVERY: Duration = Duration::from_secs(1);
+
+/// Tasks taken over at once, at most (and waiting to run again here).
+const CLAIM_BATCH: usize = 16;
+
+/// The error of a re-runnable task that ran out of attempts.
+fn out_of_attempts() -> Value {
+    serde_json::json!({
+        "code": crate::protocol::jsonrpc::INTERNAL_ERROR,
+        "message": "instance lost: the server instance running this task stopped before it \
+                    ended, on the last of its {attempts} attempts",
+    })
 }
 
 impl RedisTaskStore {
@@ -180,6 +228,7 @@ impl RedisTaskStore {
         clock: Arc<dyn Clock>,
     ) -> Arc<RedisTaskStore> {
         let (signals, signals_rx) = mpsc::channel(SIGNAL_QUEUE);
+        let (claims, claims_rx) = mpsc::channel(CLAIM_BATCH);
         let store = Arc::new(RedisTaskStore {
             cluster: Arc::clone(cluster),
             limits,
@@ -187,6 +236,8 @@ impl RedisTaskStore {
             ledger: Arc::new(Mutex::new(Ledger::default())),
             signals,
             signals_rx: Mutex::new(Some(signals_rx)),
+            claims,
+            claims_rx: Mutex::new(Some(claims_rx)),
         });
         let _ = cluster.tasks.0.set(Arc::downgrade(&store));
         store
@@ -213,13 +264,18 @@ impl RedisTaskStore {
             .filter(|_| self.cluster.is_healthy())
     }
 
-    /// The script ending task `id` as `end`.
-    fn finish_cmd(&self, id: &str, end: &TaskEnd, now: u64) -> redis::Cmd {
-        let mut cmd = eval(FINISH, &[task_key(id), questions_key(id)]);
+    /// The script ending task `id` as `end`; `own`: the end of this
+    /// instance's run, refused if another instance took the task over.
+    fn finish_cmd(&self, id: &str, end: &TaskEnd, now: u64, own: bool) -> redis::Cmd {
+        let mut cmd = eval(
+            FINISH,
+            &[task_key(id), questions_key(id), RERUN_KEY.to_owned()],
+        );
         cmd.arg(now)
             .arg(self.ttl_ms())
             .arg(end.status.as_str())
-            .arg(self.limits.max_bytes_per_caller);
+            .arg(self.limits.max_bytes_per_caller)
+            .arg(if own { self.instance() } else { "" });
         if let Some(message) = &end.message {
             cmd.arg("message").arg(message);
         }
@@ -267,6 +323,32 @@ impl RedisTaskStore {
         })
     }
 
+    /// Ends task `id` as `end` (`own`: as [`TaskStore::finish_run`]).
+    fn end(&self, id: &str, end: TaskEnd, own: bool) -> StoreFuture<Result<bool, TaskStoreError>> {
+        let now = self.clock.unix_millis();
+        let reserved = self
+            .ledger()
+            .resize(id, now, &self.limits, |parts| parts.ended(&end));
+        let cmd = self.finish_cmd(id, &end, now, own);
+        let ttl = self.ttl_ms();
+        self.resizing(id, reserved, cmd, move |answer, ledger, id| match answer {
+            Ok(redis::Value::Int(-1)) => {
+                lock(ledger).remove(id);
+                Err(TaskStoreError::Unknown)
+            }
+            Ok(redis::Value::Int(n)) => {
+                lock(ledger).ended(id, now, ttl);
+                Ok(n == 1)
+            }
+            Ok(other) => Err(odd("finish", &other)),
+            Err(e) => {
+                // Retried by the refresher until it lands.
+                lock(ledger).ending(id, end);
+                Err(e)
+            }
+        })
+    }
+
     /// A message of kind [`SIGNAL`] from another instance.
     pub(super) fn receive(&self, body: &[u8]) {
         match decode_signal(body) {
@@ -278,6 +360,64 @@ impl RedisTaskStore {
     fn push(&self, signal: Signal) {
         if self.signals.try_send(signal).is_err() {
             tracing::warn!("too many task signals waiting; one dropped");
+        }
+    }
+
+    /// Takes over, every [`CLAIM_EVERY`] until `shutdown`, the re-runnable
+    /// tasks whose owner is gone, once the MCP export takes them
+    /// ([`TaskStore::take_claims`]): as many as it has room to take.
+    pub(super) async fn claim(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(CLAIM_EVERY) => {}
+            }
+            // Nobody runs them here yet, or there is no room to take more.
+            let room = self.claims.capacity();
+            if self.claims_rx_taken() && room > 0 {
+                self.claim_once(room).await;
+            }
+        }
+    }
+
+    fn claims_rx_taken(&self) -> bool {
+        lock_opt(&self.claims_rx).is_none()
+    }
+
+    /// Takes over at most `room` tasks, and hands them on.
+    async fn claim_once(&self, room: usize) {
+        let now = self.clock.unix_millis();
+        let mut cmd = eval(CLAIM, &[RERUN_KEY.to_owned()]);
+        cmd.arg(self.instance())
+            .arg(lease_key(""))
+            .arg(now)
+            .arg(self.running_ttl_ms())
+            .arg(self.ttl_ms())
+            .arg(out_of_attempts().to_string())
+            .arg(room);
+        let Ok(redis::Value::Array(taken)) = query(self.conn(), cmd).await else {
+            return;
+        };
+        for taken in &taken {
+            let Some(record) = decode_claimed(taken) else {
+                tracing::warn!(
+                    ?taken,
+                    "unexpected answer from the task store's claim script"
+                );
+                continue;
+            };
+            // This instance refreshes it from now on, and owns its end.
+            let parts = Parts::of(&record);
+            self.ledger().take_over(&record.id, parts, now);
+            tracing::info!(
+                task = %record.id,
+                attempt = record.rerun.as_ref().map_or(0, |r| r.attempt),
+                "took over a task whose instance is gone; running it again"
+            );
+            if self.claims.try_send(record).is_err() {
+                // Not reachable: the batch is at most the room there was.
+                tracing::warn!("a task taken over could not be run again here");
+            }
         }
     }
 
@@ -305,7 +445,7 @@ impl RedisTaskStore {
         };
         let Some(conn) = self.conn() else { return };
         for (id, end) in ending {
-            match query(Some(conn.clone()), self.finish_cmd(&id, &end, now)).await {
+            match query(Some(conn.clone()), self.finish_cmd(&id, &end, now, true)).await {
                 Ok(redis::Value::Int(-1)) => self.ledger().remove(&id),
                 // Its result does not fit its caller's share (any more): it
                 // fails, saying so, at the next refresh.
@@ -329,7 +469,7 @@ impl RedisTaskStore {
                 .flat_map(|id| [task_key(id), questions_key(id)])
                 .collect();
             let mut cmd = eval(REFRESH, &keys);
-            cmd.arg(self.running_ttl_ms()).arg(now);
+            cmd.arg(self.running_ttl_ms()).arg(now).arg(self.instance());
             let Ok(redis::Value::Array(found)) = query(Some(conn.clone()), cmd).await else {
                 return;
             };
@@ -418,7 +558,12 @@ impl TaskStore for RedisTaskStore {
         } else {
             self.running_ttl_ms()
         };
-        let mut cmd = eval(CREATE, &[task_key(&record.id), questions_key(&record.id)]);
+        let keys = [
+            task_key(&record.id),
+            questions_key(&record.id),
+            RERUN_KEY.to_owned(),
+        ];
+        let mut cmd = eval(CREATE, &keys);
         let fields = fields_of(&record);
         cmd.arg(now)
             .arg(expires)
@@ -459,18 +604,37 @@ impl TaskStore for RedisTaskStore {
         lost: Value,
     ) -> StoreFuture<Result<Option<TaskRecord>, TaskStoreError>> {
         let here = self.ledger().runs(id);
-        let mut cmd = eval(GET, &[task_key(id), questions_key(id)]);
+        let now = self.clock.unix_millis();
+        let mut cmd = eval(
+            GET,
+            &[task_key(id), questions_key(id), RERUN_KEY.to_owned()],
+        );
         cmd.arg(self.instance())
             .arg(if here { "1" } else { "0" })
             .arg(lease_key(""))
             .arg(lost.to_string())
-            .arg(self.clock.unix_millis())
-            .arg(self.ttl_ms());
+            .arg(now)
+            .arg(self.ttl_ms())
+            .arg(if self.claims_rx_taken() { "1" } else { "0" })
+            .arg(self.running_ttl_ms())
+            .arg(out_of_attempts().to_string());
         let conn = self.conn();
         let id = id.to_owned();
+        let ledger = Arc::clone(&self.ledger);
+        let claims = self.claims.clone();
         Box::pin(async move {
             let value = query(conn, cmd).await?;
-            decode_get(&id, &value).ok_or_else(|| odd("get", &value))
+            let got = decode_get(&id, &value).ok_or_else(|| odd("get", &value))?;
+            Ok(got.map(|(record, taken)| {
+                if taken {
+                    // An earlier life of this instance ran it: it runs again.
+                    lock(&ledger).take_over(&id, Parts::of(&record), now);
+                    if claims.try_send(record.clone()).is_err() {
+                        tracing::warn!(task = %id, "a task taken over could not run again here");
+                    }
+                }
+                record
+            }))
         })
     }
 
@@ -534,28 +698,11 @@ impl TaskStore for RedisTaskStore {
     }
 
     fn finish(&self, id: &str, end: TaskEnd) -> StoreFuture<Result<bool, TaskStoreError>> {
-        let now = self.clock.unix_millis();
-        let reserved = self
-            .ledger()
-            .resize(id, now, &self.limits, |parts| parts.ended(&end));
-        let cmd = self.finish_cmd(id, &end, now);
-        let ttl = self.ttl_ms();
-        self.resizing(id, reserved, cmd, move |answer, ledger, id| match answer {
-            Ok(redis::Value::Int(-1)) => {
-                lock(ledger).remove(id);
-                Err(TaskStoreError::Unknown)
-            }
-            Ok(redis::Value::Int(n)) => {
-                lock(ledger).ended(id, now, ttl);
-                Ok(n == 1)
-            }
-            Ok(other) => Err(odd("finish", &other)),
-            Err(e) => {
-                // Retried by the refresher until it lands.
-                lock(ledger).ending(id, end);
-                Err(e)
-            }
-        })
+        self.end(id, end, false)
+    }
+
+    fn finish_run(&self, id: &str, end: TaskEnd) -> StoreFuture<Result<bool, TaskStoreError>> {
+        self.end(id, end, true)
     }
 
     fn signal(
@@ -641,11 +788,42 @@ impl TaskStore for RedisTaskStore {
     }
 
     fn take_signals(&self) -> Option<mpsc::Receiver<Signal>> {
-        self.signals_rx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
+        lock_opt(&self.signals_rx).take()
     }
+
+    fn take_claims(&self) -> Option<mpsc::Receiver<TaskRecord>> {
+        lock_opt(&self.claims_rx).take()
+    }
+
+    fn keep_answers(
+        &self,
+        id: &str,
+        answers: &Map<String, Value>,
+    ) -> StoreFuture<Result<(), TaskStoreError>> {
+        let now = self.clock.unix_millis();
+        let mut cmd = eval(KEEP_ANSWERS, &[task_key(id), questions_key(id)]);
+        cmd.arg(now)
+            .arg(MAX_KEPT_ANSWERS)
+            .arg(self.limits.max_bytes_per_caller);
+        let mut kept = 0;
+        for (key, answer) in answers {
+            cmd.arg(key).arg(answer.to_string());
+            kept += ANSWER_FIELD.len() + key.len() + crate::protocol::json_len(answer);
+        }
+        let reserved = self
+            .ledger()
+            .resize(id, now, &self.limits, |parts| parts.grow_fixed(kept));
+        self.resizing(id, reserved, cmd, |answer, _, _| match answer? {
+            redis::Value::Int(-1) => Err(TaskStoreError::Unknown),
+            redis::Value::Int(_) => Ok(()),
+            other => Err(odd("keep_answers", &other)),
+        })
+    }
+}
+
+/// The value behind `mutex`, even if a thread panicked holding it.
+fn lock_opt<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The task store attached to a session store ([`RedisTaskStore::attach`]),
@@ -659,9 +837,11 @@ impl Attached {
         self.0.get().and_then(Weak::upgrade)
     }
 
-    /// Starts the attached store's refresher on `tasks`, until `shutdown`.
+    /// Starts the attached store's refresher and its taking over of
+    /// re-runnable tasks on `tasks`, until `shutdown`.
     pub(super) fn start(&self, tasks: &TaskTracker, shutdown: CancellationToken) {
         if let Some(store) = self.store() {
+            tasks.spawn(Arc::clone(&store).claim(shutdown.clone()));
             tasks.spawn(store.refresh(shutdown));
         }
     }

@@ -28,6 +28,18 @@ local function ended(s)
   return s == 'completed' or s == 'failed' or s == 'cancelled'
 end
 local function id_of(rec) return string.sub(rec, 10) end
+-- The error of a re-runnable task out of attempts: `template` with its
+-- number of attempts in place of `{attempts}`.
+local function out_of_attempts(rec, template)
+  local attempts = redis.call('HGET', rec, 'attempts') or '1'
+  return (string.gsub(template, '{attempts}', attempts))
+end
+-- A re-runnable task with attempts left (an instance takes it over: CLAIM).
+local function again(rec)
+  local attempts = redis.call('HGET', rec, 'attempts')
+  if not attempts then return false end
+  return tonumber(redis.call('HGET', rec, 'attempt') or '1') < tonumber(attempts)
+end
 -- A record's caller's share keys (nil: no caller's).
 local function share_keys(rec)
   local caller = redis.call('HGET', rec, 'caller')
@@ -37,10 +49,10 @@ end
 -- The bytes of a record but its message, result, error and questions.
 local function base(rec)
   local n = 256 + #id_of(rec)
-  for _, f in ipairs({'owner', 'subject', 'caller'}) do
+  for _, f in ipairs({'owner', 'subject', 'caller', 'rerun'}) do
     n = n + redis.call('HSTRLEN', rec, f)
   end
-  return n
+  return n + tonumber(redis.call('HGET', rec, 'abytes') or '0')
 end
 -- What a record is counted for, as Redis holds it now.
 local function charge(rec, q)
@@ -113,8 +125,9 @@ end
 /// Writes a new record (its questions too, unless it has ended), if its
 /// caller's share has room for it.
 ///
-/// KEYS: record, questions. ARGV: now (ms), expires in (ms), the caller's
-/// share in bytes, in records, the number of record field-value pairs, then
+/// KEYS: record, questions, the index of re-runnable running tasks (which
+/// a record with `attempts` joins). ARGV: now (ms), expires in (ms), the
+/// caller's share in bytes, in records, the number of record field-value pairs, then
 /// those pairs, then the questions' key-question pairs. Gives 1 (written),
 /// -3 (over the caller's bytes), -4 (over its records): nothing written.
 pub(crate) const CREATE: &str = concat!(
@@ -129,6 +142,8 @@ if not ended(redis.call('HGET', KEYS[1], 'status')) and #ARGV > fields then
   for i = fields + 1, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
+local rerun = not ended(redis.call('HGET', KEYS[1], 'status'))
+  and redis.call('HEXISTS', KEYS[1], 'attempts') == 1
 local b, e = share_keys(KEYS[1])
 if b then
   local held = others(KEYS[1], now)
@@ -144,21 +159,34 @@ if b then
   end
 end
 account(KEYS[1], KEYS[2], now)
+if rerun then
+  local owner = redis.call('HGET', KEYS[1], 'owner')
+  redis.call('SADD', KEYS[3], owner)
+  redis.call('SADD', KEYS[3] .. ':' .. owner, id_of(KEYS[1]))
+end
 return 1
 "
 );
 
-/// Reads a task and its questions; fails it, once, if its owner is gone.
+/// Reads a task and its questions; fails it, once, if its owner is gone
+/// (unless it runs again: a re-runnable task with attempts left, which an
+/// instance takes over, `CLAIM`; or, when its owner is this instance in an
+/// earlier life, this instance takes it over here, if it takes tasks over).
 ///
-/// KEYS: record, questions. ARGV: this instance, `1` if the task runs here,
-/// the lease key prefix, the `lost` error (JSON), now (ms), `ttl` (ms).
-/// Gives `false` (unknown), or `{record fields, question fields}`.
+/// KEYS: record, questions, the index of re-runnable running tasks. ARGV:
+/// this instance, `1` if the task runs here, the lease key prefix, the
+/// `lost` error (JSON), now (ms), `ttl` (ms), `1` if this instance takes
+/// tasks over, the running ttl (ms), the `lost` error of a re-runnable task
+/// out of attempts (JSON, `{attempts}` standing for their number). Gives
+/// `false` (unknown), or `{record fields, question fields, 1 if taken over
+/// here}`.
 pub(crate) const GET: &str = concat!(
     shares!(),
     r"
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if not owner then return false end
 local s = redis.call('HGET', KEYS[1], 'status')
+local taken = 0
 if s ~= 'completed' and s ~= 'failed' and s ~= 'cancelled' then
   local lost
   if owner == ARGV[1] then
@@ -166,15 +194,35 @@ if s ~= 'completed' and s ~= 'failed' and s ~= 'cancelled' then
   else
     lost = redis.call('EXISTS', ARGV[3] .. owner) == 0
   end
+  if lost and again(KEYS[1]) then
+    lost = false
+    -- Its owner is this instance, which does not run it: an earlier life
+    -- of it, which `CLAIM` leaves to it. Taken over here, run again here.
+    if owner == ARGV[1] and ARGV[7] == '1' then
+      local attempt = tonumber(redis.call('HGET', KEYS[1], 'attempt') or '1') + 1
+      local message = 'The server instance running it stopped; running again (attempt '
+        .. attempt .. ' of ' .. redis.call('HGET', KEYS[1], 'attempts') .. ')'
+      redis.call('HSET', KEYS[1], 'attempt', attempt, 'message', message, 'updated', ARGV[5])
+      redis.call('DEL', KEYS[2])
+      redis.call('PEXPIRE', KEYS[1], ARGV[8])
+      account(KEYS[1], KEYS[2], tonumber(ARGV[5]))
+      taken = 1
+    end
+  end
   if lost then
+    local error = ARGV[4]
+    if redis.call('HEXISTS', KEYS[1], 'attempts') == 1 then
+      error = out_of_attempts(KEYS[1], ARGV[9])
+    end
+    redis.call('SREM', KEYS[3] .. ':' .. owner, id_of(KEYS[1]))
     redis.call('HDEL', KEYS[1], 'message', 'result')
-    redis.call('HSET', KEYS[1], 'status', 'failed', 'error', ARGV[4], 'updated', ARGV[5])
+    redis.call('HSET', KEYS[1], 'status', 'failed', 'error', error, 'updated', ARGV[5])
     redis.call('DEL', KEYS[2])
     redis.call('PEXPIRE', KEYS[1], ARGV[6])
     account(KEYS[1], KEYS[2], tonumber(ARGV[5]))
   end
 end
-return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
+return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]), taken}
 "
 );
 
@@ -254,9 +302,13 @@ return 1
 /// replaced, its questions removed, kept `ttl` from now; unless that would
 /// grow it beyond its caller's share.
 ///
-/// KEYS: record, questions. ARGV: now (ms), `ttl` (ms), the status, the
-/// caller's share in bytes, then field, value pairs (`message`, `result`,
-/// `error`, those it has). Gives -1 (unknown), 0 (it had ended), -3 (over
+/// KEYS: record, questions, the index of re-runnable running tasks (which
+/// it leaves). ARGV: now (ms), `ttl` (ms), the status, the
+/// caller's share in bytes, the instance whose run this ends (empty: an end
+/// any instance may write, such as a client's cancellation; else refused
+/// unless that instance owns the task, which another may have taken over),
+/// then field, value pairs (`message`, `result`, `error`, those it has).
+/// Gives -1 (unknown), 0 (it had ended, or is another's now), -3 (over
 /// the caller's share: unchanged), 1 (this ended it).
 pub(crate) const FINISH: &str = concat!(
     shares!(),
@@ -264,17 +316,115 @@ pub(crate) const FINISH: &str = concat!(
 local s = redis.call('HGET', KEYS[1], 'status')
 if not s then return -1 end
 if s == 'completed' or s == 'failed' or s == 'cancelled' then return 0 end
+if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'owner') ~= ARGV[5] then return 0 end
 local now = tonumber(ARGV[1])
 local new = base(KEYS[1])
-for i = 5, #ARGV, 2 do new = new + #ARGV[i + 1] end
+for i = 6, #ARGV, 2 do new = new + #ARGV[i + 1] end
 if not fits(KEYS[1], KEYS[2], new, now, ARGV[4]) then return -3 end
 redis.call('HDEL', KEYS[1], 'message', 'result', 'error')
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'updated', ARGV[1])
-for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('DEL', KEYS[2])
+redis.call('SREM', KEYS[3] .. ':' .. redis.call('HGET', KEYS[1], 'owner'), id_of(KEYS[1]))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 account(KEYS[1], KEYS[2], now)
 return 1
+"
+);
+
+/// Keeps a re-runnable task's answers for a run again: each with the
+/// question it answers, while it has not ended, as many as fit
+/// ([`MAX_KEPT_ANSWERS`](crate::session::tasks::MAX_KEPT_ANSWERS) and its
+/// caller's share).
+///
+/// KEYS: record, questions. ARGV: now (ms), the most answers kept, the
+/// caller's share in bytes, then key, `{q, a}` (JSON) pairs. Gives -1
+/// (unknown), 0 (ended, or not re-runnable), -3 (over the caller's share),
+/// or how many it kept.
+pub(crate) const KEEP_ANSWERS: &str = concat!(
+    shares!(),
+    r"
+local s = redis.call('HGET', KEYS[1], 'status')
+if not s then return -1 end
+if ended(s) or redis.call('HEXISTS', KEYS[1], 'rerun') == 0 then return 0 end
+local now = tonumber(ARGV[1])
+local kept = 0
+for i = 4, #ARGV, 2 do
+  local field = 'a:' .. ARGV[i]
+  local count = tonumber(redis.call('HGET', KEYS[1], 'acount') or '0')
+  if redis.call('HEXISTS', KEYS[1], field) == 0 and count < tonumber(ARGV[2]) then
+    local grows = #field + #ARGV[i + 1]
+    if not fits(KEYS[1], KEYS[2], charge(KEYS[1], KEYS[2]) + grows, now, ARGV[3]) then
+      if kept == 0 then return -3 end
+      break
+    end
+    redis.call('HSET', KEYS[1], field, ARGV[i + 1])
+    redis.call('HINCRBY', KEYS[1], 'acount', 1)
+    redis.call('HINCRBY', KEYS[1], 'abytes', grows)
+    kept = kept + 1
+  end
+end
+if kept > 0 then account(KEYS[1], KEYS[2], now) end
+return kept
+"
+);
+
+/// Takes over re-runnable tasks whose owner is gone (its lease expired):
+/// those of each such owner, as many as asked for. One with attempts left
+/// becomes this instance's, on its next attempt (its open questions
+/// dropped, its status message saying so), and is given back to run again;
+/// one without fails as lost, saying how many times it ran. Atomic, so
+/// each task is taken over by one instance. The work is the instances that
+/// own re-runnable tasks, and the tasks taken over: not all the tasks.
+///
+/// KEYS: the index of re-runnable running tasks: the set of their owners,
+/// each owner's tasks in the set named after it (`KEYS[1] .. ':' ..
+/// owner`). ARGV: this instance, the lease key prefix, now (ms), the
+/// running ttl (ms), `ttl` (ms), the `lost` error (JSON, `{attempts}`
+/// standing for their number) of a task out of attempts, how many to take
+/// at most. Gives `{id, record fields}` for each task taken over.
+pub(crate) const CLAIM: &str = concat!(
+    shares!(),
+    r"
+local now = tonumber(ARGV[3])
+local room = tonumber(ARGV[7])
+local mine = KEYS[1] .. ':' .. ARGV[1]
+local out = {}
+for _, owner in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local set = KEYS[1] .. ':' .. owner
+  if owner ~= ARGV[1] and #out < room and redis.call('EXISTS', ARGV[2] .. owner) == 0 then
+    for _, id in ipairs(redis.call('SRANDMEMBER', set, room - #out)) do
+      local rec = '{haip}:t:' .. id
+      local q = rec .. ':q'
+      local s = redis.call('HGET', rec, 'status')
+      redis.call('SREM', set, id)
+      if s and not ended(s) and redis.call('HGET', rec, 'owner') == owner then
+        local attempt = tonumber(redis.call('HGET', rec, 'attempt') or '1')
+        local attempts = tonumber(redis.call('HGET', rec, 'attempts') or '1')
+        redis.call('DEL', q)
+        if attempt >= attempts then
+          redis.call('HDEL', rec, 'message', 'result')
+          local error = out_of_attempts(rec, ARGV[6])
+          redis.call('HSET', rec, 'status', 'failed', 'error', error, 'updated', ARGV[3])
+          redis.call('PEXPIRE', rec, ARGV[5])
+        else
+          attempt = attempt + 1
+          local message = 'The server instance running it stopped; running again (attempt '
+            .. attempt .. ' of ' .. attempts .. ')'
+          redis.call('HSET', rec, 'owner', ARGV[1], 'attempt', attempt, 'message', message,
+            'updated', ARGV[3])
+          redis.call('PEXPIRE', rec, ARGV[4])
+          redis.call('SADD', KEYS[1], ARGV[1])
+          redis.call('SADD', mine, id)
+          out[#out + 1] = {id, redis.call('HGETALL', rec)}
+        end
+        account(rec, q, now)
+      end
+    end
+  end
+  if redis.call('SCARD', set) == 0 then redis.call('SREM', KEYS[1], owner) end
+end
+return out
 "
 );
 
@@ -282,7 +432,8 @@ return 1
 /// callers' count of them.
 ///
 /// KEYS: record, questions of each task. ARGV: the running ttl (ms), now
-/// (ms). Gives, per task, -1 (unknown), 0 (ended), 1 (extended).
+/// (ms), this instance. Gives, per task, -1 (unknown), 0 (ended, or taken
+/// over by another instance), 1 (extended).
 pub(crate) const REFRESH: &str = concat!(
     shares!(),
     r"
@@ -291,7 +442,7 @@ for i = 1, #KEYS, 2 do
   local s = redis.call('HGET', KEYS[i], 'status')
   if not s then
     out[#out + 1] = -1
-  elseif s == 'completed' or s == 'failed' or s == 'cancelled' then
+  elseif ended(s) or redis.call('HGET', KEYS[i], 'owner') ~= ARGV[3] then
     out[#out + 1] = 0
   else
     redis.call('PEXPIRE', KEYS[i], ARGV[1])

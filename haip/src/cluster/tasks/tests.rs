@@ -5,15 +5,15 @@ use std::time::Duration;
 
 use serde_json::{Map, json};
 
-use super::encoding::{decode_get, decode_signal, encode_signal, fields_of, pairs};
-use super::scripts::{ANSWERED, ASK, CREATE, FINISH, GET, NOTE, REFRESH};
+use super::encoding::{ANSWER_FIELD, decode_get, decode_signal, encode_signal, fields_of, pairs};
+use super::scripts::{ANSWERED, ASK, CLAIM, CREATE, FINISH, GET, KEEP_ANSWERS, NOTE, REFRESH};
 use super::{
     OVER_SHARE, OVER_SHARE_RECORDS, SIGNAL, TASK_REFRESH, questions_key, running_ttl,
     share_bytes_key, share_expiry_key, task_key,
 };
 use crate::cluster::keys::lease_key;
 use crate::cluster::messages::split_message;
-use crate::session::tasks::{END_RESERVE, TaskRecord, TaskSignal, TaskStatus};
+use crate::session::tasks::{END_RESERVE, Rerun, TaskRecord, TaskSignal, TaskStatus};
 
 pub(super) fn record(id: &str) -> TaskRecord {
     TaskRecord {
@@ -33,6 +33,7 @@ pub(super) fn record(id: &str) -> TaskRecord {
         .collect(),
         result: None,
         error: None,
+        rerun: None,
     }
 }
 
@@ -54,7 +55,17 @@ fn keys_are_named_by_the_task() {
         "the prefix GET names leases with"
     );
     // The scripts name a record's and its caller's share's keys themselves.
-    for script in [CREATE, GET, ASK, ANSWERED, NOTE, FINISH, REFRESH] {
+    for script in [
+        CREATE,
+        GET,
+        ASK,
+        ANSWERED,
+        NOTE,
+        FINISH,
+        REFRESH,
+        KEEP_ANSWERS,
+        CLAIM,
+    ] {
         assert!(script.contains(&format!("'{}' .. id", task_key(""))));
         assert!(script.contains(&format!("'{}' .. caller", share_bytes_key(""))));
         assert!(script.contains(&format!("'{}' .. caller", share_expiry_key(""))));
@@ -97,7 +108,11 @@ fn the_scripts_know_the_statuses_that_end_a_task() {
         }
         assert!(!script.contains("'working'") && !script.contains("'input_required'"));
     }
-    assert!(GET.contains("'failed'") && GET.contains("'error', ARGV[4]"));
+    assert!(GET.contains("'failed'") && GET.contains("local error = ARGV[4]"));
+    // A re-runnable task out of attempts says how many it had.
+    for script in [GET, CLAIM] {
+        assert!(script.contains("out_of_attempts(") && script.contains("'status', 'failed'"));
+    }
 }
 
 #[test]
@@ -138,23 +153,68 @@ fn a_record_reads_back_as_written() {
     let value = redis::Value::Array(vec![
         flat(&fields_of(&written)),
         flat(&[("k", written.questions["k"].to_string())]),
+        redis::Value::Int(0),
     ]);
-    assert_eq!(decode_get("t1", &value), Some(Some(written.clone())));
+    assert_eq!(
+        decode_get("t1", &value),
+        Some(Some((written.clone(), false)))
+    );
+    // Re-runnable, on its second attempt, with an answer kept, taken over
+    // by the instance reading it.
+    let mut again = written.clone();
+    again.rerun = Some(Rerun {
+        tool: "slow".into(),
+        arguments: json!({"seconds": 3}),
+        caller: Some(json!({"subject": "ada", "scopes": ["a"], "claims": {}})),
+        can: [true, false, false],
+        attempt: 2,
+        attempts: 3,
+        answers: Map::new(),
+    });
+    let mut fields = fields_of(&again);
+    assert!(fields.iter().any(|(f, v)| *f == "attempt" && v == "2"));
+    assert!(fields.iter().any(|(f, v)| *f == "attempts" && v == "3"));
+    let kept = json!({"q": {"method": "elicitation/create"}, "a": {"action": "accept"}});
+    let kept_field = format!("{ANSWER_FIELD}k");
+    let mut flat_fields: Vec<(&str, String)> = std::mem::take(&mut fields);
+    flat_fields.push((&kept_field, kept.to_string()));
+    let value = redis::Value::Array(vec![flat(&flat_fields), flat(&[]), redis::Value::Int(1)]);
+    let (read, taken) = decode_get("t1", &value).unwrap().unwrap();
+    assert!(taken);
+    let rerun = read.rerun.expect("re-runnable");
+    assert_eq!((rerun.attempt, rerun.attempts), (2, 3));
+    assert_eq!(rerun.arguments, json!({"seconds": 3}));
+    assert_eq!(rerun.can, [true, false, false]);
+    assert_eq!(rerun.answers.get("k"), Some(&kept));
+    // Its fields are counted in its caller's share, as the scripts count them.
+    assert!(again.charge() > written.charge());
     // Ended, without subject or message, with a result.
     written.subject = None;
     written.message = None;
     written.questions.clear();
     written.status = TaskStatus::Completed;
     written.result = Some(json!({"content": [{"type": "text", "text": "done"}]}));
-    let value = redis::Value::Array(vec![flat(&fields_of(&written)), flat(&[])]);
-    assert_eq!(decode_get("t1", &value), Some(Some(written)));
+    let value = redis::Value::Array(vec![
+        flat(&fields_of(&written)),
+        flat(&[]),
+        redis::Value::Int(0),
+    ]);
+    assert_eq!(decode_get("t1", &value), Some(Some((written, false))));
     // Unknown; and what the script never answers.
     assert_eq!(decode_get("t1", &redis::Value::Nil), Some(None));
     assert_eq!(decode_get("t1", &redis::Value::Int(1)), None);
-    let odd_fields = redis::Value::Array(vec![redis::Value::Array(vec![bulk("owner")]), flat(&[])]);
+    let odd_fields = redis::Value::Array(vec![
+        redis::Value::Array(vec![bulk("owner")]),
+        flat(&[]),
+        redis::Value::Int(0),
+    ]);
     assert_eq!(decode_get("t1", &odd_fields), None);
     // A hash that is not a record (no status) reads as unknown.
-    let no_status = redis::Value::Array(vec![flat(&[("owner", "a".into())]), flat(&[])]);
+    let no_status = redis::Value::Array(vec![
+        flat(&[("owner", "a".into())]),
+        flat(&[]),
+        redis::Value::Int(0),
+    ]);
     assert_eq!(decode_get("t1", &no_status), Some(None));
     // A map (RESP3) is read as well.
     let map = redis::Value::Map(vec![(bulk("k"), bulk("v"))]);

@@ -4,23 +4,25 @@
 //! task's record (`mcp/tasks.rs`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use crate::mcp::model::{CallToolResult, RequestId};
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::ExportService;
 use super::calls::{Call, Stop, result_of, stopping};
 use super::render::error_result;
-use crate::context::CallSlot;
+use crate::context::{CallSlot, Caller};
 use crate::exec::admit::CallBook;
-use crate::exec::{CallEvent, Outcome};
+use crate::exec::{CallEvent, CallKey, Limits, Outcome, Start, Unchecked};
 use crate::mcp::tasks::{NOTE_EVERY, TaskPeer, Tasks, share_of};
+use crate::otel::TraceLink;
 use crate::protocol::json_len;
 use crate::session::Shared;
-use crate::session::tasks::{TaskEnd, TaskStatus};
+use crate::session::tasks::{Rerun, TaskEnd, TaskRecord, TaskStatus};
 use crate::stats::Ended;
 use crate::tool::{TaskSupport, Tool};
 
@@ -46,6 +48,9 @@ impl ExportService {
             Ok(admission) => admission,
             Err(why) => return AsTask::Refused(error_result(why, None)),
         };
+        // What running it again needs, for a task that may outlive this
+        // instance (its arguments, before they move into the call).
+        let rerun = self.rerun_of(&call);
         let (events_tx, mut events) = mpsc::unbounded_channel();
         let slot = Arc::new(CallSlot::default());
         let cancel = self.shared.shutdown.child_token();
@@ -105,7 +110,7 @@ impl ExportService {
         }
         let created = self
             .tasks
-            .create(&peer, subject.as_deref(), admission.caller(), None)
+            .create(&peer, subject.as_deref(), admission.caller(), None, rerun)
             .await;
         let created = match created {
             Ok(created) => created,
@@ -139,6 +144,32 @@ impl ExportService {
         AsTask::Task(created)
     }
 
+    /// What running `call`'s task again needs, if it may run again on
+    /// another instance: the store is shared, and its tool is marked
+    /// idempotent (running it twice does no harm).
+    fn rerun_of(&self, call: &Call<'_>) -> Option<Rerun> {
+        if !self.tasks.reruns() || call.tool.annotations().idempotent_hint != Some(true) {
+            return None;
+        }
+        let caller = call.caller.as_deref().map(|caller| {
+            json!({
+                "subject": caller.subject(),
+                "scopes": caller.scopes(),
+                "claims": caller.claims(),
+            })
+        });
+        let can = call.request.can();
+        Some(Rerun {
+            tool: call.tool.name().to_owned(),
+            arguments: call.params.clone(),
+            caller,
+            can: [can.elicit, can.sample, can.roots],
+            attempt: 1,
+            attempts: self.tasks.attempts(),
+            answers: Map::new(),
+        })
+    }
+
     /// A task that ended as it began (a tool that is always a task).
     async fn ended_task(
         &self,
@@ -153,7 +184,7 @@ impl ExportService {
         ending.count(&self.shared, tool, ended, &end);
         let created = self
             .tasks
-            .create(peer, subject.as_deref(), caller, Some(end))
+            .create(peer, subject.as_deref(), caller, Some(end), None)
             .await;
         match created {
             Ok(created) => AsTask::Task(created),
@@ -163,6 +194,126 @@ impl ExportService {
             )),
         }
     }
+}
+
+/// Runs again, on this instance, a task taken over from an instance that
+/// died (`record`, this instance's now: `TaskStore::take_claims`): its tool
+/// called from the start with the same arguments, for the same caller, its
+/// questions answered at once where its client answered them before; its
+/// end recorded as any task's. A task whose tool is not here, or that finds
+/// no room among this instance's tasks, fails, saying so.
+pub(crate) fn run_again(shared: &Arc<Shared>, tasks: &Arc<Tasks>, record: TaskRecord) {
+    let shared = Arc::clone(shared);
+    let tasks = Arc::clone(tasks);
+    let running = shared.runner.tasks().clone();
+    running.spawn(async move {
+        let peer = tasks.taken_over(&record);
+        let Some(rerun) = record.rerun else {
+            return;
+        };
+        let failed = |why: String| TaskEnd {
+            status: TaskStatus::Failed,
+            message: None,
+            result: None,
+            error: Some(json!({"code": crate::protocol::jsonrpc::INTERNAL_ERROR, "message": why})),
+        };
+        let Some(tool) = shared.registry.get(&rerun.tool) else {
+            let why = format!(
+                "tool {} is not served by the instance that took the task over",
+                rerun.tool
+            );
+            tasks.finish(&peer, failed(why)).await;
+            return;
+        };
+        let admission = match tasks.admit(record.caller.clone()) {
+            Ok(admission) => admission,
+            Err(why) => {
+                let why = format!("the task could not run again: {why}");
+                tasks.finish(&peer, failed(why)).await;
+                return;
+            }
+        };
+        // Its listen streams hear that it runs again.
+        tasks.changed(&record.id).await;
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let slot = Arc::new(CallSlot::default());
+        let cancel = shared.shutdown.child_token();
+        let config = &shared.config;
+        let start = Start {
+            key: CallKey(RUNS_AGAIN.fetch_add(1, Relaxed)),
+            tool: tool.clone(),
+            params: rerun.arguments,
+            call_id: format!("{}-attempt-{}", record.id, rerun.attempt),
+            session_id: Arc::from(format!("task-{}", record.id)),
+            cancel: cancel.clone(),
+            slot: Arc::clone(&slot),
+            state: Arc::clone(&shared.state),
+            caller: rerun.caller.as_ref().and_then(caller_of).map(Arc::new),
+            limits: Limits {
+                timeout: tool.timeout().or(config.tool_timeout),
+                grace: config.cancel_grace,
+                // MCP renders the value itself (structured content and text).
+                render: None,
+            },
+            inline: true,
+            peer: Some(Arc::new(crate::mcp::peer::Counted {
+                inner: Arc::new(Arc::clone(&peer)),
+                stats: Arc::clone(&shared),
+                trace: TraceLink::default(),
+            })),
+            trace: TraceLink::default(),
+            // Checked when the task was first called; with layers, after
+            // them, as every call's.
+            unchecked: shared.runner.layered().then_some(Unchecked {
+                max_violations: config.max_violations,
+                large: false,
+            }),
+        };
+        let stop = match shared.runner.start(start, &events_tx) {
+            Some((_, outcome)) => Stop::Outcome(*outcome),
+            None => {
+                drop(events_tx);
+                follow(&tasks, &peer, &mut events, &slot, &cancel).await
+            }
+        };
+        if matches!(stop, Stop::TimedOut) {
+            // Stopped within the grace period, in the background.
+            shared.runner.tasks().spawn(async move {
+                while let Some(event) = events.recv().await {
+                    if matches!(event, CallEvent::Finished(..)) {
+                        break;
+                    }
+                }
+            });
+        }
+        let (_, end) = task_end(&shared, &tool, stop, peer.cancel.is_cancelled());
+        tasks.finish(&peer, end).await;
+        drop(admission);
+    });
+}
+
+/// Calls run again, numbered (a call's key within its own channel).
+static RUNS_AGAIN: AtomicU64 = AtomicU64::new(0);
+
+/// The caller a re-runnable task recorded (`{subject, scopes, claims}`).
+fn caller_of(recorded: &Value) -> Option<Caller> {
+    let subject = recorded.get("subject")?.as_str()?;
+    let scopes: Vec<String> = recorded
+        .get("scopes")
+        .and_then(Value::as_array)
+        .map(|s| {
+            s.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    let claims = recorded
+        .get("claims")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    Some(Caller::new(subject).with_scopes(scopes).with_claims(claims))
 }
 
 /// Follows a task's call to its end: its progress into the task's status

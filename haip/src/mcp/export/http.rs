@@ -91,6 +91,13 @@ impl McpHttp {
         tasks: Arc<Tasks>,
     ) -> McpHttp {
         let direct = ExportService::stateless(shared, &rounds, &tasks);
+        // Tasks of instances that died, taken over here, run again here.
+        let (again_shared, again_tasks) = (Arc::clone(shared), Arc::downgrade(&tasks));
+        tasks.on_taken_over(move |record| {
+            if let Some(tasks) = again_tasks.upgrade() {
+                super::as_task::run_again(&again_shared, &tasks, record);
+            }
+        });
         let sessions = sessions.then(|| Sessions::new(shared, &direct.tasks, per_caller));
         McpHttp {
             max_sessions: shared.config.max_sessions,
