@@ -16,6 +16,9 @@
 //! - A dies (its runtime dropped, its lease left to expire) while a task
 //!   runs: `tasks/get` on B and C, at once, both say `failed` with "instance
 //!   lost", written once (the same `lastUpdatedAt`), and it never changes.
+//! - A call asks its question on A (MRTR, `input_required`), and its retry
+//!   with the answer is served by B, which reads the `requestState` signed
+//!   with the key they share.
 //! - A lives but its lease is gone (taken for dead): the task is failed as
 //!   lost, A stops the call when it sees that, and A's own late end does not
 //!   overwrite the failure.
@@ -161,7 +164,18 @@ fn tools() -> Vec<Tool> {
         })
         .build()
         .unwrap();
-    vec![report, two, hold, again]
+    // Not a task: asks at once, so its client answers on a retry (MRTR).
+    let greet = Tool::builder("greet")
+        .handler(|_: Value, ctx: Context| async move {
+            let name = match ctx.ask::<Name>("Name?").key("name").await? {
+                Answer::Accepted(n) => n.name,
+                _ => "-".to_owned(),
+            };
+            Ok::<_, ToolError>(json!(format!("Hello, {name}")))
+        })
+        .build()
+        .unwrap();
+    vec![report, two, hold, again, greet]
 }
 
 /// The Redis the instances share: one server, or a three-primary cluster.
@@ -892,4 +906,47 @@ async fn a_task_running_again_is_heard_on_its_callers_listen_streams() {
         .as_str()
         .unwrap_or_default();
     assert!(text.contains(r#""run":2"#), "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_asks_on_one_instance_and_is_retried_on_another() {
+    a_call_asks_on_one_instance_and_is_retried_on_another_in(Store::one()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_asks_on_one_instance_and_is_retried_on_another_over_a_redis_cluster() {
+    a_call_asks_on_one_instance_and_is_retried_on_another_in(Store::cluster()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_asks_on_one_instance_and_is_retried_on_another_with_sentinels() {
+    a_call_asks_on_one_instance_and_is_retried_on_another_in(Store::sentinels()).await;
+}
+
+/// MRTR with the shared `request_state_key`: a call's question asked on A
+/// (`input_required`, its `requestState` signed with the shared key), the
+/// retry with the answer served by B.
+async fn a_call_asks_on_one_instance_and_is_retried_on_another_in(store: Store) {
+    let a = serve(&store, "a").await;
+    let b = serve(&store, "b").await;
+    let asked = rpc(
+        a.local_addr(),
+        "tools/call",
+        json!({"name": "greet", "arguments": {}}),
+    )
+    .await;
+    let asked = result(&asked);
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    assert!(asked["inputRequests"].get("name").is_some(), "{asked}");
+    let state = asked["requestState"].as_str().expect("a requestState");
+    let retry = json!({
+        "name": "greet",
+        "arguments": {},
+        "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
+        "requestState": state,
+    });
+    let done = rpc(b.local_addr(), "tools/call", retry).await;
+    let done = result(&done);
+    assert_eq!(done["isError"], false, "{done}");
+    assert_eq!(done["content"][0]["text"], "Hello, Ada", "{done}");
 }
