@@ -21,6 +21,11 @@
 //!   replica, and the instances follow: a session opened before the
 //!   failover and one opened after it resume on another instance once the
 //!   instance that ran them is killed.
+//! - `redis_wait`: with the Sentinel's replica acknowledging each batch, a
+//!   session resumes on another instance as ever, nothing counted
+//!   unreplicated; on a Redis without replicas, every batch is counted
+//!   unreplicated, its sessions marked, and resuming one elsewhere is
+//!   refused (its records could have been cut short by a failover).
 
 use crate::cluster::{Instance, gate, pair_at};
 use crate::conn;
@@ -314,4 +319,111 @@ async fn sessions_resume_elsewhere_across_a_sentinel_failover() {
     drop((before, after));
     resumes_with(b.addr, &sessions[1], "after the failover").await;
     resumes_with(b.addr, &sessions[0], "before").await;
+}
+
+/// The `unreplicatedRecords` of an instance's `/stats`.
+async fn unreplicated(addr: std::net::SocketAddr) -> u64 {
+    let response = conn::http(addr, "GET", "/stats", &[], "").await;
+    let stats: serde_json::Value = serde_json::from_str(&response.body).unwrap();
+    stats["cluster"]["unreplicatedRecords"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no unreplicatedRecords in {stats}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_a_session_its_replica_has_resumes_elsewhere() {
+    let sentinels = RedisSentinels::start();
+    let url = sentinels.url();
+    let waiting = support::demo_builder()
+        .redis(&url)
+        .redis_wait(1, Duration::from_millis(500))
+        .instance_id("a");
+    let (a, _) = support::start(waiting).await;
+    let (b, _) = support::start(support::demo_builder().redis(&url).instance_id("b")).await;
+    let mut conn = Conn::connect(Kind::Ws, a.local_addr(), None).await;
+    let session = conn.session.clone();
+    for i in 0..5 {
+        let done = conn
+            .call_done(
+                &format!("e{i}"),
+                "echo",
+                json!({"message": format!("m{i}")}),
+            )
+            .await;
+        assert_eq!(done["status"], "OK", "{done}");
+    }
+    conn.ping_marker().await;
+    assert_eq!(unreplicated(a.local_addr()).await, 0);
+    let seen = conn.last_seq();
+    drop(conn);
+    a.shutdown().await;
+    let mut moved = Conn::connect(Kind::Ws, b.local_addr(), None).await;
+    moved
+        .send(&resume_hai("r1", &session, &seen.to_string()))
+        .await;
+    moved.follow(&session, seen);
+    let confirm = moved.recv().await;
+    assert_eq!(confirm["type"], "HAI", "{confirm}");
+    let done = moved
+        .call_done("e9", "echo", json!({"message": "on b"}))
+        .await;
+    assert_eq!(done["result"], json!({"echoed": "on b"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_and_no_replica_a_session_is_not_restored_elsewhere() {
+    let redis = redis_support::RedisServer::start();
+    let waiting = support::demo_builder()
+        .redis(redis.url())
+        .redis_wait(1, Duration::from_millis(20))
+        .instance_id("a");
+    let (a, _) = support::start(waiting).await;
+    let (b, _) = support::start(support::demo_builder().redis(redis.url()).instance_id("b")).await;
+    let mut conn = Conn::connect(Kind::Ws, a.local_addr(), None).await;
+    let session = conn.session.clone();
+    let done = conn
+        .call_done("e1", "echo", json!({"message": "one"}))
+        .await;
+    assert_eq!(done["status"], "OK", "{done}");
+    // No replica acknowledges anything: the session is marked.
+    let key = format!("haip:s:{{{session}}}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while redis.command(&["HEXISTS", &key, "lost"]).unwrap() != ":1" {
+        assert!(Instant::now() < deadline, "the session was never marked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(unreplicated(a.local_addr()).await > 0);
+    let seen = conn.last_seq();
+    drop(conn);
+    a.shutdown().await;
+    let mut other = Conn::connect(Kind::Ws, b.local_addr(), None).await;
+    other
+        .send(&resume_hai("r1", &session, &seen.to_string()))
+        .await;
+    let error = other.expect_error().await;
+    assert_eq!(error["code"], "RESUME_FAILED", "{error}");
+}
+
+#[test]
+fn redis_wait_is_checked_at_build() {
+    use haip::Server;
+    let refused = |builder: haip::ServerBuilder| match builder.build() {
+        Err(haip::Error::InvalidConfig { setting, reason }) => format!("{setting}: {reason}"),
+        other => panic!("built: {:?}", other.map(|_| ())),
+    };
+    let no_redis = refused(Server::builder().redis_wait(1, Duration::from_millis(100)));
+    assert!(no_redis.contains("no Redis is set"), "{no_redis}");
+    let url = "redis://127.0.0.1:1";
+    let none = refused(
+        Server::builder()
+            .redis(url)
+            .redis_wait(0, Duration::from_millis(100)),
+    );
+    assert!(none.contains("at least one replica"), "{none}");
+    let long = refused(
+        Server::builder()
+            .redis(url)
+            .redis_wait(1, Duration::from_secs(5)),
+    );
+    assert!(long.contains("1 ms to 2000 ms"), "{long}");
 }

@@ -84,6 +84,7 @@ impl RedisSessionStore {
             "redis": redact(&self.url),
             "reachable": self.is_healthy(),
             "droppedRecords": self.dropped(),
+            "unreplicatedRecords": self.unreplicated(),
         });
         let Some(mut conn) = self.conn.get().cloned() else {
             return out;

@@ -128,6 +128,12 @@ pub(crate) struct RedisSessionStore {
     window_cap: usize,
     /// Records dropped (queue full, or Redis unavailable).
     dropped: AtomicU64,
+    /// Replicas each batch waits for (`WAIT`), and how long, when the
+    /// operator asks for it (`ServerBuilder::redis_wait`).
+    wait: Option<(u32, Duration)>,
+    /// Records written that fewer replicas acknowledged in time (counted
+    /// as lost).
+    unreplicated: AtomicU64,
     /// Sessions whose records were lost (dropped while Redis was away, or
     /// the queue was full), to mark in Redis when it answers again.
     lost: std::sync::Mutex<crate::hash::FastSet<Arc<str>>>,
@@ -193,6 +199,8 @@ impl RedisSessionStore {
             ttl,
             window_cap: window_cap.max(1),
             dropped: AtomicU64::new(0),
+            wait: None,
+            unreplicated: AtomicU64::new(0),
             lost: std::sync::Mutex::new(Default::default()),
             fenced: std::sync::Mutex::new(Default::default()),
             fenced_count: std::sync::atomic::AtomicUsize::new(0),
@@ -213,6 +221,18 @@ impl RedisSessionStore {
             epoch: std::time::Instant::now(),
             tasks: Default::default(),
         })
+    }
+
+    /// The store, each batch of records waiting for `wait`'s replicas
+    /// (`None`: for none, replication being asynchronous).
+    pub(crate) fn waiting_for(mut self, wait: Option<(u32, Duration)>) -> RedisSessionStore {
+        self.wait = wait;
+        self
+    }
+
+    /// Records written that fewer replicas than asked acknowledged in time.
+    pub(crate) fn unreplicated(&self) -> u64 {
+        self.unreplicated.load(Relaxed)
     }
 
     /// The instance id.

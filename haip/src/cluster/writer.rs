@@ -283,12 +283,34 @@ impl RedisSessionStore {
                     }
                     _ => false,
                 };
-                if sent {
+                // Asked for: written only once enough replicas have it.
+                let replicated = match self.wait {
+                    Some((replicas, timeout)) if sent => {
+                        replicated(&mut conn, replicas, timeout).await
+                    }
+                    _ => true,
+                };
+                if sent && replicated {
                     let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
                     for (id, _) in &marks {
                         lost.remove(id);
                     }
-                    drop(lost);
+                } else if sent {
+                    // What a failover could cut short is never restored
+                    // from: the batch's sessions are marked (and the marks
+                    // just written are written again).
+                    self.unreplicated.fetch_add(batch.len() as u64, Relaxed);
+                    self.lost(batch.iter().map(Entry::session));
+                    static UNREPLICATED: crate::stats::Throttle = crate::stats::Throttle::new();
+                    if let Some(suppressed) = UNREPLICATED.allow() {
+                        tracing::warn!(
+                            ?self.wait,
+                            suppressed,
+                            "session records not acknowledged by the replicas in time: their sessions are marked lost"
+                        );
+                    }
+                }
+                if sent {
                     if !self.healthy.swap(true, Relaxed) {
                         tracing::info!(url = %self.redacted_url(), "Redis is reachable again");
                     }
@@ -708,6 +730,16 @@ impl RedisSessionStore {
             lost.insert(Arc::clone(id));
         }
     }
+}
+
+/// Whether `replicas` replicas acknowledged everything written on `conn`
+/// so far, within `timeout` (`WAIT`; on a Redis Cluster, every primary's
+/// replicas, the least of them).
+async fn replicated(conn: &mut Conn, replicas: u32, timeout: Duration) -> bool {
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(replicas).arg(timeout.as_millis() as u64);
+    let acknowledged = tokio::time::timeout(timeout + IO_TIMEOUT, wait.query_async::<i64>(conn));
+    matches!(acknowledged.await, Ok(Ok(n)) if n >= i64::from(replicas))
 }
 
 /// Sessions with lost records waiting to be marked, at most.

@@ -162,7 +162,7 @@
 //! | `HAIP_SCHEMA_PROFILE` | `schema_profile` (an unknown name: a start-up error) |
 //! | `HAIP_MCP_SESSIONS=0` (or `1`) | `mcp_sessions(false)` (or `true`; feature `mcp`) |
 //! | `HAIP_REQUEST_STATE_KEY` | `request_state_key` |
-//! | `HAIP_REDIS_URL`, `HAIP_INSTANCE_ID` | `redis`, `instance_id` ([several instances](super::several_instances)) |
+//! | `HAIP_REDIS_URL`, `HAIP_INSTANCE_ID`, `HAIP_REDIS_WAIT` | `redis`, `instance_id`, `redis_wait` ([several instances](super::several_instances)) |
 //! | `HAIP_OAUTH_ISSUER`, `HAIP_OAUTH_RESOURCE`, `HAIP_OAUTH_AUDIENCE`, `HAIP_OAUTH_CLIENT_ID`, `HAIP_OAUTH_CLIENT_SECRET` | `oauth` ([Authentication](super::authentication)) |
 //!
 //! The examples also read `HAIP_LOG` and `HAIP_LOG_FORMAT` for their logging

@@ -168,6 +168,17 @@
 //! had not replicated when it died is lost with it, unseen: replication is
 //! asynchronous.
 //!
+//! Unless you ask haip to wait for it: with
+//! [`ServerBuilder::redis_wait`] (or `HAIP_REDIS_WAIT=1` for one replica,
+//! `HAIP_REDIS_WAIT=1,250` to wait up to 250 ms rather than 100), each
+//! batch of records is followed by Redis `WAIT`, and a batch that fewer
+//! replicas acknowledged in time counts as lost: its sessions are marked,
+//! and never restored on another instance from records a failover might
+//! have cut short (`/stats` counts them, `cluster.unreplicatedRecords`). On
+//! a Redis Cluster, `WAIT` asks every primary's replicas, and the least of
+//! them counts. It costs each batch a round trip to the replica and back;
+//! `BENCHMARKS.md` measures it (the **wait** rows).
+//!
 //! ## Tasks that outlive their instance
 //!
 //! An MCP task runs on the instance that started it. When that instance
@@ -201,6 +212,7 @@
 //! detached session) is measured in `BENCHMARKS.md` (`bash bench/cluster.sh`).
 //!
 //! [`ServerBuilder::redis`]: crate::ServerBuilder::redis
+//! [`ServerBuilder::redis_wait`]: crate::ServerBuilder::redis_wait
 //! [`Limits::task_attempts`]: crate::Limits::task_attempts
 //! [`ServerBuilder::instance_id`]: crate::ServerBuilder::instance_id
 //!

@@ -1,6 +1,7 @@
 //! [`ServerBuilder`]: settings, tools, state, authentication and CORS.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::compose::{Given, Mount};
 use super::guard::Cors;
@@ -41,6 +42,9 @@ pub struct ServerBuilder {
     mcp: McpGiven,
     /// `redis` / `HAIP_REDIS_URL`: sessions shared through this Redis server.
     redis_url: Option<String>,
+    /// `redis_wait` / `HAIP_REDIS_WAIT`: replicas each batch of records
+    /// waits for, and how long; or the environment's value that is not one.
+    redis_wait: Option<Result<(u32, Duration), String>>,
     /// `instance_id` / `HAIP_INSTANCE_ID`.
     instance_id: Option<String>,
     /// `HAIP_SCHEMA_PROFILE` when it names no profile: refused by `build`.
@@ -156,7 +160,11 @@ impl ServerBuilder {
     /// [`request_state_key`](Self::request_state_key).
     /// `HAIP_CORS_ALLOWED_ORIGINS` and `HAIP_ALLOWED_HOSTS` (comma-separated)
     /// set [`cors_allowed_origins`](Self::cors_allowed_origins) and
-    /// [`allowed_hosts`](Self::allowed_hosts).
+    /// [`allowed_hosts`](Self::allowed_hosts). `HAIP_REDIS_URL`,
+    /// `HAIP_INSTANCE_ID` and `HAIP_REDIS_WAIT` set [`redis`](Self::redis),
+    /// [`instance_id`](Self::instance_id) and
+    /// [`redis_wait`](Self::redis_wait) (`replicas[,timeout_ms]`; another
+    /// value is a start-up error).
     pub fn from_env(mut self) -> Self {
         if let Ok(addr) = std::env::var("HAIP_ADDR")
             && !addr.trim().is_empty()
@@ -176,6 +184,9 @@ impl ServerBuilder {
         self.mcp.read_env();
         if let Some(url) = env_value("HAIP_REDIS_URL") {
             self.redis_url = Some(url);
+        }
+        if let Some(wait) = env_value("HAIP_REDIS_WAIT") {
+            self.redis_wait = Some(parse_redis_wait(&wait));
         }
         if let Some(id) = env_value("HAIP_INSTANCE_ID") {
             self.instance_id = Some(id);
@@ -258,6 +269,31 @@ impl ServerBuilder {
     /// `HAIP_REDIS_URL` sets it too ([`from_env`](Self::from_env)).
     pub fn redis(mut self, url: impl Into<String>) -> Self {
         self.redis_url = Some(url.into());
+        self
+    }
+
+    /// Waits, after each batch of session records it writes to Redis, until
+    /// `replicas` replicas have them (Redis `WAIT`), at most `timeout` (1 ms
+    /// to 2 s); `HAIP_REDIS_WAIT=replicas[,timeout_ms]` sets it too
+    /// (default timeout 100 ms). A batch that fewer replicas acknowledged in
+    /// time is counted as lost: its sessions are marked, and never restored
+    /// on another instance from records a failover might have cut short
+    /// (`/stats` counts them: `cluster.unreplicatedRecords`). Off by default:
+    /// replication is then asynchronous, and a primary that dies may take
+    /// its last records with it unseen. Each batch costs a round trip more;
+    /// `BENCHMARKS.md` measures it (feature `redis`).
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), haip::Error> {
+    /// use std::time::Duration;
+    /// let server = haip::Server::builder()
+    ///     .redis("redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/haip")
+    ///     .redis_wait(1, Duration::from_millis(100))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn redis_wait(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.redis_wait = Some(Ok((replicas, timeout)));
         self
     }
 
@@ -728,6 +764,7 @@ impl ServerBuilder {
             });
         }
         self.config.validate()?;
+        let redis_wait = self.redis_wait_checked()?;
         if let Some((setting, value)) = &self.traces.bad_sampling {
             return Err(Error::InvalidConfig {
                 setting,
@@ -757,6 +794,7 @@ impl ServerBuilder {
         }
         let cluster = Cluster::new(
             self.redis_url.as_deref(),
+            redis_wait,
             &instance,
             &self.config.session,
             &mut shared,
@@ -1009,6 +1047,61 @@ fn register(
     Ok(registry)
 }
 
+impl ServerBuilder {
+    /// The `redis_wait` setting, checked: a number of replicas (at least
+    /// one) and a timeout (1 ms to 2 s), for a server with a Redis.
+    fn redis_wait_checked(&self) -> Result<Option<(u32, Duration)>, Error> {
+        let invalid = |reason: String| Error::InvalidConfig {
+            setting: "redis_wait",
+            reason,
+        };
+        let (replicas, timeout) = match &self.redis_wait {
+            None => return Ok(None),
+            Some(Err(value)) => {
+                return Err(Error::InvalidConfig {
+                    setting: "HAIP_REDIS_WAIT",
+                    reason: format!(
+                        "{value:?} is not `replicas` or `replicas,timeout_ms` (e.g. \"1\" or \"1,100\")"
+                    ),
+                });
+            }
+            Some(Ok(wait)) => *wait,
+        };
+        if self.redis_url.is_none() {
+            return Err(invalid(
+                "waits for Redis replicas, and no Redis is set (redis, HAIP_REDIS_URL)".into(),
+            ));
+        }
+        if replicas == 0 {
+            return Err(invalid("waits for at least one replica".into()));
+        }
+        if timeout < Duration::from_millis(1) || timeout > MAX_REDIS_WAIT {
+            return Err(invalid(format!(
+                "waits 1 ms to {} ms, not {timeout:?}",
+                MAX_REDIS_WAIT.as_millis()
+            )));
+        }
+        Ok(Some((replicas, timeout)))
+    }
+}
+
+/// How long a batch of records may wait for replicas, at most: well within
+/// a round trip's budget.
+const MAX_REDIS_WAIT: Duration = Duration::from_secs(2);
+
+/// `HAIP_REDIS_WAIT`: `replicas`, or `replicas,timeout_ms` (default 100 ms);
+/// `Err` holds the value when it is neither.
+fn parse_redis_wait(value: &str) -> Result<(u32, Duration), String> {
+    let (replicas, ms) = match value.split_once(',') {
+        Some((replicas, ms)) => (replicas.trim(), ms.trim()),
+        None => (value.trim(), "100"),
+    };
+    match (replicas.parse::<u32>(), ms.parse::<u64>()) {
+        (Ok(replicas), Ok(ms)) => Ok((replicas, Duration::from_millis(ms))),
+        _ => Err(value.to_owned()),
+    }
+}
+
 /// The value of the environment variable `name`, trimmed; `None` when it
 /// is unset or empty.
 fn env_value(name: &str) -> Option<String> {
@@ -1110,6 +1203,23 @@ mod tests {
             }
             Err(other) => panic!("refused for another reason: {other}"),
             Ok(_) => panic!("a server built without `jwt` ran without the authentication asked"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod env_tests {
+    use super::*;
+
+    #[test]
+    fn haip_redis_wait_is_replicas_and_an_optional_timeout() {
+        assert_eq!(parse_redis_wait("1"), Ok((1, Duration::from_millis(100))));
+        assert_eq!(
+            parse_redis_wait(" 2 , 250 "),
+            Ok((2, Duration::from_millis(250)))
+        );
+        for bad in ["", "one", "1,", "1,fast", "-1", "1,2,3"] {
+            assert_eq!(parse_redis_wait(bad), Err(bad.to_owned()), "{bad:?}");
         }
     }
 }

@@ -26,6 +26,7 @@ impl Cluster {
     /// connection once it is connected. `session`: the sessions' settings.
     pub(super) fn new(
         url: Option<&str>,
+        wait: Option<(u32, std::time::Duration)>,
         instance: &str,
         session: &SessionConfig,
         shared: &mut Shared,
@@ -41,7 +42,8 @@ impl Cluster {
                 .replay_window_messages
                 .saturating_mul(crate::session::REPLAY_HARD_CAP_FACTOR),
         )
-        .map_err(|reason| Error::redis(url, reason))?;
+        .map_err(|reason| Error::redis(url, reason))?
+        .waiting_for(wait);
         let store = Arc::new(store);
         shared.store = Arc::new(crate::cluster::SharedRedisStore(Arc::clone(&store)));
         Ok(Cluster(Some(store)))

@@ -19,6 +19,7 @@ impl Cluster {
     /// Refuses a Redis URL: this build cannot share sessions.
     pub(super) fn new(
         url: Option<&str>,
+        _wait: Option<(u32, std::time::Duration)>,
         _instance: &str,
         _session: &SessionConfig,
         _shared: &mut Shared,
