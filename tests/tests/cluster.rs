@@ -1098,3 +1098,87 @@ async fn a_refused_restoring_holds_nothing_back() {
     }
     drop(on_a);
 }
+
+/// Upstream POSTs sent to b reach an SSE stream on a also when another
+/// client of a has moved to b first (its WebSocket session relayed from a),
+/// named by the header or by nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posts_reach_a_stream_after_another_client_moved() {
+    let redis = RedisServer::start();
+    posts_reach_a_stream_after_another_client_moved_at(&redis.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posts_reach_a_stream_after_another_client_moved_over_a_redis_cluster() {
+    let cluster = crate::redis_support::RedisCluster::start();
+    posts_reach_a_stream_after_another_client_moved_at(&cluster.seed_list()).await;
+}
+
+async fn posts_reach_a_stream_after_another_client_moved_at(url: &str) {
+    let (a, b) = pair_at(url).await;
+    // A client of a moves to b, and stays there (relayed to a).
+    let mut conn = Conn::connect(Kind::Ws, a.local_addr(), None).await;
+    let session = conn.session.clone();
+    let done = conn
+        .call_done("e1", "echo", json!({"message": "on a"}))
+        .await;
+    assert_eq!(done["status"], "OK");
+    let seen = conn.last_seq();
+    conn.call("h1", "hold", json!({})).await;
+    let update = conn.expect_update("h1").await;
+    assert_eq!(update["status"], "RUNNING", "{update}");
+    drop(conn);
+    let mut moved = Conn::connect(Kind::Ws, b.local_addr(), None).await;
+    moved
+        .send(&resume_hai("r", &session, &seen.to_string()))
+        .await;
+    moved.follow(&session, seen);
+    loop {
+        let env = moved.recv().await;
+        match env["type"].as_str() {
+            Some("HAI") => break,
+            Some("TOOL_UPDATE") => assert_eq!(env["payload"]["call_id"], "h1", "{env}"),
+            other => panic!("unexpected {other:?}: {env}"),
+        }
+    }
+    // Then an SSE stream on a, its upstream POSTs sent to b.
+    let mut stream = Conn::connect(Kind::Sse, a.local_addr(), None).await;
+    let done = stream
+        .call_done("s1", "echo", json!({"message": "stream"}))
+        .await;
+    assert_eq!(done["status"], "OK");
+    let call = json!({"id": "c2", "channel": "USER", "type": "TOOL_CALL",
+        "payload": {"call_id": "s2", "tool": "echo", "params": {"message": "via b"}}});
+    let response = post(
+        b.local_addr(),
+        "/haip/message",
+        None,
+        &[("x-haip-session", stream.session.as_str())],
+        &call.to_string(),
+    )
+    .await;
+    assert_ok(&response);
+    let done = stream.expect_done("s2").await;
+    assert_eq!(done["result"], json!({"echoed": "via b"}));
+    // Named by nobody: the subject's one open stream. The WebSocket session
+    // relayed from a is none (it was taken for one, and the POST refused
+    // as naming no single stream).
+    let call = json!({"id": "c3", "channel": "USER", "type": "TOOL_CALL",
+        "payload": {"call_id": "s3", "tool": "echo", "params": {"message": "anywhere"}}});
+    let response = post(
+        b.local_addr(),
+        "/haip/message",
+        None,
+        &[],
+        &call.to_string(),
+    )
+    .await;
+    assert_ok(&response);
+    let done = stream.expect_done("s3").await;
+    assert_eq!(done["result"], json!({"echoed": "anywhere"}));
+    // The moved client's session goes on through b.
+    let done = moved
+        .call_done("e2", "echo", json!({"message": "through b"}))
+        .await;
+    assert_eq!(done["result"], json!({"echoed": "through b"}));
+}

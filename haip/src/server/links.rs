@@ -100,11 +100,20 @@ async fn connection(hub: Arc<Hub>, link: Link, relayed: Relayed) {
         frames,
         meter: Arc::clone(&meter),
     };
-    let entry = hub
-        .sessions
-        .insert(session.id(), subject.clone(), inbound_tx.clone());
-    // Upstream POSTs for the resumed session that land here reach it too.
-    let on_resumed = hub.stream_alias(subject, inbound_tx.clone());
+    // Upstream POSTs reach a relayed stream as they reach one whose client
+    // is here, also once it resumed another session; a WebSocket session
+    // takes none (its client sends on the socket), and is no candidate for
+    // a POST that names no session (the subject's one open stream).
+    let streams = door != Door::WebSocket;
+    let entry = streams.then(|| {
+        hub.sessions
+            .insert(session.id(), subject.clone(), inbound_tx.clone())
+    });
+    let on_resumed: driver::OnResumed = if streams {
+        hub.stream_alias(subject, inbound_tx.clone())
+    } else {
+        Box::new(|_: &str| {})
+    };
     let feed = hub
         .tracker
         .spawn(feed(hai, inbound, inbound_tx, out.clone()));
