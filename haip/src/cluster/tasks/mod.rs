@@ -406,17 +406,25 @@ impl RedisTaskStore {
                 );
                 continue;
             };
-            // This instance refreshes it from now on, and owns its end.
-            let parts = Parts::of(&record);
-            self.ledger().take_over(&record.id, parts, now);
             tracing::info!(
                 task = %record.id,
                 attempt = record.rerun.as_ref().map_or(0, |r| r.attempt),
                 "took over a task whose instance is gone; running it again"
             );
-            if self.claims.try_send(record).is_err() {
-                // Not reachable: the batch is at most the room there was.
-                tracing::warn!("a task taken over could not be run again here");
+            self.run_here(record, now);
+        }
+    }
+
+    /// Hands a task this instance took over to the MCP export, to run again
+    /// here; this instance refreshes its record from then on, and owns its
+    /// end. Not handed (no room: never more than asked for), it is left
+    /// to this instance's next `tasks/get` of it, which takes it over again.
+    fn run_here(&self, record: TaskRecord, now: u64) {
+        let (id, parts) = (record.id.clone(), Parts::of(&record));
+        match self.claims.try_send(record) {
+            Ok(()) => self.ledger().take_over(&id, parts, now),
+            Err(_) => {
+                tracing::warn!(task = %id, "a task taken over found no room to run again here")
             }
         }
     }
@@ -615,23 +623,23 @@ impl TaskStore for RedisTaskStore {
             .arg(lost.to_string())
             .arg(now)
             .arg(self.ttl_ms())
-            .arg(if self.claims_rx_taken() { "1" } else { "0" })
+            .arg(if self.claims_rx_taken() && self.claims.capacity() > 0 {
+                "1"
+            } else {
+                "0"
+            })
             .arg(self.running_ttl_ms())
             .arg(out_of_attempts().to_string());
         let conn = self.conn();
         let id = id.to_owned();
-        let ledger = Arc::clone(&self.ledger);
-        let claims = self.claims.clone();
+        let store = self.cluster.tasks.store();
         Box::pin(async move {
             let value = query(conn, cmd).await?;
             let got = decode_get(&id, &value).ok_or_else(|| odd("get", &value))?;
             Ok(got.map(|(record, taken)| {
-                if taken {
-                    // An earlier life of this instance ran it: it runs again.
-                    lock(&ledger).take_over(&id, Parts::of(&record), now);
-                    if claims.try_send(record.clone()).is_err() {
-                        tracing::warn!(task = %id, "a task taken over could not run again here");
-                    }
+                // An earlier life of this instance ran it: it runs again.
+                if taken && let Some(store) = &store {
+                    store.run_here(record.clone(), now);
                 }
                 record
             }))
