@@ -318,36 +318,14 @@ async fn posts_sent_to_another_instance_reach_the_stream() {
     assert_eq!(done["status"], "OK");
 
     // Named by the header.
-    let call = json!({"id": "c2", "channel": "USER", "type": "TOOL_CALL",
-        "payload": {"call_id": "e2", "tool": "echo", "params": {"message": "via b"}}});
-    let response = post(
-        b.local_addr(),
-        "/haip/message",
-        None,
-        &[("x-haip-session", session.as_str())],
-        &call.to_string(),
-    )
-    .await;
-    assert_ok(&response);
-    let done = conn.expect_done("e2").await;
-    assert_eq!(done["result"], json!({"echoed": "via b"}));
+    echo_through(b.local_addr(), &mut conn, true, "e2", "via b").await;
 
     // Named by nobody: the subject's only open stream, across the instances.
-    let call = json!({"id": "c3", "channel": "USER", "type": "TOOL_CALL",
-        "payload": {"call_id": "e3", "tool": "echo", "params": {"message": "anywhere"}}});
-    let response = post(
-        b.local_addr(),
-        "/haip/message",
-        None,
-        &[],
-        &call.to_string(),
-    )
-    .await;
-    assert_ok(&response);
-    let done = conn.expect_done("e3").await;
-    assert_eq!(done["result"], json!({"echoed": "anywhere"}));
+    echo_through(b.local_addr(), &mut conn, false, "e3", "anywhere").await;
 
     // A session no instance holds is not found, as on one instance.
+    let call = json!({"id": "c3", "channel": "USER", "type": "TOOL_CALL",
+        "payload": {"call_id": "e3", "tool": "echo", "params": {"message": "anywhere"}}});
     let response = post(
         b.local_addr(),
         "/haip/message",
@@ -380,6 +358,29 @@ async fn posts_sent_to_another_instance_reach_the_stream() {
         "{}",
         response.body
     );
+}
+
+/// Sends `echo` of `message` as call `call_id` to `addr` in an upstream
+/// POST for `stream`, `named` in `x-haip-session` or not (then it is its
+/// subject's one open stream), and checks that `stream` gets its result.
+pub(crate) async fn echo_through(
+    addr: SocketAddr,
+    stream: &mut Conn,
+    named: bool,
+    call_id: &str,
+    message: &str,
+) {
+    let call = json!({"id": format!("c-{call_id}"), "channel": "USER", "type": "TOOL_CALL",
+        "payload": {"call_id": call_id, "tool": "echo", "params": {"message": message}}});
+    let session = stream.session.clone();
+    let headers: Vec<(&str, &str)> = named
+        .then_some(("x-haip-session", session.as_str()))
+        .into_iter()
+        .collect();
+    let response = post(addr, "/haip/message", None, &headers, &call.to_string()).await;
+    assert_ok(&response);
+    let done = stream.expect_done(call_id).await;
+    assert_eq!(done["result"], json!({ "echoed": message }), "{done}");
 }
 
 /// A quickstart process sharing sessions through Redis.
@@ -1147,35 +1148,11 @@ async fn posts_reach_a_stream_after_another_client_moved_at(url: &str) {
         .call_done("s1", "echo", json!({"message": "stream"}))
         .await;
     assert_eq!(done["status"], "OK");
-    let call = json!({"id": "c2", "channel": "USER", "type": "TOOL_CALL",
-        "payload": {"call_id": "s2", "tool": "echo", "params": {"message": "via b"}}});
-    let response = post(
-        b.local_addr(),
-        "/haip/message",
-        None,
-        &[("x-haip-session", stream.session.as_str())],
-        &call.to_string(),
-    )
-    .await;
-    assert_ok(&response);
-    let done = stream.expect_done("s2").await;
-    assert_eq!(done["result"], json!({"echoed": "via b"}));
+    echo_through(b.local_addr(), &mut stream, true, "s2", "via b").await;
     // Named by nobody: the subject's one open stream. The WebSocket session
     // relayed from a is none (it was taken for one, and the POST refused
     // as naming no single stream).
-    let call = json!({"id": "c3", "channel": "USER", "type": "TOOL_CALL",
-        "payload": {"call_id": "s3", "tool": "echo", "params": {"message": "anywhere"}}});
-    let response = post(
-        b.local_addr(),
-        "/haip/message",
-        None,
-        &[],
-        &call.to_string(),
-    )
-    .await;
-    assert_ok(&response);
-    let done = stream.expect_done("s3").await;
-    assert_eq!(done["result"], json!({"echoed": "anywhere"}));
+    echo_through(b.local_addr(), &mut stream, false, "s3", "anywhere").await;
     // The moved client's session goes on through b.
     let done = moved
         .call_done("e2", "echo", json!({"message": "through b"}))

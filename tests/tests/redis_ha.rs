@@ -27,14 +27,14 @@
 //!   unreplicated, its sessions marked, and resuming one elsewhere is
 //!   refused (its records could have been cut short by a failover).
 
-use crate::cluster::{Instance, gate, pair_at};
+use crate::cluster::{Instance, echo_through, gate, pair_at};
 use crate::conn;
 use crate::redis_support;
 use crate::support;
 
 use std::collections::HashSet;
 
-use conn::{Conn, Kind, assert_ok, post};
+use conn::{Conn, Kind};
 use redis_support::{RedisCluster, RedisSentinels};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -159,34 +159,10 @@ async fn clients_move_between_live_instances(url: &str) {
         .call_done("s1", "echo", json!({"message": "stream"}))
         .await;
     assert_eq!(done["status"], "OK");
-    let call = json!({"id": "c2", "channel": "USER", "type": "TOOL_CALL",
-        "payload": {"call_id": "s2", "tool": "echo", "params": {"message": "via b"}}});
-    let response = post(
-        b.local_addr(),
-        "/haip/message",
-        None,
-        &[("x-haip-session", stream.session.as_str())],
-        &call.to_string(),
-    )
-    .await;
-    assert_ok(&response);
-    let done = stream.expect_done("s2").await;
-    assert_eq!(done["result"], json!({"echoed": "via b"}));
+    echo_through(b.local_addr(), &mut stream, true, "s2", "via b").await;
     // Named by nobody: the subject's one open stream, found in the set of
     // open streams (a key of its own slot).
-    let call = json!({"id": "c3", "channel": "USER", "type": "TOOL_CALL",
-        "payload": {"call_id": "s3", "tool": "echo", "params": {"message": "anywhere"}}});
-    let response = post(
-        b.local_addr(),
-        "/haip/message",
-        None,
-        &[],
-        &call.to_string(),
-    )
-    .await;
-    assert_ok(&response);
-    let done = stream.expect_done("s3").await;
-    assert_eq!(done["result"], json!({"echoed": "anywhere"}));
+    echo_through(b.local_addr(), &mut stream, false, "s3", "anywhere").await;
 
     // A session that stays on a while its client moves to b.
     let mut conn = Conn::connect(Kind::Ws, a.local_addr(), None).await;
